@@ -1,0 +1,43 @@
+# Every target sets up what it needs: a clean clone needs only python3, Java 17 and Maven.
+SHELL := /bin/bash
+PY_BOOT ?= python3
+UV_VERSION := 0.13.9
+UV := .tools/uv/bin/uv
+VENV := .venv
+PY := $(VENV)/bin/python
+export AIRFLOW_HOME ?= $(CURDIR)/.airflow
+export PYSPARK_PYTHON := $(CURDIR)/$(PY)
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.PHONY: setup demo test unit integration bench lint clean
+
+$(UV):
+	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
+
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --extra dev
+	touch $@
+
+setup: $(VENV)/.synced  ## the environment in .venv, from uv.lock
+
+demo: setup  ## the main job end to end on a local sandbox Kafka cluster
+	$(PY) -m airflow_kafka_reassign.demo
+
+test: setup  ## unit and integration tests (starts one real Kafka cluster)
+	$(VENV)/bin/pytest tests/unit tests/integration
+
+unit: setup
+	$(VENV)/bin/pytest tests/unit
+
+integration: setup
+	$(VENV)/bin/pytest tests/integration
+
+bench: setup  ## benchmarks: print numbers, assert nothing about time
+	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+lint: setup
+	$(VENV)/bin/ruff check airflow_kafka_reassign tests
+	$(VENV)/bin/mypy airflow_kafka_reassign/core
+
+clean:
+	rm -rf $(VENV) .tools .airflow

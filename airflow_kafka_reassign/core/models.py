@@ -1,0 +1,421 @@
+"""Immutable, validated domain models: brokers, partitions, snapshots, moves and plans.
+
+Everything here is pure (pydantic v2, no Airflow, Kafka client or PySpark import) so the
+planner, the guards, the Spark job and the CLI share one vocabulary, in Kafka's own words:
+*replicas* (the first one is the preferred leader), *ISR*, *adding* and *removing*
+replicas of an in-flight reassignment.
+
+Invalid input fails in a validator with a message that names the partition and the problem,
+for example::
+
+    >>> Move(topic="orders", partition=3, target_replicas=(1, 2, 2))
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for Move
+      Value error, partition orders-3: target_replicas [1, 2, 2] lists broker 2 twice ...
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Kafka's own coordinator topics: growing them re-maps coordinators (KAFKA-20029).
+INTERNAL_COORDINATOR_TOPICS = frozenset(
+    {"__consumer_offsets", "__transaction_state", "__share_group_state"}
+)
+
+#: The only reassignment JSON version Kafka's tools read and write.
+KAFKA_REASSIGNMENT_JSON_VERSION = 1
+
+
+class TopicPartition(NamedTuple):
+    """A (topic, partition) pair; prints as Kafka does: ``topic-partition``."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def check_replica_list(
+    replicas: Sequence[int], *, what: str, where: str, allow_empty: bool = False
+) -> tuple[int, ...]:
+    """Validate a broker id list: non-empty (unless allowed), no negatives, no duplicates.
+
+    ``where`` names the owner (``partition orders-3``) and ``what`` the field, so the
+    error says exactly which list is wrong and how.
+    """
+    ids = tuple(replicas)
+    if not ids and not allow_empty:
+        raise ValueError(f"{where}: {what} is empty; a partition needs at least one replica")
+    negative = [b for b in ids if b < 0]
+    if negative:
+        raise ValueError(
+            f"{where}: {what} {list(ids)} has negative broker id {negative[0]}; "
+            "broker ids are >= 0"
+        )
+    dupes = [b for b, n in Counter(ids).items() if n > 1]
+    if dupes:
+        raise ValueError(
+            f"{where}: {what} {list(ids)} lists broker {dupes[0]} twice; "
+            "each broker may hold one replica of a partition"
+        )
+    return ids
+
+
+class Broker(_Frozen):
+    """A broker of the cluster and its ``broker.rack`` (``None`` when unset)."""
+
+    id: int = Field(ge=0)
+    rack: str | None = None
+
+
+class TopicState(_Frozen):
+    """A topic and the configs that matter to moving and growing it."""
+
+    name: str = Field(min_length=1)
+    internal: bool = False
+    partition_count: int = Field(ge=0)
+    replication_factor: int = Field(ge=0)
+    #: Topic configs that guards and throttles read, by Kafka name; only those present.
+    #: Keys used: ``min.insync.replicas``, ``cleanup.policy``,
+    #: ``leader.replication.throttled.replicas``, ``follower.replication.throttled.replicas``.
+    configs: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def is_compacted(self) -> bool:
+        return "compact" in self.configs.get("cleanup.policy", "")
+
+    @property
+    def is_coordinator_topic(self) -> bool:
+        return self.internal or self.name in INTERNAL_COORDINATOR_TOPICS
+
+    @property
+    def min_insync_replicas(self) -> int | None:
+        value = self.configs.get("min.insync.replicas")
+        return int(value) if value is not None else None
+
+
+class PartitionState(_Frozen):
+    """One partition as the cluster reports it.
+
+    ``replicas`` is the full replica set the metadata shows; during a reassignment that is
+    the *intermediate* set (KIP-860's race: ``[1,2,3,4,5,6]`` while moving ``[1,2,3]`` to
+    ``[4,5,6]``). :attr:`target_replicas` and :attr:`original_replicas` undo that using
+    ``adding_replicas`` / ``removing_replicas`` as the controller lists them.
+    """
+
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...] = ()
+    leader: int | None = None
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+    #: Bytes on disk of each replica, by broker id (from DescribeLogDirs), when known.
+    replica_sizes: dict[int, int] | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @model_validator(mode="after")
+    def _check(self) -> PartitionState:
+        where = f"partition {self.topic}-{self.partition}"
+        check_replica_list(self.replicas, what="replicas", where=where)
+        check_replica_list(self.isr, what="isr", where=where, allow_empty=True)
+        for name in ("adding_replicas", "removing_replicas"):
+            ids = check_replica_list(getattr(self, name), what=name, where=where, allow_empty=True)
+            stray = sorted(set(ids) - set(self.replicas))
+            if stray:
+                raise ValueError(
+                    f"{where}: {name} {list(ids)} names broker(s) {stray} that are not in "
+                    f"replicas {list(self.replicas)}"
+                )
+        if self.leader is not None and self.leader < 0:
+            object.__setattr__(self, "leader", None)  # Kafka reports -1 for "no leader"
+        return self
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replica set this partition ends with once its reassignment (if any) completes."""
+        removing = set(self.removing_replicas)
+        return tuple(b for b in self.replicas if b not in removing)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replica set before the in-flight reassignment (what a cancel goes back to)."""
+        adding = set(self.adding_replicas)
+        return tuple(b for b in self.replicas if b not in adding)
+
+    @property
+    def replication_factor(self) -> int:
+        """The RF the partition has when no reassignment is in flight (the target's size)."""
+        return len(self.target_replicas)
+
+
+class ClusterSnapshot(_Frozen):
+    """Brokers, topics and partitions at one moment, plus what the controller was moving."""
+
+    format_version: int = 1
+    cluster_id: str | None = None
+    taken_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    brokers: tuple[Broker, ...]
+    topics: tuple[TopicState, ...] = ()
+    partitions: tuple[PartitionState, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSnapshot:
+        ids = [b.id for b in self.brokers]
+        dupes = [b for b, n in Counter(ids).items() if n > 1]
+        if dupes:
+            raise ValueError(f"snapshot: broker {dupes[0]} is listed twice")
+        names = {t.name for t in self.topics}
+        seen: set[tuple[str, int]] = set()
+        for p in self.partitions:
+            key = (p.topic, p.partition)
+            if key in seen:
+                raise ValueError(f"snapshot: partition {p.topic}-{p.partition} is listed twice")
+            seen.add(key)
+            if names and p.topic not in names:
+                raise ValueError(
+                    f"snapshot: partition {p.topic}-{p.partition} belongs to topic "
+                    f"{p.topic!r}, which is not in the snapshot's topics"
+                )
+        return self
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(b.id for b in self.brokers))
+
+    @property
+    def racks(self) -> dict[int, str | None]:
+        return {b.id: b.rack for b in self.brokers}
+
+    def topic(self, name: str) -> TopicState:
+        for t in self.topics:
+            if t.name == name:
+                return t
+        raise KeyError(f"topic {name!r} is not in the snapshot")
+
+    def partition_map(self) -> dict[TopicPartition, PartitionState]:
+        return {p.tp: p for p in self.partitions}
+
+    def reassigning(self) -> tuple[PartitionState, ...]:
+        return tuple(p for p in self.partitions if p.reassigning)
+
+
+class Move(_Frozen):
+    """One partition's reassignment: from ``current_replicas`` to ``target_replicas``.
+
+    ``current_replicas`` is what the planner saw (``None`` when read from a plain Kafka
+    reassignment file, which does not carry it); execution refuses the move as *stale* if
+    the live partition no longer has exactly those replicas. ``allow_rf_change`` marks the
+    moves the plan deliberately changes the replication factor of (KIP-860): every other
+    move must keep it.
+    """
+
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+    target_replicas: tuple[int, ...]
+    current_replicas: tuple[int, ...] | None = None
+    allow_rf_change: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Move:
+        where = f"partition {self.topic}-{self.partition}"
+        check_replica_list(self.target_replicas, what="target_replicas", where=where)
+        if self.current_replicas is not None:
+            check_replica_list(self.current_replicas, what="current_replicas", where=where)
+            if self.changes_rf and not self.allow_rf_change:
+                raise ValueError(
+                    f"{where}: the move changes the replication factor from "
+                    f"{len(self.current_replicas)} to {len(self.target_replicas)} "
+                    f"({list(self.current_replicas)} -> {list(self.target_replicas)}) but is "
+                    "not marked allow_rf_change=true; plans keep every partition's RF unless "
+                    "an RF change was explicitly requested (KIP-860)"
+                )
+        return self
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def changes_rf(self) -> bool:
+        return self.current_replicas is not None and len(self.current_replicas) != len(
+            self.target_replicas
+        )
+
+    @property
+    def adding_replicas(self) -> tuple[int, ...]:
+        current = set(self.current_replicas or ())
+        return tuple(b for b in self.target_replicas if b not in current)
+
+    @property
+    def removing_replicas(self) -> tuple[int, ...]:
+        target = set(self.target_replicas)
+        return tuple(b for b in (self.current_replicas or ()) if b not in target)
+
+    @property
+    def replica_moves(self) -> int:
+        """Replicas that must be copied to a new broker (the cost of the move)."""
+        return len(self.adding_replicas)
+
+    @property
+    def leader_changes(self) -> bool:
+        return bool(self.current_replicas) and self.current_replicas[0] != self.target_replicas[0]
+
+
+class ReassignmentPlan(_Frozen):
+    """An ordered set of moves, at most one per partition.
+
+    Reads and writes Kafka's reassignment JSON exactly as ``kafka-reassign-partitions``
+    accepts it (:meth:`from_kafka_json`, :meth:`to_kafka_json`), and a richer JSON of its
+    own (``model_dump_json``) that also keeps each move's expected current replicas.
+    """
+
+    version: int = KAFKA_REASSIGNMENT_JSON_VERSION
+    moves: tuple[Move, ...] = ()
+
+    @field_validator("version")
+    @classmethod
+    def _check_version(cls, v: int) -> int:
+        if v != KAFKA_REASSIGNMENT_JSON_VERSION:
+            raise ValueError(
+                f"unknown reassignment JSON version {v}; Kafka's format is version "
+                f"{KAFKA_REASSIGNMENT_JSON_VERSION}"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> ReassignmentPlan:
+        seen: set[TopicPartition] = set()
+        for m in self.moves:
+            if m.tp in seen:
+                raise ValueError(
+                    f"partition {m.tp} is listed twice in the plan; each partition may "
+                    "appear once"
+                )
+            seen.add(m.tp)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.moves)
+
+    @property
+    def partitions(self) -> tuple[TopicPartition, ...]:
+        return tuple(m.tp for m in self.moves)
+
+    def by_partition(self) -> dict[TopicPartition, Move]:
+        return {m.tp: m for m in self.moves}
+
+    # -- Kafka's own format -------------------------------------------------------------
+
+    def to_kafka_dict(self) -> dict[str, Any]:
+        return {
+            "version": KAFKA_REASSIGNMENT_JSON_VERSION,
+            "partitions": [
+                {"topic": m.topic, "partition": m.partition, "replicas": list(m.target_replicas)}
+                for m in self.moves
+            ],
+        }
+
+    def to_kafka_json(self) -> str:
+        """Kafka's ``{"version":1,"partitions":[...]}``, for ``--reassignment-json-file``."""
+        return json.dumps(self.to_kafka_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_kafka_json(
+        cls,
+        text: str | bytes,
+        current: dict[TopicPartition, Sequence[int]] | None = None,
+        *,
+        allow_rf_change: bool = False,
+    ) -> ReassignmentPlan:
+        """Parse Kafka's reassignment JSON (as ``--generate`` prints and ``--execute`` reads).
+
+        ``current`` optionally supplies each partition's present replicas, so the moves
+        can be checked for staleness and RF changes; a move that would change a partition's
+        replication factor is then refused unless ``allow_rf_change=True``. ``log_dirs`` entries other than
+        ``"any"`` are refused: moving replicas between a broker's log directories is not
+        supported.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"reassignment JSON is not valid JSON: {e}") from None
+        if not isinstance(data, dict) or "partitions" not in data:
+            raise ValueError(
+                'reassignment JSON must be an object {"version": 1, "partitions": [...]}'
+            )
+        moves = []
+        for i, entry in enumerate(data["partitions"]):
+            if not isinstance(entry, dict) or not {"topic", "partition", "replicas"} <= entry.keys():
+                raise ValueError(
+                    f"reassignment JSON partitions[{i}] needs topic, partition and replicas; "
+                    f"got {entry!r}"
+                )
+            log_dirs = entry.get("log_dirs")
+            if log_dirs is not None and any(d != "any" for d in log_dirs):
+                raise ValueError(
+                    f"partition {entry['topic']}-{entry['partition']}: log_dirs {log_dirs} "
+                    "are not supported; remove them (or use \"any\")"
+                )
+            tp = TopicPartition(entry["topic"], entry["partition"])
+            cur = current.get(tp) if current else None
+            moves.append(
+                Move(
+                    topic=entry["topic"],
+                    partition=entry["partition"],
+                    target_replicas=tuple(entry["replicas"]),
+                    current_replicas=tuple(cur) if cur is not None else None,
+                    allow_rf_change=allow_rf_change
+                    and cur is not None
+                    and len(cur) != len(entry["replicas"]),
+                )
+            )
+        return cls(version=data.get("version", KAFKA_REASSIGNMENT_JSON_VERSION), moves=tuple(moves))
+
+    @classmethod
+    def from_moves(cls, moves: Iterable[Move]) -> ReassignmentPlan:
+        return cls(moves=tuple(moves))
+
+    def rollback(self) -> ReassignmentPlan:
+        """The plan that puts every moved partition back on its current replicas.
+
+        Needs every move's ``current_replicas``: a plain Kafka file cannot be rolled back.
+        """
+        missing = [str(m.tp) for m in self.moves if m.current_replicas is None]
+        if missing:
+            raise ValueError(
+                f"cannot build a rollback plan: partition(s) {', '.join(missing[:5])} have no "
+                "current_replicas; plan from a snapshot so each move records them"
+            )
+        return ReassignmentPlan(
+            moves=tuple(
+                Move(
+                    topic=m.topic,
+                    partition=m.partition,
+                    target_replicas=m.current_replicas or (),
+                    current_replicas=m.target_replicas,
+                    allow_rf_change=m.allow_rf_change,
+                )
+                for m in self.moves
+            )
+        )

@@ -1,0 +1,178 @@
+"""What the core needs from a Kafka cluster: the :class:`ClusterAdmin` port.
+
+The Kafka adapter (:mod:`airflow_kafka_reassign.kafka.admin`) implements it against a real
+cluster; unit tests use the in-memory fake in ``tests/fakes.py``. Everything crossing the port
+is a core model or a small result record defined here, so the planner, guards and
+progress rules never see a Kafka client object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, _Frozen
+
+#: How the KIP-860 replication-factor guard is enforced: ``"broker"`` sends
+#: AlterPartitionReassignments v1 with AllowReplicationFactorChange=false (needs Kafka 4.1+);
+#: ``"client"`` compares against the controller's replica sets before sending (racy, for
+#: older brokers, chosen explicitly).
+RfGuard = Literal["broker", "client"]
+
+
+class PartitionResult(_Frozen):
+    """The outcome for one partition of a batched request; ``error`` is ``None`` on success."""
+
+    topic: str
+    partition: int
+    error: str | None = None
+    #: Kafka's error name, for example ``INVALID_REPLICATION_FACTOR``.
+    error_code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class AlterResult(_Frozen):
+    """Per-partition results of one AlterPartitionReassignments request."""
+
+    results: tuple[PartitionResult, ...]
+    #: The AlterPartitionReassignments request version that went out (1 carries KIP-860's flag).
+    request_version: int | None = None
+    rf_guard: RfGuard | None = None
+
+    @property
+    def failed(self) -> tuple[PartitionResult, ...]:
+        return tuple(r for r in self.results if not r.ok)
+
+    @property
+    def succeeded(self) -> tuple[PartitionResult, ...]:
+        return tuple(r for r in self.results if r.ok)
+
+    def by_partition(self) -> dict[TopicPartition, PartitionResult]:
+        return {r.tp: r for r in self.results}
+
+
+class InFlightReassignment(_Frozen):
+    """A reassignment the controller lists (ListPartitionReassignments)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        removing = set(self.removing_replicas)
+        return tuple(b for b in self.replicas if b not in removing)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        adding = set(self.adding_replicas)
+        return tuple(b for b in self.replicas if b not in adding)
+
+
+class NewPartitions(_Frozen):
+    """Grow ``topic`` to ``total_count`` partitions; ``assignment`` places the new ones."""
+
+    topic: str
+    total_count: int = Field(ge=1)
+    #: One replica list per NEW partition, in partition order; ``None`` lets the broker place.
+    assignment: tuple[tuple[int, ...], ...] | None = None
+
+
+class TopicResult(_Frozen):
+    topic: str
+    error: str | None = None
+    error_code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class ThrottleBackup(_Frozen):
+    """The dynamic config values that existed before a throttle was applied.
+
+    ``None`` means the key was not set (restoring deletes it). Restoring a backup puts every
+    key back exactly as it was, including values someone else had set.
+    """
+
+    brokers: dict[int, dict[str, str | None]] = Field(default_factory=dict)
+    topics: dict[str, dict[str, str | None]] = Field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.brokers and not self.topics
+
+
+@runtime_checkable
+class ClusterAdmin(Protocol):
+    """The admin operations the provider needs, in core terms."""
+
+    def snapshot(
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False
+    ) -> ClusterSnapshot:
+        """Brokers with racks, topics (internal flag, configs that matter), partitions, and
+        the controller's in-flight reassignments merged in (adding/removing replicas).
+        ``include_sizes`` adds replica sizes from DescribeLogDirs."""
+        ...
+
+    def list_reassignments(
+        self, partitions: Collection[TopicPartition] | None = None
+    ) -> dict[TopicPartition, InFlightReassignment]:
+        """The controller's view of in-flight reassignments (all, or of ``partitions``)."""
+        ...
+
+    def alter_reassignments(
+        self,
+        targets: Mapping[TopicPartition, Sequence[int]],
+        *,
+        allow_replication_factor_change: bool = False,
+        rf_guard: RfGuard = "broker",
+    ) -> AlterResult:
+        """Submit reassignments in one request; per-partition results, never swallowed."""
+        ...
+
+    def cancel_reassignments(self, partitions: Collection[TopicPartition]) -> AlterResult:
+        """Cancel in-flight reassignments (KIP-455: back to the original replicas)."""
+        ...
+
+    def create_partitions(
+        self, requests: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> dict[str, TopicResult]:
+        ...
+
+    def describe_throttles(
+        self, brokers: Collection[int], topics: Collection[str]
+    ) -> ThrottleBackup:
+        """The current dynamic throttle configs of these brokers and topics."""
+        ...
+
+    def set_throttles(
+        self,
+        broker_configs: Mapping[int, Mapping[str, str | None]],
+        topic_configs: Mapping[str, Mapping[str, str | None]],
+    ) -> None:
+        """Set (value) or delete (``None``) dynamic throttle configs."""
+        ...
+
+    def elect_preferred_leaders(
+        self, partitions: Collection[TopicPartition]
+    ) -> tuple[PartitionResult, ...]:
+        ...
+
+    def close(self) -> None:
+        ...

@@ -1,0 +1,231 @@
+"""An in-memory :class:`~airflow_kafka_reassign.core.ports.ClusterAdmin` for fast unit tests.
+
+It mimics a KRaft controller closely enough for planning, guard and execution logic:
+AlterPartitionReassignments with KIP-860's AllowReplicationFactorChange semantics
+(including an already-reassigning partition compared by its target size), cancel back to the
+original replicas (KIP-455), dynamic throttle configs, CreatePartitions. Reassignments stay
+in flight until :meth:`FakeClusterAdmin.complete` is called (or at once with
+``auto_complete=True``).
+
+It is a fake: nothing here proves that the real cluster behaves the same. The integration
+tests in ``tests/integration`` do that against a real multi-broker Kafka.
+
+Example::
+
+    >>> fake = FakeClusterAdmin.build(brokers={1: "r1", 2: "r2", 3: "r3"},
+    ...                               topics={"orders": [[1, 2], [2, 3]]})
+    >>> fake.alter_reassignments({TopicPartition("orders", 0): [3, 2]}).failed
+    ()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from airflow_kafka_reassign.core.models import (
+    Broker,
+    ClusterSnapshot,
+    PartitionState,
+    TopicPartition,
+    TopicState,
+    check_replica_list,
+)
+from airflow_kafka_reassign.core.ports import (
+    AlterResult,
+    InFlightReassignment,
+    NewPartitions,
+    PartitionResult,
+    RfGuard,
+    ThrottleBackup,
+    TopicResult,
+)
+from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
+from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
+
+
+class FakeClusterAdmin:
+    """In-memory cluster state behind the ``ClusterAdmin`` port."""
+
+    def __init__(
+        self,
+        brokers: Sequence[Broker],
+        topics: Mapping[str, TopicState],
+        replicas: Mapping[TopicPartition, Sequence[int]],
+        *,
+        rf_guard_supported: bool = True,
+        auto_complete: bool = False,
+    ) -> None:
+        self.brokers = list(brokers)
+        self.topics = dict(topics)
+        self.replicas: dict[TopicPartition, tuple[int, ...]] = {tp: tuple(r) for tp, r in replicas.items()}
+        self.inflight: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self.broker_configs: dict[int, dict[str, str]] = {b.id: {} for b in self.brokers}
+        self.topic_configs: dict[str, dict[str, str]] = {t: dict(s.configs) for t, s in self.topics.items()}
+        self.down: set[int] = set()
+        self.rf_guard_supported = rf_guard_supported
+        self.auto_complete = auto_complete
+        #: Every alter request as (targets, allow_replication_factor_change), for assertions.
+        self.alter_requests: list[tuple[dict[TopicPartition, tuple[int, ...] | None], bool]] = []
+
+    @classmethod
+    def build(
+        cls,
+        brokers: Mapping[int, str | None],
+        topics: Mapping[str, Sequence[Sequence[int]]],
+        **kwargs: bool,
+    ) -> FakeClusterAdmin:
+        """A fake from ``{broker_id: rack}`` and ``{topic: [replicas of partition 0, ...]}``."""
+        states = {
+            name: TopicState(name=name, internal=name.startswith("__"), partition_count=len(parts),
+                             replication_factor=len(parts[0]) if parts else 0)
+            for name, parts in topics.items()
+        }
+        replicas = {
+            TopicPartition(name, i): tuple(r) for name, parts in topics.items() for i, r in enumerate(parts)
+        }
+        return cls([Broker(id=b, rack=r) for b, r in sorted(brokers.items())], states, replicas, **kwargs)
+
+    # -- test controls --------------------------------------------------------------------
+
+    def complete(self, partitions: Collection[TopicPartition] | None = None) -> None:
+        """Finish in-flight reassignments (all, or the given ones)."""
+        for tp in list(partitions if partitions is not None else self.inflight):
+            if tp in self.inflight:
+                _, target = self.inflight.pop(tp)
+                self.replicas[tp] = target
+
+    # -- the port ---------------------------------------------------------------------------
+
+    def snapshot(self, *, topics: Collection[str] | None = None, include_sizes: bool = False) -> ClusterSnapshot:
+        names = sorted(topics if topics is not None else self.topics)
+        parts = []
+        for tp in sorted(self.replicas):
+            if tp.topic not in names:
+                continue
+            replicas, adding, removing = self._replica_view(tp)
+            live = tuple(b for b in replicas if b not in self.down)
+            parts.append(PartitionState(
+                topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
+                leader=live[0] if live else None, adding_replicas=adding, removing_replicas=removing,
+            ))
+        topic_states = tuple(
+            self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
+                                              "partition_count": sum(1 for tp in self.replicas if tp.topic == n)})
+            for n in names
+        )
+        live_brokers = tuple(b for b in self.brokers if b.id not in self.down)
+        return ClusterSnapshot(cluster_id="fake", brokers=live_brokers, topics=topic_states, partitions=tuple(parts))
+
+    def _replica_view(self, tp: TopicPartition) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        if tp not in self.inflight:
+            return self.replicas[tp], (), ()
+        original, target = self.inflight[tp]
+        full = tuple(dict.fromkeys(target + original))
+        return full, tuple(b for b in target if b not in original), tuple(b for b in original if b not in target)
+
+    def list_reassignments(self, partitions: Collection[TopicPartition] | None = None) -> dict[TopicPartition, InFlightReassignment]:
+        out = {}
+        for tp in self.inflight:
+            if partitions is None or tp in partitions:
+                full, adding, removing = self._replica_view(tp)
+                out[tp] = InFlightReassignment(topic=tp.topic, partition=tp.partition, replicas=full,
+                                               adding_replicas=adding, removing_replicas=removing)
+        return out
+
+    def alter_reassignments(
+        self,
+        targets: Mapping[TopicPartition, Sequence[int]],
+        *,
+        allow_replication_factor_change: bool = False,
+        rf_guard: RfGuard = "broker",
+    ) -> AlterResult:
+        if not allow_replication_factor_change and rf_guard == "broker" and not self.rf_guard_supported:
+            raise UnsupportedBrokerError("fake broker: AlterPartitionReassignments v0 only; nothing was sent")
+        self.alter_requests.append(({tp: tuple(r) for tp, r in targets.items()}, allow_replication_factor_change))
+        results = []
+        for tp, target in targets.items():
+            tp = TopicPartition(*tp)
+            target = check_replica_list(target, what="target replicas", where=f"partition {tp}")
+            error = None
+            if tp not in self.replicas:
+                error = ("UNKNOWN_TOPIC_OR_PARTITION", f"partition {tp} does not exist")
+            elif any(b not in {x.id for x in self.brokers} for b in target):
+                error = ("INVALID_REPLICA_ASSIGNMENT", f"unknown broker in {list(target)}")
+            else:
+                current_target = self.inflight[tp][1] if tp in self.inflight else self.replicas[tp]
+                if not allow_replication_factor_change and len(current_target) != len(target):
+                    error = ("INVALID_REPLICATION_FACTOR",
+                             "The replication factor is changed from "
+                             f"{len(current_target)} to {len(target)}")
+            if error:
+                results.append(PartitionResult(topic=tp.topic, partition=tp.partition,
+                                               error_code=error[0], error=error[1]))
+                continue
+            original = self.inflight[tp][0] if tp in self.inflight else self.replicas[tp]
+            if target == original:
+                self.inflight.pop(tp, None)
+            else:
+                self.inflight[tp] = (original, target)
+            results.append(PartitionResult(topic=tp.topic, partition=tp.partition))
+        if self.auto_complete:
+            self.complete()
+        version = 1 if self.rf_guard_supported else 0
+        return AlterResult(results=tuple(results), request_version=version, rf_guard=rf_guard)
+
+    def cancel_reassignments(self, partitions: Collection[TopicPartition]) -> AlterResult:
+        results = []
+        for tp in partitions:
+            if tp in self.inflight:
+                original, _ = self.inflight.pop(tp)
+                self.replicas[tp] = original
+                results.append(PartitionResult(topic=tp.topic, partition=tp.partition))
+            else:
+                results.append(PartitionResult(topic=tp.topic, partition=tp.partition,
+                                               error_code="NO_REASSIGNMENT_IN_PROGRESS",
+                                               error="no reassignment in progress"))
+        return AlterResult(results=tuple(results), request_version=1)
+
+    def create_partitions(self, requests: Sequence[NewPartitions], *, validate_only: bool = False) -> dict[str, TopicResult]:
+        out = {}
+        for r in requests:
+            have = sorted(tp.partition for tp in self.replicas if tp.topic == r.topic)
+            if r.topic not in self.topics:
+                out[r.topic] = TopicResult(topic=r.topic, error_code="UNKNOWN_TOPIC_OR_PARTITION", error="no such topic")
+                continue
+            if r.total_count <= len(have):
+                out[r.topic] = TopicResult(topic=r.topic, error_code="INVALID_PARTITIONS",
+                                           error=f"topic already has {len(have)} partitions")
+                continue
+            if not validate_only:
+                rf = self.topics[r.topic].replication_factor
+                live = [b.id for b in self.brokers if b.id not in self.down]
+                for i in range(len(have), r.total_count):
+                    if r.assignment:
+                        self.replicas[TopicPartition(r.topic, i)] = tuple(r.assignment[i - len(have)])
+                    else:
+                        self.replicas[TopicPartition(r.topic, i)] = tuple(live[(i + k) % len(live)] for k in range(rf))
+            out[r.topic] = TopicResult(topic=r.topic)
+        return out
+
+    def describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
+        return ThrottleBackup(
+            brokers={b: {k: self.broker_configs.get(b, {}).get(k) for k in BROKER_THROTTLE_KEYS} for b in sorted(brokers)},
+            topics={t: {k: self.topic_configs.get(t, {}).get(k) for k in TOPIC_THROTTLE_KEYS} for t in sorted(topics)},
+        )
+
+    def set_throttles(self, broker_configs: Mapping[int, Mapping[str, str | None]],
+                      topic_configs: Mapping[str, Mapping[str, str | None]]) -> None:
+        for target, updates in ((self.broker_configs, broker_configs), (self.topic_configs, topic_configs)):
+            for key, values in updates.items():
+                cfg = target.setdefault(key, {})  # type: ignore[arg-type]
+                for k, v in values.items():
+                    if v is None:
+                        cfg.pop(k, None)
+                    else:
+                        cfg[k] = v
+
+    def elect_preferred_leaders(self, partitions: Collection[TopicPartition]) -> tuple[PartitionResult, ...]:
+        return tuple(PartitionResult(topic=tp.topic, partition=tp.partition) for tp in sorted(partitions))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,36 @@
+"""The layering of architecture.md, enforced: a pure core, one home for Kafka clients."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "airflow_kafka_reassign"
+KAFKA_CLIENTS = {"confluent_kafka", "kafka"}
+FORBIDDEN_IN_CORE = {"airflow", "pyspark", *KAFKA_CLIENTS}
+
+
+def imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "core").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_core_is_pure(path):
+    assert not imported_roots(path) & FORBIDDEN_IN_CORE
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(PKG.rglob("*.py")) if p.relative_to(PKG).parts[0] != "kafka"],
+    ids=lambda p: str(p.relative_to(PKG)),
+)
+def test_only_the_kafka_package_imports_a_kafka_client(path):
+    assert not imported_roots(path) & KAFKA_CLIENTS
