@@ -1,0 +1,568 @@
+"""The Kafka adapter: :class:`KafkaClusterAdmin` implements the core's ``ClusterAdmin`` port.
+
+confluent-kafka (librdkafka) is the main client: cluster and topic description, configs,
+CreatePartitions, leader election. It has no partition-reassignment calls, so those go
+through kafka-python's ``KafkaAdminClient`` (AlterPartitionReassignments,
+ListPartitionReassignments, DescribeLogDirs), configured from the same librdkafka dict.
+
+KIP-860 (the replication-factor guard): kafka-python's public
+``alter_partition_reassignments`` has no ``allow_replication_factor_change`` argument, and it
+silently downgrades to request v0, which DROPS the flag (seen on brokers older than 4.1: the RF
+changed from 2 to 3). So this module builds the v1 request itself with ``min_version=1`` and
+checks the broker's ApiVersions for key 45 first; a broker that only knows v0 gets a clear
+refusal before anything is sent, unless the caller explicitly chose ``rf_guard="client"``.
+That uses kafka-python's request classes and its controller routing, which are not part of
+its documented API; ``tests/integration/test_admin_adapter.py`` pins the behaviour.
+
+Example::
+
+    with KafkaClusterAdmin({"bootstrap.servers": "127.0.0.1:9092"}) as admin:
+        snap = admin.snapshot()
+        result = admin.alter_reassignments({TopicPartition("orders", 0): [2, 3, 4]})
+        assert result.request_version == 1
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import ElectionType, KafkaError, KafkaException
+from confluent_kafka import TopicCollection as CKTopicCollection
+from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from confluent_kafka.admin import NewPartitions as CKNewPartitions
+from kafka import TopicPartition as KPTopicPartition
+from kafka import errors as kp_errors
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin import AlterPartitionReassignmentsRequest
+
+from airflow_kafka_reassign.core.models import (
+    Broker,
+    ClusterSnapshot,
+    PartitionState,
+    TopicPartition,
+    TopicState,
+    check_replica_list,
+)
+from airflow_kafka_reassign.core.ports import (
+    AlterResult,
+    InFlightReassignment,
+    NewPartitions,
+    PartitionResult,
+    RfGuard,
+    ThrottleBackup,
+    TopicResult,
+)
+from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
+from airflow_kafka_reassign.exceptions import (
+    ClusterUnreachableError,
+    ConfigurationError,
+    UnsupportedBrokerError,
+)
+from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python, validate_client_config
+
+log = logging.getLogger(__name__)
+
+
+class _NoClientConfigRecords(logging.Filter):
+    """kafka-python logs its whole configuration, SASL password included, at DEBUG when an
+    admin client starts: that record is dropped so no secret reaches a log, at any level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Starting KafkaAdminClient with configuration")
+
+
+logging.getLogger("kafka.admin.client").addFilter(_NoClientConfigRecords())
+
+#: Kafka's api key of AlterPartitionReassignments.
+ALTER_PARTITION_REASSIGNMENTS_KEY = 45
+#: The first AlterPartitionReassignments version that carries AllowReplicationFactorChange.
+RF_GUARD_MIN_VERSION = 1
+
+#: Topic configs a snapshot keeps (guards and throttles read them).
+SNAPSHOT_TOPIC_CONFIGS = ("min.insync.replicas", "cleanup.policy", *TOPIC_THROTTLE_KEYS)
+
+
+def check_rf_guard_support(max_version: int | None, *, bootstrap: str) -> None:
+    """Refuse before sending when the broker cannot honour AllowReplicationFactorChange=false.
+
+    KIP-860's client compatibility rule: a client that asks for the guard from a broker
+    without AlterPartitionReassignments v1 must fail instead of silently dropping it.
+    """
+    if max_version is None or max_version < RF_GUARD_MIN_VERSION:
+        have = "does not support AlterPartitionReassignments" if max_version is None else (
+            f"supports AlterPartitionReassignments up to v{max_version}"
+        )
+        raise UnsupportedBrokerError(
+            f"the cluster at {bootstrap} {have}; the replication-factor guard "
+            "(allow_replication_factor_change=False, KIP-860) needs v1, which Apache Kafka 4.1+ "
+            "brokers have. Nothing was sent. Upgrade the brokers, or choose rf_guard=\"client\" "
+            "to compare target replica counts with the controller's replica sets before sending "
+            "(racy: it cannot see a change made between the check and the request)."
+        )
+
+
+def _error_name(err: Any) -> str:
+    if isinstance(err, KafkaError):
+        return err.name()
+    if isinstance(err, type) and issubclass(err, kp_errors.KafkaError):
+        return getattr(err, "message", err.__name__)
+    return type(err).__name__
+
+
+class KafkaClusterAdmin:
+    """A ``ClusterAdmin`` over a real cluster, from one librdkafka config dict.
+
+    ``timeout_s`` bounds every request; an unreachable cluster raises
+    :class:`~airflow_kafka_reassign.exceptions.ClusterUnreachableError` naming the
+    bootstrap servers within about that time, never hangs.
+    """
+
+    def __init__(self, config: Mapping[str, Any], *, timeout_s: float = 30.0) -> None:
+        self._config = validate_client_config(config)
+        self._timeout_s = float(timeout_s)
+        self._bootstrap = self._config["bootstrap.servers"]
+        self._ck: AdminClient | None = None
+        self._kp: KafkaAdminClient | None = None
+        self._last_alter_version: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> KafkaClusterAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._kp is not None:
+            try:
+                self._kp.close()
+            finally:
+                self._kp = None
+        self._ck = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._bootstrap
+
+    def _confluent(self) -> AdminClient:
+        if self._ck is None:
+            self._ck = AdminClient(to_confluent(self._config, timeout_s=self._timeout_s))
+        return self._ck
+
+    def _kafka_python(self) -> KafkaAdminClient:
+        if self._kp is None:
+            try:
+                self._kp = KafkaAdminClient(**to_kafka_python(self._config, timeout_s=self._timeout_s))
+            except (kp_errors.NoBrokersAvailable, kp_errors.KafkaConnectionError,
+                    kp_errors.KafkaTimeoutError) as e:
+                raise self._unreachable(e) from e
+        return self._kp
+
+    def _unreachable(self, e: BaseException) -> ClusterUnreachableError:
+        return ClusterUnreachableError(
+            f"Kafka cluster at bootstrap.servers={self._bootstrap} did not answer within "
+            f"{self._timeout_s:g} s ({type(e).__name__}: {e}); check the address, the listener's "
+            "security settings and that the brokers are up"
+        )
+
+    def _wait(self, future: Future[Any]) -> Any:
+        try:
+            return future.result(timeout=self._timeout_s + 5)
+        except TimeoutError as e:
+            raise self._unreachable(e) from e
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() in (
+                KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                KafkaError._AUTHENTICATION,
+            ):
+                raise self._unreachable(e) from e
+            raise
+
+    # -- describe -------------------------------------------------------------------------
+
+    def describe_cluster_brokers(self) -> tuple[str | None, list[Broker]]:
+        """The cluster id and the registered brokers with their racks."""
+        desc = self._wait(self._confluent().describe_cluster(request_timeout=self._timeout_s))
+        brokers = sorted((Broker(id=n.id, rack=n.rack or None) for n in desc.nodes), key=lambda b: b.id)
+        return desc.cluster_id, brokers
+
+    def list_topic_names(self) -> list[str]:
+        md = self._confluent().list_topics(timeout=self._timeout_s)
+        return sorted(md.topics)
+
+    def broker_api_version(self, api_key: int) -> int | None:
+        """The highest version of ``api_key`` the connected broker supports (ApiVersions)."""
+        data = self._kafka_python()._manager.broker_version_data
+        versions = data.api_versions.get(api_key)
+        return None if versions is None else int(versions[1])
+
+    def snapshot(
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False
+    ) -> ClusterSnapshot:
+        """Brokers, topics and partitions, with the controller's in-flight reassignments.
+
+        Costs a constant number of batched requests, not one per partition: one Metadata
+        request for every partition's replicas, ISR and leader; DescribeConfigs for the
+        topics (sent first, awaited last); DescribeTopicPartitions only for ``__``-prefixed
+        topics, to read Kafka's internal flag; ListPartitionReassignments; and with
+        ``include_sizes`` one DescribeLogDirs per broker. A topic deleted (or not yet
+        propagated) between those requests is left out with a warning.
+        """
+        cluster_id, brokers = self.describe_cluster_brokers()
+        ck = self._confluent()
+        md = ck.list_topics(timeout=self._timeout_s)
+        wanted = set(topics) if topics is not None else set(md.topics)
+        missing = sorted(wanted - set(md.topics))
+        if topics is not None and missing:
+            raise ConfigurationError(
+                f"topic(s) {', '.join(missing)} do not exist in the cluster at {self._bootstrap}"
+            )
+        names = sorted(n for n in wanted if md.topics[n].error is None)
+        if not names:
+            return ClusterSnapshot(cluster_id=cluster_id, brokers=tuple(brokers))
+        config_futures = ck.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names], request_timeout=self._timeout_s
+        )
+        internal = self._internal_topics([n for n in names if n.startswith("__")])
+        inflight = self.list_reassignments()
+        sizes = self._replica_sizes() if include_sizes else None
+        configs = self._collect_configs(config_futures)
+
+        topic_states: list[TopicState] = []
+        partitions: list[PartitionState] = []
+        for name in names:
+            if name not in configs:
+                log.warning("topic %s disappeared while the snapshot was taken; left out", name)
+                continue
+            parts = md.topics[name].partitions
+            rfs = [len(p.replicas) for p in parts.values()]
+            topic_states.append(TopicState(
+                name=name,
+                internal=name in internal,
+                partition_count=len(parts),
+                replication_factor=max(set(rfs), key=rfs.count) if rfs else 0,
+                configs=configs[name],
+            ))
+            for pid in sorted(parts):
+                p = parts[pid]
+                tp = TopicPartition(name, pid)
+                r = inflight.get(tp)
+                # Trusted data from the cluster: built without re-validation (a 10k-partition
+                # snapshot would spend most of its time there); the controller's view wins
+                # for a reassigning partition.
+                partitions.append(PartitionState.model_construct(
+                    topic=name,
+                    partition=pid,
+                    replicas=r.replicas if r else tuple(p.replicas),
+                    isr=tuple(p.isrs),
+                    leader=p.leader if p.leader >= 0 else None,
+                    adding_replicas=r.adding_replicas if r else (),
+                    removing_replicas=r.removing_replicas if r else (),
+                    replica_sizes=sizes.get(tp) if sizes is not None else None,
+                ))
+        return ClusterSnapshot.model_construct(
+            cluster_id=cluster_id,
+            brokers=tuple(brokers),
+            topics=tuple(topic_states),
+            partitions=tuple(partitions),
+        )
+
+    def _internal_topics(self, names: Sequence[str]) -> set[str]:
+        """The names among ``names`` that Kafka flags internal (DescribeTopicPartitions)."""
+        if not names:
+            return set()
+        futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
+        out = set()
+        for name, fut in futures.items():
+            try:
+                if self._wait(fut).is_internal:
+                    out.add(name)
+            except KafkaException:
+                log.warning("could not describe topic %s; treating it as internal", name)
+                out.add(name)  # fail closed: guards refuse more, never less
+        return out
+
+    def _collect_configs(self, futures: Mapping[Any, Future[Any]]) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for res, fut in futures.items():
+            try:
+                entries = self._wait(fut)
+            except KafkaException as e:
+                if e.args and isinstance(e.args[0], KafkaError) and (
+                    e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                ):
+                    continue
+                raise
+            out[res.name] = {
+                k: e.value for k, e in entries.items()
+                if k in SNAPSHOT_TOPIC_CONFIGS and e.value is not None and e.value != ""
+            }
+        return out
+
+    def _replica_sizes(self) -> dict[TopicPartition, dict[int, int]]:
+        sizes: dict[TopicPartition, dict[int, int]] = defaultdict(dict)
+        for broker in self._kafka_python().describe_log_dirs():
+            for log_dir in broker["log_dirs"]:
+                for topic in log_dir.get("topics", ()):
+                    for part in topic.get("partitions", ()):
+                        if part.get("is_future_key"):
+                            continue
+                        tp = TopicPartition(topic["name"], part["partition_index"])
+                        sizes[tp][broker["broker"]] = int(part["partition_size"])
+        return dict(sizes)
+
+    # -- reassignments --------------------------------------------------------------------
+
+    def list_reassignments(
+        self, partitions: Collection[TopicPartition] | None = None
+    ) -> dict[TopicPartition, InFlightReassignment]:
+        kp_tps = None if partitions is None else [KPTopicPartition(t, p) for t, p in partitions]
+        if kp_tps == []:
+            return {}
+        try:
+            raw = self._kafka_python().list_partition_reassignments(
+                kp_tps, timeout_ms=int(self._timeout_s * 1000)
+            )
+        except kp_errors.KafkaTimeoutError as e:
+            raise self._unreachable(e) from e
+        return {
+            TopicPartition(tp.topic, tp.partition): InFlightReassignment(
+                topic=tp.topic,
+                partition=tp.partition,
+                replicas=tuple(v["replicas"]),
+                adding_replicas=tuple(v["adding_replicas"]),
+                removing_replicas=tuple(v["removing_replicas"]),
+            )
+            for tp, v in raw.items()
+        }
+
+    def alter_reassignments(
+        self,
+        targets: Mapping[TopicPartition, Sequence[int]],
+        *,
+        allow_replication_factor_change: bool = False,
+        rf_guard: RfGuard = "broker",
+    ) -> AlterResult:
+        """Submit reassignments in ONE request; returns every partition's result.
+
+        With ``allow_replication_factor_change=False`` (the default) the request goes out as
+        v1 with KIP-860's AllowReplicationFactorChange=false, so the broker refuses
+        (``INVALID_REPLICATION_FACTOR``) any partition whose replica count would change,
+        while the valid partitions of the same request proceed. Brokers without v1 are
+        refused before sending unless ``rf_guard="client"``.
+        """
+        if rf_guard not in ("broker", "client"):
+            raise ConfigurationError(f"rf_guard must be 'broker' or 'client', not {rf_guard!r}")
+        for tp, replicas in targets.items():
+            check_replica_list(replicas, what="target replicas", where=f"partition {tp[0]}-{tp[1]}")
+        if not targets:
+            return AlterResult(results=(), rf_guard=rf_guard)
+        refused: list[PartitionResult] = []
+        to_send = {TopicPartition(*tp): list(r) for tp, r in targets.items()}
+        request_kwargs: dict[str, Any] = {}
+        if not allow_replication_factor_change:
+            max_v = self.broker_api_version(ALTER_PARTITION_REASSIGNMENTS_KEY)
+            if rf_guard == "broker" or (max_v is not None and max_v >= RF_GUARD_MIN_VERSION):
+                check_rf_guard_support(max_v, bootstrap=self._bootstrap)
+                request_kwargs = {"allow_replication_factor_change": False,
+                                  "min_version": RF_GUARD_MIN_VERSION}
+            else:
+                refused = self._client_side_rf_check(to_send)
+                for r in refused:
+                    to_send.pop(r.tp)
+        results = refused + (self._send_alter(to_send, **request_kwargs) if to_send else [])
+        version = self._last_alter_version if to_send else None
+        return AlterResult(results=tuple(results), request_version=version, rf_guard=rf_guard)
+
+    def _client_side_rf_check(self, targets: dict[TopicPartition, list[int]]) -> list[PartitionResult]:
+        log.warning(
+            "rf_guard='client': the brokers cannot enforce KIP-860, so target replica counts are "
+            "compared with the controller's current replica sets before sending. This check is "
+            "racy: a reassignment started between the check and the request is not seen."
+        )
+        inflight = self.list_reassignments(list(targets))
+        topics = sorted({tp.topic for tp in targets})
+        futures = self._confluent().describe_topics(
+            CKTopicCollection(topics), request_timeout=self._timeout_s
+        )
+        current: dict[TopicPartition, tuple[int, ...]] = {}
+        for name, f in futures.items():
+            for p in self._wait(f).partitions:
+                current[TopicPartition(name, p.id)] = tuple(n.id for n in p.replicas)
+        refused = []
+        for tp, target in targets.items():
+            rf_now = len(inflight[tp].target_replicas) if tp in inflight else len(current.get(tp, ()))
+            if tp in current and rf_now != len(target):
+                refused.append(PartitionResult(
+                    topic=tp.topic, partition=tp.partition, error_code="INVALID_REPLICATION_FACTOR",
+                    error=f"client-side RF guard: the move would change the replication factor "
+                          f"from {rf_now} to {len(target)}; pass allow_replication_factor_change="
+                          "True for a deliberate RF change",
+                ))
+        return refused
+
+    def _send_alter(self, targets: Mapping[TopicPartition, Sequence[int] | None],
+                    **request_kwargs: Any) -> list[PartitionResult]:
+        kp = self._kafka_python()
+        topics = KafkaAdminClient._process_alter_partition_reassignments_input(
+            {KPTopicPartition(t, p): r for (t, p), r in targets.items()}
+        )
+        request = AlterPartitionReassignmentsRequest(
+            timeout_ms=int(self._timeout_s * 1000), topics=topics, **request_kwargs
+        )
+
+        def top_level_error(r: Any) -> Any:
+            yield kp_errors.for_code(r.error_code)
+
+        try:
+            response = kp._manager.run(kp._send_request_to_controller, request, top_level_error)
+        except kp_errors.IncompatibleBrokerVersion as e:
+            raise UnsupportedBrokerError(
+                f"the cluster at {self._bootstrap} refused AlterPartitionReassignments "
+                f"{request_kwargs and 'v1 ' or ''}({e}); nothing was sent"
+            ) from e
+        except kp_errors.KafkaTimeoutError as e:
+            raise self._unreachable(e) from e
+        self._last_alter_version = request.API_VERSION
+        log.info("AlterPartitionReassignments v%s sent for %d partition(s)",
+                 request.API_VERSION, len(targets))
+        out: list[PartitionResult] = []
+        for topic in response.responses:
+            for part in topic.partitions:
+                err = kp_errors.for_code(part.error_code)
+                ok = err is kp_errors.NoError
+                out.append(PartitionResult(
+                    topic=topic.name,
+                    partition=part.partition_index,
+                    error=None if ok else (part.error_message or err.description),
+                    error_code=None if ok else err.message,
+                ))
+        return out
+
+    def cancel_reassignments(self, partitions: Collection[TopicPartition]) -> AlterResult:
+        """Cancel in-flight reassignments: each partition goes back to its original replicas
+        (KIP-455). A partition with nothing in flight reports NO_REASSIGNMENT_IN_PROGRESS."""
+        if not partitions:
+            return AlterResult(results=())
+        results = self._send_alter({TopicPartition(*tp): None for tp in partitions})
+        return AlterResult(results=tuple(results), request_version=self._last_alter_version)
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def create_partitions(
+        self, requests: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> dict[str, TopicResult]:
+        if not requests:
+            return {}
+        new = [
+            CKNewPartitions(
+                r.topic, r.total_count,
+                replica_assignment=[list(a) for a in r.assignment] if r.assignment else None,
+            )
+            for r in requests
+        ]
+        futures = self._confluent().create_partitions(
+            new, validate_only=validate_only, request_timeout=self._timeout_s,
+            operation_timeout=self._timeout_s,
+        )
+        out: dict[str, TopicResult] = {}
+        for topic, fut in futures.items():
+            try:
+                self._wait(fut)
+                out[topic] = TopicResult(topic=topic)
+            except KafkaException as e:
+                err = e.args[0]
+                out[topic] = TopicResult(topic=topic, error=err.str(), error_code=_error_name(err))
+        return out
+
+    def elect_preferred_leaders(
+        self, partitions: Collection[TopicPartition]
+    ) -> tuple[PartitionResult, ...]:
+        if not partitions:
+            return ()
+        fut = self._confluent().elect_leaders(
+            ElectionType.PREFERRED, [CKTopicPartition(t, p) for t, p in partitions],
+            request_timeout=self._timeout_s, operation_timeout=self._timeout_s,
+        )
+        results = self._wait(fut)
+        out = []
+        for tp, err in results.items():
+            ok = err is None or err.code() == KafkaError.ELECTION_NOT_NEEDED
+            out.append(PartitionResult(
+                topic=tp.topic, partition=tp.partition,
+                error=None if ok else err.str(), error_code=None if ok else err.name(),
+            ))
+        return tuple(sorted(out, key=lambda r: (r.topic, r.partition)))
+
+    # -- throttles ------------------------------------------------------------------------
+
+    def describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
+        """The per-broker and per-topic DYNAMIC values of the throttle configs (``None``: unset).
+
+        Static values from a broker's properties file and cluster-wide dynamic defaults are
+        not ours to change and are not reported.
+        """
+        ck = self._confluent()
+        broker_vals: dict[int, dict[str, str | None]] = {}
+        for b in sorted(set(brokers)):
+            res = ConfigResource(ConfigResource.Type.BROKER, str(b))
+            entries = self._wait(ck.describe_configs([res], request_timeout=self._timeout_s)[res])
+            broker_vals[b] = {
+                k: (entries[k].value if k in entries
+                    and entries[k].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value else None)
+                for k in BROKER_THROTTLE_KEYS
+            }
+        topic_vals: dict[str, dict[str, str | None]] = {}
+        names = sorted(set(topics))
+        if names:
+            resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in names]
+            for res, fut in ck.describe_configs(resources, request_timeout=self._timeout_s).items():
+                entries = self._wait(fut)
+                topic_vals[res.name] = {
+                    k: (entries[k].value if k in entries and entries[k].source
+                        == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entries[k].value else None)
+                    for k in TOPIC_THROTTLE_KEYS
+                }
+        return ThrottleBackup(brokers=broker_vals, topics=topic_vals)
+
+    def set_throttles(
+        self,
+        broker_configs: Mapping[int, Mapping[str, str | None]],
+        topic_configs: Mapping[str, Mapping[str, str | None]],
+    ) -> None:
+        """Set (a value) or delete (``None``) dynamic configs; one call per broker, since
+        librdkafka accepts a single broker resource per IncrementalAlterConfigs."""
+        ck = self._confluent()
+
+        def entries(values: Mapping[str, str | None]) -> list[ConfigEntry]:
+            return [
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) if v is not None
+                else ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+                for k, v in sorted(values.items())
+            ]
+
+        for b, values in sorted(broker_configs.items()):
+            if values:
+                res = ConfigResource(ConfigResource.Type.BROKER, str(b),
+                                     incremental_configs=entries(values))
+                self._wait(ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res])
+        resources = [
+            ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=entries(values))
+            for t, values in sorted(topic_configs.items()) if values
+        ]
+        if resources:
+            for fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).values():
+                self._wait(fut)
