@@ -21,7 +21,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -347,14 +347,16 @@ class ReassignmentPlan(_Frozen):
         current: dict[TopicPartition, Sequence[int]] | None = None,
         *,
         allow_rf_change: bool = False,
+        log_dirs: Literal["refuse", "ignore"] = "refuse",
     ) -> ReassignmentPlan:
         """Parse Kafka's reassignment JSON (as ``--generate`` prints and ``--execute`` reads).
 
         ``current`` optionally supplies each partition's present replicas, so the moves
         can be checked for staleness and RF changes; a move that would change a partition's
         replication factor is then refused unless ``allow_rf_change=True``. ``log_dirs`` entries other than
-        ``"any"`` are refused: moving replicas between a broker's log directories is not
-        supported.
+        ``"any"`` are refused, since moving replicas between a broker's log directories is not
+        supported; ``log_dirs="ignore"`` reads them anyway (the reference tool prints the
+        *current* assignment with real paths).
         """
         try:
             data = json.loads(text)
@@ -371,10 +373,10 @@ class ReassignmentPlan(_Frozen):
                     f"reassignment JSON partitions[{i}] needs topic, partition and replicas; "
                     f"got {entry!r}"
                 )
-            log_dirs = entry.get("log_dirs")
-            if log_dirs is not None and any(d != "any" for d in log_dirs):
+            dirs = entry.get("log_dirs")
+            if log_dirs == "refuse" and dirs is not None and any(d != "any" for d in dirs):
                 raise ValueError(
-                    f"partition {entry['topic']}-{entry['partition']}: log_dirs {log_dirs} "
+                    f"partition {entry['topic']}-{entry['partition']}: log_dirs {dirs} "
                     "are not supported; remove them (or use \"any\")"
                 )
             tp = TopicPartition(entry["topic"], entry["partition"])

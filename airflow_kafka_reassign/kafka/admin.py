@@ -467,11 +467,10 @@ class KafkaClusterAdmin:
     ) -> dict[str, TopicResult]:
         if not requests:
             return {}
+        # confluent-kafka refuses an explicit replica_assignment=None: pass it only when set
         new = [
-            CKNewPartitions(
-                r.topic, r.total_count,
-                replica_assignment=[list(a) for a in r.assignment] if r.assignment else None,
-            )
+            CKNewPartitions(r.topic, r.total_count, replica_assignment=[list(a) for a in r.assignment])
+            if r.assignment else CKNewPartitions(r.topic, r.total_count)
             for r in requests
         ]
         futures = self._confluent().create_partitions(
@@ -493,13 +492,15 @@ class KafkaClusterAdmin:
     ) -> tuple[PartitionResult, ...]:
         if not partitions:
             return ()
+        # confluent-kafka 2.16's elect_leaders fails on any timeout keyword (SystemError in its
+        # argument parsing): call it bare; _wait still bounds the wait
         fut = self._confluent().elect_leaders(
-            ElectionType.PREFERRED, [CKTopicPartition(t, p) for t, p in partitions],
-            request_timeout=self._timeout_s, operation_timeout=self._timeout_s,
+            ElectionType.PREFERRED, [CKTopicPartition(t, p) for t, p in partitions]
         )
         results = self._wait(fut)
         out = []
-        for tp, err in results.items():
+        for tp, exc in results.items():
+            err = exc.args[0] if isinstance(exc, KafkaException) else exc
             ok = err is None or err.code() == KafkaError.ELECTION_NOT_NEEDED
             out.append(PartitionResult(
                 topic=tp.topic, partition=tp.partition,

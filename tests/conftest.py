@@ -1,4 +1,4 @@
-"""Unit-test setup shared by every test under tests/unit.
+"""Unit-test setup shared by every test (unit and integration).
 
 Airflow writes its config, database and logs under ``AIRFLOW_HOME`` (``~/airflow`` when
 unset), and reads it when ``airflow`` is first imported: point it at a throw-away directory

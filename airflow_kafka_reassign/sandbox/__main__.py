@@ -1,0 +1,113 @@
+"""Command line of the Kafka sandbox: ``python -m airflow_kafka_reassign.sandbox COMMAND``.
+
+Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
+
+    up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--kafka-version V] [--timeout 120]
+        start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids)
+    down --dir DIR                     stop every node (idempotent)
+    status --dir DIR                   JSON: each node alive or not
+    stop-broker --dir DIR ID           graceful stop of one node, waits for the exit
+    start-broker --dir DIR ID          start it again, waits until it is registered
+    kafka-reassign-partitions --dir DIR -- ARGS...
+        Apache Kafka's reference tool with --bootstrap-server prepended
+
+Only ``up`` and ``status`` write to stdout; logs go to stderr. Exit status 1 on errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from airflow_kafka_reassign.sandbox.cluster import Sandbox, SandboxError
+from airflow_kafka_reassign.sandbox.maven import VERSION_ENV, KafkaFetchError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_kafka_reassign.sandbox",
+        description="A real local Apache Kafka KRaft cluster (jars fetched from Maven Central).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    default_dir = os.environ.get("AKR_SANDBOX_DIR")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument(
+            "--dir",
+            default=default_dir,
+            required=default_dir is None,
+            help="sandbox directory (default: $AKR_SANDBOX_DIR)",
+        )
+        return p
+
+    up = command("up", "create and start a fresh cluster; print one JSON line")
+    up.add_argument("--brokers", type=int, default=5, help="number of nodes (default 5)")
+    up.add_argument(
+        "--racks", type=int, default=3, help="racks r1..rR assigned round-robin; 0: no broker.rack"
+    )
+    up.add_argument("--sasl", action="store_true", help="add a SASL_PLAINTEXT SCRAM-SHA-512 listener")
+    up.add_argument("--kafka-version", help=f"Kafka >= 4.1 (default: ${VERSION_ENV} or newest 4.x)")
+    up.add_argument("--timeout", type=float, default=120.0, help="readiness timeout in s (120)")
+
+    down = command("down", "stop every node (idempotent)")
+    down.add_argument("--timeout", type=float, default=20.0, help="SIGKILL after this many s")
+    command("status", "print each node's process state as JSON")
+    stop = command("stop-broker", "stop one node gracefully and wait for its exit")
+    stop.add_argument("id", type=int)
+    stop.add_argument("--timeout", type=float, default=60.0)
+    start = command("start-broker", "start one node again and wait until it is registered")
+    start.add_argument("id", type=int)
+    start.add_argument("--timeout", type=float, default=120.0)
+    tool = command(
+        "kafka-reassign-partitions",
+        "run Apache Kafka's kafka-reassign-partitions against the sandbox (args after --)",
+    )
+    tool.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the tool")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="sandbox: %(message)s",
+    )
+    try:
+        if args.command == "up":
+            info = Sandbox(args.dir).up(
+                brokers=args.brokers,
+                racks=args.racks,
+                sasl=args.sasl,
+                kafka_version=args.kafka_version,
+                timeout=args.timeout,
+            )
+            print(json.dumps(info), flush=True)
+        elif args.command == "down":
+            Sandbox(args.dir).down(timeout=args.timeout)
+        elif args.command == "status":
+            print(json.dumps(Sandbox.load(args.dir).status()), flush=True)
+        elif args.command == "stop-broker":
+            Sandbox.load(args.dir).stop_broker(args.id, timeout=args.timeout)
+        elif args.command == "start-broker":
+            Sandbox.load(args.dir).start_broker(args.id, timeout=args.timeout)
+        elif args.command == "kafka-reassign-partitions":
+            tool_args = list(args.args)
+            if tool_args[:1] == ["--"]:
+                tool_args = tool_args[1:]
+            return Sandbox.load(args.dir).reassign_tool(tool_args, capture=False, timeout=None).returncode
+    except (SandboxError, KafkaFetchError) as exc:
+        logging.getLogger(__name__).error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Integration tests run against ONE real local Kafka cluster per test session.
+
+* Every test under ``tests/integration`` is marked ``integration`` (``-m "not integration"``
+  skips them).
+* ``sandbox`` (session): a 5-broker, 3-rack KRaft cluster with a SASL/SCRAM listener,
+  started in a temporary directory and stopped at the end. ``AKR_SANDBOX_DIR=<dir>`` reuses
+  a sandbox already running there (started with ``python -m airflow_kafka_reassign.sandbox
+  up --dir <dir> --sasl``) and leaves it running; ``AKR_SANDBOX_KEEP=1`` leaves the
+  session's own sandbox running (its directory is printed) for a post-mortem.
+* When an integration test fails, the tail of every broker's ``server.log`` is attached to
+  its report.
+* ``unique_topic``: a fresh topic name per test, so tests sharing the cluster never collide.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sys
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_reassign.sandbox import Sandbox
+
+INTEGRATION_DIR = Path(__file__).resolve().parent
+LOG_TAIL_LINES = 60
+_ACTIVE: dict[str, Sandbox] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: runs against the real local Kafka sandbox (Java 17, Maven)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    sandbox = _ACTIVE.get("session")
+    if report.failed and sandbox is not None and item.get_closest_marker("integration"):
+        for node_id in sandbox.broker_ids:
+            try:
+                tail = sandbox.log_tail(node_id, LOG_TAIL_LINES)
+            except Exception as exc:  # noqa: BLE001 (never hide the test's own failure)
+                tail = f"<cannot read the log: {exc}>"
+            report.sections.append((f"kafka node {node_id} server.log (last {LOG_TAIL_LINES} lines)", tail))
+    return report
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """The session's Kafka cluster: 5 brokers on racks r1, r2, r3, r1, r2; SASL enabled."""
+    reuse = os.environ.get("AKR_SANDBOX_DIR")
+    if reuse:
+        existing = Sandbox.load(reuse)
+        dead = [n["id"] for n in existing.status()["nodes"] if not n["alive"]]
+        if dead:
+            pytest.fail(f"AKR_SANDBOX_DIR={reuse}: nodes {dead} are not running")
+        _ACTIVE["session"] = existing
+        try:
+            yield existing
+        finally:
+            _ACTIVE.pop("session", None)
+        return
+
+    started = Sandbox(tmp_path_factory.mktemp("kafka-sandbox"))
+    started.up(
+        brokers=5,
+        racks=3,
+        sasl=True,
+        timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")),
+    )
+    _ACTIVE["session"] = started
+    try:
+        yield started
+    finally:
+        _ACTIVE.pop("session", None)
+        if os.environ.get("AKR_SANDBOX_KEEP", "").lower() in ("1", "true", "yes"):
+            print(f"\nkafka sandbox left running in {started.dir}", file=sys.stderr)
+        else:
+            started.down()
+
+
+@pytest.fixture
+def unique_topic(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses: ``t-<test name>-<random hex>``."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:150]
+    return f"t-{name}-{secrets.token_hex(4)}"
