@@ -8,8 +8,9 @@ Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
     status --dir DIR                   JSON: each node alive or not
     stop-broker --dir DIR ID           graceful stop of one node, waits for the exit
     start-broker --dir DIR ID          start it again, waits until it is registered
-    kafka-reassign-partitions --dir DIR -- ARGS...
-        Apache Kafka's reference tool with --bootstrap-server prepended
+    kafka-reassign-partitions --dir DIR [--] ARGS...
+        Apache Kafka's reference tool with --bootstrap-server prepended (unless ARGS has one);
+        its stdout, stderr and exit status pass through
 
 Only ``up`` and ``status`` write to stdout; logs go to stderr. Exit status 1 on errors.
 """
@@ -74,7 +75,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "kafka-reassign-partitions":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         stream=sys.stderr,
@@ -99,9 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "start-broker":
             Sandbox.load(args.dir).start_broker(args.id, timeout=args.timeout)
         elif args.command == "kafka-reassign-partitions":
-            tool_args = list(args.args)
-            if tool_args[:1] == ["--"]:
-                tool_args = tool_args[1:]
+            tool_args = [*unknown, *args.args]  # options before `--` argparse did not know
+            if "--" in tool_args:
+                tool_args.remove("--")
             return Sandbox.load(args.dir).reassign_tool(tool_args, capture=False, timeout=None).returncode
     except (SandboxError, KafkaFetchError) as exc:
         logging.getLogger(__name__).error("%s", exc)

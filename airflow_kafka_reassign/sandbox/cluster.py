@@ -23,6 +23,7 @@ password is kept only in ``sandbox.json``.
 
 The JVMs run in their own sessions: they outlive the Python process that started them and
 are stopped by :meth:`Sandbox.down` (or ``python -m airflow_kafka_reassign.sandbox down``).
+Jars come from :mod:`.maven`; JVMs map the class-data-sharing archives of :mod:`.cds`.
 """
 
 from __future__ import annotations
@@ -493,8 +494,9 @@ class Sandbox:
         """SIGTERM the live ones among ``nodes``, wait up to ``timeout`` s, then SIGKILL.
 
         With ``quorum_grace``, nodes still running ``quorum_grace`` s after the KRaft quorum
-        is lost are killed at once: a broker's controlled shutdown waits for the quorum to
-        fence it, which can no longer happen (the last voters of a whole-cluster stop).
+        is lost are killed at once: they only wait for peers that are gone (the Raft client's
+        graceful resignation, or a controlled shutdown nobody can acknowledge any more), as
+        the last voters of a whole-cluster stop do.
         Returns the ids that had to be killed.
         """
         live = [n for n in nodes if process_matches(n.get("pid"), n["properties"])]
@@ -511,7 +513,7 @@ class Sandbox:
             if live and quorum_grace is not None and self._voters_alive() < majority:
                 quorum_lost_at = quorum_lost_at or time.monotonic()
                 if time.monotonic() - quorum_lost_at >= quorum_grace:
-                    reason = "cannot finish a controlled shutdown without a KRaft quorum"
+                    reason = f"still running {quorum_grace:.0f} s after the KRaft quorum was lost"
                     break
         killed = []
         for node in live:
@@ -551,7 +553,7 @@ class Sandbox:
     ) -> dict[str, Any]:
         """Create and start a fresh cluster; return :attr:`info` once it is ready.
 
-        Ready means: every broker is registered (DescribeCluster lists all ids) and a topic
+        Ready means: every broker is registered (the cluster metadata lists all ids) and a topic
         with replication factor ``min(3, brokers)`` can be created and deleted, within
         ``timeout`` seconds of launching the brokers. On failure everything started is
         stopped and :class:`SandboxError` carries the tail of the failing nodes' logs.
@@ -809,7 +811,8 @@ class Sandbox:
         """Stop every node (SIGTERM, then SIGKILL after ``timeout`` s). Idempotent.
 
         Broker-only nodes stop first, then the controllers; a node still running
-        ``QUORUM_LOST_GRACE_S`` after the quorum is gone is killed (it would wait forever).
+        ``QUORUM_LOST_GRACE_S`` after the quorum is gone is killed (it only waits for peers
+        that are gone: seconds to minutes).
 
         Only pids recorded in the state whose command line still names the node's properties
         file are signalled. Returns the ids of the nodes that were running.
@@ -834,15 +837,18 @@ class Sandbox:
         return running
 
     def stop_broker(self, node_id: int, timeout: float = 60.0) -> None:
-        """Stop node ``node_id`` gracefully (SIGTERM) and wait until its process has exited
-        (SIGKILL after ``timeout`` s)."""
+        """Stop node ``node_id`` gracefully (SIGTERM) and wait until its process has exited.
+
+        SIGKILL follows after ``timeout`` s, or ``QUORUM_LOST_GRACE_S`` s when the KRaft
+        quorum is (or becomes) lost, since a graceful stop can then no longer complete.
+        """
         with self._lock():
             self._read_state()
             node = self._node(node_id)
             if not process_matches(node.get("pid"), node["properties"]):
                 log.info("node %s is not running", node_id)
                 return
-            killed = self._terminate([node], timeout)
+            killed = self._terminate([node], timeout, quorum_grace=QUORUM_LOST_GRACE_S)
             if killed:
                 log.warning("node %s had to be killed", node_id)
             log.info("stopped node %s", node_id)
