@@ -227,3 +227,36 @@ def list_topic_names(config: Mapping[str, str | int], timeout: float = 10.0) -> 
                 raise AuthenticationFailed(err.str()) from exc
             if remaining <= 1.0:
                 raise
+
+
+def upsert_scram_user(
+    config: Mapping[str, str | int], username: str, password: str, timeout: float = 30.0
+) -> None:
+    """Create (or update) a SCRAM-SHA-512 user through AlterUserScramCredentials.
+
+    Used instead of ``kafka-storage format --add-scram`` so the password never appears on a
+    process command line. Waits until the credential is visible (DescribeUserScramCredentials).
+    """
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = _admin(config)
+    upsert = UserScramCredentialUpsertion(
+        username, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
+    )
+    futures = admin.alter_user_scram_credentials([upsert], request_timeout=timeout)
+    for fut in futures.values():
+        fut.result(timeout)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            described = admin.describe_user_scram_credentials([username], request_timeout=timeout)
+            if isinstance(described, dict):
+                described = {u: f.result(timeout) for u, f in described.items()}
+            else:
+                described = described.result(timeout)
+            if described.get(username) is not None:
+                return
+        except Exception:  # not yet propagated
+            pass
+        time.sleep(0.2)
+    raise ReadinessError(f"SCRAM user {username} was not visible within {timeout:g} s")

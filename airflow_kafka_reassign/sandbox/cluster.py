@@ -2,7 +2,7 @@
 
 Layout of a sandbox directory ``DIR``::
 
-    DIR/sandbox.json             state (mode 600): ports, pids, command lines, SASL password
+    DIR/sandbox.json             state (mode 600): ports, pids, command lines, SASL password (created through the admin API, never on a command line)
     DIR/tools-log4j2.xml         log4j2 configuration of Kafka command-line tools (stderr, WARN)
     DIR/node-<id>/server.properties
     DIR/node-<id>/log4j2.xml
@@ -603,6 +603,14 @@ class Sandbox:
                 node["pid"] = self._spawn(node)
             self._save()
             self._wait_ready(timeout)
+            if self.state["sasl"]:
+                # through the admin API on the PLAINTEXT listener, not kafka-storage's
+                # --add-scram: a secret never goes on a command line
+                from airflow_kafka_reassign.kafka import readiness
+
+                readiness.upsert_scram_user(
+                    self.client_config(), SASL_USERNAME, self.state["sasl_password"], timeout=timeout
+                )
         except BaseException:
             log.error("start-up failed: stopping the nodes already started")
             self._terminate(self.state["nodes"], timeout=10.0, quorum_grace=1.0)
@@ -752,8 +760,6 @@ class Sandbox:
         procs = []
         for node in state["nodes"]:
             args = ["format", "-t", state["cluster_id"], "-c", node["properties"]]
-            if state["sasl"]:
-                args += ["--add-scram", f"{SASL_MECHANISM}=[name={SASL_USERNAME},password={password}]"]
             archive = state["cds"]["broker"]
             jvm_extra = cds.use_opts(Path(archive) if archive else None)
             procs.append(
