@@ -1,0 +1,446 @@
+"""What to plan: the request, the result, and the checks that turn a snapshot into planner input.
+
+:func:`prepare` validates a snapshot against a :class:`PlanRequest` and raises
+:class:`~airflow_kafka_reassign.exceptions.ConfigurationError` before anything is planned
+when the input cannot give a sound plan: replicas on brokers the snapshot does not know,
+a replication factor larger than the brokers left, racks set on some brokers only, removing
+every broker, ... Each message names the partition, topic or broker and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from airflow_kafka_reassign.core.models import (
+    INTERNAL_COORDINATOR_TOPICS,
+    ClusterSnapshot,
+    PartitionState,
+    ReassignmentPlan,
+    TopicPartition,
+    _Frozen,
+)
+from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size
+from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+Goal = Literal["rebalance", "add-brokers", "remove-brokers", "heal"]
+BALANCE_GOALS = ("rebalance", "add-brokers", "remove-brokers")
+
+
+def parse_partition(key: str) -> TopicPartition:
+    """``"orders-3"`` -> ``TopicPartition("orders", 3)`` (topic names may contain ``-``)."""
+    topic, sep, number = key.rpartition("-")
+    if not sep or not topic or not number.isdigit():
+        raise ValueError(f"{key!r} is not a partition; write it as TOPIC-PARTITION, for example orders-3")
+    return TopicPartition(topic, int(number))
+
+
+class PlanRequest(_Frozen):
+    """What the plan should achieve.
+
+    * ``rebalance``: replicas balanced over brokers (max-min <= 1) and per topic (max-min <= 1
+      where the arithmetic allows, else <= 2), preferred leaders balanced (max-min <=
+      ``max_leader_spread``), every partition over ``min(RF, racks)`` racks, fewest moves.
+    * ``add-brokers``: the same, the new brokers (``brokers``, or every broker of the snapshot
+      holding no replica) receiving their share.
+    * ``remove-brokers``: the same on the brokers left; ``brokers`` end with no replicas.
+    * ``heal``: only restore the intended replication factor of partitions created
+      under-replicated (``heal_targets``, or partitions with fewer replicas than their
+      topic's replication factor).
+
+    Topic names are matched with :func:`re.fullmatch` against ``topic_include`` /
+    ``topic_exclude``. ``rf_changes`` and ``heal_targets`` are the only way the plan changes a
+    partition's replication factor; those moves carry ``allow_rf_change=True`` (KIP-860).
+    """
+
+    goal: Goal = "rebalance"
+    #: Brokers added (add-brokers) or removed (remove-brokers).
+    brokers: tuple[int, ...] = ()
+    topic_include: tuple[str, ...] = ()
+    topic_exclude: tuple[str, ...] = ()
+    include_internal: bool = False
+    #: Plan partitions with an in-flight reassignment too (from their target replicas).
+    include_in_flight: bool = False
+    #: Topic -> new replication factor, for exactly these topics.
+    rf_changes: dict[str, int] = Field(default_factory=dict)
+    #: ``"topic-partition"`` -> intended replication factor, for partitions to heal.
+    heal_targets: dict[str, int] = Field(default_factory=dict)
+    #: Prefer moving small partitions (needs replica sizes in the snapshot).
+    use_sizes: bool = False
+    #: Spread every partition over min(RF, racks) racks; False plans as if there were one rack.
+    rack_aware: bool = True
+    #: Allowed max-min of preferred leaders per broker.
+    max_leader_spread: int = Field(default=2, ge=1)
+    balance_leaders: bool = True
+
+    @field_validator("brokers")
+    @classmethod
+    def _check_brokers(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        bad = [b for b in v if b < 0]
+        if bad:
+            raise ValueError(f"broker id {bad[0]} is negative")
+        if len(set(v)) != len(v):
+            raise ValueError(f"brokers {list(v)} lists a broker twice")
+        return tuple(sorted(v))
+
+    @field_validator("topic_include", "topic_exclude")
+    @classmethod
+    def _check_patterns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"topic pattern {pattern!r} is not a regular expression: {e}") from None
+        return v
+
+    @field_validator("rf_changes")
+    @classmethod
+    def _check_rf_changes(cls, v: dict[str, int]) -> dict[str, int]:
+        for topic, rf in v.items():
+            if rf < 1:
+                raise ValueError(f"rf_changes[{topic!r}] = {rf}: a replication factor is at least 1")
+        return v
+
+    @field_validator("heal_targets")
+    @classmethod
+    def _check_heal_targets(cls, v: dict[str, int]) -> dict[str, int]:
+        for key, rf in v.items():
+            parse_partition(key)
+            if rf < 1:
+                raise ValueError(f"heal_targets[{key!r}] = {rf}: a replication factor is at least 1")
+        return v
+
+    def heal_partitions(self) -> dict[TopicPartition, int]:
+        return {parse_partition(k): rf for k, rf in self.heal_targets.items()}
+
+
+class PlanResult(_Frozen):
+    """A plan and what it costs and promises."""
+
+    request: PlanRequest
+    plan: ReassignmentPlan
+    #: Lower bound on the replica moves of any plan reaching the same balance.
+    lower_bound: int
+    lower_bound_parts: dict[str, int] = Field(default_factory=dict)
+    #: Replicas copied to a new broker.
+    replica_moves: int
+    #: Bytes those copies move (``None`` when the snapshot has no replica sizes).
+    bytes_to_move: int | None = None
+    #: Partitions whose preferred leader (first replica) changes.
+    leader_changes: int
+    #: The fewest leader changes leader balance needs.
+    leader_changes_lower_bound: int
+    before: BalanceMetrics
+    after: BalanceMetrics
+    #: Partitions left alone because a reassignment is in flight.
+    excluded_in_flight: tuple[TopicPartition, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def moves_ratio(self) -> float:
+        """Replica moves over the lower bound (1.0 when both are zero)."""
+        if self.lower_bound == 0:
+            return 1.0 if self.replica_moves == 0 else float("inf")
+        return self.replica_moves / self.lower_bound
+
+    def summary(self) -> dict[str, Any]:
+        """Small JSON-able summary (XCom, logs)."""
+        return {
+            "goal": self.request.goal,
+            "partitions_moved": len(self.plan),
+            "replica_moves": self.replica_moves,
+            "lower_bound": self.lower_bound,
+            "bytes_to_move": self.bytes_to_move,
+            "leader_changes": self.leader_changes,
+            "leader_changes_lower_bound": self.leader_changes_lower_bound,
+            "before": self.before.summary(),
+            "after": self.after.summary(),
+            "excluded_in_flight": len(self.excluded_in_flight),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class Scope:
+    """Planner input derived from a snapshot and a request (plain data)."""
+
+    layout: BrokerLayout
+    topics: list[TopicPartitions]
+    #: Replicas / preferred leaders per live broker of partitions the plan leaves alone.
+    fixed_load: dict[int, int] = field(default_factory=dict)
+    fixed_leaders: dict[int, int] = field(default_factory=dict)
+    excluded_in_flight: list[TopicPartition] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    #: Balance brokers' totals, topics and leaders (every goal but heal).
+    balance: bool = True
+    #: Broker -> rack name (for metrics).
+    rack_names: dict[int, str | None] = field(default_factory=dict)
+
+
+def _fmt(ids: Sequence[int] | set[int]) -> str:
+    return "[" + ", ".join(str(b) for b in sorted(ids)) + "]"
+
+
+def _layout(snapshot: ClusterSnapshot, live: list[int], removed: list[int], rack_aware: bool) -> BrokerLayout:
+    racks = {b.id: b.rack for b in snapshot.brokers}
+    if rack_aware:
+        with_rack = [b for b in live if racks.get(b) is not None]
+        without = [b for b in live if racks.get(b) is None]
+        if with_rack and without:
+            raise ConfigurationError(
+                f"brokers {_fmt(without)} have no broker.rack while brokers {_fmt(with_rack)} do: "
+                "the rack constraint (every partition over min(RF, racks) racks) cannot be met; "
+                "set broker.rack on every broker, or plan with rack_aware=False"
+            )
+    names = sorted({r for b in live if (r := racks.get(b)) is not None}) if rack_aware else []
+    if not names:
+        return BrokerLayout(
+            brokers=tuple(live),
+            rack_of=dict.fromkeys([*racks, *removed], 0),
+            rack_names=(None,),
+            removed=tuple(removed),
+        )
+    index = {name: i for i, name in enumerate(names)}
+    rack_of = {b: index.get(r, -1) if r is not None else -1 for b, r in racks.items()}
+    for b in removed:
+        rack_of.setdefault(b, -1)
+    return BrokerLayout(brokers=tuple(live), rack_of=rack_of, rack_names=tuple(names), removed=tuple(removed))
+
+
+def _brokers(
+    snapshot: ClusterSnapshot, request: PlanRequest, named: dict[int, PartitionState]
+) -> tuple[list[int], list[int], list[str]]:
+    """Live and removed brokers for the goal, and warnings."""
+    known = set(snapshot.broker_ids)
+    listed = list(request.brokers)
+    warnings: list[str] = []
+    removed: list[int] = []
+    if request.goal == "remove-brokers":
+        if not listed:
+            raise ConfigurationError("goal remove-brokers needs brokers=[...]: the broker ids to remove")
+        unknown = [b for b in listed if b not in known and b not in named]
+        if unknown:
+            raise ConfigurationError(
+                f"cannot remove broker(s) {_fmt(unknown)}: neither in the snapshot's brokers "
+                f"{_fmt(known)} nor named by any replica; check the ids"
+            )
+        removed = listed
+    elif request.goal == "add-brokers":
+        if listed:
+            missing = [b for b in listed if b not in known]
+            if missing:
+                raise ConfigurationError(
+                    f"cannot add broker(s) {_fmt(missing)}: not in the snapshot's brokers {_fmt(known)}; "
+                    "start them so they register with the cluster, then take a new snapshot"
+                )
+            busy = [b for b in listed if b in named]
+            if busy:
+                warnings.append(f"broker(s) {_fmt(busy)} being added already hold replicas")
+        else:
+            empty = [b for b in sorted(known) if b not in named]
+            if not empty:
+                raise ConfigurationError(
+                    "goal add-brokers found no new broker: every broker of the snapshot holds replicas; "
+                    "list the new brokers with brokers=[...]"
+                )
+    elif listed:
+        raise ConfigurationError(
+            f"brokers={list(listed)} only applies to goal add-brokers or remove-brokers, not {request.goal}"
+        )
+    live = sorted(known - set(removed))
+    if not live:
+        raise ConfigurationError(
+            f"removing broker(s) {_fmt(removed)} would leave no broker to hold replicas; remove fewer brokers"
+        )
+    dead = sorted(set(named) - known - set(removed))
+    if dead:
+        examples = ", ".join(str(named[b].tp) for b in dead[:3])
+        raise ConfigurationError(
+            f"partition(s) {examples} have replicas on broker(s) {_fmt(dead)}, which are not in the "
+            f"snapshot's brokers {_fmt(known)}; if they are gone for good, plan goal='remove-brokers' "
+            f"with brokers={list(dead)}, otherwise take the snapshot again once they are back"
+        )
+    return live, removed, warnings
+
+
+def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
+    """Validate and split the snapshot into planned topics and fixed load (see module doc)."""
+    named: dict[int, PartitionState] = {}
+    for p in snapshot.partitions:
+        for b in p.target_replicas:
+            named.setdefault(b, p)
+    live, removed, warnings = _brokers(snapshot, request, named)
+    layout = _layout(snapshot, live, removed, request.rack_aware)
+    live_set = set(live)
+    removed_set = set(removed)
+    nb = len(live)
+
+    topic_states = {t.name: t for t in snapshot.topics}
+    include = [re.compile(p) for p in request.topic_include]
+    exclude = [re.compile(p) for p in request.topic_exclude]
+
+    def internal(name: str) -> bool:
+        t = topic_states.get(name)
+        return t.is_coordinator_topic if t is not None else name in INTERNAL_COORDINATOR_TOPICS
+
+    selected_cache: dict[str, bool] = {}
+
+    def selected(name: str) -> bool:
+        s = selected_cache.get(name)
+        if s is None:
+            s = (
+                (request.include_internal or not internal(name))
+                and (not include or any(r.fullmatch(name) for r in include))
+                and not any(r.fullmatch(name) for r in exclude)
+            )
+            selected_cache[name] = s
+        return s
+
+    def why_excluded(name: str) -> str:
+        if internal(name) and not request.include_internal:
+            return "it is an internal topic (include_internal=True plans it)"
+        return "topic_include/topic_exclude leave it out"
+
+    all_topics = {p.topic for p in snapshot.partitions}
+    for topic, rf in sorted(request.rf_changes.items()):
+        if topic not in all_topics:
+            raise ConfigurationError(f"rf_changes names topic {topic!r}, which is not in the snapshot")
+        if not selected(topic):
+            raise ConfigurationError(f"rf_changes names topic {topic!r}, but {why_excluded(topic)}")
+        if rf > nb:
+            raise ConfigurationError(
+                f"rf_changes[{topic!r}] = {rf} but only {nb} broker(s) {_fmt(live)} would hold replicas; "
+                "lower the replication factor or add brokers"
+            )
+
+    pmap = snapshot.partition_map()
+    heal = request.heal_partitions()
+    for tp, rf in sorted(heal.items()):
+        found = pmap.get(tp)
+        if found is None:
+            raise ConfigurationError(f"heal_targets names partition {tp}, which is not in the snapshot")
+        p = found
+        if not selected(tp.topic):
+            raise ConfigurationError(f"heal_targets names partition {tp}, but {why_excluded(tp.topic)}")
+        if rf < p.replication_factor:
+            raise ConfigurationError(
+                f"heal_targets[{str(tp)!r}] = {rf} is below the partition's {p.replication_factor} replicas; "
+                "heal only adds replicas (use rf_changes to lower a topic's replication factor)"
+            )
+        if rf > nb:
+            raise ConfigurationError(
+                f"heal_targets[{str(tp)!r}] = {rf} but only {nb} broker(s) {_fmt(live)} can hold replicas; "
+                "add brokers or lower the target"
+            )
+    if request.goal == "heal" and not heal:
+        for p in snapshot.partitions:
+            t = topic_states.get(p.topic)
+            if (
+                t is not None
+                and selected(p.topic)
+                and not p.reassigning
+                and p.replication_factor < t.replication_factor
+            ):
+                heal[p.tp] = min(t.replication_factor, nb)
+        if heal:
+            warnings.append(
+                f"heal: no heal_targets given; healing {len(heal)} partition(s) with fewer replicas than "
+                "their topic's replication factor"
+            )
+        else:
+            warnings.append("heal: nothing to heal (no heal_targets, no under-replicated partition)")
+
+    balance = request.goal in BALANCE_GOALS
+    any_sizes = any(p.replica_sizes for p in snapshot.partitions)
+    topics: dict[str, TopicPartitions] = {}
+    fixed_load: dict[int, int] = {}
+    fixed_leaders: dict[int, int] = {}
+    excluded_in_flight: list[TopicPartition] = []
+    evacuated: set[str] = set()
+
+    def add(p: PartitionState, target: tuple[int, ...], rf: int, frozen: bool, balanced: bool) -> None:
+        tp = topics.get(p.topic)
+        if tp is None:
+            tp = topics[p.topic] = TopicPartitions(
+                topic=p.topic, partitions=[], replicas=[], target_rf=[], frozen=[],
+                sizes=[] if any_sizes else None, balance=balanced,
+            )
+        tp.partitions.append(p.partition)
+        tp.replicas.append(target)
+        tp.target_rf.append(rf)
+        assert tp.frozen is not None
+        tp.frozen.append(frozen)
+        if tp.sizes is not None:
+            tp.sizes.append(partition_size(p.replica_sizes) or 0)
+
+    def fix(target: tuple[int, ...]) -> None:
+        for b in target:
+            fixed_load[b] = fixed_load.get(b, 0) + 1
+        fixed_leaders[target[0]] = fixed_leaders.get(target[0], 0) + 1
+
+    heal_topics = {tp.topic for tp in heal}
+    for p in sorted(snapshot.partitions, key=lambda p: (p.topic, p.partition)):
+        target = p.target_replicas
+        on_removed = [b for b in target if b in removed_set]
+        in_flight = p.reassigning and not request.include_in_flight
+        if in_flight:
+            excluded_in_flight.append(p.tp)
+            if on_removed:
+                raise ConfigurationError(
+                    f"partition {p.tp} is being reassigned to replicas {list(target)}, which include "
+                    f"removed broker(s) {_fmt(on_removed)}; wait for the reassignment to finish or cancel it, "
+                    "or plan with include_in_flight=True"
+                )
+        if not selected(p.topic):
+            if on_removed:
+                if internal(p.topic) and not request.include_internal and not in_flight:
+                    add(p, target, len(target), False, False)
+                    evacuated.add(p.topic)
+                    continue
+                raise ConfigurationError(
+                    f"partition {p.tp} has a replica on removed broker(s) {_fmt(on_removed)} but {why_excluded(p.topic)}; "
+                    "include the topic, or remove other brokers"
+                )
+            fix(target)
+            continue
+        rf = request.rf_changes.get(p.topic, len(target))
+        if p.tp in heal:
+            rf = heal[p.tp]
+        if in_flight:
+            rf = len(target)
+        elif rf > nb:
+            raise ConfigurationError(
+                f"topic {p.topic!r} has replication factor {rf} (partition {p.tp}) but only {nb} broker(s) "
+                f"{_fmt(live)} would hold replicas; remove fewer brokers, or lower its RF with rf_changes"
+            )
+        if balance:
+            add(p, target, rf, in_flight, True)
+        elif p.topic in heal_topics:
+            add(p, target, rf, in_flight, False)
+        else:
+            fix(target)
+    if evacuated:
+        warnings.append(
+            f"internal topic(s) {sorted(evacuated)} hold replicas on removed broker(s) {_fmt(removed_set)}: "
+            "only those replicas are moved (include_internal=True balances these topics too)"
+        )
+    if excluded_in_flight:
+        warnings.append(
+            f"{len(excluded_in_flight)} partition(s) with an in-flight reassignment are left alone "
+            "(include_in_flight=True plans them from their target replicas)"
+        )
+    return Scope(
+        layout=layout,
+        topics=[topics[name] for name in sorted(topics)],
+        fixed_load={b: c for b, c in fixed_load.items() if b in live_set},
+        fixed_leaders={b: c for b, c in fixed_leaders.items() if b in live_set},
+        excluded_in_flight=excluded_in_flight,
+        warnings=warnings,
+        balance=balance,
+        rack_names={b.id: (b.rack if request.rack_aware else None) for b in snapshot.brokers},
+    )

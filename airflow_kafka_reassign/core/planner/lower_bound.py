@@ -1,0 +1,488 @@
+"""Provable lower bounds on the replica moves (and leader changes) a goal needs.
+
+A *replica move* is a replica added to a broker that did not hold it (a copy), so any plan's
+moves equal the replicas flowing *into* brokers, and also the replicas flowing *out* of
+brokers minus the replicas an RF decrease simply drops.
+
+The bound is stated for the balance a plan reaches: every live broker's total within a band
+of width ``w_G`` (1 for "max-min <= 1"), every balanced topic's per-broker counts within a band
+of width ``w_T`` (1 wherever the arithmetic allows, 2 where the planner had to widen it, more
+where racks of unequal size force it), removed brokers at zero, every partition spread over
+``min(RF, racks)`` racks. Any plan reaching that needs at least the largest of:
+
+* **Per partition.** A partition with ``S`` replicas on live brokers and target RF ``r`` needs
+  ``max(r - |S|, min(r, racks) - racks(S))`` added replicas: the missing replicas, and one
+  added replica per missing rack (an added replica brings at most one new rack).
+* **Per topic** (summed over topics; moves of different topics are different moves). With
+  ``n`` replicas on ``B`` brokers and width ``w``, the counts lie in ``[t, t + w]`` for some
+  ``t`` with ``t*B <= n <= (t+w)*B``. For a given ``t``, the fewest inflows are
+  ``sum(max(0, t - c_b)) + max(0, n - sum(clamp(c_b, t, t+w)))`` (raise every broker to ``t``;
+  clamping the rest costs nothing; whatever is still missing must come in, one move per
+  replica), and symmetrically the fewest outflows; the topic needs the minimum over ``t`` of
+  the larger, and at least its partitions' bound.
+* **Per topic and rack.** Replicas that must leave removed brokers (and replicas an RF
+  increase adds) can only land in racks that keep their partition's spread; a rack that must
+  end with ``F_g >= max(lo_g, size_g * t)`` replicas of the topic, holds ``C_g`` now and can
+  receive at most ``compat_g`` of those forced replicas needs ``F_g - C_g - compat_g`` more,
+  each one a move of a replica from a live broker on top of the forced ones (and
+  symmetrically for racks that must shed). Where the racks fix every rack's share (RF >=
+  racks on racks of unequal size) the per-topic band is taken within each rack instead.
+* **Per broker** (summed over brokers). Broker ``b`` ends with a total in ``[Gmin, Gmax]``
+  and, of each topic, a count in that topic's union of bands ``[ceil(n/B) - w, floor(n/B) + w]``.
+  Its inflow is at least ``sum_T max(0, lo_T - c_Tb) + max(0, Gmin - fixed_b - sum_T clamp(c_Tb))``
+  and its outflow at least ``sum_T max(0, c_Tb - hi_T) + max(0, fixed_b + sum_T clamp(c_Tb) - Gmax)``
+  (everything on a removed broker flows out). This is what catches a scale-out: a new broker
+  must receive its whole share, which per-topic counting alone spreads over topics that
+  could each keep their extras elsewhere.
+
+* **Per rack** (all topics together). The same forced-replica argument on the racks' totals:
+  rack ``g`` ends with at least ``size_g * Gmin`` replicas; beyond what it holds now and the
+  forced replicas that may land in it, every replica must come from a live broker: one more
+  move each. A decommission whose removed broker shared racks unevenly with its partners
+  needs these moves whatever the per-topic quotas are.
+
+* **Per topic and broker together** (a Lagrangian bound). Where every topic's counts end as
+  ``base`` or ``base + 1`` (width 1; ``base`` is forced: ``floor(n/B)``, or the rack's level
+  where racks fix the shares), a plan's moves are at least
+  ``sum(max(0, base - c))`` plus the number of *extras* (the ``+1``) placed on brokers that
+  do not already hold more than ``base``. Choosing the extras is a transportation problem:
+  topics hand out ``e_T`` extras to distinct brokers, each broker takes between ``x_lo``
+  and ``x_hi`` of them (its band of totals). For any broker prices ``pi``, weak duality gives
+  ``sum_T (e_T smallest of cost_Tb - pi_b) + sum_b min(pi_b * x_lo, pi_b * x_hi)`` as a
+  lower bound on that number. With 0/1 costs, prices in {0, 1} suffice in practice; they
+  are found by a local search from "price the brokers that cannot fill their band with
+  saving extras" (new brokers). This catches what the per-topic and per-broker parts each
+  relax away: new brokers must be filled from topics that would rather keep their extras.
+
+Each part relaxes the problem differently (the per-topic part ignores the brokers' totals,
+the per-broker part ignores that a topic's extras are limited), so their maximum is still a
+lower bound. All sums run over sparse counts: cost is linear in the (topic, broker) pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from airflow_kafka_reassign.core.planner.quotas import rack_bounds, rack_shares
+from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    moves: int
+    per_partition: int
+    per_topic: int
+    per_broker: int
+    per_rack: int = 0
+    joint: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "moves": self.moves,
+            "per_partition": self.per_partition,
+            "per_topic": self.per_topic,
+            "per_broker": self.per_broker,
+            "per_rack": self.per_rack,
+            "joint": self.joint,
+        }
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def partition_bound(topic: TopicPartitions, layout: BrokerLayout, *, fix_racks: bool = True) -> int:
+    """Replicas the topic's partitions must add: missing replicas and missing racks."""
+    live = set(layout.brokers)
+    k_racks = layout.n_racks
+    rack = layout.rack_of
+    frozen = topic.frozen
+    total = 0
+    for p, reps in enumerate(topic.replicas):
+        if frozen is not None and frozen[p]:
+            continue
+        r = topic.target_rf[p]
+        present = [b for b in reps if b in live]
+        need = r - len(present)
+        if fix_racks and k_racks > 1:
+            need = max(need, min(r, k_racks) - len({rack[b] for b in present}))
+        total += max(0, need)
+    return total
+
+
+def band_bound(
+    counts: Mapping[int, int],
+    n: int,
+    brokers: Sequence[int],
+    width: int,
+    removals: int = 0,
+    on_removed: int = 0,
+    side: str = "both",
+) -> int:
+    """Fewest moves for the counts of ``brokers`` to fit a band of ``width`` holding ``n``.
+
+    ``counts`` may hold other brokers (ignored); ``on_removed``: replicas that must leave
+    brokers outside ``brokers`` towards them; ``removals``: replicas an RF decrease drops.
+    ``side``: ``"in"`` / ``"out"`` bound only the inflows / outflows of ``brokers``.
+    """
+    nb = len(brokers)
+    if nb == 0:
+        return 0
+    on = [counts.get(b, 0) for b in brokers]
+    on = [c for c in on if c > 0]
+    zeros = nb - len(on)
+    best: int | None = None
+    for t in range(max(0, _ceil_div(n, nb) - width), n // nb + 1):
+        hi = t + width
+        clamped = zeros * t + sum(min(max(c, t), hi) for c in on)
+        inflow = zeros * t + sum(t - c for c in on if c < t) + max(0, n - clamped)
+        outflow = on_removed + sum(c - hi for c in on if c > hi) + max(0, clamped - n)
+        if side == "in":
+            cost = inflow
+        elif side == "out":
+            cost = outflow
+        else:
+            cost = max(inflow, outflow - removals)
+        if best is None or cost < best:
+            best = cost
+    return best or 0
+
+
+@dataclass
+class _TopicFacts:
+    counts: dict[int, int]
+    n: int
+    removals: int
+    on_removed: int
+    rack_lo: list[int]
+    rack_hi: list[int]
+    forced: bool
+
+
+def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: set[int]) -> _TopicFacts:
+    counts: dict[int, int] = {}
+    for reps in t.replicas:
+        for b in reps:
+            counts[b] = counts.get(b, 0) + 1
+    n = sum(t.target_rf)
+    sizes = layout.rack_sizes()
+    rf_counts: dict[int, int] = {}
+    for r in t.target_rf:
+        rf_counts[r] = rf_counts.get(r, 0) + 1
+    lo, hi = rack_bounds(rf_counts, sizes, n)
+    return _TopicFacts(
+        counts=counts,
+        n=n,
+        removals=sum(max(0, len(reps) - r) for reps, r in zip(t.replicas, t.target_rf, strict=True)),
+        on_removed=sum(c for b, c in counts.items() if b not in live_set),
+        rack_lo=lo,
+        rack_hi=hi,
+        forced=len(sizes) > 1 and lo == hi,
+    )
+
+
+def rack_slot_bound(t: TopicPartitions, facts: _TopicFacts, layout: BrokerLayout, width: int) -> int:
+    """The per-topic-and-rack part (see the module doc)."""
+    k_racks = layout.n_racks
+    if k_racks <= 1:
+        return 0
+    live = set(layout.brokers)
+    rack = layout.rack_of
+    sizes = layout.rack_sizes()
+    nb = len(layout.brokers)
+    current = [0] * k_racks
+    for b, c in facts.counts.items():
+        if b in live:
+            current[rack[b]] += c
+    forced_slots = 0
+    compat = [0] * k_racks
+    for p, reps in enumerate(t.replicas):
+        if t.frozen is not None and t.frozen[p]:
+            continue
+        r = t.target_rf[p]
+        present = [b for b in reps if b in live][:r]
+        slots = r - len(present)
+        if slots <= 0:
+            continue
+        forced_slots += slots
+        k = min(r, k_racks)
+        per_rack_max = r - k + 1
+        in_rack = [0] * k_racks
+        for b in present:
+            in_rack[rack[b]] += 1
+        for g in range(k_racks):
+            compat[g] += max(0, min(slots, per_rack_max - in_rack[g], sizes[g] - in_rack[g]))
+    best: int | None = None
+    n = facts.n
+    for tt in range(max(0, _ceil_div(n, nb) - width), n // nb + 1):
+        f_min = [max(facts.rack_lo[g], sizes[g] * tt) for g in range(k_racks)]
+        f_max = [min(facts.rack_hi[g], sizes[g] * (tt + width)) for g in range(k_racks)]
+        extra_in = sum(max(0, f_min[g] - current[g] - compat[g]) for g in range(k_racks))
+        extra_out = sum(max(0, current[g] - f_max[g]) for g in range(k_racks)) - facts.removals
+        cost = forced_slots + max(extra_in, extra_out, 0)
+        if best is None or cost < best:
+            best = cost
+    return best or 0
+
+
+def _spread(values: Sequence[int]) -> int:
+    return max(values) - min(values) if values else 0
+
+
+def replica_moves_lower_bound(
+    topics: Sequence[TopicPartitions],
+    layout: BrokerLayout,
+    after: Mapping[str, Mapping[int, int]],
+    *,
+    balance_brokers: bool = True,
+    fixed_load: Mapping[int, int] | None = None,
+    fix_racks: bool = True,
+) -> LowerBound:
+    """The lower bound for plans reaching the balance of ``after`` (see the module doc).
+
+    ``after[topic]``: replicas per live broker of each *balanced* topic once the plan is done
+    (topics not in it are not balanced: only their partitions' needs count); the band widths
+    are taken from it (at least 1, the goal). ``balance_brokers``: the goal balances the
+    brokers' totals (every goal but heal).
+    """
+    live = layout.brokers
+    nb = len(live)
+    live_set = set(live)
+    k_racks = layout.n_racks
+    sizes = layout.rack_sizes()
+    rack = layout.rack_of
+    members = [[b for b in live if rack[b] == g] for g in range(k_racks)]
+    fixed = fixed_load or {}
+    per_partition = per_topic = removals_total = removed_out = 0
+    # per broker sparse sums: lo of every balanced topic (per rack), and per broker the
+    # (clamp - lo), min(c, lo) and max(0, c - hi) of the topics it holds
+    sum_lo = [0] * k_racks
+    clamp_extra = dict.fromkeys(live, 0)
+    lo_cover = dict.fromkeys(live, 0)
+    over_hi = dict.fromkeys(live, 0)
+    totals_after = {b: fixed.get(b, 0) for b in live}
+    rack_lo_all = [0] * k_racks
+    rack_hi_all = [0] * k_racks
+    rack_now = [0] * k_racks
+    rack_compat = [0] * k_racks
+    forced = 0
+    for b in live:
+        rack_lo_all[rack[b]] += fixed.get(b, 0)
+        rack_hi_all[rack[b]] += fixed.get(b, 0)
+        rack_now[rack[b]] += fixed.get(b, 0)
+    # the joint (Lagrangian) part: per topic (extras, saving broker indices, base inflow)
+    dual: list[tuple[int, list[int], int]] | None = [] if balance_brokers else None
+    base_sum = [0] * nb  # per broker, the sum of the topics' bases
+    for t in topics:
+        part = partition_bound(t, layout, fix_racks=fix_racks and t.balance)
+        per_partition += part
+        facts = _facts(t, layout, live_set)
+        removals_total += facts.removals
+        removed_out += facts.on_removed
+        for g in range(k_racks):
+            rack_lo_all[g] += facts.rack_lo[g]
+            rack_hi_all[g] += facts.rack_hi[g]
+        if k_racks > 1:
+            for b, c in facts.counts.items():
+                if b in live_set:
+                    rack_now[rack[b]] += c
+            slots, compat = t.slot_racks(layout)
+            forced += slots
+            for g, c in compat.items():
+                rack_compat[g] += c
+        final = after.get(t.topic)
+        if final is None or not t.balance:
+            per_topic += part
+            for b, c in facts.counts.items():  # not balanced: its count is free, clamp = c
+                if b in live_set:
+                    clamp_extra[b] += c
+                    totals_after[b] += c
+            dual = None
+            continue
+        for b in live:
+            totals_after[b] += final.get(b, 0)
+        if dual is not None:
+            dual = _dual_entry(dual, t.topic, facts, layout, final, base_sum)
+        width = max(1, _spread([final.get(b, 0) for b in live]))
+        topic_bound = max(
+            part,
+            band_bound(facts.counts, facts.n, live, width, facts.removals, facts.on_removed),
+            rack_slot_bound(t, facts, layout, width),
+        )
+        if facts.forced:
+            widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
+            # moves >= sum of each rack's fewest inflows (and outflows), racks being disjoint
+            inflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="in") for g in range(k_racks))
+            outflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="out") for g in range(k_racks))
+            topic_bound = max(topic_bound, inflow, outflow + facts.on_removed - facts.removals)
+            ranges = [
+                (max(0, _ceil_div(facts.rack_lo[g], sizes[g]) - widths[g]), facts.rack_lo[g] // sizes[g] + widths[g])
+                for g in range(k_racks)
+            ]
+        else:
+            lo_t = max(0, _ceil_div(facts.n, nb) - width)
+            ranges = [(lo_t, facts.n // nb + width)] * k_racks
+        per_topic += topic_bound
+        for g in range(k_racks):
+            sum_lo[g] += ranges[g][0]
+        for b, c in facts.counts.items():
+            if b not in live_set:
+                continue
+            lo, hi = ranges[rack[b]]
+            clamp_extra[b] += min(max(c, lo), hi) - lo
+            lo_cover[b] += min(c, lo)
+            if c > hi:
+                over_hi[b] += c - hi
+    per_broker = 0
+    if balance_brokers and nb:
+        total = sum(totals_after.values())
+        if k_racks > 1 and rack_lo_all == rack_hi_all:
+            # the racks fix every rack's total: balance within each rack
+            g_ranges = []
+            for g in range(k_racks):
+                w = max(1, _spread([totals_after[b] for b in members[g]]))
+                r_total = rack_lo_all[g]
+                g_ranges.append((max(0, _ceil_div(r_total, sizes[g]) - w), r_total // sizes[g] + w))
+        else:
+            w = max(1, _spread(list(totals_after.values())))
+            g_ranges = [(max(0, _ceil_div(total, nb) - w), total // nb + w)] * k_racks
+        inflow = outflow = 0
+        for b in live:
+            g = rack[b]
+            gmin, gmax = g_ranges[g]
+            clamped = sum_lo[g] + clamp_extra[b]
+            f = fixed.get(b, 0)
+            inflow += (sum_lo[g] - lo_cover[b]) + max(0, gmin - f - clamped)
+            outflow += over_hi[b] + max(0, f + clamped - gmax)
+        per_broker = max(inflow, outflow + removed_out - removals_total)
+    per_rack = 0
+    if balance_brokers and k_racks > 1:
+        r_min = [sizes[g] * g_ranges[g][0] for g in range(k_racks)]
+        r_max = [sizes[g] * g_ranges[g][1] for g in range(k_racks)]
+        extra_in = sum(max(0, r_min[g] - rack_now[g] - rack_compat[g]) for g in range(k_racks))
+        extra_out = sum(max(0, rack_now[g] - r_max[g]) for g in range(k_racks)) - removals_total
+        per_rack = forced + max(extra_in, extra_out, 0)
+    joint = 0
+    if dual and balance_brokers and nb:
+        index = {b: i for i, b in enumerate(live)}
+        x_lo = [
+            g_ranges[rack[b]][0] - fixed.get(b, 0) - base_sum[index[b]] for b in live
+        ]
+        joint = _joint_bound(dual, x_lo)
+    return LowerBound(
+        moves=max(per_partition, per_topic, per_broker, per_rack, joint),
+        per_partition=per_partition,
+        per_topic=per_topic,
+        per_broker=per_broker,
+        per_rack=per_rack,
+        joint=joint,
+    )
+
+
+def _dual_entry(
+    dual: list[tuple[int, list[int], int]],
+    topic: str,
+    facts: _TopicFacts,
+    layout: BrokerLayout,
+    final: Mapping[int, int],
+    base_sum: list[int],
+) -> list[tuple[int, list[int], int]] | None:
+    """Add a topic to the joint bound, or give it up (``None``) if the topic's base is not
+    forced or its final counts are not base / base + 1."""
+    live = layout.brokers
+    sizes = layout.rack_sizes()
+    n, nb = facts.n, len(live)
+    uniform = all(lo * nb <= n * s <= hi * nb for lo, hi, s in zip(facts.rack_lo, facts.rack_hi, sizes, strict=True))
+    if not uniform and not facts.forced:
+        return None
+    sh = rack_shares(n, facts.rack_lo, facts.rack_hi, sizes)
+    rack = layout.rack_of
+    saving: list[int] = []
+    inflow = 0
+    for i, b in enumerate(live):
+        base = sh.base[rack[b]]
+        f = final.get(b, 0)
+        if not base <= f <= base + 1:
+            return None
+        c = facts.counts.get(b, 0)
+        if c > base:
+            saving.append(i)
+        else:
+            inflow += base - c
+        base_sum[i] += base
+    dual.append((sh.extras, saving, inflow))
+    return dual
+
+
+def _joint_bound(dual: Sequence[tuple[int, list[int], int]], x_lo: Sequence[int]) -> int:
+    """max over prices pi in {0,1}^brokers of the Lagrangian bound (see the module doc).
+
+    For a priced set ``P``, a topic with ``e`` extras and saving brokers ``S`` picks its ``e``
+    cheapest of: -1 (saving, priced), 0 (saving unpriced, or not saving priced), +1 (rest):
+    ``-min(e, a) + max(0, k - |P|)`` with ``a = |S & P|`` and ``k = e - |S| + a``; plus
+    ``sum(x_lo[b] for b in P)``. A local search flips one broker in or out of ``P`` while
+    that raises the bound; a flip changes ``a`` only for the topics the broker saves for,
+    and ``|P|`` for all (counted with a histogram of ``k``).
+    """
+    nb = len(x_lo)
+    n_topics = len(dual)
+    inflow = sum(d[2] for d in dual)
+    extras = [d[0] for d in dual]
+    sizes = [len(d[1]) for d in dual]
+    members: list[list[int]] = [[] for _ in range(nb)]
+    for t, (_, saving, _) in enumerate(dual):
+        for i in saving:
+            members[i].append(t)
+    priced = [x_lo[i] > len(members[i]) for i in range(nb)]
+    overlap = [sum(1 for i in saving if priced[i]) for _, saving, _ in dual]
+    n_priced = sum(priced)
+    # k_t = e - |S| + a ranges over [-nb, nb + max(e)]
+    offset = nb + 1
+    span = 2 * nb + 2 + max(extras, default=0)
+    hist = [0] * (span + 1)
+    ks = [extras[t] - sizes[t] + overlap[t] for t in range(n_topics)]
+    for k in ks:
+        hist[k + offset] += 1
+
+    def above(p: int) -> int:  # topics with k > p
+        lo = p + 1 + offset
+        return sum(hist[max(0, lo):]) if lo <= span else 0
+
+    def value(t: int, a: int, p: int) -> int:
+        k = extras[t] - sizes[t] + a
+        return -min(extras[t], a) + (k - p if k > p else 0)
+
+    best = sum(value(t, overlap[t], n_priced) for t in range(n_topics)) + sum(
+        x_lo[i] for i in range(nb) if priced[i]
+    )
+    improved = True
+    rounds = 0
+    while improved and rounds < 6:
+        improved = False
+        rounds += 1
+        for i in range(nb):
+            step = -1 if priced[i] else 1
+            p, p2 = n_priced, n_priced + step
+            mine = members[i]
+            delta = step * x_lo[i]
+            # topics the broker does not save for: only |P| moves
+            if step > 0:
+                others = above(p) - sum(1 for t in mine if ks[t] > p)
+                delta -= others
+            else:
+                others = above(p - 1) - sum(1 for t in mine if ks[t] > p - 1)
+                delta += others
+            for t in mine:
+                delta += value(t, overlap[t] + step, p2) - value(t, overlap[t], p)
+            if delta > 0:
+                priced[i] = not priced[i]
+                n_priced = p2
+                for t in mine:
+                    hist[ks[t] + offset] -= 1
+                    overlap[t] += step
+                    ks[t] += step
+                    hist[ks[t] + offset] += 1
+                best += delta
+                improved = True
+    return inflow + max(0, best)

@@ -1,0 +1,169 @@
+"""Balance metrics of an assignment: what a plan promises and what a cluster shows.
+
+Counts are over the *live* brokers (those that hold replicas after the plan; a removed
+broker is reported separately by ``replicas_on_removed_brokers``), with in-flight
+reassignments counted at their target replicas. Leaders are *preferred* leaders (the first
+replica): what a preferred-leader election makes the leaders once the plan is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+from pydantic import Field
+
+from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition, _Frozen
+
+
+class BalanceMetrics(_Frozen):
+    """Balance of one assignment (before or after a plan)."""
+
+    brokers: int
+    partitions: int
+    replicas: int
+    #: max - min of replicas per live broker.
+    replica_max_min: int
+    #: max - min of preferred leaders per live broker.
+    leader_max_min: int
+    #: The worst topic's max - min of its replicas per live broker, and that topic.
+    topic_replica_max_min: int
+    worst_topic: str | None = None
+    #: Partitions spread over fewer than min(RF, racks) racks.
+    rack_violations: int
+    #: Partitions whose replication factor differs from the snapshot's.
+    rf_changes: int = 0
+    #: Replicas on brokers that are not live (being removed, or dead).
+    replicas_on_removed_brokers: int = 0
+    #: max - min of bytes per live broker, when replica sizes are known.
+    bytes_max_min: int | None = None
+    replicas_per_broker: dict[int, int] = Field(default_factory=dict)
+    leaders_per_broker: dict[int, int] = Field(default_factory=dict)
+    bytes_per_broker: dict[int, int] | None = None
+
+    def summary(self) -> dict[str, int | str | None]:
+        """The scalar fields (for XCom and logs)."""
+        return {
+            k: v
+            for k, v in self.model_dump().items()
+            if not isinstance(v, dict)
+        }
+
+
+def assignment_metrics(
+    rows: Iterable[tuple[str, Sequence[int], int, int | None]],
+    brokers: Sequence[int],
+    rack_of: Mapping[int, object],
+    *,
+    topics: Collection[str] | None = None,
+) -> BalanceMetrics:
+    """Metrics of ``rows`` = (topic, replicas, RF in the snapshot, bytes of one replica or None).
+
+    ``brokers``: the live brokers; ``rack_of``: broker -> rack (any hashable; ``None`` for no
+    rack); ``topics``: the topics whose per-topic balance is reported (all when ``None``).
+    """
+    live = set(brokers)
+    racks_live = {rack_of.get(b) for b in brokers}
+    k_racks = len(racks_live) if racks_live != {None} else 1
+    replicas = dict.fromkeys(brokers, 0)
+    leaders = dict.fromkeys(brokers, 0)
+    size_per: dict[int, int] = dict.fromkeys(brokers, 0)
+    any_size = False
+    per_topic: dict[str, dict[int, int]] = {}
+    partitions = total = violations = rf_changes = on_removed = 0
+    for topic, reps, rf_before, size in rows:
+        partitions += 1
+        total += len(reps)
+        if len(reps) != rf_before:
+            rf_changes += 1
+        if reps and reps[0] in leaders:
+            leaders[reps[0]] += 1
+        if topics is None or topic in topics:
+            tc = per_topic.get(topic)
+            if tc is None:
+                tc = per_topic[topic] = {}
+            for b in reps:
+                tc[b] = tc.get(b, 0) + 1
+        for b in reps:
+            if b in live:
+                replicas[b] += 1
+            else:
+                on_removed += 1
+        if size is not None:
+            any_size = True
+            for b in reps:
+                if b in live:
+                    size_per[b] += size
+        if k_racks > 1 and len({rack_of.get(b) for b in reps}) < min(len(reps), k_racks):
+            violations += 1
+    worst, worst_topic = 0, None
+    nb = len(brokers)
+    for topic in sorted(per_topic):
+        tc = per_topic[topic]
+        vals = [c for b, c in tc.items() if b in live]
+        if not vals:
+            continue
+        hi = max(vals)
+        lo = min(vals) if len(vals) == nb else 0
+        if hi - lo > worst:
+            worst, worst_topic = hi - lo, topic
+    return BalanceMetrics(
+        brokers=nb,
+        partitions=partitions,
+        replicas=total,
+        replica_max_min=_spread(replicas.values()),
+        leader_max_min=_spread(leaders.values()),
+        topic_replica_max_min=worst,
+        worst_topic=worst_topic,
+        rack_violations=violations,
+        rf_changes=rf_changes,
+        replicas_on_removed_brokers=on_removed,
+        bytes_max_min=_spread(size_per.values()) if any_size else None,
+        replicas_per_broker=replicas,
+        leaders_per_broker=leaders,
+        bytes_per_broker=size_per if any_size else None,
+    )
+
+
+def _spread(values: Iterable[int]) -> int:
+    vals = list(values)
+    return max(vals) - min(vals) if vals else 0
+
+
+def partition_size(replica_sizes: Mapping[int, int] | None) -> int | None:
+    """Bytes one replica of the partition copies: the largest replica's size (the leader's)."""
+    if not replica_sizes:
+        return None
+    return max(replica_sizes.values())
+
+
+def compute_metrics(
+    snapshot: ClusterSnapshot,
+    plan: ReassignmentPlan | None = None,
+    *,
+    brokers: Collection[int] | None = None,
+    removed: Collection[int] = (),
+    topics: Collection[str] | None = None,
+    rack_aware: bool = True,
+) -> BalanceMetrics:
+    """Metrics of ``snapshot`` with ``plan`` applied (``None``: as it is).
+
+    ``brokers``: the live brokers (default: the snapshot's brokers minus ``removed``);
+    ``topics``: the topics whose per-topic balance is reported (default: all). In-flight
+    reassignments count at their target replicas.
+    """
+    live = sorted(brokers) if brokers is not None else [b for b in snapshot.broker_ids if b not in set(removed)]
+    rack_of: dict[int, object] = {b.id: (b.rack if rack_aware else None) for b in snapshot.brokers}
+    moves = plan.by_partition() if plan is not None else {}
+
+    def rows() -> Iterable[tuple[str, Sequence[int], int, int | None]]:
+        for p in snapshot.partitions:
+            target = p.target_replicas
+            m = moves.get(TopicPartition(p.topic, p.partition)) if moves else None
+            yield (
+                p.topic,
+                m.target_replicas if m is not None else target,
+                len(target),
+                partition_size(p.replica_sizes),
+            )
+
+    return assignment_metrics(rows(), live, rack_of, topics=topics)
