@@ -298,7 +298,7 @@ def planner_scope(cluster: SyntheticCluster, *, removed: Sequence[int] = ()) -> 
                 sizes=t.sizes,
             )
         )
-    return Scope(layout=layout, topics=topics, rack_names=dict(cluster.brokers))
+    return Scope(layout=layout, topics=topics, broker_racks=dict(cluster.brokers))
 
 
 def apply_plan(snapshot: ClusterSnapshot, plan: ReassignmentPlan) -> ClusterSnapshot:

@@ -9,6 +9,10 @@ executors; the global step and the fix-up run on the driver.
     .venv/bin/python tests/benchmarks/bench_planner_core.py            # 250k, 500k, 1M
     .venv/bin/python tests/benchmarks/bench_planner_core.py 100000     # one size
     .venv/bin/python tests/benchmarks/bench_planner_core.py --goal remove-brokers 250000
+    .venv/bin/python tests/benchmarks/bench_planner_core.py --full 1000000   # + plan_reassignment
+
+``--full`` also times :func:`plan_reassignment` on a pydantic snapshot (what the CLI and
+small clusters use: validation, metrics before/after and the PlanResult included).
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import resource
 import sys
 import time
 
+from airflow_kafka_reassign.core.planner.goals import PlanRequest
 from airflow_kafka_reassign.core.planner.leaders import fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
-from airflow_kafka_reassign.core.planner.pipeline import final_counts, fix_leaders
+from airflow_kafka_reassign.core.planner.pipeline import final_counts, fix_leaders, plan_reassignment
 from airflow_kafka_reassign.core.planner.quotas import compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicParams
-from airflow_kafka_reassign.core.synthetic import planner_scope, synthetic_cluster
+from airflow_kafka_reassign.core.synthetic import planner_scope, synthetic_cluster, to_snapshot
 
 
 def peak_rss_mb() -> float:
@@ -33,6 +38,28 @@ def peak_rss_mb() -> float:
 
 def spread(values: list[int]) -> int:
     return max(values) - min(values) if values else 0
+
+
+def run_full(replicas: int, goal: str, brokers: int, new: int, racks: int, seed: int) -> dict[str, float]:
+    """plan_reassignment end to end on a pydantic snapshot (built without validation)."""
+    if goal == "add-brokers":
+        cluster = synthetic_cluster(brokers=brokers, racks=racks, new_brokers=new, replicas=replicas, seed=seed)
+        request = PlanRequest(goal="add-brokers")
+    else:
+        cluster = synthetic_cluster(brokers=brokers, racks=racks, replicas=replicas, seed=seed)
+        request = PlanRequest(goal="remove-brokers", brokers=tuple(range(brokers - new, brokers)))
+    t0 = time.perf_counter()
+    snapshot = to_snapshot(cluster, validate=False)
+    t1 = time.perf_counter()
+    result = plan_reassignment(snapshot, request)
+    t2 = time.perf_counter()
+    return {
+        "snapshot_s": t1 - t0,
+        "plan_reassignment_s": t2 - t1,
+        "moves": result.replica_moves,
+        "lower_bound": result.lower_bound,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def run(replicas: int, goal: str, brokers: int, new: int, racks: int, seed: int) -> dict[str, float]:
@@ -109,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new", type=int, default=10, help="brokers added (or removed)")
     parser.add_argument("--racks", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--full", action="store_true", help="also time plan_reassignment on a snapshot")
     args = parser.parse_args(argv)
     print(
         f"planner core, single-threaded: goal={args.goal}, {args.brokers} brokers in {args.racks} racks, "
@@ -130,6 +158,13 @@ def main(argv: list[str] | None = None) -> None:
             f"leaders {r['leader_max_min']}",
             flush=True,
         )
+        if args.full:
+            f = run_full(size, args.goal, args.brokers, args.new, args.racks, args.seed)
+            print(
+                f"{'':>9} plan_reassignment: snapshot build {f['snapshot_s']:.2f}s, plan {f['plan_reassignment_s']:.2f}s "
+                f"(moves {f['moves']:,}, bound {f['lower_bound']:,}), peak RSS {f['peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from airflow_kafka_reassign.core.models import (
     TopicPartition,
     _Frozen,
 )
-from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size
+from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -76,6 +76,9 @@ class PlanRequest(_Frozen):
     rack_aware: bool = True
     #: Allowed max-min of preferred leaders per broker.
     max_leader_spread: int = Field(default=2, ge=1)
+    #: How far a topic's replicas per broker may spread (max-min) when that is what levels
+    #: the brokers' totals (fixed load, racks of unequal size); 1 keeps every topic even.
+    max_topic_spread: int = Field(default=2, ge=1)
     balance_leaders: bool = True
 
     @field_validator("brokers")
@@ -179,7 +182,7 @@ class Scope:
     #: Balance brokers' totals, topics and leaders (every goal but heal).
     balance: bool = True
     #: Broker -> rack name (for metrics).
-    rack_names: dict[int, str | None] = field(default_factory=dict)
+    broker_racks: dict[int, str | None] = field(default_factory=dict)
 
 
 def _fmt(ids: Sequence[int] | set[int]) -> str:
@@ -272,7 +275,7 @@ def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
     """Validate and split the snapshot into planned topics and fixed load (see module doc)."""
     named: dict[int, PartitionState] = {}
     for p in snapshot.partitions:
-        for b in p.target_replicas:
+        for b in target_of(p):
             named.setdefault(b, p)
     live, removed, warnings = _brokers(snapshot, request, named)
     layout = _layout(snapshot, live, removed, request.rack_aware)
@@ -385,7 +388,7 @@ def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
 
     heal_topics = {tp.topic for tp in heal}
     for p in sorted(snapshot.partitions, key=lambda p: (p.topic, p.partition)):
-        target = p.target_replicas
+        target = target_of(p)
         on_removed = [b for b in target if b in removed_set]
         in_flight = p.reassigning and not request.include_in_flight
         if in_flight:
@@ -442,5 +445,5 @@ def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
         excluded_in_flight=excluded_in_flight,
         warnings=warnings,
         balance=balance,
-        rack_names={b.id: (b.rack if request.rack_aware else None) for b in snapshot.brokers},
+        broker_racks={b.id: (b.rack if request.rack_aware else None) for b in snapshot.brokers},
     )

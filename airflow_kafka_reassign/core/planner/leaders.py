@@ -66,6 +66,9 @@ def fewest_leader_changes(
     lowers the excess above a band by at most one and the deficit below it by at most one;
     whichever is larger is needed, for the best band (removed brokers' leaderships are
     excess). Leaderships that cannot move (partitions left alone) only make more necessary.
+    It does not count leader changes that replica moves force (a preferred leader's replica
+    that has to move because no follower of that broker may go where replicas are needed),
+    so a plan that also rebalances replicas may need more.
     """
     removed_leaders = sum(leaders.get(b, 0) for b in removed)
     return leader_band(leaders, brokers, removed_leaders, spread).changes

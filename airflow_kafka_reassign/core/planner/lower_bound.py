@@ -8,7 +8,9 @@ The bound is stated for the balance a plan reaches: every live broker's total wi
 of width ``w_G`` (1 for "max-min <= 1"), every balanced topic's per-broker counts within a band
 of width ``w_T`` (1 wherever the arithmetic allows, 2 where the planner had to widen it, more
 where racks of unequal size force it), removed brokers at zero, every partition spread over
-``min(RF, racks)`` racks. Any plan reaching that needs at least the largest of:
+``min(RF, racks)`` racks. The widths are those the plan reaches, at least 1 (the goal's own
+"max-min <= 1"), so the bound never rewards a plan for balancing less. Any plan reaching that
+balance needs at least the largest of:
 
 * **Per partition.** A partition with ``S`` replicas on live brokers and target RF ``r`` needs
   ``max(r - |S|, min(r, racks) - racks(S))`` added replicas: the missing replicas, and one
@@ -34,13 +36,11 @@ where racks of unequal size force it), removed brokers at zero, every partition 
   (everything on a removed broker flows out). This is what catches a scale-out: a new broker
   must receive its whole share, which per-topic counting alone spreads over topics that
   could each keep their extras elsewhere.
-
 * **Per rack** (all topics together). The same forced-replica argument on the racks' totals:
   rack ``g`` ends with at least ``size_g * Gmin`` replicas; beyond what it holds now and the
   forced replicas that may land in it, every replica must come from a live broker: one more
   move each. A decommission whose removed broker shared racks unevenly with its partners
   needs these moves whatever the per-topic quotas are.
-
 * **Per topic and broker together** (a Lagrangian bound). Where every topic's counts end as
   ``base`` or ``base + 1`` (width 1; ``base`` is forced: ``floor(n/B)``, or the rack's level
   where racks fix the shares), a plan's moves are at least
@@ -53,6 +53,7 @@ where racks of unequal size force it), removed brokers at zero, every partition 
   are found by a local search from "price the brokers that cannot fill their band with
   saving extras" (new brokers). This catches what the per-topic and per-broker parts each
   relax away: new brokers must be filled from topics that would rather keep their extras.
+  It is used only when every balanced topic ends at ``base`` or ``base + 1``.
 
 Each part relaxes the problem differently (the per-topic part ignores the brokers' totals,
 the per-broker part ignores that a topic's extras are limited), so their maximum is still a
@@ -94,21 +95,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 def partition_bound(topic: TopicPartitions, layout: BrokerLayout, *, fix_racks: bool = True) -> int:
     """Replicas the topic's partitions must add: missing replicas and missing racks."""
-    live = set(layout.brokers)
-    k_racks = layout.n_racks
-    rack = layout.rack_of
-    frozen = topic.frozen
-    total = 0
-    for p, reps in enumerate(topic.replicas):
-        if frozen is not None and frozen[p]:
-            continue
-        r = topic.target_rf[p]
-        present = [b for b in reps if b in live]
-        need = r - len(present)
-        if fix_racks and k_racks > 1:
-            need = max(need, min(r, k_racks) - len({rack[b] for b in present}))
-        total += max(0, need)
-    return total
+    return _facts(topic, layout, layout.live, fix_racks).partition_need
 
 
 def band_bound(
@@ -158,27 +145,60 @@ class _TopicFacts:
     rack_lo: list[int]
     rack_hi: list[int]
     forced: bool
+    #: replicas the partitions must add (missing replicas and racks; see partition_bound)
+    partition_need: int
+    #: forced replicas (leaving removed brokers, RF increases) and where they may land
+    slots: int
+    compat: list[int]
 
 
-def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: set[int]) -> _TopicFacts:
+def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True) -> _TopicFacts:
+    """Everything the bound needs from one topic, in one pass over its partitions."""
+    rack = layout.rack_of
+    k_racks = layout.n_racks
+    sizes = layout._rack_sizes
     counts: dict[int, int] = {}
-    for reps in t.replicas:
+    rf_counts: dict[int, int] = {}
+    removals = need_total = slots_total = 0
+    compat = [0] * k_racks
+    frozen = t.frozen
+    for p, reps in enumerate(t.replicas):
+        r = t.target_rf[p]
+        rf_counts[r] = rf_counts.get(r, 0) + 1
         for b in reps:
             counts[b] = counts.get(b, 0) + 1
+        if len(reps) > r:
+            removals += len(reps) - r
+        if frozen is not None and frozen[p]:
+            continue
+        present = [b for b in reps if b in live_set]
+        need = r - len(present)
+        if fix_racks and k_racks > 1:
+            need = max(need, min(r, k_racks) - len({rack[b] for b in present}))
+        if need > 0:
+            need_total += need
+        slots = r - min(len(present), r)
+        if slots > 0 and k_racks > 1:
+            slots_total += slots
+            per_rack_max = r - min(r, k_racks) + 1
+            in_rack = [0] * k_racks
+            for b in present[:r]:
+                in_rack[rack[b]] += 1
+            for g in range(k_racks):
+                compat[g] += max(0, min(slots, per_rack_max - in_rack[g], sizes[g] - in_rack[g]))
     n = sum(t.target_rf)
-    sizes = layout.rack_sizes()
-    rf_counts: dict[int, int] = {}
-    for r in t.target_rf:
-        rf_counts[r] = rf_counts.get(r, 0) + 1
     lo, hi = rack_bounds(rf_counts, sizes, n)
     return _TopicFacts(
         counts=counts,
         n=n,
-        removals=sum(max(0, len(reps) - r) for reps, r in zip(t.replicas, t.target_rf, strict=True)),
+        removals=removals,
         on_removed=sum(c for b, c in counts.items() if b not in live_set),
         rack_lo=lo,
         rack_hi=hi,
         forced=len(sizes) > 1 and lo == hi,
+        partition_need=need_total,
+        slots=slots_total,
+        compat=compat,
     )
 
 
@@ -187,32 +207,16 @@ def rack_slot_bound(t: TopicPartitions, facts: _TopicFacts, layout: BrokerLayout
     k_racks = layout.n_racks
     if k_racks <= 1:
         return 0
-    live = set(layout.brokers)
+    live = layout.live
     rack = layout.rack_of
-    sizes = layout.rack_sizes()
+    sizes = layout._rack_sizes
     nb = len(layout.brokers)
     current = [0] * k_racks
     for b, c in facts.counts.items():
         if b in live:
             current[rack[b]] += c
-    forced_slots = 0
-    compat = [0] * k_racks
-    for p, reps in enumerate(t.replicas):
-        if t.frozen is not None and t.frozen[p]:
-            continue
-        r = t.target_rf[p]
-        present = [b for b in reps if b in live][:r]
-        slots = r - len(present)
-        if slots <= 0:
-            continue
-        forced_slots += slots
-        k = min(r, k_racks)
-        per_rack_max = r - k + 1
-        in_rack = [0] * k_racks
-        for b in present:
-            in_rack[rack[b]] += 1
-        for g in range(k_racks):
-            compat[g] += max(0, min(slots, per_rack_max - in_rack[g], sizes[g] - in_rack[g]))
+    forced_slots = facts.slots
+    compat = facts.compat
     best: int | None = None
     n = facts.n
     for tt in range(max(0, _ceil_div(n, nb) - width), n // nb + 1):
@@ -248,7 +252,7 @@ def replica_moves_lower_bound(
     """
     live = layout.brokers
     nb = len(live)
-    live_set = set(live)
+    live_set = layout.live
     k_racks = layout.n_racks
     sizes = layout.rack_sizes()
     rack = layout.rack_of
@@ -275,9 +279,9 @@ def replica_moves_lower_bound(
     dual: list[tuple[int, list[int], int]] | None = [] if balance_brokers else None
     base_sum = [0] * nb  # per broker, the sum of the topics' bases
     for t in topics:
-        part = partition_bound(t, layout, fix_racks=fix_racks and t.balance)
+        facts = _facts(t, layout, live_set, fix_racks and t.balance)
+        part = facts.partition_need
         per_partition += part
-        facts = _facts(t, layout, live_set)
         removals_total += facts.removals
         removed_out += facts.on_removed
         for g in range(k_racks):
@@ -287,9 +291,8 @@ def replica_moves_lower_bound(
             for b, c in facts.counts.items():
                 if b in live_set:
                     rack_now[rack[b]] += c
-            slots, compat = t.slot_racks(layout)
-            forced += slots
-            for g, c in compat.items():
+            forced += facts.slots
+            for g, c in enumerate(facts.compat):
                 rack_compat[g] += c
         final = after.get(t.topic)
         if final is None or not t.balance:

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from pydantic import Field
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition, _Frozen
+from airflow_kafka_reassign.core.models import ClusterSnapshot, PartitionState, ReassignmentPlan, TopicPartition, _Frozen
 
 
 class BalanceMetrics(_Frozen):
@@ -129,6 +129,11 @@ def _spread(values: Iterable[int]) -> int:
     return max(vals) - min(vals) if vals else 0
 
 
+def target_of(p: PartitionState) -> tuple[int, ...]:
+    """``p.target_replicas`` without building a set when nothing is being removed."""
+    return p.target_replicas if p.removing_replicas else p.replicas
+
+
 def partition_size(replica_sizes: Mapping[int, int] | None) -> int | None:
     """Bytes one replica of the partition copies: the largest replica's size (the leader's)."""
     if not replica_sizes:
@@ -157,7 +162,7 @@ def compute_metrics(
 
     def rows() -> Iterable[tuple[str, Sequence[int], int, int | None]]:
         for p in snapshot.partitions:
-            target = p.target_replicas
+            target = target_of(p)
             m = moves.get(TopicPartition(p.topic, p.partition)) if moves else None
             yield (
                 p.topic,

@@ -12,19 +12,24 @@ from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
 from airflow_kafka_reassign.core.planner.goals import PlanRequest, PlanResult, Scope, prepare
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
-from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size
+from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.quotas import compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicMove, TopicParams, TopicPartitions
 
 
 def plan_topics(
-    scope: Scope, *, use_sizes: bool = False, max_leader_spread: int = 2, leaders: bool = True
+    scope: Scope,
+    *,
+    use_sizes: bool = False,
+    max_leader_spread: int = 2,
+    max_topic_spread: int = 2,
+    leaders: bool = True,
 ) -> tuple[list[TopicMove], list[str]]:
     """Global step, every per-topic step, then the leader fix-up, on plain data."""
     layout = scope.layout
     loads = [t.load(layout) for t in scope.topics]
-    quota_plan = compute_quotas(loads, layout, scope.fixed_load)
+    quota_plan = compute_quotas(loads, layout, scope.fixed_load, max_topic_spread=max_topic_spread)
     warnings = list(quota_plan.warnings)
     by_topic: list[list[TopicMove]] = []
     for t in scope.topics:
@@ -78,7 +83,7 @@ def _rows(
     snapshot: ClusterSnapshot, moved: dict[tuple[str, int], tuple[int, ...]] | None
 ) -> Iterable[tuple[str, Sequence[int], int, int | None]]:
     for p in snapshot.partitions:
-        target = p.target_replicas
+        target = target_of(p)
         reps = moved.get((p.topic, p.partition), target) if moved else target
         yield p.topic, reps, len(target), partition_size(p.replica_sizes)
 
@@ -115,12 +120,13 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         scope,
         use_sizes=request.use_sizes,
         max_leader_spread=request.max_leader_spread,
+        max_topic_spread=request.max_topic_spread,
         leaders=request.balance_leaders,
     )
     moves.sort(key=lambda m: (m.topic, m.partition))
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves))
 
-    rack_of = scope.rack_names
+    rack_of = scope.broker_racks
     balanced = {t.topic for t in scope.topics if t.balance}
     before = assignment_metrics(_rows(snapshot, None), layout.brokers, rack_of, topics=balanced)
     after = assignment_metrics(
@@ -139,7 +145,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     )
     original_leaders: dict[int, int] = {}
     for p in snapshot.partitions:
-        b = p.target_replicas[0]
+        b = target_of(p)[0]
         original_leaders[b] = original_leaders.get(b, 0) + 1
     leader_bound = (
         fewest_leader_changes(original_leaders, layout.brokers, layout.removed, request.max_leader_spread)

@@ -242,10 +242,15 @@ def compute_quotas(
         if max(w_loads) - min(w_loads) <= 1:
             quotas, targets, loads_b = w_quotas, w_targets, w_loads
     if max(loads_b) - min(loads_b) > 1:
+        causes = []
+        if len(set(sizes)) > 1:
+            causes.append(f"racks of unequal size ({', '.join(str(x) for x in sizes)} brokers)")
+        if any(fixed):
+            causes.append("replicas the plan may not move (topics left out, in-flight reassignments)")
         warnings.append(
-            f"brokers' replica counts stay {max(loads_b) - min(loads_b)} apart (max-min): racks of "
-            f"unequal size ({', '.join(str(x) for x in sizes)} brokers) or replicas the plan may not "
-            "move leave no better balance with every topic's replicas spread evenly"
+            f"brokers' replica counts stay {max(loads_b) - min(loads_b)} apart (max-min): "
+            f"{' and '.join(causes) or 'the topics sizes'} leave no better balance with every topic's "
+            f"replicas within max-min {max_topic_spread} per broker"
         )
     return QuotaPlan(
         brokers=tuple(brokers),
@@ -333,7 +338,7 @@ def _assign_extras(
     lists = [
         sorted(
             (i for i in members if q[i] == base[i] and (not saving_only or remaining[i] > 0)),
-            key=lambda i: (cur[i] <= q[i], remaining[i] <= 0, -remaining[i], i),
+            key=lambda i: (remaining[i] <= 0, cur[i] <= q[i], -remaining[i], i),
         )
         for members in by_rack
     ]
@@ -599,13 +604,21 @@ def _exchange(
             sh = shares[t]
             counts = ld.counts
             rack_load = [0] * k_racks
+            rmin = [1 << 30] * k_racks
+            rmax = [-1] * k_racks
             for i in range(nb):
-                rack_load[rk[i]] += q[i]
+                g = rk[i]
+                rack_load[g] += q[i]
+                rmin[g] = min(rmin[g], q[i])
+                rmax[g] = max(rmax[g], q[i])
+            # within each rack too (racks that fix a topic's shares give it per-rack levels)
+            rwidth = [max(limit, rmax[g] - rmin[g]) for g in range(k_racks)]
             moved = False
             while givers and takers:
                 # gain: o had an inflow pending (one saved); free: u keeps a replica it holds
                 best: tuple[int, int, int] | None = None
                 for o in givers:
+                    go = rk[o]
                     gain = 1 if counts.get(brokers[o], 0) < q[o] else 0
                     for u in takers:
                         cost = (0 if counts.get(brokers[u], 0) > q[u] else 1) - gain
@@ -613,8 +626,15 @@ def _exchange(
                             continue
                         if max(qmax, q[u] + 1) - min(qmin, q[o] - 1) > width:
                             continue
-                        if rk[o] != rk[u] and (
-                            rack_load[rk[o]] - 1 < sh.lo[rk[o]] or rack_load[rk[u]] + 1 > sh.hi[rk[u]]
+                        gu = rk[u]
+                        if go == gu:
+                            if max(rmax[go], q[u] + 1) - min(rmin[go], q[o] - 1) > rwidth[go]:
+                                continue
+                        elif (
+                            rack_load[go] - 1 < sh.lo[go]
+                            or rack_load[gu] + 1 > sh.hi[gu]
+                            or rmax[go] - min(rmin[go], q[o] - 1) > rwidth[go]
+                            or max(rmax[gu], q[u] + 1) - rmin[gu] > rwidth[gu]
                         ):
                             continue
                         best = (cost, o, u)
@@ -629,6 +649,8 @@ def _exchange(
                 q[u] += 1
                 rack_load[rk[o]] -= 1
                 rack_load[rk[u]] += 1
+                rmin[rk[o]] = min(rmin[rk[o]], q[o])
+                rmax[rk[u]] = max(rmax[rk[u]], q[u])
                 loads_b[o] -= 1
                 loads_b[u] += 1
                 moved = True

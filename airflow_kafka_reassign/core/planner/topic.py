@@ -16,16 +16,20 @@ With ``need[b] = quota[b] - replicas of the topic on b`` (removed brokers: quota
    replacement happens in place (the new replica takes the old one's position, so the
    preferred leader stays unless the leader's replica itself moves), only where the receiver
    is not already a replica and the partition keeps ``min(RF, racks)`` racks. Followers are
-   taken before preferred leaders, small partitions before large ones (``use_sizes``).
+   taken before preferred leaders (across all over-quota brokers), small partitions before
+   large ones (``use_sizes``); replicas this plan placed are re-placed first (free).
 4. **Repair.** If a receiver finds no valid replica (every candidate would double a rack or a
    broker), an alternating path re-routes earlier moves: receiver ``y`` takes over a move
    that went to ``y'``, and ``y'`` looks again, until one reaches an over-quota broker's
    replica. This costs no extra move. Only when no such path exists does a broker at its
    quota pass one replica on (one extra move).
+5. **Keep leaders.** A preferred leader's replica moved only when no follower fitted; a last
+   pass swaps such a move for an equivalent one that moves a follower instead (directly, or
+   by re-routing a forced replica through another broker): same moves, same quotas.
 
-Every replica placed is one move (a replica copied to a new broker); the number of moves is
-therefore the sum of the positive needs plus the slots, which the global step's quotas keep
-at the lower bound (see :mod:`.lower_bound`).
+Every replica placed is one move (a replica copied to a new broker), so the moves are the
+topic's inflow ``sum(max(0, quota - count))`` plus any second hops forced by racks; the global
+step chooses quotas that keep that close to the lower bound (see :mod:`.lower_bound`).
 """
 
 from __future__ import annotations
@@ -93,12 +97,14 @@ class _TopicPlanner:
             return False
         if self.k_racks <= 1:
             return True
-        rx, ry = self.rack(x), self.rack(y)
+        rack_of = self.rack_of
+        rx, ry = rack_of.get(x, -1), rack_of.get(y, -1)
         if rx == ry:
             return True
-        others = {self.rack(b) for b in reps if b != x and b != _OPEN}
-        after = len(others | {ry})
-        return after >= k or after >= len(others | {rx})
+        others = {rack_of.get(b, -1) for b in reps if b != x and b != _OPEN}
+        if ry in others:  # y adds no rack: fine only if x's rack was doubled or spread suffices
+            return rx in others or len(others) >= k
+        return True
 
     def place(self, p: int, pos: int, y: int) -> None:
         self.cur[p][pos] = y
@@ -152,15 +158,15 @@ class _TopicPlanner:
                 slots += add
             if fix_racks:
                 k = self.spread_needed(p)
+                rack_of = self.rack_of
                 while True:
-                    present = [b for b in reps if b != _OPEN]
-                    racks = [self.rack(b) for b in present]
+                    racks = [rack_of.get(b, -1) for b in reps if b != _OPEN]
                     if len(set(racks)) + slots >= k:
                         break
                     # evict from a doubled rack: the replica most over quota, not the leader
                     best_pos, best_key = -1, None
                     for pos, b in enumerate(reps):
-                        if b == _OPEN or racks.count(self.rack(b)) < 2:
+                        if b == _OPEN or racks.count(rack_of.get(b, -1)) < 2:
                             continue
                         key = (need[b], pos == 0, -pos)
                         if best_key is None or key < best_key:
@@ -222,6 +228,7 @@ class _TopicPlanner:
             lst.sort(key=key)
         self.cand = cand
         self.ptr = dict.fromkeys(overs, 0)
+        self.over_order = sorted(overs, key=lambda x: (need[x], x))
         unders.sort(key=lambda b: (-need[b], b))
         stuck: list[int] = []
         for y in unders:
@@ -308,9 +315,10 @@ class _TopicPlanner:
         """A replica (partition, position, broker) of an over-quota broker that ``y`` may take:
         a follower of any such broker if one fits, a preferred leader only otherwise."""
         need, cur = self.need, self.cur
-        overs = sorted((x for x in self.cand if need[x] < 0), key=lambda x: (need[x], x))
         fallback: tuple[int, int, int] | None = None
-        for x in overs:
+        for x in self.over_order:
+            if need[x] >= 0:
+                continue
             lst = self.cand[x]
             i = self.ptr[x]
             while i < len(lst) and x not in cur[lst[i]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from airflow_kafka_reassign.core.models import Move
@@ -33,16 +34,24 @@ class BrokerLayout:
     #: Brokers that must end with no replicas (decommission), sorted.
     removed: tuple[int, ...] = ()
 
-    @property
+    @cached_property
     def n_racks(self) -> int:
         return len({self.rack_of[b] for b in self.brokers}) or 1
 
-    def rack_sizes(self) -> list[int]:
-        """Live brokers per rack index."""
+    @cached_property
+    def _rack_sizes(self) -> tuple[int, ...]:
         sizes = [0] * self.n_racks
         for b in self.brokers:
             sizes[self.rack_of[b]] += 1
-        return sizes
+        return tuple(sizes)
+
+    def rack_sizes(self) -> list[int]:
+        """Live brokers per rack index."""
+        return list(self._rack_sizes)
+
+    @cached_property
+    def live(self) -> frozenset[int]:
+        return frozenset(self.brokers)
 
     def rack(self, broker: int) -> int:
         """Rack index of ``broker``; -1 for a broker the layout does not know (a dead one)."""
@@ -87,10 +96,10 @@ class TopicPartitions:
     def slot_racks(self, layout: BrokerLayout) -> tuple[int, dict[int, int]]:
         """Forced replicas (those leaving removed brokers, those an RF increase adds) and, per
         rack, how many of them the rack may take without breaking a partition's spread."""
-        live = set(layout.brokers)
+        live = layout.live
         rack = layout.rack_of
         k_racks = layout.n_racks
-        sizes = layout.rack_sizes()
+        sizes = layout._rack_sizes
         total = 0
         compat = [0] * k_racks
         for p, reps in enumerate(self.replicas):
