@@ -74,6 +74,18 @@ def check_replica_list(
     return ids
 
 
+def target_of(replicas: Sequence[int], removing: Sequence[int]) -> tuple[int, ...]:
+    """The replica set a reassignment ends with: ``replicas`` less the removing ones."""
+    gone = set(removing)
+    return tuple(b for b in replicas if b not in gone)
+
+
+def original_of(replicas: Sequence[int], adding: Sequence[int]) -> tuple[int, ...]:
+    """The replica set before a reassignment (what a cancel returns to)."""
+    new = set(adding)
+    return tuple(b for b in replicas if b not in new)
+
+
 class Broker(_Frozen):
     """A broker of the cluster and its ``broker.rack`` (``None`` when unset)."""
 
@@ -154,14 +166,12 @@ class PartitionState(_Frozen):
     @property
     def target_replicas(self) -> tuple[int, ...]:
         """The replica set this partition ends with once its reassignment (if any) completes."""
-        removing = set(self.removing_replicas)
-        return tuple(b for b in self.replicas if b not in removing)
+        return target_of(self.replicas, self.removing_replicas)
 
     @property
     def original_replicas(self) -> tuple[int, ...]:
         """The replica set before the in-flight reassignment (what a cancel goes back to)."""
-        adding = set(self.adding_replicas)
-        return tuple(b for b in self.replicas if b not in adding)
+        return original_of(self.replicas, self.adding_replicas)
 
     @property
     def replication_factor(self) -> int:

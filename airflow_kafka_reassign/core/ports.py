@@ -13,7 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, _Frozen
+from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, _Frozen, original_of, target_of
 
 #: How the KIP-860 replication-factor guard is enforced: ``"broker"`` sends
 #: AlterPartitionReassignments v1 with AllowReplicationFactorChange=false (needs Kafka 4.1+);
@@ -75,13 +75,11 @@ class InFlightReassignment(_Frozen):
 
     @property
     def target_replicas(self) -> tuple[int, ...]:
-        removing = set(self.removing_replicas)
-        return tuple(b for b in self.replicas if b not in removing)
+        return target_of(self.replicas, self.removing_replicas)
 
     @property
     def original_replicas(self) -> tuple[int, ...]:
-        adding = set(self.adding_replicas)
-        return tuple(b for b in self.replicas if b not in adding)
+        return original_of(self.replicas, self.adding_replicas)
 
 
 class NewPartitions(_Frozen):

@@ -17,17 +17,15 @@ runs without it (``-Xshare:auto``, CDS logging off). ``AKR_SANDBOX_CDS=0`` disab
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from airflow_kafka_reassign.sandbox.maven import KafkaDistribution
+from airflow_kafka_reassign.sandbox.maven import KafkaDistribution, file_lock
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +71,6 @@ def dump_opts(target: Path) -> list[str]:
     return [f"-XX:ArchiveClassesAtExit={target}", QUIET]
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def ensure_archives(
@@ -102,7 +91,7 @@ def ensure_archives(
     if broker.is_file() and tools.is_file():
         return broker, tools
     failed = directory / FAILED_MARKER
-    with _locked(directory / ".lock"):
+    with file_lock(directory / ".lock"):
         if broker.is_file() and tools.is_file():
             return broker, tools
         if failed.is_file() and time.time() - failed.stat().st_mtime < RETRY_AFTER_S:

@@ -234,7 +234,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created), shared by the sandbox's caches."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -328,7 +329,7 @@ def fetch(version: str, root: Path | None = None, timeout: float = 900.0) -> Kaf
     if cached:
         return cached
     vdir = root / version
-    with _locked(vdir / ".lock"):
+    with file_lock(vdir / ".lock"):
         cached = cached_distribution(version, root)  # another process may have finished it
         if cached:
             return cached
