@@ -1,0 +1,107 @@
+"""The plan directory: what the planner writes and what execution, cancel and the report read.
+
+Layout (``format_version`` 1; see docs/formats.md)::
+
+    PLAN_DIR/
+      plan.json             the plan: every move with its expected current replicas, its
+                            target replicas and allow_rf_change (ReassignmentPlan JSON);
+                            the file ExecuteReassignment reads
+      rollback.json         the rollback plan (every moved partition back to its current
+                            replicas), same format
+      reassignment.json     plan.json in Kafka's own format, for
+                            ``kafka-reassign-partitions --execute --reassignment-json-file``
+      rollback-kafka.json   rollback.json in Kafka's own format
+      metrics.json          {"format_version", "summary", "request", "lower_bound_parts",
+                             "before", "after", "warnings", "excluded_in_flight", "snapshot"}
+
+``plan.json`` and ``rollback.json`` are written last-but-one and ``metrics.json`` last, each
+through a temporary file and a rename, so a reader that finds ``metrics.json`` finds a whole
+plan. Local paths only; operators copy to and from object storage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.core.planner.goals import PlanResult
+
+FORMAT_VERSION = 1
+PLAN_FILE = "plan.json"
+ROLLBACK_FILE = "rollback.json"
+KAFKA_PLAN_FILE = "reassignment.json"
+KAFKA_ROLLBACK_FILE = "rollback-kafka.json"
+METRICS_FILE = "metrics.json"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def metrics_document(result: PlanResult, *, snapshot: str | None = None) -> dict[str, Any]:
+    """The JSON document of ``metrics.json`` (everything about the plan but its moves)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "summary": result.summary(),
+        "moves_ratio": None if result.moves_ratio == float("inf") else round(result.moves_ratio, 4),
+        "request": result.request.model_dump(mode="json"),
+        "lower_bound_parts": result.lower_bound_parts,
+        "before": result.before.model_dump(mode="json"),
+        "after": result.after.model_dump(mode="json"),
+        "warnings": list(result.warnings),
+        "excluded_in_flight": [f"{tp.topic}-{tp.partition}" for tp in result.excluded_in_flight],
+        "snapshot": snapshot,
+    }
+
+
+def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None = None) -> Path:
+    """Write ``result`` as a plan directory at ``out`` (created if missing); returns the path."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / METRICS_FILE).unlink(missing_ok=True)
+    plan = result.plan
+    rollback = plan.rollback()
+    _write(d / KAFKA_PLAN_FILE, plan.to_kafka_json())
+    _write(d / KAFKA_ROLLBACK_FILE, rollback.to_kafka_json())
+    _write(d / PLAN_FILE, plan.model_dump_json())
+    _write(d / ROLLBACK_FILE, rollback.model_dump_json())
+    _write(d / METRICS_FILE, json.dumps(metrics_document(result, snapshot=snapshot), indent=1, sort_keys=True))
+    return d
+
+
+def _require(d: Path, name: str) -> Path:
+    path = d / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist: {d} is not a complete plan directory (it needs {PLAN_FILE}, "
+            f"{ROLLBACK_FILE} and {METRICS_FILE}); run PlanReassignment or `airflow-kafka-reassign plan` again"
+        )
+    return path
+
+
+def read_plan(plan_dir: str | Path) -> ReassignmentPlan:
+    """The plan of a plan directory (``plan.json``), validated (a hand-edited file fails with the partition named)."""
+    d = Path(plan_dir)
+    _require(d, METRICS_FILE)
+    return ReassignmentPlan.model_validate_json(_require(d, PLAN_FILE).read_bytes())
+
+
+def read_rollback(plan_dir: str | Path) -> ReassignmentPlan:
+    d = Path(plan_dir)
+    return ReassignmentPlan.model_validate_json(_require(d, ROLLBACK_FILE).read_bytes())
+
+
+def read_metrics(plan_dir: str | Path) -> dict[str, Any]:
+    d = Path(plan_dir)
+    data: dict[str, Any] = json.loads(_require(d, METRICS_FILE).read_text(encoding="utf-8"))
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{d / METRICS_FILE} has format_version {data.get('format_version')!r}; this version reads "
+            f"{FORMAT_VERSION}: plan again with this version"
+        )
+    return data
