@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup demo test unit integration bench lint clean
+.PHONY: setup demo test unit integration bench lint docs clean
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -34,6 +34,9 @@ integration: setup
 
 bench: setup  ## benchmarks: print numbers, assert nothing about time
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+docs: setup  ## the docs site in site/ (mkdocs, warnings are errors)
+	$(VENV)/bin/mkdocs build --strict -d site
 
 lint: setup
 	$(VENV)/bin/ruff check airflow_kafka_reassign tests
