@@ -74,6 +74,27 @@ def check_replica_list(
     return ids
 
 
+def check_partition_replicas(
+    topic: str,
+    partition: int,
+    replicas: Sequence[int],
+    adding: Sequence[int] = (),
+    removing: Sequence[int] = (),
+    isr: Sequence[int] = (),
+) -> None:
+    """A partition's replica lists are sound: raises ``ValueError`` naming the partition."""
+    where = f"partition {topic}-{partition}"
+    check_replica_list(replicas, what="replicas", where=where)
+    check_replica_list(isr, what="isr", where=where, allow_empty=True)
+    for name, value in (("adding_replicas", adding), ("removing_replicas", removing)):
+        ids = check_replica_list(value, what=name, where=where, allow_empty=True)
+        stray = sorted(set(ids) - set(replicas))
+        if stray:
+            raise ValueError(
+                f"{where}: {name} {list(ids)} names broker(s) {stray} that are not in replicas {list(replicas)}"
+            )
+
+
 def target_of(replicas: Sequence[int], removing: Sequence[int]) -> tuple[int, ...]:
     """The replica set a reassignment ends with: ``replicas`` less the removing ones."""
     gone = set(removing)
@@ -144,17 +165,9 @@ class PartitionState(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> PartitionState:
-        where = f"partition {self.topic}-{self.partition}"
-        check_replica_list(self.replicas, what="replicas", where=where)
-        check_replica_list(self.isr, what="isr", where=where, allow_empty=True)
-        for name in ("adding_replicas", "removing_replicas"):
-            ids = check_replica_list(getattr(self, name), what=name, where=where, allow_empty=True)
-            stray = sorted(set(ids) - set(self.replicas))
-            if stray:
-                raise ValueError(
-                    f"{where}: {name} {list(ids)} names broker(s) {stray} that are not in "
-                    f"replicas {list(self.replicas)}"
-                )
+        check_partition_replicas(
+            self.topic, self.partition, self.replicas, self.adding_replicas, self.removing_replicas, self.isr
+        )
         if self.leader is not None and self.leader < 0:
             object.__setattr__(self, "leader", None)  # Kafka reports -1 for "no leader"
         return self
@@ -289,7 +302,8 @@ class Move(_Frozen):
 
     @property
     def leader_changes(self) -> bool:
-        return bool(self.current_replicas) and self.current_replicas[0] != self.target_replicas[0]
+        current = self.current_replicas
+        return bool(current) and current is not None and current[0] != self.target_replicas[0]
 
 
 class ReassignmentPlan(_Frozen):

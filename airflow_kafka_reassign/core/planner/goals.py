@@ -10,20 +10,24 @@ every broker, ... Each message names the partition, topic or broker and the fix.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
 from airflow_kafka_reassign.core.models import (
     INTERNAL_COORDINATOR_TOPICS,
+    Broker,
     ClusterSnapshot,
     PartitionState,
     ReassignmentPlan,
     TopicPartition,
+    TopicState,
     _Frozen,
+    check_partition_replicas,
 )
+from airflow_kafka_reassign.core.models import target_of as target_of_replicas
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -185,12 +189,11 @@ class Scope:
     broker_racks: dict[int, str | None] = field(default_factory=dict)
 
 
-def _fmt(ids: Sequence[int] | set[int]) -> str:
+def _fmt(ids: Collection[int]) -> str:
     return "[" + ", ".join(str(b) for b in sorted(ids)) + "]"
 
 
-def _layout(snapshot: ClusterSnapshot, live: list[int], removed: list[int], rack_aware: bool) -> BrokerLayout:
-    racks = {b.id: b.rack for b in snapshot.brokers}
+def _layout(racks: Mapping[int, str | None], live: list[int], removed: list[int], rack_aware: bool) -> BrokerLayout:
     if rack_aware:
         with_rack = [b for b in live if racks.get(b) is not None]
         without = [b for b in live if racks.get(b) is None]
@@ -216,10 +219,9 @@ def _layout(snapshot: ClusterSnapshot, live: list[int], removed: list[int], rack
 
 
 def _brokers(
-    snapshot: ClusterSnapshot, request: PlanRequest, named: dict[int, PartitionState]
+    known: set[int], request: PlanRequest, named: Mapping[int, TopicPartition]
 ) -> tuple[list[int], list[int], list[str]]:
     """Live and removed brokers for the goal, and warnings."""
-    known = set(snapshot.broker_ids)
     listed = list(request.brokers)
     warnings: list[str] = []
     removed: list[int] = []
@@ -262,7 +264,7 @@ def _brokers(
         )
     dead = sorted(set(named) - known - set(removed))
     if dead:
-        examples = ", ".join(str(named[b].tp) for b in dead[:3])
+        examples = ", ".join(str(named[b]) for b in dead[:3])
         raise ConfigurationError(
             f"partition(s) {examples} have replicas on broker(s) {_fmt(dead)}, which are not in the "
             f"snapshot's brokers {_fmt(known)}; if they are gone for good, plan goal='remove-brokers' "
@@ -271,65 +273,167 @@ def _brokers(
     return live, removed, warnings
 
 
-def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
-    """Validate and split the snapshot into planned topics and fixed load (see module doc)."""
-    named: dict[int, PartitionState] = {}
-    for p in snapshot.partitions:
-        for b in target_of(p):
-            named.setdefault(b, p)
-    live, removed, warnings = _brokers(snapshot, request, named)
-    layout = _layout(snapshot, live, removed, request.rack_aware)
-    live_set = set(live)
-    removed_set = set(removed)
-    nb = len(live)
+class PartitionRow(NamedTuple):
+    """One partition as the planner reads it: the columns of ``partitions.parquet`` it needs.
 
-    topic_states = {t.name: t for t in snapshot.topics}
-    include = [re.compile(p) for p in request.topic_include]
-    exclude = [re.compile(p) for p in request.topic_exclude]
+    :class:`~airflow_kafka_reassign.core.models.PartitionState` has the same attributes; the
+    Spark job builds these plain tuples instead (cheap, picklable) after
+    :func:`check_partition_row` has applied the same checks as the pydantic model.
+    """
 
-    def internal(name: str) -> bool:
-        t = topic_states.get(name)
-        return t.is_coordinator_topic if t is not None else name in INTERNAL_COORDINATOR_TOPICS
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+    #: Broker -> bytes, when known.
+    replica_sizes: dict[int, int] | None = None
 
-    selected_cache: dict[str, bool] = {}
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
-    def selected(name: str) -> bool:
-        s = selected_cache.get(name)
-        if s is None:
-            s = (
-                (request.include_internal or not internal(name))
-                and (not include or any(r.fullmatch(name) for r in include))
-                and not any(r.fullmatch(name) for r in exclude)
-            )
-            selected_cache[name] = s
-        return s
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
 
-    def why_excluded(name: str) -> str:
-        if internal(name) and not request.include_internal:
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return target_of_replicas(self.replicas, self.removing_replicas)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.target_replicas)
+
+
+PartitionLike = PartitionState | PartitionRow
+
+
+def check_partition_row(row: PartitionRow) -> PartitionRow:
+    """The checks :class:`PartitionState` applies, on a plain row; raises ``ValueError`` naming the partition."""
+    if not row.topic:
+        raise ValueError(f"partition {row.topic}-{row.partition}: the topic name is empty")
+    if row.partition < 0:
+        raise ValueError(f"partition {row.topic}-{row.partition}: the partition number is negative")
+    check_partition_replicas(row.topic, row.partition, row.replicas, row.adding_replicas, row.removing_replicas)
+    return row
+
+
+@dataclass
+class PrepareContext:
+    """What every per-topic preparation needs: plain, picklable (a Spark broadcast)."""
+
+    request: PlanRequest
+    layout: BrokerLayout
+    live: frozenset[int]
+    removed: frozenset[int]
+    #: Topics that are internal (coordinator topics or marked internal by Kafka).
+    internal_topics: frozenset[str]
+    #: Topic -> replication factor the topic was created with (for heal).
+    topic_rf: dict[str, int]
+    #: Explicit heal targets; ``auto_heal``: heal every under-replicated partition instead.
+    heal: dict[TopicPartition, int]
+    auto_heal: bool
+    balance: bool
+    any_sizes: bool
+    broker_racks: dict[int, str | None]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def nb(self) -> int:
+        return len(self.layout.brokers)
+
+    def internal(self, name: str) -> bool:
+        return name in self.internal_topics
+
+    def selected(self, name: str) -> bool:
+        r = self.request
+        return (
+            (r.include_internal or not self.internal(name))
+            and (not r.topic_include or any(re.fullmatch(p, name) for p in r.topic_include))
+            and not any(re.fullmatch(p, name) for p in r.topic_exclude)
+        )
+
+    def why_excluded(self, name: str) -> str:
+        if self.internal(name) and not self.request.include_internal:
             return "it is an internal topic (include_internal=True plans it)"
         return "topic_include/topic_exclude leave it out"
 
-    all_topics = {p.topic for p in snapshot.partitions}
-    for topic, rf in sorted(request.rf_changes.items()):
+
+@dataclass
+class TopicPrep:
+    """One topic's share of :class:`Scope` (merged by :func:`merge_preps`)."""
+
+    topic: str
+    planned: TopicPartitions | None = None
+    fixed_load: dict[int, int] = field(default_factory=dict)
+    fixed_leaders: dict[int, int] = field(default_factory=dict)
+    excluded_in_flight: list[TopicPartition] = field(default_factory=list)
+    evacuated: bool = False
+    auto_healed: int = 0
+
+
+def named_brokers(partitions: Iterable[PartitionLike]) -> dict[int, TopicPartition]:
+    """Broker -> the first partition naming it among target replicas (for messages)."""
+    named: dict[int, TopicPartition] = {}
+    for p in partitions:
+        for b in target_of(p):
+            if b not in named:
+                named[b] = p.tp
+    return named
+
+
+def plan_context(
+    brokers: Sequence[Broker],
+    topics: Sequence[TopicState],
+    named: Mapping[int, TopicPartition],
+    request: PlanRequest,
+    *,
+    any_sizes: bool,
+) -> PrepareContext:
+    """The global checks (brokers to add or remove, racks) and the context of :func:`prepare_topic`."""
+    known = {b.id for b in brokers}
+    live, removed, warnings = _brokers(known, request, named)
+    racks = {b.id: b.rack for b in brokers}
+    layout = _layout(racks, live, removed, request.rack_aware)
+    internal = {t.name for t in topics if t.is_coordinator_topic}
+    internal |= {n for n in INTERNAL_COORDINATOR_TOPICS if n not in {t.name for t in topics}}
+    return PrepareContext(
+        request=request,
+        layout=layout,
+        live=frozenset(live),
+        removed=frozenset(removed),
+        internal_topics=frozenset(internal),
+        topic_rf={t.name: t.replication_factor for t in topics},
+        heal=request.heal_partitions(),
+        auto_heal=request.goal == "heal" and not request.heal_targets,
+        balance=request.goal in BALANCE_GOALS,
+        any_sizes=any_sizes,
+        broker_racks={b.id: (b.rack if request.rack_aware else None) for b in brokers},
+        warnings=warnings,
+    )
+
+
+def check_targets(ctx: PrepareContext, all_topics: Collection[str], found: Mapping[TopicPartition, PartitionLike]) -> None:
+    """Checks of ``rf_changes`` and ``heal_targets`` against the snapshot's topics and the
+    partitions the heal targets name (``found``)."""
+    nb, live = ctx.nb, ctx.layout.brokers
+    for topic, rf in sorted(ctx.request.rf_changes.items()):
         if topic not in all_topics:
             raise ConfigurationError(f"rf_changes names topic {topic!r}, which is not in the snapshot")
-        if not selected(topic):
-            raise ConfigurationError(f"rf_changes names topic {topic!r}, but {why_excluded(topic)}")
+        if not ctx.selected(topic):
+            raise ConfigurationError(f"rf_changes names topic {topic!r}, but {ctx.why_excluded(topic)}")
         if rf > nb:
             raise ConfigurationError(
                 f"rf_changes[{topic!r}] = {rf} but only {nb} broker(s) {_fmt(live)} would hold replicas; "
                 "lower the replication factor or add brokers"
             )
-
-    pmap = snapshot.partition_map()
-    heal = request.heal_partitions()
-    for tp, rf in sorted(heal.items()):
-        found = pmap.get(tp)
-        if found is None:
+    for tp, rf in sorted(ctx.heal.items()):
+        p = found.get(tp)
+        if p is None:
             raise ConfigurationError(f"heal_targets names partition {tp}, which is not in the snapshot")
-        p = found
-        if not selected(tp.topic):
-            raise ConfigurationError(f"heal_targets names partition {tp}, but {why_excluded(tp.topic)}")
+        if not ctx.selected(tp.topic):
+            raise ConfigurationError(f"heal_targets names partition {tp}, but {ctx.why_excluded(tp.topic)}")
         if rf < p.replication_factor:
             raise ConfigurationError(
                 f"heal_targets[{str(tp)!r}] = {rf} is below the partition's {p.replication_factor} replicas; "
@@ -340,110 +444,165 @@ def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
                 f"heal_targets[{str(tp)!r}] = {rf} but only {nb} broker(s) {_fmt(live)} can hold replicas; "
                 "add brokers or lower the target"
             )
-    if request.goal == "heal" and not heal:
-        for p in snapshot.partitions:
-            t = topic_states.get(p.topic)
-            if (
-                t is not None
-                and selected(p.topic)
-                and not p.reassigning
-                and p.replication_factor < t.replication_factor
-            ):
-                heal[p.tp] = min(t.replication_factor, nb)
-        if heal:
-            warnings.append(
-                f"heal: no heal_targets given; healing {len(heal)} partition(s) with fewer replicas than "
-                "their topic's replication factor"
-            )
-        else:
-            warnings.append("heal: nothing to heal (no heal_targets, no under-replicated partition)")
 
-    balance = request.goal in BALANCE_GOALS
-    any_sizes = any(p.replica_sizes for p in snapshot.partitions)
-    topics: dict[str, TopicPartitions] = {}
-    fixed_load: dict[int, int] = {}
-    fixed_leaders: dict[int, int] = {}
-    excluded_in_flight: list[TopicPartition] = []
-    evacuated: set[str] = set()
 
-    def add(p: PartitionState, target: tuple[int, ...], rf: int, frozen: bool, balanced: bool) -> None:
-        tp = topics.get(p.topic)
-        if tp is None:
-            tp = topics[p.topic] = TopicPartitions(
-                topic=p.topic, partitions=[], replicas=[], target_rf=[], frozen=[],
-                sizes=[] if any_sizes else None, balance=balanced,
+def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[PartitionLike]) -> TopicPrep:
+    """One topic's planner input: its :class:`TopicPartitions` (if planned) or fixed load.
+
+    ``partitions`` sorted by partition number. Raises :class:`ConfigurationError` for the
+    first partition that cannot be planned (same messages as :func:`prepare`).
+    """
+    request = ctx.request
+    removed_set, nb, live = ctx.removed, ctx.nb, ctx.layout.brokers
+    out = TopicPrep(topic)
+    selected = ctx.selected(topic)
+    heal = ctx.heal
+    if ctx.auto_heal and selected:
+        want = ctx.topic_rf.get(topic)
+        if want is not None:
+            heal = dict(heal)
+            for p in partitions:
+                if not p.reassigning and p.replication_factor < want:
+                    heal[p.tp] = min(want, nb)
+                    out.auto_healed += 1
+    heal_topic = out.auto_healed > 0 or any(tp.topic == topic for tp in ctx.heal)
+    tps: TopicPartitions | None = None
+
+    def add(p: PartitionLike, target: tuple[int, ...], rf: int, frozen: bool, balanced: bool) -> None:
+        nonlocal tps
+        if tps is None:
+            tps = TopicPartitions(
+                topic=topic, partitions=[], replicas=[], target_rf=[], frozen=[],
+                sizes=[] if ctx.any_sizes else None, balance=balanced,
             )
-        tp.partitions.append(p.partition)
-        tp.replicas.append(target)
-        tp.target_rf.append(rf)
-        assert tp.frozen is not None
-        tp.frozen.append(frozen)
-        if tp.sizes is not None:
-            tp.sizes.append(partition_size(p.replica_sizes) or 0)
+        tps.partitions.append(p.partition)
+        tps.replicas.append(target)
+        tps.target_rf.append(rf)
+        assert tps.frozen is not None
+        tps.frozen.append(frozen)
+        if tps.sizes is not None:
+            tps.sizes.append(partition_size(p.replica_sizes) or 0)
 
     def fix(target: tuple[int, ...]) -> None:
         for b in target:
-            fixed_load[b] = fixed_load.get(b, 0) + 1
-        fixed_leaders[target[0]] = fixed_leaders.get(target[0], 0) + 1
+            out.fixed_load[b] = out.fixed_load.get(b, 0) + 1
+        out.fixed_leaders[target[0]] = out.fixed_leaders.get(target[0], 0) + 1
 
-    heal_topics = {tp.topic for tp in heal}
-    for p in sorted(snapshot.partitions, key=lambda p: (p.topic, p.partition)):
+    for p in partitions:
         target = target_of(p)
         on_removed = [b for b in target if b in removed_set]
         in_flight = p.reassigning and not request.include_in_flight
         if in_flight:
-            excluded_in_flight.append(p.tp)
+            out.excluded_in_flight.append(p.tp)
             if on_removed:
                 raise ConfigurationError(
                     f"partition {p.tp} is being reassigned to replicas {list(target)}, which include "
                     f"removed broker(s) {_fmt(on_removed)}; wait for the reassignment to finish or cancel it, "
                     "or plan with include_in_flight=True"
                 )
-        if not selected(p.topic):
+        if not selected:
             if on_removed:
-                if internal(p.topic) and not request.include_internal and not in_flight:
+                if ctx.internal(topic) and not request.include_internal and not in_flight:
                     add(p, target, len(target), False, False)
-                    evacuated.add(p.topic)
+                    out.evacuated = True
                     continue
                 raise ConfigurationError(
-                    f"partition {p.tp} has a replica on removed broker(s) {_fmt(on_removed)} but {why_excluded(p.topic)}; "
-                    "include the topic, or remove other brokers"
+                    f"partition {p.tp} has a replica on removed broker(s) {_fmt(on_removed)} but "
+                    f"{ctx.why_excluded(topic)}; include the topic, or remove other brokers"
                 )
             fix(target)
             continue
-        rf = request.rf_changes.get(p.topic, len(target))
+        rf = request.rf_changes.get(topic, len(target))
         if p.tp in heal:
             rf = heal[p.tp]
         if in_flight:
             rf = len(target)
         elif rf > nb:
             raise ConfigurationError(
-                f"topic {p.topic!r} has replication factor {rf} (partition {p.tp}) but only {nb} broker(s) "
+                f"topic {topic!r} has replication factor {rf} (partition {p.tp}) but only {nb} broker(s) "
                 f"{_fmt(live)} would hold replicas; remove fewer brokers, or lower its RF with rf_changes"
             )
-        if balance:
+        if ctx.balance:
             add(p, target, rf, in_flight, True)
-        elif p.topic in heal_topics:
+        elif heal_topic:
             add(p, target, rf, in_flight, False)
         else:
             fix(target)
+    out.planned = tps
+    return out
+
+
+def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
+    """The :class:`Scope` of every topic's :class:`TopicPrep` (topics in name order)."""
+    live_set = ctx.live
+    topics: list[TopicPartitions] = []
+    fixed_load: dict[int, int] = {}
+    fixed_leaders: dict[int, int] = {}
+    excluded: list[TopicPartition] = []
+    evacuated: list[str] = []
+    healed = 0
+    for prep in sorted(preps, key=lambda x: x.topic):
+        if prep.planned is not None:
+            topics.append(prep.planned)
+        for b, c in prep.fixed_load.items():
+            fixed_load[b] = fixed_load.get(b, 0) + c
+        for b, c in prep.fixed_leaders.items():
+            fixed_leaders[b] = fixed_leaders.get(b, 0) + c
+        excluded.extend(prep.excluded_in_flight)
+        if prep.evacuated:
+            evacuated.append(prep.topic)
+        healed += prep.auto_healed
+    warnings = list(ctx.warnings)
+    if ctx.auto_heal:
+        if healed:
+            warnings.append(
+                f"heal: no heal_targets given; healing {healed} partition(s) with fewer replicas than "
+                "their topic's replication factor"
+            )
+        else:
+            warnings.append("heal: nothing to heal (no heal_targets, no under-replicated partition)")
     if evacuated:
         warnings.append(
-            f"internal topic(s) {sorted(evacuated)} hold replicas on removed broker(s) {_fmt(removed_set)}: "
+            f"internal topic(s) {evacuated} hold replicas on removed broker(s) {_fmt(ctx.removed)}: "
             "only those replicas are moved (include_internal=True balances these topics too)"
         )
-    if excluded_in_flight:
+    if excluded:
         warnings.append(
-            f"{len(excluded_in_flight)} partition(s) with an in-flight reassignment are left alone "
+            f"{len(excluded)} partition(s) with an in-flight reassignment are left alone "
             "(include_in_flight=True plans them from their target replicas)"
         )
     return Scope(
-        layout=layout,
-        topics=[topics[name] for name in sorted(topics)],
+        layout=ctx.layout,
+        topics=topics,
         fixed_load={b: c for b, c in fixed_load.items() if b in live_set},
         fixed_leaders={b: c for b, c in fixed_leaders.items() if b in live_set},
-        excluded_in_flight=excluded_in_flight,
+        excluded_in_flight=excluded,
         warnings=warnings,
-        balance=balance,
-        broker_racks={b.id: (b.rack if request.rack_aware else None) for b in snapshot.brokers},
+        balance=ctx.balance,
+        broker_racks=ctx.broker_racks,
     )
+
+
+def prepare(snapshot: ClusterSnapshot, request: PlanRequest) -> Scope:
+    """Validate and split the snapshot into planned topics and fixed load (see module doc).
+
+    The same steps the Spark job runs distributed: :func:`plan_context` (global checks),
+    :func:`check_targets`, :func:`prepare_topic` per topic, :func:`merge_preps`.
+    """
+    ctx = plan_context(
+        snapshot.brokers,
+        snapshot.topics,
+        named_brokers(snapshot.partitions),
+        request,
+        any_sizes=any(p.replica_sizes for p in snapshot.partitions),
+    )
+    by_topic: dict[str, list[PartitionState]] = {}
+    for p in snapshot.partitions:
+        by_topic.setdefault(p.topic, []).append(p)
+    pmap = snapshot.partition_map() if ctx.heal else {}
+    check_targets(ctx, by_topic.keys(), {tp: pmap[tp] for tp in ctx.heal if tp in pmap})
+    preps = []
+    for topic in sorted(by_topic):
+        parts = sorted(by_topic[topic], key=lambda p: p.partition)
+        preps.append(prepare_topic(ctx, topic, parts))
+    return merge_preps(ctx, preps)

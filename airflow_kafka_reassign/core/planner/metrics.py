@@ -9,10 +9,11 @@ replica): what a preferred-leader election makes the leaders once the plan is do
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from pydantic import Field
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, PartitionState, ReassignmentPlan, TopicPartition, _Frozen
+from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition, _Frozen
 
 
 class BalanceMetrics(_Frozen):
@@ -129,7 +130,16 @@ def _spread(values: Iterable[int]) -> int:
     return max(vals) - min(vals) if vals else 0
 
 
-def target_of(p: PartitionState) -> tuple[int, ...]:
+class _HasReplicas(Protocol):
+    @property
+    def replicas(self) -> tuple[int, ...]: ...
+    @property
+    def removing_replicas(self) -> tuple[int, ...]: ...
+    @property
+    def target_replicas(self) -> tuple[int, ...]: ...
+
+
+def target_of(p: _HasReplicas) -> tuple[int, ...]:
     """``p.target_replicas`` without building a set when nothing is being removed."""
     return p.target_replicas if p.removing_replicas else p.replicas
 
