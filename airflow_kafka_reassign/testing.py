@@ -64,6 +64,11 @@ class FakeClusterAdmin:
         self.down: set[int] = set()
         self.rf_guard_supported = rf_guard_supported
         self.auto_complete = auto_complete
+        #: Bytes on disk by partition and broker, as DescribeLogDirs would report them; tests
+        #: set these to simulate a copy in progress (only brokers holding a replica are reported).
+        self.sizes: dict[TopicPartition, dict[int, int]] = {}
+        #: Number of calls per port method, for "constant RPCs per poke" assertions.
+        self.calls: dict[str, int] = {}
         #: Every alter request as (targets, allow_replication_factor_change), for assertions.
         self.alter_requests: list[tuple[dict[TopicPartition, tuple[int, ...] | None], bool]] = []
 
@@ -97,6 +102,7 @@ class FakeClusterAdmin:
     # -- the port ---------------------------------------------------------------------------
 
     def snapshot(self, *, topics: Collection[str] | None = None, include_sizes: bool = False) -> ClusterSnapshot:
+        self.calls["snapshot"] = self.calls.get("snapshot", 0) + 1
         names = sorted(topics if topics is not None else self.topics)
         parts = []
         for tp in sorted(self.replicas):
@@ -123,13 +129,27 @@ class FakeClusterAdmin:
         full = tuple(dict.fromkeys(target + original))
         return full, tuple(b for b in target if b not in original), tuple(b for b in original if b not in target)
 
-    def list_reassignments(self, partitions: Collection[TopicPartition] | None = None) -> dict[TopicPartition, InFlightReassignment]:
+    def list_reassignments(
+        self, partitions: Collection[TopicPartition] | None = None
+    ) -> dict[TopicPartition, InFlightReassignment]:
+        self.calls["list_reassignments"] = self.calls.get("list_reassignments", 0) + 1
         out = {}
         for tp in self.inflight:
             if partitions is None or tp in partitions:
                 full, adding, removing = self._replica_view(tp)
                 out[tp] = InFlightReassignment(topic=tp.topic, partition=tp.partition, replicas=full,
                                                adding_replicas=adding, removing_replicas=removing)
+        return out
+
+    def replica_sizes(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
+        self.calls["replica_sizes"] = self.calls.get("replica_sizes", 0) + 1
+        out = {}
+        for tp in partitions:
+            if tp in self.sizes and tp in self.replicas:
+                hosts = set(self._replica_view(tp)[0]) - self.down
+                sizes = {b: n for b, n in self.sizes[tp].items() if b in hosts}
+                if sizes:
+                    out[tp] = sizes
         return out
 
     def alter_reassignments(

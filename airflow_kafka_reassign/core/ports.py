@@ -134,6 +134,15 @@ class ClusterAdmin(Protocol):
         """The controller's view of in-flight reassignments (all, or of ``partitions``)."""
         ...
 
+    def replica_sizes(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
+        """Bytes on disk of each replica of ``partitions``, by broker id (DescribeLogDirs).
+
+        At most one request per broker, whatever the number of partitions; a broker that does
+        not answer is left out (its replicas are simply missing from the result), so progress
+        can still be reported while a broker is down. Partitions no broker reports are absent.
+        """
+        ...
+
     def alter_reassignments(
         self,
         targets: Mapping[TopicPartition, Sequence[int]],

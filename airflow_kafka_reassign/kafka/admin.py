@@ -313,16 +313,31 @@ class KafkaClusterAdmin:
         return out
 
     def _replica_sizes(self) -> dict[TopicPartition, dict[int, int]]:
-        sizes: dict[TopicPartition, dict[int, int]] = defaultdict(dict)
-        for broker in self._kafka_python().describe_log_dirs():
-            for log_dir in broker["log_dirs"]:
-                for topic in log_dir.get("topics", ()):
-                    for part in topic.get("partitions", ()):
-                        if part.get("is_future_key"):
-                            continue
-                        tp = TopicPartition(topic["name"], part["partition_index"])
-                        sizes[tp][broker["broker"]] = int(part["partition_size"])
-        return dict(sizes)
+        return _sizes_from_log_dirs(self._kafka_python().describe_log_dirs())
+
+    def replica_sizes(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
+        """Bytes on disk of each replica of ``partitions``, by broker id.
+
+        One DescribeLogDirs request per broker, naming exactly these partitions (so no
+        extra metadata request and no data about other topics). A broker that fails to
+        answer is logged and left out, so a caller can keep reporting while it is down.
+        """
+        wanted: dict[str, list[int]] = defaultdict(list)
+        for t, p in partitions:
+            wanted[t].append(p)
+        if not wanted:
+            return {}
+        kp = self._kafka_python()
+        request = {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
+        responses: list[dict[str, Any]] = []
+        for node in sorted(b.node_id for b in kp._manager.cluster.brokers()):
+            try:
+                responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
+            except (kp_errors.KafkaError, OSError) as e:
+                log.warning("DescribeLogDirs to broker %s failed (%s: %s); its replica sizes are unknown",
+                            node, type(e).__name__, e)
+        sizes = _sizes_from_log_dirs(responses)
+        return {tp: s for tp, s in sizes.items() if tp.partition in request.get(tp.topic, ())}
 
     # -- reassignments --------------------------------------------------------------------
 
@@ -567,3 +582,20 @@ class KafkaClusterAdmin:
         if resources:
             for fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).values():
                 self._wait(fut)
+
+
+def _sizes_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[TopicPartition, dict[int, int]]:
+    """``{partition: {broker: bytes}}`` from kafka-python's DescribeLogDirs results (future
+    replicas of intra-broker moves and log dirs that report an error are skipped)."""
+    sizes: dict[TopicPartition, dict[int, int]] = defaultdict(dict)
+    for broker in responses:
+        for log_dir in broker["log_dirs"]:
+            if log_dir.get("error_code"):
+                continue
+            for topic in log_dir.get("topics", ()):
+                for part in topic.get("partitions", ()):
+                    if part.get("is_future_key"):
+                        continue
+                    tp = TopicPartition(topic["name"], part["partition_index"])
+                    sizes[tp][broker["broker"]] = int(part["partition_size"])
+    return dict(sizes)
