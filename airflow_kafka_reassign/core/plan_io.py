@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,30 @@ def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None 
     _write(d / PLAN_FILE, plan.model_dump_json())
     _write(d / ROLLBACK_FILE, rollback.model_dump_json())
     _write(d / METRICS_FILE, json.dumps(metrics_document(result, snapshot=snapshot), indent=1, sort_keys=True))
+    return d
+
+
+def write_plan_fragments(
+    result: PlanResult,
+    fragments: Sequence[tuple[str, str, str, str]],
+    out: str | Path,
+    *,
+    snapshot: str | None = None,
+) -> Path:
+    """:func:`write_plan_dir` from each move's JSON fragments (plan, rollback, Kafka plan,
+    Kafka rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`), in
+    plan order; ``result.plan`` is not read. What the Spark job's driver does, so a million
+    replicas' moves never become pydantic objects on one machine."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / METRICS_FILE).unlink(missing_ok=True)
+    heads = ('{"version":1,"moves":[', '{"version":1,"moves":[', '{"version":1,"partitions":[', '{"version":1,"partitions":[')
+    names = (PLAN_FILE, ROLLBACK_FILE, KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE)
+    for k in (2, 3, 0, 1):
+        _write(d / names[k], heads[k] + ",".join(f[k] for f in fragments) + "]}")
+    doc = metrics_document(result, snapshot=snapshot)
+    doc["summary"]["partitions_moved"] = len(fragments)
+    _write(d / METRICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
     return d
 
 

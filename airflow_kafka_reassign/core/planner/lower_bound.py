@@ -137,7 +137,16 @@ def band_bound(
 
 
 @dataclass
-class _TopicFacts:
+class TopicFacts:
+    """What the bound needs from one topic (one pass over its partitions: :func:`topic_facts`).
+
+    Picklable: the Spark job computes these next to the per-topic step and sends them to the
+    driver instead of the partitions.
+    """
+
+    topic: str
+    #: The topic is balanced by the plan (False: only its partitions' needs count).
+    balance: bool
     counts: dict[int, int]
     n: int
     removals: int
@@ -152,8 +161,12 @@ class _TopicFacts:
     compat: list[int]
 
 
-def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True) -> _TopicFacts:
+def topic_facts(t: TopicPartitions, layout: BrokerLayout, *, fix_racks: bool = True) -> TopicFacts:
     """Everything the bound needs from one topic, in one pass over its partitions."""
+    return _facts(t, layout, layout.live, fix_racks and t.balance)
+
+
+def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True) -> TopicFacts:
     rack = layout.rack_of
     k_racks = layout.n_racks
     sizes = layout._rack_sizes
@@ -188,7 +201,9 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
                 compat[g] += max(0, min(slots, per_rack_max - in_rack[g], sizes[g] - in_rack[g]))
     n = sum(t.target_rf)
     lo, hi = rack_bounds(rf_counts, sizes, n)
-    return _TopicFacts(
+    return TopicFacts(
+        topic=t.topic,
+        balance=t.balance,
         counts=counts,
         n=n,
         removals=removals,
@@ -202,7 +217,7 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
     )
 
 
-def rack_slot_bound(t: TopicPartitions, facts: _TopicFacts, layout: BrokerLayout, width: int) -> int:
+def rack_slot_bound(facts: TopicFacts, layout: BrokerLayout, width: int) -> int:
     """The per-topic-and-rack part (see the module doc)."""
     k_racks = layout.n_racks
     if k_racks <= 1:
@@ -250,6 +265,19 @@ def replica_moves_lower_bound(
     are taken from it (at least 1, the goal). ``balance_brokers``: the goal balances the
     brokers' totals (every goal but heal).
     """
+    facts = [topic_facts(t, layout, fix_racks=fix_racks) for t in topics]
+    return lower_bound_from_facts(facts, layout, after, balance_brokers=balance_brokers, fixed_load=fixed_load)
+
+
+def lower_bound_from_facts(
+    topics: Sequence[TopicFacts],
+    layout: BrokerLayout,
+    after: Mapping[str, Mapping[int, int]],
+    *,
+    balance_brokers: bool = True,
+    fixed_load: Mapping[int, int] | None = None,
+) -> LowerBound:
+    """:func:`replica_moves_lower_bound` from per-topic :class:`TopicFacts` (the Spark job's driver step)."""
     live = layout.brokers
     nb = len(live)
     live_set = layout.live
@@ -278,8 +306,7 @@ def replica_moves_lower_bound(
     # the joint (Lagrangian) part: per topic (extras, saving broker indices, base inflow)
     dual: list[tuple[int, list[int], int]] | None = [] if balance_brokers else None
     base_sum = [0] * nb  # per broker, the sum of the topics' bases
-    for t in topics:
-        facts = _facts(t, layout, live_set, fix_racks and t.balance)
+    for facts in topics:
         part = facts.partition_need
         per_partition += part
         removals_total += facts.removals
@@ -294,8 +321,8 @@ def replica_moves_lower_bound(
             forced += facts.slots
             for g, c in enumerate(facts.compat):
                 rack_compat[g] += c
-        final = after.get(t.topic)
-        if final is None or not t.balance:
+        final = after.get(facts.topic)
+        if final is None or not facts.balance:
             per_topic += part
             for b, c in facts.counts.items():  # not balanced: its count is free, clamp = c
                 if b in live_set:
@@ -306,12 +333,12 @@ def replica_moves_lower_bound(
         for b in live:
             totals_after[b] += final.get(b, 0)
         if dual is not None:
-            dual = _dual_entry(dual, t.topic, facts, layout, final, base_sum)
+            dual = _dual_entry(dual, facts.topic, facts, layout, final, base_sum)
         width = max(1, _spread([final.get(b, 0) for b in live]))
         topic_bound = max(
             part,
             band_bound(facts.counts, facts.n, live, width, facts.removals, facts.on_removed),
-            rack_slot_bound(t, facts, layout, width),
+            rack_slot_bound(facts, layout, width),
         )
         if facts.forced:
             widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
@@ -386,7 +413,7 @@ def replica_moves_lower_bound(
 def _dual_entry(
     dual: list[tuple[int, list[int], int]],
     topic: str,
-    facts: _TopicFacts,
+    facts: TopicFacts,
     layout: BrokerLayout,
     final: Mapping[int, int],
     base_sum: list[int],

@@ -62,67 +62,106 @@ def assignment_metrics(
     ``brokers``: the live brokers; ``rack_of``: broker -> rack (any hashable; ``None`` for no
     rack); ``topics``: the topics whose per-topic balance is reported (all when ``None``).
     """
-    live = set(brokers)
-    racks_live = {rack_of.get(b) for b in brokers}
-    k_racks = len(racks_live) if racks_live != {None} else 1
-    replicas = dict.fromkeys(brokers, 0)
-    leaders = dict.fromkeys(brokers, 0)
-    size_per: dict[int, int] = dict.fromkeys(brokers, 0)
-    any_size = False
-    per_topic: dict[str, dict[int, int]] = {}
-    partitions = total = violations = rf_changes = on_removed = 0
-    for topic, reps, rf_before, size in rows:
-        partitions += 1
-        total += len(reps)
-        if len(reps) != rf_before:
-            rf_changes += 1
-        if reps and reps[0] in leaders:
-            leaders[reps[0]] += 1
-        if topics is None or topic in topics:
-            tc = per_topic.get(topic)
-            if tc is None:
-                tc = per_topic[topic] = {}
-            for b in reps:
-                tc[b] = tc.get(b, 0) + 1
-        for b in reps:
-            if b in live:
-                replicas[b] += 1
-            else:
-                on_removed += 1
-        if size is not None:
-            any_size = True
+    acc = MetricsAccumulator(brokers, rack_of, topics=topics)
+    acc.add(rows)
+    return acc.result()
+
+
+class MetricsAccumulator:
+    """:func:`assignment_metrics` in parts: ``add`` rows in any number of accumulators (one
+    per Spark task), ``merge`` them, then ``result``. A topic's rows must all go to the same
+    accumulator (the Spark job groups by topic)."""
+
+    def __init__(self, brokers: Sequence[int], rack_of: Mapping[int, object], *, topics: Collection[str] | None = None) -> None:
+        self.brokers = list(brokers)
+        self.rack_of = dict(rack_of)
+        self.topics = None if topics is None else set(topics)
+        self.replicas = dict.fromkeys(self.brokers, 0)
+        self.leaders = dict.fromkeys(self.brokers, 0)
+        self.size_per = dict.fromkeys(self.brokers, 0)
+        self.any_size = False
+        self.partitions = self.total = self.violations = self.rf_changes = self.on_removed = 0
+        #: topic -> max-min of its replicas per live broker
+        self.topic_spread: dict[str, int] = {}
+
+    def add(self, rows: Iterable[tuple[str, Sequence[int], int, int | None]]) -> None:
+        live = set(self.brokers)
+        rack_of = self.rack_of
+        racks_live = {rack_of.get(b) for b in self.brokers}
+        k_racks = len(racks_live) if racks_live != {None} else 1
+        replicas, leaders, size_per = self.replicas, self.leaders, self.size_per
+        topics = self.topics
+        per_topic: dict[str, dict[int, int]] = {}
+        partitions = total = violations = rf_changes = on_removed = 0
+        for topic, reps, rf_before, size in rows:
+            partitions += 1
+            total += len(reps)
+            if len(reps) != rf_before:
+                rf_changes += 1
+            if reps and reps[0] in leaders:
+                leaders[reps[0]] += 1
+            if topics is None or topic in topics:
+                tc = per_topic.get(topic)
+                if tc is None:
+                    tc = per_topic[topic] = {}
+                for b in reps:
+                    tc[b] = tc.get(b, 0) + 1
             for b in reps:
                 if b in live:
-                    size_per[b] += size
-        if k_racks > 1 and len({rack_of.get(b) for b in reps}) < min(len(reps), k_racks):
-            violations += 1
-    worst, worst_topic = 0, None
-    nb = len(brokers)
-    for topic in sorted(per_topic):
-        tc = per_topic[topic]
-        vals = [c for b, c in tc.items() if b in live]
-        if not vals:
-            continue
-        hi = max(vals)
-        lo = min(vals) if len(vals) == nb else 0
-        if hi - lo > worst:
-            worst, worst_topic = hi - lo, topic
-    return BalanceMetrics(
-        brokers=nb,
-        partitions=partitions,
-        replicas=total,
-        replica_max_min=_spread(replicas.values()),
-        leader_max_min=_spread(leaders.values()),
-        topic_replica_max_min=worst,
-        worst_topic=worst_topic,
-        rack_violations=violations,
-        rf_changes=rf_changes,
-        replicas_on_removed_brokers=on_removed,
-        bytes_max_min=_spread(size_per.values()) if any_size else None,
-        replicas_per_broker=replicas,
-        leaders_per_broker=leaders,
-        bytes_per_broker=size_per if any_size else None,
-    )
+                    replicas[b] += 1
+                else:
+                    on_removed += 1
+            if size is not None:
+                self.any_size = True
+                for b in reps:
+                    if b in live:
+                        size_per[b] += size
+            if k_racks > 1 and len({rack_of.get(b) for b in reps}) < min(len(reps), k_racks):
+                violations += 1
+        nb = len(self.brokers)
+        for topic, tc in per_topic.items():
+            vals = [c for b, c in tc.items() if b in live]
+            if vals:
+                self.topic_spread[topic] = max(vals) - (min(vals) if len(vals) == nb else 0)
+        self.partitions += partitions
+        self.total += total
+        self.violations += violations
+        self.rf_changes += rf_changes
+        self.on_removed += on_removed
+
+    def merge(self, other: MetricsAccumulator) -> None:
+        for mine, theirs in ((self.replicas, other.replicas), (self.leaders, other.leaders), (self.size_per, other.size_per)):
+            for b, c in theirs.items():
+                mine[b] = mine.get(b, 0) + c
+        self.any_size = self.any_size or other.any_size
+        self.partitions += other.partitions
+        self.total += other.total
+        self.violations += other.violations
+        self.rf_changes += other.rf_changes
+        self.on_removed += other.on_removed
+        self.topic_spread.update(other.topic_spread)
+
+    def result(self) -> BalanceMetrics:
+        worst, worst_topic = 0, None
+        for topic in sorted(self.topic_spread):
+            if self.topic_spread[topic] > worst:
+                worst, worst_topic = self.topic_spread[topic], topic
+        return BalanceMetrics(
+            brokers=len(self.brokers),
+            partitions=self.partitions,
+            replicas=self.total,
+            replica_max_min=_spread(self.replicas.values()),
+            leader_max_min=_spread(self.leaders.values()),
+            topic_replica_max_min=worst,
+            worst_topic=worst_topic,
+            rack_violations=self.violations,
+            rf_changes=self.rf_changes,
+            replicas_on_removed_brokers=self.on_removed,
+            bytes_max_min=_spread(self.size_per.values()) if self.any_size else None,
+            replicas_per_broker=dict(self.replicas),
+            leaders_per_broker=dict(self.leaders),
+            bytes_per_broker=dict(self.size_per) if self.any_size else None,
+        )
 
 
 def _spread(values: Iterable[int]) -> int:

@@ -1,0 +1,381 @@
+"""The planner cut into the stages a cluster runs: per-topic work on executors, aggregates on the driver.
+
+:func:`~airflow_kafka_reassign.core.planner.pipeline.plan_reassignment` runs every step in
+one process. This module runs the *same* steps in the order a Spark job needs them, with
+only small aggregates crossing from the per-topic stages to the driver:
+
+1. ``prepare`` (per topic, executors): :func:`stage_prepare` checks the rows, builds the
+   topic's planner input (:func:`~.goals.prepare_topic`) and returns its aggregates
+   (:class:`~.types.TopicLoad`, fixed load, the first error);
+2. ``quotas`` (driver): :func:`driver_quotas` merges them and runs the global step
+   (:func:`~.quotas.compute_quotas`);
+3. ``place`` (per topic, executors): :func:`stage_place` runs :func:`~.topic.plan_topic` with
+   the topic's quotas and returns the topic's outcome: its moves, the final replica sets the
+   leader step needs, the lower bound's per-topic facts and final counts;
+4. ``leaders`` (driver): :func:`driver_leaders` balances preferred leaders over every
+   partition (:func:`~.leaders.balance_leaders`) and returns the changes per topic;
+5. ``finish`` (per topic, executors): :func:`stage_finish` applies the leader changes, writes
+   the moves as JSON fragments of every plan file, and accumulates the before/after metrics;
+6. ``result`` (driver): :func:`driver_result` adds up the metrics and the lower bound.
+
+:func:`plan_staged` runs the stages one after the other in one process: the reference the
+Spark job is tested against (same snapshot and request, same plan as
+``plan_reassignment``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.planner.goals import (
+    PartitionLike,
+    PlanRequest,
+    PlanResult,
+    PrepareContext,
+    TopicPrep,
+    check_targets,
+    merge_preps,
+    named_brokers,
+    plan_context,
+    prepare_topic,
+)
+from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
+from airflow_kafka_reassign.core.planner.lower_bound import TopicFacts, lower_bound_from_facts, topic_facts
+from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
+from airflow_kafka_reassign.core.planner.quotas import compute_quotas
+from airflow_kafka_reassign.core.planner.topic import plan_topic
+from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+# -- 1. prepare (per topic) ----------------------------------------------------------------
+
+
+@dataclass
+class Prepared:
+    """What the driver needs of one topic after ``prepare``."""
+
+    topic: str
+    prep: TopicPrep | None = None
+    load: TopicLoad | None = None
+    #: rows the request's heal targets name (checked on the driver)
+    heal_rows: list[PartitionLike] = field(default_factory=list)
+    #: the first planning error of the topic (ConfigurationError message)
+    error: str | None = None
+
+
+def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> Prepared:
+    """Per-topic step 1; ``rows`` are the topic's partitions sorted by partition number."""
+    heal_rows = [p for p in rows if p.tp in ctx.heal] if ctx.heal else []
+    try:
+        prep = prepare_topic(ctx, topic, rows)
+    except ConfigurationError as e:
+        return Prepared(topic, heal_rows=heal_rows, error=str(e))
+    load = prep.planned.load(ctx.layout) if prep.planned is not None else None
+    prep.planned = None  # stays on the executor; the driver only needs the aggregates
+    return Prepared(topic, prep=prep, load=load, heal_rows=heal_rows)
+
+
+# -- 2. quotas (driver) ----------------------------------------------------------------------
+
+
+@dataclass
+class QuotaStep:
+    """The driver's state after the global step (broadcast to ``place``: ``quotas`` and ``params``)."""
+
+    quotas: dict[str, tuple[int, ...]]
+    params: TopicParams
+    fixed_load: dict[int, int]
+    fixed_leaders: dict[int, int]
+    excluded_in_flight: list[TopicPartition]
+    warnings: list[str]
+
+
+def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared]) -> QuotaStep:
+    """Merge ``prepare``'s outputs, raise the first error (topics in name order), run the global step."""
+    items = sorted(prepared, key=lambda x: x.topic)
+    found = {p.tp: p for x in items for p in x.heal_rows}
+    check_targets(ctx, {x.topic for x in items}, found)
+    for x in items:
+        if x.error is not None:
+            raise ConfigurationError(x.error)
+    preps = [x.prep for x in items if x.prep is not None]
+    scope = merge_preps(ctx, preps)
+    loads = [x.load for x in items if x.load is not None]
+    request = ctx.request
+    quota_plan = compute_quotas(loads, ctx.layout, scope.fixed_load, max_topic_spread=request.max_topic_spread)
+    params = {"balance": True, "fix_racks": True, "use_sizes": request.use_sizes}
+    return QuotaStep(
+        quotas=dict(quota_plan.quotas),
+        params=TopicParams(**params),
+        fixed_load=scope.fixed_load,
+        fixed_leaders=scope.fixed_leaders,
+        excluded_in_flight=scope.excluded_in_flight,
+        warnings=[*scope.warnings, *quota_plan.warnings],
+    )
+
+
+# -- 3. place (per topic) ------------------------------------------------------------------
+
+
+@dataclass
+class Placed:
+    """One topic after ``place``: everything ``leaders``, ``finish`` and the bound need."""
+
+    topic: str
+    #: every partition of the topic: (partition, target replicas now, bytes of one replica or None)
+    rows: list[tuple[int, tuple[int, ...], int | None]]
+    balance: bool = False
+    #: planned partitions (a subset of rows for evacuated internal topics), their replicas
+    #: before and after the per-topic step, frozen flags and sizes
+    partitions: list[int] = field(default_factory=list)
+    current: list[tuple[int, ...]] = field(default_factory=list)
+    final: list[tuple[int, ...]] = field(default_factory=list)
+    frozen: list[bool] = field(default_factory=list)
+    sizes: list[int] | None = None
+    facts: TopicFacts | None = None
+    #: replicas per live broker after the plan (balanced topics only)
+    final_counts: dict[int, int] | None = None
+
+    def leader_view(self) -> tuple[list[tuple[int, ...]], list[int], list[bool]]:
+        """(final replicas, original leaders, movable) of the planned partitions, for ``leaders``."""
+        return self.final, [c[0] for c in self.current], [not f for f in self.frozen]
+
+
+def stage_place(
+    ctx: PrepareContext,
+    step: QuotaStep | tuple[Mapping[str, Sequence[int]], TopicParams],
+    topic: str,
+    rows: Sequence[PartitionLike],
+) -> Placed:
+    """Per-topic step 3 (``step``: the :class:`QuotaStep`, or just its quotas and params)."""
+    quotas, params = (step.quotas, step.params) if isinstance(step, QuotaStep) else step
+    prep = prepare_topic(ctx, topic, rows)
+    out = Placed(topic, rows=[(p.partition, target_of(p), partition_size(p.replica_sizes)) for p in rows])
+    t = prep.planned
+    if t is None:
+        return out
+    topic_params = TopicParams(balance=t.balance, fix_racks=t.balance, use_sizes=params.use_sizes)
+    moves = plan_topic(t, quotas[topic], ctx.layout, topic_params)
+    moved = {m.partition: m.target_replicas for m in moves}
+    out.balance = t.balance
+    out.partitions = list(t.partitions)
+    out.current = list(t.replicas)
+    out.final = [moved.get(p, reps) for p, reps in zip(t.partitions, t.replicas, strict=True)]
+    out.frozen = list(t.frozen or [False] * len(t.partitions))
+    out.sizes = list(t.sizes) if t.sizes is not None else None
+    out.facts = topic_facts(t, ctx.layout, fix_racks=ctx.balance)
+    if t.balance:
+        live = ctx.live
+        counts: dict[int, int] = {}
+        for reps in out.final:
+            for b in reps:
+                if b in live:
+                    counts[b] = counts.get(b, 0) + 1
+        out.final_counts = counts
+    return out
+
+
+# -- 4. leaders (driver) -------------------------------------------------------------------
+
+
+@dataclass
+class LeaderInput:
+    """What ``leaders`` needs of one topic (the driver collects this, not the rows)."""
+
+    topic: str
+    balance: bool
+    partitions: list[int]
+    final: list[tuple[int, ...]]
+    original: list[int]
+    movable: list[bool]
+    facts: TopicFacts | None
+    final_counts: dict[int, int] | None
+
+    @classmethod
+    def of(cls, placed: Placed) -> LeaderInput:
+        final, original, movable = placed.leader_view()
+        return cls(placed.topic, placed.balance, placed.partitions, final, original, movable, placed.facts, placed.final_counts)
+
+
+def driver_leaders(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[LeaderInput]) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Leader balance over every planned partition: topic -> {partition: reordered replicas}."""
+    request = ctx.request
+    if not (ctx.balance and request.balance_leaders):
+        return {}
+    replicas: list[tuple[int, ...]] = []
+    original: list[int] = []
+    movable: list[bool] = []
+    where: list[tuple[str, int]] = []
+    fixed = dict(step.fixed_leaders)
+    for x in sorted(inputs, key=lambda x: x.topic):
+        if not x.balance:
+            for reps in x.final:
+                fixed[reps[0]] = fixed.get(reps[0], 0) + 1
+            continue
+        replicas.extend(x.final)
+        original.extend(x.original)
+        movable.extend(x.movable)
+        where.extend((x.topic, p) for p in x.partitions)
+    changes = balance_leaders(replicas, original, ctx.layout.brokers, fixed, movable, spread=request.max_leader_spread)
+    out: dict[str, dict[int, tuple[int, ...]]] = {}
+    for i, reps in changes.items():
+        topic, p = where[i]
+        out.setdefault(topic, {})[p] = reps
+    return out
+
+
+# -- 5. finish (per topic) -----------------------------------------------------------------
+
+
+def _ints(xs: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(x)) for x in xs) + "]"
+
+
+def move_fragments(m: TopicMove) -> tuple[str, str, str, str]:
+    """JSON of one move in plan.json, rollback.json, reassignment.json, rollback-kafka.json.
+
+    Byte for byte what ``ReassignmentPlan.model_dump_json`` / ``to_kafka_json`` write (a test
+    checks), built without pydantic so a million replicas' moves serialise on the executors.
+    """
+    topic = json.dumps(m.topic, ensure_ascii=False)  # as pydantic writes it
+    ktopic = json.dumps(m.topic)  # as json.dumps (to_kafka_json) writes it
+    rf = "true" if m.changes_rf else "false"
+    cur, tgt = _ints(m.current_replicas), _ints(m.target_replicas)
+    return (
+        f'{{"topic":{topic},"partition":{m.partition},"target_replicas":{tgt},"current_replicas":{cur},"allow_rf_change":{rf}}}',
+        f'{{"topic":{topic},"partition":{m.partition},"target_replicas":{cur},"current_replicas":{tgt},"allow_rf_change":{rf}}}',
+        f'{{"topic":{ktopic},"partition":{m.partition},"replicas":{tgt}}}',
+        f'{{"topic":{ktopic},"partition":{m.partition},"replicas":{cur}}}',
+    )
+
+
+@dataclass
+class Finished:
+    """One topic (or a batch of topics) after ``finish``."""
+
+    moves: list[TopicMove]
+    #: per move, the four JSON fragments (see :func:`move_fragments`)
+    fragments: list[tuple[str, str, str, str]]
+    before: MetricsAccumulator
+    after: MetricsAccumulator
+
+
+def new_accumulators(ctx: PrepareContext) -> tuple[MetricsAccumulator, MetricsAccumulator]:
+    """Empty before/after metrics; :func:`stage_finish` adds each balanced topic to their per-topic report."""
+    brokers, racks = ctx.layout.brokers, ctx.broker_racks
+    return MetricsAccumulator(brokers, racks, topics=()), MetricsAccumulator(brokers, racks, topics=())
+
+
+def stage_finish(
+    ctx: PrepareContext,
+    placed: Placed,
+    changes: Mapping[int, tuple[int, ...]],
+    before: MetricsAccumulator,
+    after: MetricsAccumulator,
+) -> tuple[list[TopicMove], list[tuple[str, str, str, str]]]:
+    """Per-topic step 5: the topic's final moves and their JSON; adds its rows to the metrics."""
+    finals = dict(zip(placed.partitions, placed.final, strict=True))
+    finals.update(changes)
+    moves: list[TopicMove] = []
+    for i, p in enumerate(placed.partitions):
+        cur, fin = placed.current[i], finals[p]
+        if fin != cur:
+            moves.append(TopicMove(placed.topic, p, cur, fin, placed.sizes[i] if placed.sizes else 0))
+    if placed.balance:
+        before.topics.add(placed.topic)  # type: ignore[union-attr]
+        after.topics.add(placed.topic)  # type: ignore[union-attr]
+    topic = placed.topic
+    before.add((topic, reps, len(reps), size) for _, reps, size in placed.rows)
+    after.add((topic, finals.get(p, reps), len(reps), size) for p, reps, size in placed.rows)
+    return moves, [move_fragments(m) for m in moves]
+
+
+# -- 6. result (driver) --------------------------------------------------------------------
+
+
+def driver_result(
+    ctx: PrepareContext,
+    step: QuotaStep,
+    inputs: Sequence[LeaderInput],
+    moves: Sequence[TopicMove],
+    before: BalanceMetrics,
+    after: BalanceMetrics,
+    original_leaders: Mapping[int, int],
+) -> PlanResult:
+    """The :class:`PlanResult` (its ``plan`` holds no moves: the Spark job writes them from
+    fragments; :func:`plan_staged` fills it) from the merged outputs."""
+    request = ctx.request
+    layout = ctx.layout
+    facts = [x.facts for x in sorted(inputs, key=lambda x: x.topic) if x.facts is not None]
+    after_counts = {x.topic: x.final_counts for x in inputs if x.final_counts is not None}
+    bound = lower_bound_from_facts(facts, layout, after_counts, balance_brokers=ctx.balance, fixed_load=step.fixed_load)
+    leader_bound = (
+        fewest_leader_changes(dict(original_leaders), layout.brokers, layout.removed, request.max_leader_spread)
+        if ctx.balance and request.balance_leaders
+        else 0
+    )
+    has_sizes = ctx.any_sizes
+    warnings = list(step.warnings)
+    if after.rack_violations and ctx.balance:
+        warnings.append(f"{after.rack_violations} partition(s) stay spread over fewer than min(RF, racks) racks")
+    if ctx.balance and request.balance_leaders and after.leader_max_min > request.max_leader_spread:
+        warnings.append(
+            f"preferred leaders stay {after.leader_max_min} apart (max-min), more than {request.max_leader_spread}: "
+            "partitions left alone or replica sets leave no better order"
+        )
+    return PlanResult(
+        request=request,
+        plan=ReassignmentPlan.model_construct(moves=()),
+        lower_bound=bound.moves,
+        lower_bound_parts=bound.as_dict(),
+        replica_moves=sum(m.replica_moves for m in moves),
+        bytes_to_move=sum(m.size * m.replica_moves for m in moves) if has_sizes else None,
+        leader_changes=sum(1 for m in moves if m.leader_changes),
+        leader_changes_lower_bound=leader_bound,
+        before=before,
+        after=after,
+        excluded_in_flight=tuple(step.excluded_in_flight),
+        warnings=tuple(warnings),
+    )
+
+
+def leader_counts(rows: Iterable[tuple[int, tuple[int, ...], int | None]]) -> dict[int, int]:
+    """Preferred leaders per broker (any broker) of ``Placed.rows``: the leader bound's input."""
+    out: dict[int, int] = {}
+    for _, reps, _ in rows:
+        out[reps[0]] = out.get(reps[0], 0) + 1
+    return out
+
+
+# -- all stages in one process ----------------------------------------------------------------
+
+
+def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -> PlanResult:
+    """Every stage in order, in this process: what the Spark job computes, for tests."""
+    request = request or PlanRequest()
+    ctx = plan_context(
+        snapshot.brokers, snapshot.topics, named_brokers(snapshot.partitions), request,
+        any_sizes=any(p.replica_sizes for p in snapshot.partitions),
+    )
+    by_topic: dict[str, list[PartitionLike]] = {}
+    for p in snapshot.partitions:
+        by_topic.setdefault(p.topic, []).append(p)
+    groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
+    step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
+    placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
+    inputs = [LeaderInput.of(x) for x in placed]
+    changes = driver_leaders(ctx, step, inputs)
+    before, after = new_accumulators(ctx)
+    moves: list[TopicMove] = []
+    originals: dict[int, int] = {}
+    for x in placed:
+        m, _ = stage_finish(ctx, x, changes.get(x.topic, {}), before, after)
+        moves.extend(m)
+        for b, c in leader_counts(x.rows).items():
+            originals[b] = originals.get(b, 0) + c
+    result = driver_result(ctx, step, inputs, moves, before.result(), after.result(), originals)
+    plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))))
+    return result.model_copy(update={"plan": plan})
