@@ -64,6 +64,8 @@ from airflow_kafka_reassign.core.models import (
     TopicPartition,
     _Frozen,
 )
+from airflow_kafka_reassign.core.planner import PlanRequest, PlanResult, plan_reassignment
+from airflow_kafka_reassign.core.planner.goals import parse_partition
 from airflow_kafka_reassign.core.ports import ClusterAdmin, NewPartitions, TopicResult
 from airflow_kafka_reassign.core.report import broker_loads
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -542,11 +544,13 @@ def outcomes(
         else:
             r = results.get(t.topic)
             if r is None or not r.ok:
+                error = (r.error if r is not None else None) or "no answer from Kafka for this topic"
+                code = r.error_code if r is not None else None
                 out.append(TopicOutcome(
-                    status="failed", partitions_after=t.current_partitions,
-                    reason=(r.error if r is not None else "no answer from Kafka for this topic")
-                    + " (nothing was created for this topic; the task may be retried)",
-                    error_code=r.error_code if r is not None else None, **base,
+                    status="failed", partitions_after=t.current_partitions, error_code=code,
+                    reason=f"Kafka refused the request{f' ({code})' if code else ''}: {error}; "
+                           "no partition of this topic was created",
+                    **base,
                 ))
                 continue
             out.append(TopicOutcome(
@@ -652,3 +656,91 @@ def update_heal_targets(
     tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, p)
     return data
+
+
+# ------------------------------------------------------------------------------ heal
+
+HealState = Literal["healed", "catching-up", "waiting-for-broker", "short", "missing"]
+
+
+class HealAssessment(_Frozen):
+    """Where each heal target stands.
+
+    * ``healed``: the intended RF, every replica in the ISR (drop it from the file);
+    * ``catching-up``: the intended RF on running brokers, some replica not yet in the ISR
+      (or a reassignment in flight): wait;
+    * ``waiting-for-broker``: a replica on a broker that is not running: wait for it (or, if it
+      is gone for good, plan ``goal="remove-brokers"`` for it);
+    * ``short``: fewer replicas than intended: the heal plan adds them;
+    * ``missing``: the partition no longer exists (topic deleted, or a creation that failed).
+    """
+
+    states: dict[str, HealState]
+    #: For ``waiting-for-broker``: the brokers each partition waits for.
+    waiting_for: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    #: What the heal plan gets: every present, running partition at max(intended, current) RF.
+    plan_targets: dict[str, int] = Field(default_factory=dict)
+
+    def of(self, state: HealState) -> list[str]:
+        return sorted(k for k, s in self.states.items() if s == state)
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(self.states.values())
+        return {s: c.get(s, 0) for s in ("healed", "catching-up", "waiting-for-broker", "short", "missing")}
+
+
+def assess_heal(snapshot: ClusterSnapshot, targets: Mapping[str, int]) -> HealAssessment:
+    """Classify each ``"topic-partition" -> intended RF`` against the cluster (see :class:`HealAssessment`)."""
+    live = set(snapshot.broker_ids)
+    pmap = snapshot.partition_map()
+    states: dict[str, HealState] = {}
+    waiting: dict[str, tuple[int, ...]] = {}
+    plan_targets: dict[str, int] = {}
+    for key, rf in sorted(targets.items()):
+        p = pmap.get(parse_partition(key))
+        if p is None:
+            states[key] = "missing"
+            continue
+        replicas = p.target_replicas
+        down = tuple(b for b in p.replicas if b not in live)
+        if down:
+            states[key] = "waiting-for-broker"
+            waiting[key] = down
+            continue
+        plan_targets[key] = max(rf, len(replicas))
+        if p.reassigning:
+            states[key] = "catching-up"
+        elif len(replicas) < rf:
+            states[key] = "short"
+        elif set(replicas) - set(p.isr):
+            states[key] = "catching-up"
+        else:
+            states[key] = "healed"
+    return HealAssessment(states=states, waiting_for=waiting, plan_targets=plan_targets)
+
+
+def plan_heal(
+    snapshot: ClusterSnapshot, targets: Mapping[str, int], *, rack_aware: bool = True
+) -> tuple[HealAssessment, PlanResult | None]:
+    """The heal plan for ``targets``: ``(assessment, PlanResult or None)``.
+
+    Runs the planner's ``goal="heal"`` with exactly the present partitions of ``targets``, so
+    only the ``short`` ones get moves (each an explicitly allowed RF change, KIP-860) and no
+    other partition is touched. ``None`` when no target partition exists any more. Raises
+    :class:`ConfigurationError` when a target still has a replica on a broker that is not running.
+    """
+    assessment = assess_heal(snapshot, targets)
+    if assessment.waiting_for:
+        waits = ", ".join(f"{k} (broker {list(v)})" for k, v in list(assessment.waiting_for.items())[:5])
+        brokers = sorted({b for v in assessment.waiting_for.values() for b in v})
+        raise ConfigurationError(
+            f"{len(assessment.waiting_for)} heal target(s) still have replicas on broker(s) {brokers} that are not "
+            f"running: {waits}; heal once they are back (they then copy those replicas themselves), or, if they are "
+            f"gone for good, plan goal='remove-brokers' with brokers={brokers}"
+        )
+    if not assessment.plan_targets:
+        return assessment, None
+    request = PlanRequest(
+        goal="heal", heal_targets=assessment.plan_targets, include_internal=True, rack_aware=rack_aware
+    )
+    return assessment, plan_reassignment(snapshot, request)
