@@ -50,6 +50,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_reassign.hooks.kafka_reassign"],
             }
         ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION_NAME,
+                "python-modules": ["airflow_kafka_reassign.operators.partitions"],
+            }
+        ],
         # "operators", "sensors" and "triggers" entries go here once those modules exist
         # (airflow_kafka_reassign.operators..., .sensors..., .triggers...); list only modules
         # that import: tests/unit/test_provider_info.py imports every module listed.

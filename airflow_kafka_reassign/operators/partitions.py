@@ -1,0 +1,280 @@
+"""Guarded partition growth and its heal step, as Airflow operators.
+
+* :class:`GuardedCreatePartitionsOperator` grows a batch of topics behind the guards of
+  :mod:`airflow_kafka_reassign.core.growth` (internal coordinator topics, compacted topics,
+  shrinking, replica placement, under-replicated creation) and reports every topic's outcome.
+* :class:`PlanHealOperator` reads the heal-targets file that an under-replicated growth wrote,
+  and plans (``goal="heal"``) what brings exactly those partitions back to their intended
+  replication factor, as a plan directory for the execution operator.
+
+Example (see docs/partitions.md)::
+
+    grow = GuardedCreatePartitionsOperator(
+        task_id="grow",
+        kafka_config_id="kafka_prod",
+        new_total_partitions={"orders": 24, "payments": 12},
+    )
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_kafka_reassign.core.growth import (
+    GrowthOutcome,
+    GrowthRequest,
+    grow_partitions,
+    plan_heal,
+    read_heal_targets,
+    update_heal_targets,
+)
+from airflow_kafka_reassign.core.plan_io import write_plan_dir
+from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+
+
+class PartitionGrowthFailedError(KafkaReassignError):
+    """Kafka answered CreatePartitions with an error for some topic (a retry may succeed)."""
+
+
+def parse_targets(value: Any) -> dict[str, int]:
+    """The rendered ``new_total_partitions``: a mapping, or its JSON text; counts may be digit strings
+    (what Jinja renders without ``render_template_as_native_obj``)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(
+                f"new_total_partitions rendered to {value[:200]!r}, which is not a JSON object ({e.msg}); "
+                'pass a mapping topic -> new total partition count, for example {"orders": 12}'
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"new_total_partitions must be a mapping topic -> new total partition count, not {type(value).__name__}"
+        )
+    out: dict[str, int] = {}
+    for topic, count in value.items():
+        if isinstance(count, str) and count.strip().isdigit():
+            count = int(count)
+        out[str(topic)] = count
+    return out
+
+
+class GuardedCreatePartitionsOperator(BaseOperator):
+    """Grow topics to new TOTAL partition counts, behind the growth guards.
+
+    In one batch, valid topics grow (one CreatePartitions request) and refused ones are
+    reported with the reason; the task fails at the end if any topic was refused (unless
+    ``fail_on_refused=False``) or failed. XCom (``return_value``, also pushed when the task
+    fails): ``{"counts", "topics": {topic: {status, reason, new_partitions, ...}}, "heal_targets",
+    "heal_targets_path", ...}``.
+
+    :param new_total_partitions: topic -> new total partition count (templated; a mapping or
+        its JSON text). A lower count is refused, an equal one is a no-op success.
+    :param kafka_config_id: the ``kafka`` connection (templated).
+    :param validate_only: the full check against the cluster (our guards, then Kafka's
+        validate-only CreatePartitions); nothing is created, no file written.
+    :param allow_internal_topic_partition_increase: let internal/coordinator topics grow
+        (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``, topics Kafka
+        marks internal, ``extra_internal_topics``, ``internal_topic_pattern``). Growing them
+        re-maps coordinators (hash % N) and causes split brain (KAFKA-20029): never do it
+        with clients running.
+    :param extra_internal_topics: more topic names guarded like internal topics (templated).
+    :param internal_topic_pattern: a regex (full match) of more guarded topics, for example
+        ``r".*-(changelog|repartition)"`` for Kafka Streams' internal topics (templated).
+    :param allow_compacted: let compacted topics grow (keys move to other partitions).
+    :param allow_under_replicated: with fewer live brokers than a topic's replication factor,
+        create the new partitions anyway when at least min(min.insync.replicas, RF) brokers
+        are live (KIP-409): live brokers get replicas and the leader, the rest go to the
+        stopped (still registered) brokers, which copy them when they are back. Those
+        partitions are recorded in ``heal_targets_path``.
+    :param heal_targets_path: JSON file ``{"topic-partition": intended RF}`` the partitions
+        created under-replicated are merged into (templated; required with
+        ``allow_under_replicated=True``). Its content is exactly
+        ``PlanRequest(goal="heal", heal_targets=...)``'s argument; :class:`PlanHealOperator` reads it.
+    :param fail_on_refused: fail the task when a guard refused a topic (after the valid
+        topics grew). Kafka errors always fail it.
+    :param rack_aware: spread each new partition's replicas over ``broker.rack`` racks.
+    :param timeout_s: bound on every request to the cluster.
+    """
+
+    template_fields: Sequence[str] = (
+        "new_total_partitions",
+        "kafka_config_id",
+        "heal_targets_path",
+        "extra_internal_topics",
+        "internal_topic_pattern",
+    )
+    template_fields_renderers = {"new_total_partitions": "json"}
+    ui_color = "#f4d8a8"
+
+    def __init__(
+        self,
+        *,
+        new_total_partitions: Mapping[str, int] | str,
+        kafka_config_id: str = KafkaReassignHook.default_conn_name,
+        validate_only: bool = False,
+        allow_internal_topic_partition_increase: bool = False,
+        extra_internal_topics: Sequence[str] = (),
+        internal_topic_pattern: str | None = None,
+        allow_compacted: bool = False,
+        allow_under_replicated: bool = False,
+        heal_targets_path: str | None = None,
+        fail_on_refused: bool = True,
+        rack_aware: bool = True,
+        timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.new_total_partitions = new_total_partitions
+        self.kafka_config_id = kafka_config_id
+        self.validate_only = validate_only
+        self.allow_internal_topic_partition_increase = allow_internal_topic_partition_increase
+        self.extra_internal_topics = extra_internal_topics
+        self.internal_topic_pattern = internal_topic_pattern
+        self.allow_compacted = allow_compacted
+        self.allow_under_replicated = allow_under_replicated
+        self.heal_targets_path = heal_targets_path
+        self.fail_on_refused = fail_on_refused
+        self.rack_aware = rack_aware
+        self.timeout_s = timeout_s
+
+    def _request(self) -> GrowthRequest:
+        try:
+            return GrowthRequest(
+                targets=parse_targets(self.new_total_partitions),
+                allow_internal_topic_partition_increase=self.allow_internal_topic_partition_increase,
+                extra_internal_topics=tuple(self.extra_internal_topics or ()),
+                internal_topic_pattern=self.internal_topic_pattern or None,
+                allow_compacted=self.allow_compacted,
+                allow_under_replicated=self.allow_under_replicated,
+                rack_aware=self.rack_aware,
+            )
+        except ValueError as e:  # pydantic's ValidationError and ConfigurationError
+            raise AirflowFailException(f"{self.task_id}: invalid parameters: {e}") from e
+
+    def _log(self, level: str, message: str) -> None:
+        (self.log.warning if level == "warning" else self.log.info)("%s", message)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        request = self._request()
+        hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.timeout_s)
+        try:
+            with hook.get_admin() as admin:
+                outcome = grow_partitions(
+                    admin, request, validate_only=self.validate_only,
+                    heal_targets_path=self.heal_targets_path, log=self._log,
+                )
+        except ConfigurationError as e:
+            raise AirflowFailException(str(e)) from e
+        summary = outcome.summary()
+        self._report(outcome)
+        problems = outcome.failed or (outcome.refused if self.fail_on_refused else ())
+        if problems:
+            context["ti"].xcom_push(key="return_value", value=summary)
+            message = (
+                f"{len(outcome.refused)} topic(s) refused, {len(outcome.failed)} failed "
+                f"(the others are done, see the XCom):\n{outcome.describe_problems()}"
+            )
+            if outcome.failed:
+                raise PartitionGrowthFailedError(message)
+            raise AirflowFailException(message + "\n(fail_on_refused=False lets the task succeed anyway)")
+        return summary
+
+    def _report(self, outcome: GrowthOutcome) -> None:
+        self.log.info("%-40s %-10s %9s %s", "topic", "status", "partitions", "reason")
+        for t in outcome.topics:
+            self.log.info("%-40s %-10s %4s->%-4s %s", t.topic, t.status, t.partitions_before,
+                          t.partitions_after, t.reason or "")
+        if outcome.heal_targets:
+            self.log.warning(
+                "%d partition(s) created under-replicated, recorded in %s: %s",
+                len(outcome.heal_targets), outcome.heal_targets_path, sorted(outcome.heal_targets),
+            )
+
+
+class PlanHealOperator(BaseOperator):
+    """Plan the heal of the partitions in a heal-targets file, as a plan directory.
+
+    Reads ``heal_targets_path`` (``{"topic-partition": intended RF}``, written by
+    :class:`GuardedCreatePartitionsOperator` with ``allow_under_replicated=True``), snapshots
+    the cluster and classifies every target (healed, catching-up, waiting-for-broker, short,
+    missing). Partitions still short of their RF get moves from the planner's ``goal="heal"``,
+    each an explicitly allowed RF change for exactly that partition, written to ``plan_dir``
+    (:func:`~airflow_kafka_reassign.core.plan_io.write_plan_dir`) for the execution operator.
+
+    Outcomes: a plan with moves -> XCom ``{"plan_dir", "moves", "states", ...}``; nothing to
+    move -> the task is skipped (downstream execution too); a target still on a stopped
+    broker -> the task fails (retry once the broker is back). With ``prune_healed=True``
+    healed and missing partitions are removed from the file.
+
+    :param heal_targets_path: the heal-targets file (templated).
+    :param plan_dir: where to write the plan directory (templated; local path).
+    :param kafka_config_id: the ``kafka`` connection (templated).
+    """
+
+    template_fields: Sequence[str] = ("heal_targets_path", "plan_dir", "kafka_config_id")
+    ui_color = "#c9e4c5"
+
+    def __init__(
+        self,
+        *,
+        heal_targets_path: str,
+        plan_dir: str,
+        kafka_config_id: str = KafkaReassignHook.default_conn_name,
+        rack_aware: bool = True,
+        prune_healed: bool = True,
+        timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.heal_targets_path = heal_targets_path
+        self.plan_dir = plan_dir
+        self.kafka_config_id = kafka_config_id
+        self.rack_aware = rack_aware
+        self.prune_healed = prune_healed
+        self.timeout_s = timeout_s
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        targets = read_heal_targets(self.heal_targets_path)
+        ti = context["ti"]
+        if not targets:
+            ti.xcom_push(key="return_value", value={"plan_dir": None, "moves": 0, "states": {}})
+            raise AirflowSkipException(f"heal-targets file {self.heal_targets_path} lists no partition: nothing to heal")
+        hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.timeout_s)
+        with hook.get_admin() as admin:
+            snapshot = admin.snapshot()
+        assessment, result = plan_heal(snapshot, targets, rack_aware=self.rack_aware)
+        done = assessment.of("healed") + assessment.of("missing")
+        if self.prune_healed and done:
+            update_heal_targets(self.heal_targets_path, remove=done)
+        for state in ("healed", "catching-up", "short", "missing"):
+            if assessment.of(state):
+                self.log.info("%s: %s", state, assessment.of(state))
+        moves = len(result.plan) if result is not None else 0
+        summary: dict[str, Any] = {
+            "plan_dir": None,
+            "moves": moves,
+            "states": assessment.counts(),
+            "short": assessment.of("short")[:100],
+            "catching_up": assessment.of("catching-up")[:100],
+            "pruned": len(done) if self.prune_healed else 0,
+        }
+        if result is None or moves == 0:
+            ti.xcom_push(key="return_value", value=summary)
+            raise AirflowSkipException(
+                f"nothing to move: {assessment.counts()} (catching-up partitions finish on their own)"
+            )
+        for w in result.warnings:
+            self.log.warning("%s", w)
+        write_plan_dir(result, self.plan_dir)
+        summary["plan_dir"] = str(self.plan_dir)
+        summary["replica_moves"] = result.replica_moves
+        self.log.info("heal plan: %d partition(s), %d replica move(s), written to %s", moves, result.replica_moves,
+                      self.plan_dir)
+        return summary
