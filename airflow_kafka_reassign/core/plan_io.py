@@ -12,7 +12,9 @@ Layout (``format_version`` 1; see docs/formats.md)::
                             ``kafka-reassign-partitions --execute --reassignment-json-file``
       rollback-kafka.json   rollback.json in Kafka's own format
       metrics.json          {"format_version", "summary", "request", "lower_bound_parts",
-                             "before", "after", "warnings", "excluded_in_flight", "snapshot"}
+                             "before", "after", "warnings", "excluded_in_flight", "snapshot",
+                             "job" (Spark job: master, stage durations; absent otherwise)}
+      error.txt             instead of the above, when the input cannot give a sound plan
 
 ``plan.json`` and ``rollback.json`` are written last-but-one and ``metrics.json`` last, each
 through a temporary file and a rename, so a reader that finds ``metrics.json`` finds a whole
@@ -36,6 +38,8 @@ ROLLBACK_FILE = "rollback.json"
 KAFKA_PLAN_FILE = "reassignment.json"
 KAFKA_ROLLBACK_FILE = "rollback-kafka.json"
 METRICS_FILE = "metrics.json"
+#: Written instead of a plan when the input cannot give a sound plan (the reason).
+ERROR_FILE = "error.txt"
 
 
 def _write(path: Path, text: str) -> None:
@@ -65,6 +69,7 @@ def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None 
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     (d / METRICS_FILE).unlink(missing_ok=True)
+    (d / ERROR_FILE).unlink(missing_ok=True)
     plan = result.plan
     rollback = plan.rollback()
     _write(d / KAFKA_PLAN_FILE, plan.to_kafka_json())
@@ -75,28 +80,37 @@ def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None 
     return d
 
 
-def write_plan_fragments(
-    result: PlanResult,
-    fragments: Sequence[tuple[str, str, str, str]],
-    out: str | Path,
-    *,
-    snapshot: str | None = None,
-) -> Path:
-    """:func:`write_plan_dir` from each move's JSON fragments (plan, rollback, Kafka plan,
-    Kafka rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`), in
-    plan order; ``result.plan`` is not read. What the Spark job's driver does, so a million
-    replicas' moves never become pydantic objects on one machine."""
+def write_plan_fragments(fragments: Sequence[tuple[str, str, str, str]], out: str | Path) -> Path:
+    """The four plan files from each move's JSON fragments (plan, rollback, Kafka plan, Kafka
+    rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`), in plan
+    order. What the Spark job's driver does, so a million replicas' moves never become
+    pydantic objects on one machine; :func:`write_metrics` completes the directory."""
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     (d / METRICS_FILE).unlink(missing_ok=True)
+    (d / ERROR_FILE).unlink(missing_ok=True)
     heads = ('{"version":1,"moves":[', '{"version":1,"moves":[', '{"version":1,"partitions":[', '{"version":1,"partitions":[')
     names = (PLAN_FILE, ROLLBACK_FILE, KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE)
     for k in (2, 3, 0, 1):
         _write(d / names[k], heads[k] + ",".join(f[k] for f in fragments) + "]}")
-    doc = metrics_document(result, snapshot=snapshot)
-    doc["summary"]["partitions_moved"] = len(fragments)
-    _write(d / METRICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
     return d
+
+
+def write_metrics(
+    result: PlanResult,
+    out: str | Path,
+    *,
+    partitions_moved: int,
+    snapshot: str | None = None,
+    job: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``metrics.json`` (written last: it marks the directory complete); returns its content."""
+    doc = metrics_document(result, snapshot=snapshot)
+    doc["summary"]["partitions_moved"] = partitions_moved
+    if job is not None:
+        doc["job"] = job
+    _write(Path(out) / METRICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
+    return doc
 
 
 def _require(d: Path, name: str) -> Path:

@@ -64,10 +64,29 @@ class Prepared:
     heal_rows: list[PartitionLike] = field(default_factory=list)
     #: the first planning error of the topic (ConfigurationError message)
     error: str | None = None
+    #: the snapshot itself is invalid (a bad row, a partition listed twice, an unknown topic)
+    invalid: str | None = None
+
+
+def check_topic_rows(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> str | None:
+    """The snapshot-level checks :class:`ClusterSnapshot` applies, for one topic's sorted rows."""
+    if ctx.topic_rf and topic not in ctx.topic_rf:
+        p = rows[0]
+        return (
+            f"snapshot: partition {p.topic}-{p.partition} belongs to topic {topic!r}, "
+            "which is not in the snapshot's topics"
+        )
+    for a, b in zip(rows, rows[1:], strict=False):
+        if a.partition == b.partition:
+            return f"snapshot: partition {a.topic}-{a.partition} is listed twice"
+    return None
 
 
 def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> Prepared:
     """Per-topic step 1; ``rows`` are the topic's partitions sorted by partition number."""
+    invalid = check_topic_rows(ctx, topic, rows)
+    if invalid is not None:
+        return Prepared(topic, invalid=invalid)
     heal_rows = [p for p in rows if p.tp in ctx.heal] if ctx.heal else []
     try:
         prep = prepare_topic(ctx, topic, rows)
@@ -96,6 +115,9 @@ class QuotaStep:
 def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared]) -> QuotaStep:
     """Merge ``prepare``'s outputs, raise the first error (topics in name order), run the global step."""
     items = sorted(prepared, key=lambda x: x.topic)
+    for x in items:
+        if x.invalid is not None:
+            raise ValueError(x.invalid)
     found = {p.tp: p for x in items for p in x.heal_rows}
     check_targets(ctx, {x.topic for x in items}, found)
     for x in items:
@@ -296,11 +318,34 @@ def stage_finish(
 # -- 6. result (driver) --------------------------------------------------------------------
 
 
+@dataclass
+class MoveTotals:
+    """What the moves cost, added up where the moves are (executors)."""
+
+    partitions: int = 0
+    replica_moves: int = 0
+    bytes: int = 0
+    leader_changes: int = 0
+
+    def add(self, moves: Iterable[TopicMove]) -> None:
+        for m in moves:
+            self.partitions += 1
+            self.replica_moves += m.replica_moves
+            self.bytes += m.size * m.replica_moves
+            self.leader_changes += m.leader_changes
+
+    def merge(self, other: MoveTotals) -> None:
+        self.partitions += other.partitions
+        self.replica_moves += other.replica_moves
+        self.bytes += other.bytes
+        self.leader_changes += other.leader_changes
+
+
 def driver_result(
     ctx: PrepareContext,
     step: QuotaStep,
     inputs: Sequence[LeaderInput],
-    moves: Sequence[TopicMove],
+    totals: MoveTotals,
     before: BalanceMetrics,
     after: BalanceMetrics,
     original_leaders: Mapping[int, int],
@@ -331,9 +376,9 @@ def driver_result(
         plan=ReassignmentPlan.model_construct(moves=()),
         lower_bound=bound.moves,
         lower_bound_parts=bound.as_dict(),
-        replica_moves=sum(m.replica_moves for m in moves),
-        bytes_to_move=sum(m.size * m.replica_moves for m in moves) if has_sizes else None,
-        leader_changes=sum(1 for m in moves if m.leader_changes),
+        replica_moves=totals.replica_moves,
+        bytes_to_move=totals.bytes if has_sizes else None,
+        leader_changes=totals.leader_changes,
         leader_changes_lower_bound=leader_bound,
         before=before,
         after=after,
@@ -376,6 +421,8 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
         moves.extend(m)
         for b, c in leader_counts(x.rows).items():
             originals[b] = originals.get(b, 0) + c
-    result = driver_result(ctx, step, inputs, moves, before.result(), after.result(), originals)
+    totals = MoveTotals()
+    totals.add(moves)
+    result = driver_result(ctx, step, inputs, totals, before.result(), after.result(), originals)
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))))
     return result.model_copy(update={"plan": plan})
