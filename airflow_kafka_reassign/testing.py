@@ -40,7 +40,7 @@ from airflow_kafka_reassign.core.ports import (
     TopicResult,
 )
 from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
-from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
+from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 
 
 class FakeClusterAdmin:
@@ -104,6 +104,9 @@ class FakeClusterAdmin:
     def snapshot(self, *, topics: Collection[str] | None = None, include_sizes: bool = False) -> ClusterSnapshot:
         self.calls["snapshot"] = self.calls.get("snapshot", 0) + 1
         names = sorted(topics if topics is not None else self.topics)
+        missing = [n for n in names if n not in self.topics]
+        if missing:  # as the adapter does
+            raise ConfigurationError(f"topic(s) {', '.join(missing)} do not exist in the cluster")
         parts = []
         for tp in sorted(self.replicas):
             if tp.topic not in names:

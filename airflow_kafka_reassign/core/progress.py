@@ -1,0 +1,695 @@
+"""Progress of a reassignment plan: done / in flight / pending, bytes copied, throughput, ETA, stuck.
+
+Pure (no Airflow, no Kafka client): :class:`~airflow_kafka_reassign.sensors.reassignment.WaitForReassignmentSensor`
+and its trigger feed it what the :class:`~airflow_kafka_reassign.core.ports.ClusterAdmin` port reports, and log the
+one line it formats per poke.
+
+**Completion rule** (per move): the partition's replicas equal the move's target replicas (same order), the ISR
+contains every target replica, and the controller lists no reassignment for it.
+
+**States** of a move (:class:`MoveState`):
+
+* ``done``: the completion rule holds;
+* ``in_flight``: the controller lists a reassignment to the plan's target, or the replicas already equal the target
+  but some target replica is not in the ISR yet, or the metadata still shows the intermediate replica set of a
+  reassignment that has just finished (metadata lags the controller by a moment);
+* ``pending``: the partition still has the move's current replicas and nothing is in flight: not submitted yet;
+* ``foreign``: the controller lists a reassignment of the partition to OTHER replicas (not this plan's);
+* ``stale``: the replicas are neither the plan's current nor its target replicas: someone moved the partition;
+* ``missing``: the partition does not exist (the topic was deleted).
+
+``foreign``, ``stale`` and ``missing`` are *blocked*: waiting cannot complete them.
+
+**Bytes** (from DescribeLogDirs sizes, see :meth:`ClusterAdmin.replica_sizes`): a move copies its partition once to
+every adding replica. Its *bytes to copy* are the size of its largest source replica times the number of adding
+replicas; its *bytes copied* are what the adding replicas hold (an adding replica already in the ISR counts as fully
+copied). Pending moves count their bytes to copy too, so the ETA covers the whole plan.
+
+**Throughput and ETA**: the bytes *remaining* (to copy minus copied, over unfinished moves) are sampled on every
+poke; the throughput is minus the least-squares slope of the remaining bytes over a sliding window (default five
+minutes), and the ETA is remaining / throughput. Using the remaining bytes (not the bytes copied) makes data still
+being produced into a moving partition count against the ETA, as it does in reality, and the regression over a
+window smooths the one-megabyte steps in which followers fetch. Without sizes the same is done with the number of
+unfinished moves.
+
+**Stuck**: the plan makes progress when a move finishes or the remaining bytes reach a new minimum. No progress for
+``stuck_after_s``: the in-flight moves (or, when nothing is in flight, the pending ones) are *stuck*, and a warning
+names them (repeated at most once per ``stuck_after_s``).
+
+All tracker state is a small JSON document (:class:`TrackerState`), so a deferred trigger or a rescheduled sensor
+resumes with its start time and last progress time.
+
+Example::
+
+    >>> from airflow_kafka_reassign.testing import FakeClusterAdmin
+    >>> fake = FakeClusterAdmin.build(brokers={1: None, 2: None, 3: None}, topics={"orders": [[1, 2]]})
+    >>> plan = ReassignmentPlan(moves=(Move(topic="orders", partition=0, current_replicas=(1, 2),
+    ...                                     target_replicas=(3, 2)),))
+    >>> watch = ReassignmentWatch(plan, started_at=0.0, stuck_after_s=600)
+    >>> watch.poke(fake, now=1.0).observation.counts["pending"]
+    1
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field
+
+from airflow_kafka_reassign.core.models import (
+    ClusterSnapshot,
+    Move,
+    PartitionState,
+    ReassignmentPlan,
+    TopicPartition,
+    _Frozen,
+)
+from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+#: Default sliding window of the throughput estimate, in seconds.
+DEFAULT_WINDOW_S = 300.0
+#: Samples kept in the window (older ones are thinned out beyond this).
+MAX_SAMPLES = 64
+#: Partitions named in a warning or an XCom summary before "and N more".
+MAX_NAMED = 20
+#: Width of the text bar.
+BAR_WIDTH = 20
+
+
+class MoveState(StrEnum):
+    DONE = "done"
+    IN_FLIGHT = "in_flight"
+    PENDING = "pending"
+    FOREIGN = "foreign"
+    STALE = "stale"
+    MISSING = "missing"
+
+
+BLOCKED_STATES = frozenset({MoveState.FOREIGN, MoveState.STALE, MoveState.MISSING})
+
+WaitStatus = Literal["running", "complete", "blocked", "timeout"]
+
+
+class PartitionProgress(_Frozen):
+    """One move as observed: its state, bytes and a short human detail."""
+
+    topic: str
+    partition: int
+    state: MoveState
+    #: Bytes the move copies in total (source size x adding replicas); ``None`` when sizes are unknown.
+    bytes_total: int | None = None
+    bytes_copied: int | None = None
+    #: Target replicas not (yet) in the ISR.
+    lagging: tuple[int, ...] = ()
+    #: The controller lists a reassignment of the partition to the plan's target (cancellable as ours).
+    listed: bool = False
+    detail: str = ""
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def bytes_remaining(self) -> int | None:
+        if self.bytes_total is None or self.bytes_copied is None:
+            return None
+        return max(0, self.bytes_total - self.bytes_copied)
+
+    def describe(self) -> str:
+        """``orders-3 (in_flight: replicas [4] not in ISR; 1.2 MB of 20.0 MB copied)``."""
+        parts = [self.state.value]
+        if self.detail:
+            parts[0] += f": {self.detail}"
+        if self.bytes_total is not None and self.state not in BLOCKED_STATES:
+            parts.append(f"{format_bytes(self.bytes_copied or 0)} of {format_bytes(self.bytes_total)} copied")
+        return f"{self.topic}-{self.partition} ({'; '.join(parts)})"
+
+
+def _construct(**fields: Any) -> PartitionProgress:
+    # Trusted values computed here: skip validation (a 10,000-move plan is assessed on every poke).
+    fields.setdefault("bytes_total", None)
+    fields.setdefault("bytes_copied", None)
+    fields.setdefault("lagging", ())
+    fields.setdefault("listed", False)
+    fields.setdefault("detail", "")
+    return PartitionProgress.model_construct(**fields)
+
+
+def _source_size(sizes: Mapping[int, int] | None, brokers: Sequence[int]) -> int | None:
+    if sizes is None:
+        return None
+    known = [sizes[b] for b in brokers if b in sizes]
+    return max(known) if known else None
+
+
+def classify(move: Move, part: PartitionState | None, sizes: Mapping[int, int] | None = None) -> PartitionProgress:
+    """The state and bytes of one move, from the partition as the cluster reports it.
+
+    ``part`` carries the controller's in-flight reassignment (``adding_replicas`` / ``removing_replicas``), as
+    :meth:`ClusterAdmin.snapshot` merges it; ``sizes`` is the partition's ``{broker: bytes}`` from DescribeLogDirs
+    (``None``: not measured).
+    """
+    topic, partition, target = move.topic, move.partition, move.target_replicas
+    if part is None:
+        return _construct(topic=topic, partition=partition, state=MoveState.MISSING,
+                          detail="the partition does not exist (topic deleted?)")
+    current = move.current_replicas
+    replicas = part.replicas
+    isr = set(part.isr)
+    lagging = tuple(b for b in target if b not in isr)
+    if part.reassigning:
+        if part.target_replicas != target:
+            return _construct(topic=topic, partition=partition, state=MoveState.FOREIGN,
+                              detail=f"the controller is moving it to {list(part.target_replicas)}, "
+                                     f"not to the plan's {list(target)}")
+        adding = part.adding_replicas
+        source = [b for b in replicas if b not in adding]
+        state, detail = MoveState.IN_FLIGHT, ""
+    elif replicas == target:
+        adding = tuple(b for b in target if b not in current) if current is not None else lagging
+        if not lagging:
+            size = _source_size(sizes, target)
+            total = None if size is None else size * len(adding)
+            return _construct(topic=topic, partition=partition, state=MoveState.DONE, bytes_total=total,
+                              bytes_copied=total)
+        source = [b for b in target if b in isr]
+        state, detail = MoveState.IN_FLIGHT, f"replicas {list(lagging)} not in ISR yet"
+    elif current is not None and replicas == current:
+        adding = tuple(b for b in target if b not in replicas)
+        size = _source_size(sizes, replicas)
+        total = None if size is None else size * len(adding)
+        return _construct(topic=topic, partition=partition, state=MoveState.PENDING, bytes_total=total,
+                          bytes_copied=None if total is None else 0, lagging=lagging)
+    elif set(target) < set(replicas) and (current is None or set(replicas) <= set(target) | set(current)):
+        # the intermediate replica set with no reassignment listed: the move has just finished and the
+        # metadata has not caught up with the controller yet
+        adding = tuple(b for b in target if b not in current) if current is not None else ()
+        source = [b for b in replicas if b not in adding]
+        state, detail = MoveState.IN_FLIGHT, "finishing"
+    elif current is None:
+        adding = tuple(b for b in target if b not in replicas)
+        size = _source_size(sizes, replicas)
+        total = None if size is None else size * len(adding)
+        return _construct(topic=topic, partition=partition, state=MoveState.PENDING, bytes_total=total,
+                          bytes_copied=None if total is None else 0, lagging=lagging)
+    else:
+        return _construct(topic=topic, partition=partition, state=MoveState.STALE,
+                          detail=f"replicas are {list(replicas)}, the plan expected {list(current)} "
+                                 f"(moving to {list(target)})")
+    size = _source_size(sizes, source)
+    if size is None:
+        total = copied = None
+    else:
+        total = size * len(adding)
+        copied = sum(size if b in isr else min(size, (sizes or {}).get(b, 0)) for b in adding)
+    return _construct(topic=topic, partition=partition, state=state, bytes_total=total, bytes_copied=copied,
+                      lagging=lagging, listed=part.reassigning, detail=detail)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Every move of a plan as observed at one time (``at``, seconds since the epoch)."""
+
+    at: float
+    partitions: tuple[PartitionProgress, ...]
+    counts: dict[str, int] = field(init=False)
+    #: Bytes to copy and copied over every move that is not blocked; ``None`` when some unfinished move's
+    #: sizes are unknown.
+    bytes_total: int | None = field(init=False)
+    bytes_copied: int | None = field(init=False)
+    #: Remaining bytes of the unfinished moves (``None`` as above).
+    bytes_remaining: int | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        counts = {s.value: 0 for s in MoveState}
+        total = copied = remaining = 0
+        known = True
+        for p in self.partitions:
+            counts[p.state.value] += 1
+            if p.state in BLOCKED_STATES:
+                continue
+            if p.bytes_total is None:
+                if p.state is not MoveState.DONE:
+                    known = False
+                continue
+            total += p.bytes_total
+            copied += p.bytes_copied or 0
+            if p.state is not MoveState.DONE:
+                remaining += max(0, p.bytes_total - (p.bytes_copied or 0))
+        object.__setattr__(self, "counts", counts)
+        object.__setattr__(self, "bytes_total", total if known else None)
+        object.__setattr__(self, "bytes_copied", copied if known else None)
+        object.__setattr__(self, "bytes_remaining", remaining if known else None)
+
+    @property
+    def moves(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def done(self) -> int:
+        return self.counts[MoveState.DONE]
+
+    @property
+    def in_flight(self) -> int:
+        return self.counts[MoveState.IN_FLIGHT]
+
+    @property
+    def pending(self) -> int:
+        return self.counts[MoveState.PENDING]
+
+    @property
+    def blocked(self) -> int:
+        return sum(self.counts[s] for s in BLOCKED_STATES)
+
+    @property
+    def unfinished(self) -> int:
+        return self.in_flight + self.pending
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.moves
+
+    def in_state(self, *states: MoveState) -> tuple[PartitionProgress, ...]:
+        return tuple(p for p in self.partitions if p.state in states)
+
+    @property
+    def fraction(self) -> float:
+        """Progress in [0, 1]: by bytes when known (and non-zero), else by moves done (blocked moves excluded)."""
+        if self.bytes_total:
+            return min(1.0, (self.bytes_copied or 0) / self.bytes_total)
+        countable = self.moves - self.blocked
+        return 1.0 if countable == 0 else self.done / countable
+
+
+def assess(
+    plan: ReassignmentPlan,
+    snapshot: ClusterSnapshot,
+    sizes: Mapping[TopicPartition, Mapping[int, int]] | None = None,
+    *,
+    at: float,
+    refused: Mapping[TopicPartition, str] | None = None,
+) -> Observation:
+    """Classify every move of ``plan`` against ``snapshot`` (and ``sizes``, when measured).
+
+    ``refused`` names moves whose submission the cluster or a guard refused (with the reason): a pending move
+    that was refused is reported blocked (``stale``) instead of pending forever.
+    """
+    parts = snapshot.partition_map()
+    out = []
+    for m in plan.moves:
+        tp = m.tp
+        p = classify(m, parts.get(tp), None if sizes is None else sizes.get(tp, {}))
+        if refused and tp in refused and p.state is MoveState.PENDING:
+            p = _construct(topic=p.topic, partition=p.partition, state=MoveState.STALE,
+                           detail=f"submission refused: {refused[tp]}")
+        out.append(p)
+    return Observation(at=at, partitions=tuple(out))
+
+
+# -- tracking over time -------------------------------------------------------------------------------------
+
+
+class TrackerState(_Frozen):
+    """The small JSON state of a :class:`ProgressTracker` (trigger kwargs, task state store)."""
+
+    started_at: float
+    last_progress_at: float
+    best_done: int = 0
+    #: The smallest remaining amount seen (bytes, or moves when ``unit == "moves"``).
+    best_remaining: float | None = None
+    unit: Literal["bytes", "moves"] | None = None
+    #: (time, remaining) samples of the throughput window.
+    samples: tuple[tuple[float, float], ...] = ()
+    warned_at: float | None = None
+    submitted: int = Field(default=0, ge=0)
+
+
+def slope(samples: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of ``(t, y)`` samples; ``None`` with fewer than two distinct times."""
+    n = len(samples)
+    if n < 2:
+        return None
+    mt = sum(t for t, _ in samples) / n
+    my = sum(y for _, y in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    if var <= 0:
+        return None
+    return sum((t - mt) * (y - my) for t, y in samples) / var
+
+
+class ProgressTracker:
+    """Follows a plan's observations over time: throughput, ETA, stall detection.
+
+    ``window_s`` is the sliding window of the throughput estimate; ``stuck_after_s`` the time without progress
+    after which the unfinished moves are reported stuck.
+    """
+
+    def __init__(
+        self,
+        *,
+        started_at: float,
+        stuck_after_s: float,
+        window_s: float = DEFAULT_WINDOW_S,
+        state: TrackerState | None = None,
+    ) -> None:
+        if stuck_after_s <= 0:
+            raise ConfigurationError(f"stuck_after must be a positive duration, not {stuck_after_s!r} s")
+        if window_s <= 0:
+            raise ConfigurationError(f"the throughput window must be positive, not {window_s!r} s")
+        self.stuck_after_s = float(stuck_after_s)
+        self.window_s = float(window_s)
+        self.state = state or TrackerState(started_at=started_at, last_progress_at=started_at)
+        self._in_flight_key: int | None = None
+
+    def update(self, obs: Observation, *, submitted: int = 0) -> Progress:
+        """Record ``obs`` and return what to report for it."""
+        s = self.state
+        now = obs.at
+        if obs.bytes_remaining is not None:
+            unit: Literal["bytes", "moves"] = "bytes"
+            remaining: float = obs.bytes_remaining
+        else:
+            unit, remaining = "moves", float(obs.unfinished)
+        if unit != s.unit:  # first observation, or the unit flipped (sizes became (un)known): restart the window
+            s = s.model_copy(update={"unit": unit, "samples": (), "best_remaining": remaining})
+        in_flight_key = hash(frozenset(p.tp for p in obs.partitions if p.state is MoveState.IN_FLIGHT))
+        progressed = (
+            obs.done > s.best_done
+            or (s.best_remaining is not None and remaining < s.best_remaining)
+            or submitted > 0
+            or (unit == "moves" and self._in_flight_key is not None and in_flight_key != self._in_flight_key)
+        )
+        self._in_flight_key = in_flight_key
+        samples = [x for x in s.samples if now - x[0] <= self.window_s and x[0] < now] + [(now, remaining)]
+        if len(samples) > MAX_SAMPLES:  # thin the older half
+            half = len(samples) // 2
+            samples = samples[:half:2] + samples[half:]
+        s = s.model_copy(update={
+            "best_done": max(s.best_done, obs.done),
+            "best_remaining": remaining if s.best_remaining is None else min(s.best_remaining, remaining),
+            "last_progress_at": now if progressed else s.last_progress_at,
+            "samples": tuple(samples),
+            "submitted": s.submitted + submitted,
+        })
+        k = slope(samples)
+        rate = None if k is None else max(0.0, -k)
+        if obs.unfinished == 0:
+            eta: float | None = 0.0
+        elif remaining <= 0:
+            eta = 0.0
+        elif rate:
+            eta = remaining / rate
+        else:
+            eta = None
+        stalled_for = max(0.0, now - s.last_progress_at)
+        stuck: tuple[PartitionProgress, ...] = ()
+        warn = False
+        if obs.unfinished and stalled_for >= self.stuck_after_s:
+            stuck = obs.in_state(MoveState.IN_FLIGHT) or obs.in_state(MoveState.PENDING)
+            if s.warned_at is None or now - s.warned_at >= self.stuck_after_s or s.warned_at < s.last_progress_at:
+                warn = True
+                s = s.model_copy(update={"warned_at": now})
+        self.state = s
+        return Progress(
+            observation=obs,
+            unit=unit,
+            rate=rate,
+            eta_s=eta,
+            elapsed_s=max(0.0, now - s.started_at),
+            stalled_for_s=stalled_for,
+            stuck=stuck,
+            warn=warn,
+            submitted=submitted,
+        )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What one poke reports: the observation plus throughput, ETA and stall information."""
+
+    observation: Observation
+    unit: Literal["bytes", "moves"]
+    #: Throughput in ``unit`` per second (``None``: not enough samples yet).
+    rate: float | None
+    eta_s: float | None
+    elapsed_s: float
+    stalled_for_s: float
+    stuck: tuple[PartitionProgress, ...]
+    #: True when this poke should log the stuck warning.
+    warn: bool
+    submitted: int = 0
+    status: WaitStatus = "running"
+
+    def with_status(self, status: WaitStatus) -> Progress:
+        return Progress(**{**self.__dict__, "status": status})
+
+    def line(self) -> str:
+        """The one progress line of a poke, for example::
+
+        [#########-----------]  45% | moves 3/10 done, 2 in flight, 5 pending | 45.0 MB of 100.0 MB copied | 150 kB/s | ETA 6m 05s
+        """
+        o = self.observation
+        frac = o.fraction
+        filled = min(BAR_WIDTH, int(frac * BAR_WIDTH))
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        text = f"[{bar}] {int(frac * 100):3d}% | moves {o.done}/{o.moves} done, {o.in_flight} in flight, {o.pending} pending"
+        if o.blocked:
+            text += f", {o.blocked} blocked"
+        if o.bytes_total is not None:
+            text += f" | {format_bytes(o.bytes_copied or 0)} of {format_bytes(o.bytes_total)} copied"
+        if self.rate is None:
+            text += " | rate --"
+        elif self.unit == "bytes":
+            text += f" | {format_bytes(self.rate)}/s"
+        else:
+            text += f" | {self.rate * 60:.1f} moves/min"
+        if o.complete:
+            text += f" | done in {format_duration(self.elapsed_s)}"
+        elif self.eta_s is None:
+            text += " | ETA --"
+        elif self.eta_s == 0:
+            text += " | ETA finishing"
+        else:
+            text += f" | ETA {format_duration(self.eta_s)}"
+        if self.submitted:
+            text += f" | +{self.submitted} submitted"
+        return text
+
+    def stuck_message(self) -> str:
+        """The warning naming the stuck moves (empty when nothing is stuck)."""
+        if not self.stuck:
+            return ""
+        what = "in-flight" if self.stuck[0].state is MoveState.IN_FLIGHT else "pending"
+        msg = (f"no progress for {format_duration(self.stalled_for_s)}: {len(self.stuck)} {what} move(s) stuck: "
+               f"{name_list(self.stuck)}")
+        if what == "pending":
+            msg += ("; nothing is in flight and nobody submits them: is ExecuteReassignment running? "
+                    "(WaitForReassignmentSensor(submit_pending=True) submits them itself)")
+        else:
+            msg += ("; check that the adding replicas' brokers are up, the throttle rate, and the brokers' logs "
+                    "for replica fetcher errors")
+        return msg
+
+    def summary(self, **extra: Any) -> dict[str, Any]:
+        """A small JSON summary for XCom (names at most :data:`MAX_NAMED` partitions per list)."""
+        o = self.observation
+        blocked = o.in_state(*BLOCKED_STATES)
+        return {
+            "status": self.status,
+            "moves": o.moves,
+            "done": o.done,
+            "in_flight": o.in_flight,
+            "pending": o.pending,
+            "blocked": o.blocked,
+            "blocked_partitions": [p.describe() for p in blocked[:MAX_NAMED]],
+            "stuck_partitions": [f"{p.topic}-{p.partition}" for p in self.stuck[:MAX_NAMED]],
+            "bytes_total": o.bytes_total,
+            "bytes_copied": o.bytes_copied,
+            "elapsed_s": round(self.elapsed_s, 1),
+            "rate": None if self.rate is None else round(self.rate, 3),
+            "rate_unit": f"{self.unit}/s",
+            "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
+            "submitted": self.submitted,
+            **extra,
+        }
+
+
+def name_list(parts: Sequence[PartitionProgress], limit: int = 10) -> str:
+    shown = ", ".join(p.describe() for p in parts[:limit])
+    return shown + (f" and {len(parts) - limit} more" if len(parts) > limit else "")
+
+
+# -- one poke of the wait loop ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """What a submitter did during a poke: moves it submitted and moves refused (``{partition: reason}``)."""
+
+    submitted: int = 0
+    refused: Mapping[TopicPartition, str] = field(default_factory=dict)
+
+
+#: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
+Submitter = Callable[[ClusterAdmin], SubmitOutcome]
+
+
+def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_bytes: bool = True,
+            refused: Mapping[TopicPartition, str] | None = None) -> Observation:
+    """Observe ``plan`` on the cluster with a constant number of batched requests.
+
+    One :meth:`ClusterAdmin.snapshot` of the plan's topics (cluster, metadata, configs and the controller's
+    ListPartitionReassignments: a handful of requests whatever the plan's size) and, with ``measure_bytes``, one
+    :meth:`ClusterAdmin.replica_sizes` (one DescribeLogDirs per broker).
+    """
+    topics = sorted({m.topic for m in plan.moves})
+    try:
+        snap = admin.snapshot(topics=topics)
+    except ConfigurationError:
+        # a plan topic no longer exists: observe what is left, its moves are reported "missing"
+        snap = admin.snapshot()
+    sizes = admin.replica_sizes(plan.partitions) if measure_bytes and plan.moves else None
+    return assess(plan, snap, sizes, at=at, refused=refused)
+
+
+class ReassignmentWatch:
+    """The wait loop of one plan, shared by the sensor (poke and reschedule modes) and the trigger.
+
+    Every :meth:`poke` submits pending moves (when a ``submitter`` is given), observes the plan, updates the
+    tracker and decides the status: ``complete`` (every move done), ``blocked`` (nothing left in flight or pending
+    but some moves cannot complete), ``timeout`` (``timeout_s`` after ``started_at``) or ``running``.
+    """
+
+    def __init__(
+        self,
+        plan: ReassignmentPlan,
+        *,
+        started_at: float,
+        stuck_after_s: float,
+        timeout_s: float | None = None,
+        measure_bytes: bool = True,
+        window_s: float = DEFAULT_WINDOW_S,
+        state: TrackerState | None = None,
+        submitter: Submitter | None = None,
+    ) -> None:
+        if not plan.moves:
+            raise ConfigurationError("the plan has no moves: there is nothing to wait for")
+        self.plan = plan
+        self.timeout_s = timeout_s
+        self.measure_bytes = measure_bytes
+        self.submitter = submitter
+        self.tracker = ProgressTracker(started_at=started_at, stuck_after_s=stuck_after_s, window_s=window_s,
+                                       state=state)
+        self.refused: dict[TopicPartition, str] = {}
+
+    @property
+    def state(self) -> TrackerState:
+        return self.tracker.state
+
+    def poke(self, admin: ClusterAdmin, *, now: float) -> Progress:
+        submitted = 0
+        if self.submitter is not None:
+            outcome = self.submitter(admin)
+            submitted = outcome.submitted
+            self.refused.update(outcome.refused)
+        obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
+        progress = self.tracker.update(obs, submitted=submitted)
+        if obs.complete:
+            return progress.with_status("complete")
+        if obs.unfinished == 0:
+            return progress.with_status("blocked")
+        if self.timeout_s is not None and now - self.state.started_at >= self.timeout_s:
+            stuck = progress.stuck or obs.in_state(MoveState.IN_FLIGHT) or obs.in_state(MoveState.PENDING)
+            return Progress(**{**progress.__dict__, "stuck": stuck, "status": "timeout"})
+        return progress
+
+
+def final_message(progress: Progress) -> str:
+    """The message a failing task ends with (blocked or timed out), naming the partitions."""
+    o = progress.observation
+    if progress.status == "blocked":
+        return (f"{o.blocked} of {o.moves} move(s) cannot complete ({o.done} done): "
+                f"{name_list(o.in_state(*BLOCKED_STATES))}. Look at each partition's current replicas, plan again "
+                "from a fresh snapshot, and run the new plan")
+    if progress.status == "timeout":
+        return (f"timed out after {format_duration(progress.elapsed_s)} with {o.done}/{o.moves} move(s) done, "
+                f"{o.in_flight} in flight, {o.pending} pending; unfinished: {name_list(progress.stuck)}")
+    return progress.line()
+
+
+# -- timeout policies ----------------------------------------------------------------------------------------
+
+TimeoutPolicy = Literal["leave", "cancel", "rollback"]
+TIMEOUT_POLICIES: tuple[str, ...] = ("leave", "cancel", "rollback")
+
+
+def check_timeout_policy(policy: str) -> TimeoutPolicy:
+    if policy not in TIMEOUT_POLICIES:
+        raise ConfigurationError(
+            f"on_timeout={policy!r} is not a timeout policy; choose one of {', '.join(TIMEOUT_POLICIES)} "
+            "(leave: in-flight moves continue; cancel: cancel the plan's in-flight moves; rollback: cancel them and "
+            "move the finished ones back with the plan's rollback.json)"
+        )
+    return policy  # type: ignore[return-value]
+
+
+def ours_in_flight(obs: Observation) -> list[TopicPartition]:
+    """The partitions the controller is moving to THIS plan's targets (the only ones a cancel may touch)."""
+    return [p.tp for p in obs.partitions if p.state is MoveState.IN_FLIGHT and p.listed]
+
+
+def cancel_ours(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float) -> dict[str, Any]:
+    """Cancel the plan's in-flight moves (KIP-455: back to their original replicas), re-reading the cluster first.
+
+    Only partitions the controller is moving to the plan's own targets are cancelled; foreign reassignments are
+    never touched. Afterwards every cancelled partition should be back on the move's current replicas (state
+    ``pending``); any other outcome (for example a different replication factor) is reported by name.
+    """
+    tps = ours_in_flight(observe(admin, plan, at=at, measure_bytes=False))
+    result = admin.cancel_reassignments(tps) if tps else None
+    failed = [f"{r.topic}-{r.partition}: {r.error}" for r in (result.failed if result else ())]
+    after = {p.tp: p for p in observe(admin, plan, at=at, measure_bytes=False).partitions}
+    odd = [after[tp].describe() for tp in tps if after[tp].state is not MoveState.PENDING]
+    return {"cancelled": len(tps) - len(failed), "cancel_failed": failed[:MAX_NAMED],
+            "not_back_on_current_replicas": odd[:MAX_NAMED]}
+
+
+def format_bytes(n: float) -> str:
+    """Decimal units, as Kafka's configs use: ``999 B``, ``1.5 kB``, ``20.0 MB``, ``3.2 GB``."""
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float) -> str:
+    """``45s``, ``6m 05s``, ``2h 03m``, ``3d 04h``."""
+    if seconds is None or math.isinf(seconds) or math.isnan(seconds):
+        return "--"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h {m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d {h:02d}h"
+
+
+def parse_names(partitions: Collection[str]) -> list[TopicPartition]:
+    """``["orders-3"]`` -> ``[TopicPartition("orders", 3)]`` (the topic may contain dashes)."""
+    out = []
+    for name in partitions:
+        topic, _, part = name.rpartition("-")
+        out.append(TopicPartition(topic, int(part)))
+    return out
