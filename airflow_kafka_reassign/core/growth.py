@@ -17,8 +17,9 @@ Pure (no Airflow, no Kafka client). :func:`plan_growth` decides, per topic of a 
   count is a no-op success, so a retried task is harmless.
 * **placement**: the new partitions keep the topic's replication factor (never another,
   KIP-860's spirit), spread over racks, on the least-loaded live brokers by the planner's
-  load model (the topic's replicas per broker, then each broker's total replicas), the
-  preferred leaders spread the same way.
+  load model: the fewest replicas in total, as long as the topic's own replicas per broker
+  stay within :data:`MAX_TOPIC_SPREAD` of each other (the planner's ``max_topic_spread``);
+  preferred leaders go to the brokers leading the fewest of the topic's, then of all partitions.
 * **under-replicated creation** (KIP-409, client side): with fewer live brokers than the
   replication factor the topic is refused by default. With ``allow_under_replicated=True``
   it grows when the live brokers are at least ``min(min.insync.replicas, RF)``: every live
@@ -70,6 +71,10 @@ from airflow_kafka_reassign.core.ports import ClusterAdmin, NewPartitions, Topic
 from airflow_kafka_reassign.core.report import broker_loads
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
+#: How far a topic's replicas per live broker may spread (max - min) so that the brokers'
+#: totals even out: the planner's default ``max_topic_spread``.
+MAX_TOPIC_SPREAD = 2
+
 #: At most this many new partitions' replica lists per topic go into a result's summary (XCom).
 SUMMARY_ASSIGNMENT_LIMIT = 50
 
@@ -79,7 +84,7 @@ Status = Literal["created", "validated", "no-op", "refused", "failed"]
 #: Why a topic was refused, as a stable code (XCom, tests, alerting).
 RefusalCode = Literal[
     "unknown-topic", "internal-topic", "shrink", "compacted-topic", "under-replicated",
-    "too-few-live-brokers", "no-placeholder-broker",
+    "too-few-live-brokers",
 ]
 
 
@@ -353,9 +358,16 @@ class _Placer:
             chosen: list[int] = []
             racks_used: Counter[str | None] = Counter()
             for _ in range(n_live):
+                floor = min(topic_replicas[x] for x in live)
                 b = min(
                     (b for b in live if b not in chosen),
-                    key=lambda b: (racks_used[self.rack.get(b)], topic_replicas[b], self.total[b], b),
+                    key=lambda b: (
+                        racks_used[self.rack.get(b)],
+                        topic_replicas[b] + 1 - floor > MAX_TOPIC_SPREAD,
+                        self.total[b],
+                        topic_replicas[b],
+                        b,
+                    ),
                 )
                 chosen.append(b)
                 racks_used[self.rack.get(b)] += 1
@@ -486,16 +498,9 @@ def _decide(
                 "bring brokers back first",
                 **known,
             )
+        # every replica of the topic's largest partition is on a live or a stopped broker, so
+        # the stopped ones always suffice for the missing replicas
         placeholders = offline
-        if len(placeholders) < rf - n_live:
-            return refuse(
-                "no-placeholder-broker",
-                f"{shortage} and only {len(placeholders)} stopped broker(s) {placeholders} known to hold the missing "
-                f"replicas: Kafka refuses new partitions with fewer replicas than the topic's others "
-                "(INVALID_REPLICA_ASSIGNMENT), so the missing replicas must go to registered brokers that are down; "
-                "bring brokers back first",
-                **known,
-            )
         if min_isr is None:
             warnings.append(f"{name}: min.insync.replicas unknown; assumed Kafka's default 1")
     placed = placer.place(parts, target - current, rf, live, placeholders)

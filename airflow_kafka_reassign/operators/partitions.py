@@ -164,14 +164,16 @@ class GuardedCreatePartitionsOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         request = self._request()
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.timeout_s)
+        admin = hook.get_admin()
         try:
-            with hook.get_admin() as admin:
-                outcome = grow_partitions(
-                    admin, request, validate_only=self.validate_only,
-                    heal_targets_path=self.heal_targets_path, log=self._log,
-                )
+            outcome = grow_partitions(
+                admin, request, validate_only=self.validate_only,
+                heal_targets_path=self.heal_targets_path, log=self._log,
+            )
         except ConfigurationError as e:
             raise AirflowFailException(str(e)) from e
+        finally:
+            admin.close()
         summary = outcome.summary()
         self._report(outcome)
         problems = outcome.failed or (outcome.refused if self.fail_on_refused else ())
@@ -247,8 +249,11 @@ class PlanHealOperator(BaseOperator):
             ti.xcom_push(key="return_value", value={"plan_dir": None, "moves": 0, "states": {}})
             raise AirflowSkipException(f"heal-targets file {self.heal_targets_path} lists no partition: nothing to heal")
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.timeout_s)
-        with hook.get_admin() as admin:
+        admin = hook.get_admin()
+        try:
             snapshot = admin.snapshot()
+        finally:
+            admin.close()
         assessment, result = plan_heal(snapshot, targets, rack_aware=self.rack_aware)
         done = assessment.of("healed") + assessment.of("missing")
         if self.prune_healed and done:
