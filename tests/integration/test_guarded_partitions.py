@@ -1,0 +1,259 @@
+"""GuardedCreatePartitionsOperator against the session sandbox (5 brokers, racks r1 r2 r3 r1 r2, SASL).
+
+The batch case runs as a real Airflow task run (``dag.test()`` in a subprocess, with a migrated
+metadata database), the others call the operator in-process through the real hook. Nothing here
+grows an internal topic of the shared cluster: the override is exercised with
+``validate_only=True`` (a real growth of ``__consumer_offsets`` runs on the separate small
+sandbox of test_guarded_partitions_under_replicated.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from airflow_kafka_reassign.core.report import broker_loads
+from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.kafka.workload import create_topic
+from airflow_kafka_reassign.operators.partitions import GuardedCreatePartitionsOperator
+
+CONN_ID = "kafka_sandbox"
+RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
+
+
+class TI:
+    def __init__(self) -> None:
+        self.pushed: dict = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = json.loads(json.dumps(value))
+
+
+def wait_until(cond, *, what: str, timeout: float = 60.0, every: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def replicas_of(config, topic: str) -> dict[int, tuple[int, ...]]:
+    md = AdminClient(dict(config)).list_topics(topic, timeout=15)
+    t = md.topics[topic]
+    return {p: tuple(t.partitions[p].replicas) for p in sorted(t.partitions)} if t.error is None else {}
+
+
+def make_coordinator_topics_exist(config) -> None:
+    """A consumer group commit creates __consumer_offsets, a transaction __transaction_state."""
+    topic = f"t-coordinators-{uuid.uuid4().hex[:8]}"
+    create_topic(config, topic, [[1, 2]])
+    wait_until(lambda: replicas_of(config, topic), what=f"topic {topic}")
+    producer = Producer({**config, "transactional.id": f"txn-{topic}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"v", key=b"k")
+    producer.commit_transaction(30)
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 60
+    msg = None
+    while msg is None and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+    assert msg is not None and msg.error() is None, "the test consumer read nothing"
+    consumer.commit(msg, asynchronous=False)
+    consumer.close()
+    delete_topics(config, [topic])
+    for name in ("__consumer_offsets", "__transaction_state"):
+        wait_until(lambda name=name: replicas_of(config, name), what=name)
+
+
+@pytest.fixture(scope="module")
+def config(sandbox) -> dict[str, str]:
+    return sandbox.client_config()
+
+
+@pytest.fixture
+def connection(sandbox, monkeypatch) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}",
+                       json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}))
+
+
+@pytest.fixture
+def topics(config) -> Iterator[list[str]]:
+    """Topics the test creates; deleted at the end so the shared cluster's balance stays as it was."""
+    created: list[str] = []
+    yield created
+    delete_topics(config, created)
+
+
+def delete_topics(config, names: list[str]) -> None:
+    if names:
+        admin = AdminClient(dict(config))  # keep the handle alive until the futures are done
+        for fut in admin.delete_topics(names, operation_timeout=30).values():
+            fut.result(60)
+
+
+def new_topic(config, topics: list[str], name: str, assignment, configs=None) -> str:
+    create_topic(config, name, assignment, configs=configs)
+    topics.append(name)
+    wait_until(lambda: len(replicas_of(config, name)) == len(assignment), what=f"topic {name}")
+    return name
+
+
+def grow(**kwargs):
+    return GuardedCreatePartitionsOperator(task_id="grow", kafka_config_id=CONN_ID, **kwargs)
+
+
+# -- a real Airflow task run -----------------------------------------------------------------------
+
+DAG_FILE = '''
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+
+from airflow.sdk import DAG
+
+from airflow_kafka_reassign.operators.partitions import GuardedCreatePartitionsOperator
+
+with DAG("guarded_growth_batch", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    GuardedCreatePartitionsOperator(
+        task_id="grow",
+        kafka_config_id="{conn_id}",
+        new_total_partitions="{{{{ dag_run.conf['targets'] | tojson }}}}",
+    )
+
+if __name__ == "__main__":
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    run = dag.test(run_conf=json.loads(sys.argv[1]))
+    with create_session() as session:
+        tis = {{ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}}
+        rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id).all()
+        xcom = {{f"{{r.task_id}}.{{r.key}}": XComModel.deserialize_value(r) for r in rows}}
+    print("DAG-RESULT " + json.dumps({{"state": str(run.state), "tis": tis, "xcom": xcom}}))
+'''
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory, sandbox) -> dict[str, str]:
+    """An AIRFLOW_HOME with a migrated database and a dags folder; the connection in the environment."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    dags = home / "dags"
+    dags.mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(
+            {"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
+    }
+    airflow = Path(sys.executable).with_name("airflow")
+    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
+
+
+def run_dag(env: dict[str, str], conf: dict) -> dict:
+    dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "guarded_growth_batch.py"
+    dag_file.write_text(textwrap.dedent(DAG_FILE.format(conn_id=CONN_ID)))
+    proc = subprocess.run([sys.executable, str(dag_file), json.dumps(conf)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("DAG-RESULT ")]
+    assert lines, f"no result from the DAG run (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    result = json.loads(lines[-1].removeprefix("DAG-RESULT "))
+    result["log"] = proc.stdout + proc.stderr
+    return result
+
+
+def test_batch_with_internal_topics_in_a_real_task_run(config, topics, airflow_env):
+    make_coordinator_topics_exist(config)
+    offsets_before = replicas_of(config, "__consumer_offsets")
+    txn_before = replicas_of(config, "__transaction_state")
+    normal = new_topic(config, topics, f"t-batch-{uuid.uuid4().hex[:8]}", [[1, 2], [3, 4]])
+    targets = {normal: 4, "__consumer_offsets": len(offsets_before) + 2, "__transaction_state": len(txn_before) + 1}
+
+    result = run_dag(airflow_env, {"targets": targets})
+
+    assert result["state"] == "failed" and result["tis"] == {"grow": "failed"}, result["log"][-3000:]
+    out = result["xcom"]["grow.return_value"]
+    assert out["topics"][normal]["status"] == "created" and out["topics"][normal]["partitions_after"] == 4
+    for name in ("__consumer_offsets", "__transaction_state"):
+        assert out["topics"][name]["status"] == "refused" and out["topics"][name]["refusal"] == "internal-topic"
+        assert "KAFKA-20029" in out["topics"][name]["reason"]
+    assert out["counts"] == {"created": 1, "validated": 0, "no-op": 0, "refused": 2, "failed": 0}
+    assert "2 topic(s) refused, 0 failed" in result["log"]
+    assert len(replicas_of(config, normal)) == 4
+    assert replicas_of(config, "__consumer_offsets") == offsets_before
+    assert replicas_of(config, "__transaction_state") == txn_before
+
+
+# -- in-process operator, real hook and cluster ------------------------------------------------------
+
+
+def test_override_on_validate_only_logs_the_warning_and_changes_nothing(config, connection, capsys):
+    make_coordinator_topics_exist(config)
+    before = replicas_of(config, "__consumer_offsets")
+    result = grow(new_total_partitions={"__consumer_offsets": len(before) + 1},
+                  allow_internal_topic_partition_increase=True, validate_only=True).execute({"ti": TI()})
+    t = result["topics"]["__consumer_offsets"]
+    assert t["status"] == "validated" and len(t["new_partitions"]) == 1
+    out = capsys.readouterr().out
+    assert f"GROWING INTERNAL TOPIC __consumer_offsets from {len(before)} to {len(before) + 1}" in out
+    assert replicas_of(config, "__consumer_offsets") == before
+
+
+def test_compacted_refused_shrink_refused_and_a_repeat_is_a_no_op(config, connection, topics):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    compacted = new_topic(config, topics, f"t-compact-{uuid.uuid4().hex[:8]}", [[1, 2]],
+                          configs={"cleanup.policy": "compact"})
+    plain = new_topic(config, topics, f"t-plain-{uuid.uuid4().hex[:8]}", [[1, 2], [2, 3], [3, 4]])
+    ti = TI()
+    with pytest.raises(AirflowFailException, match="refused"):
+        grow(new_total_partitions={compacted: 3, plain: 2}).execute({"ti": ti})
+    out = ti.pushed["return_value"]["topics"]
+    assert out[compacted]["refusal"] == "compacted-topic" and "allow_compacted=True" in out[compacted]["reason"]
+    assert out[plain]["refusal"] == "shrink"
+    assert len(replicas_of(config, compacted)) == 1 and len(replicas_of(config, plain)) == 3
+
+    first = grow(new_total_partitions={plain: 5}).execute({"ti": TI()})
+    after = wait_until(lambda: (r := replicas_of(config, plain)) and len(r) == 5 and r, what="growth")
+    again = grow(new_total_partitions={plain: 5}).execute({"ti": TI()})
+    assert first["topics"][plain]["status"] == "created" and again["topics"][plain]["status"] == "no-op"
+    assert replicas_of(config, plain) == after
+
+
+def test_new_partitions_go_to_the_least_loaded_brokers_rack_aware_with_the_topics_rf(config, connection, topics):
+    # ballast makes brokers 1 and 2 the most loaded by far; the topic itself is even over all 5
+    new_topic(config, topics, f"t-ballast-{uuid.uuid4().hex[:8]}", [[1, 2], [2, 1]] * 20)
+    topic = new_topic(config, topics, f"t-place-{uuid.uuid4().hex[:8]}", [[1, 2], [2, 3], [3, 4], [4, 5], [5, 1]])
+    with KafkaClusterAdmin(config) as admin:
+        loads = broker_loads(admin.snapshot())
+    assert min(loads[b]["replicas"] for b in (1, 2)) >= max(loads[b]["replicas"] for b in (3, 4, 5)) + 20, loads
+
+    result = grow(new_total_partitions={topic: 7}).execute({"ti": TI()})
+
+    live = wait_until(lambda: (r := replicas_of(config, topic)) and len(r) == 7 and r, what="growth")
+    new = [live[5], live[6]]
+    assert result["topics"][topic]["new_partitions"] == {"5": list(new[0]), "6": list(new[1])}
+    assert all(len(r) == 2 for r in new)  # the topic's RF
+    assert not {b for r in new for b in r} & {1, 2}  # not on the loaded brokers
+    assert all(len({RACKS[b] for b in r}) == 2 for r in new)  # over two racks each
+    assert new[0][0] != new[1][0]  # preferred leaders spread
