@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -87,17 +87,10 @@ class Assignment:
             _bincount(reps, per_replica_size),
         )
 
-    def lookup(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[tuple[int, ...], int]]:
-        """``(topic, partition)`` -> (target replicas, bytes of one replica or -1), for ``keys`` only."""
-        wanted = set(keys)
-        out: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
-        if not wanted:
-            return out
-        offsets = self.offsets
-        for i, key in enumerate(zip(self.topics, self.partitions.tolist(), strict=True)):
-            if key in wanted:
-                out[key] = (tuple(self.replicas[offsets[i]:offsets[i + 1]].tolist()), int(self.sizes[i]))
-        return out
+    def rows_of(self, keys: Iterable[tuple[str, int]]) -> list[int | None]:
+        """The row of each ``(topic, partition)`` of ``keys`` (``None``: not in the snapshot)."""
+        index = dict(zip(zip(self.topics, self.partitions.tolist(), strict=True), range(len(self.topics)), strict=True))
+        return [index.get(k) for k in keys]
 
 
 def _bincount(ids: IntArray, weights: IntArray | None = None) -> Counter[int]:
@@ -145,10 +138,11 @@ def read_assignment(directory: str | Path) -> Assignment:
     if not meta_path.is_file():
         raise ValueError(f"{src} is not a snapshot directory: {meta_path.name} is missing")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    brokers = pq.read_table(src / "brokers.parquet").to_pydict()
+    # ParquetFile, not read_table: read_table's first call imports pyarrow.dataset (2 s of CPU)
+    brokers = pq.ParquetFile(src / "brokers.parquet").read().to_pydict()
     racks = dict(zip(brokers["id"], brokers["rack"], strict=True))
-    table = pq.read_table(
-        src / "partitions.parquet", columns=["topic", "partition", "replicas", "removing_replicas", "replica_sizes"]
+    table = pq.ParquetFile(src / "partitions.parquet").read(
+        columns=["topic", "partition", "replicas", "removing_replicas", "replica_sizes"]
     ).combine_chunks()
     n = table.num_rows
     if n == 0:
@@ -166,16 +160,16 @@ def read_assignment(directory: str | Path) -> Assignment:
         starts = np.flatnonzero(lengths > 0)
         if len(starts):
             maxima = np.maximum.reduceat(s_val, s_off[:-1][starts])
-            valid = size_col.is_valid().to_numpy(zero_copy_only=False)[starts]
+            valid = _valid(size_col)[starts]
             sizes[starts[valid]] = maxima[valid]
 
     # in-flight reassignments: drop the removing replicas (the plan moves from the target)
-    removing = table.column("removing_replicas").chunk(0)
-    rows = np.flatnonzero(np.diff(_list_column(removing)[0]) > 0)
+    r_off, r_val = _list_column(table.column("removing_replicas").chunk(0))
+    rows = np.flatnonzero(np.diff(r_off) > 0)
     if len(rows):
         keep = np.ones(len(values), dtype=bool)
-        for row, gone in zip(rows.tolist(), removing.take(rows).to_pylist(), strict=True):
-            gone_set = set(gone or ())
+        for row in rows.tolist():
+            gone_set = set(r_val[r_off[row]:r_off[row + 1]].tolist())
             for j in range(offsets[row], offsets[row + 1]):
                 if values[j] in gone_set:
                     keep[j] = False
@@ -185,7 +179,7 @@ def read_assignment(directory: str | Path) -> Assignment:
     return Assignment(
         racks=racks,
         topics=table.column("topic").to_pylist(),
-        partitions=table.column("partition").to_numpy().astype(np.int64),
+        partitions=_ints(table.column("partition").chunk(0)),
         offsets=offsets,
         replicas=values,
         sizes=sizes,
@@ -194,10 +188,32 @@ def read_assignment(directory: str | Path) -> Assignment:
     )
 
 
+def _ints(array: Any) -> IntArray:
+    """A pyarrow integer array without nulls as int64 numpy, read from its buffer
+    (``Array.to_numpy`` imports pandas: seconds of CPU for nothing)."""
+    if array.null_count:
+        raise ValueError(f"unexpected null in a {array.type} column of the snapshot")
+    width = array.type.bit_width // 8
+    data = array.buffers()[1]
+    if data is None or len(array) == 0:
+        return np.zeros(0, dtype=np.int64)
+    out = np.frombuffer(data, dtype=np.dtype(f"<i{width}"), count=len(array), offset=array.offset * width)
+    return out.astype(np.int64)
+
+
+def _valid(array: Any) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Validity of each entry of a pyarrow array (from its bitmap)."""
+    bitmap = array.buffers()[0]
+    if bitmap is None or array.null_count == 0:
+        return np.ones(len(array), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[array.offset:array.offset + len(array)].astype(bool)
+
+
 def _list_column(column: Any) -> tuple[IntArray, IntArray]:
-    """(offsets from 0, values) of a pyarrow ListArray, slicing offset handled."""
-    off = column.offsets.to_numpy().astype(np.int64)
-    values = column.values.to_numpy(zero_copy_only=False)[off[0]:off[-1]].astype(np.int64)
+    """(offsets from 0, values) of a pyarrow ListArray of integers, slicing offset handled."""
+    off = _ints(column.offsets)
+    values = _ints(column.values)[off[0]:off[-1]]
     return off - off[0], values
 
 
@@ -205,8 +221,7 @@ def _parse_time(value: object) -> datetime | None:
     return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
-@dataclass(frozen=True)
-class PlannedMove:
+class PlannedMove(NamedTuple):
     """One move as the view needs it (plain data; from ``plan.json`` or a :class:`Move`)."""
 
     topic: str
@@ -238,17 +253,24 @@ def read_plan_moves(plan_file: str | Path) -> list[PlannedMove]:
     for i, m in enumerate(moves):
         try:
             current = m.get("current_replicas")
-            out.append(
-                PlannedMove(
-                    str(m["topic"]),
-                    int(m["partition"]),
-                    tuple(int(b) for b in current) if current is not None else None,
-                    tuple(int(b) for b in m["target_replicas"]),
-                    bool(m.get("allow_rf_change", False)),
-                )
+            move = PlannedMove(
+                m["topic"],
+                m["partition"],
+                tuple(current) if current is not None else None,
+                tuple(m["target_replicas"]),
+                m.get("allow_rf_change", False) is True,
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ValueError(f"{plan_file}: moves[{i}] is not a move ({e!r}): {str(m)[:200]}") from None
+            if (
+                type(move.topic) is not str
+                or type(move.partition) is not int
+                or not move.target
+                or not all(type(b) is int for b in move.target)
+                or (move.current is not None and not all(type(b) is int for b in move.current))
+            ):
+                raise TypeError("topic must be a string, partition and broker ids integers, target_replicas not empty")
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{plan_file}: moves[{i}] is not a move ({e}): {str(m)[:200]}") from None
+        out.append(move)
     return out
 
 
@@ -304,15 +326,22 @@ class PlanView:
             return "unregistered"
         return ""
 
-    def broker_traffic(self) -> Counter[int]:
-        """Replicas each broker sends plus receives."""
-        out: Counter[int] = Counter()
-        for (src, dst), n in self.matrix.items():
-            if src >= 0:
-                out[src] += n
-            if dst >= 0:
-                out[dst] += n
-        return out
+
+
+def _after(
+    before: Counter[int], came: list[int], gone: list[int],
+    came_weights: list[int] | None = None, gone_weights: list[int] | None = None,
+) -> Counter[int]:
+    """``before`` plus what ``came`` minus what ``gone`` (each weighted, or 1)."""
+    out = Counter(before)
+    for ids, weights, sign in ((came, came_weights, 1), (gone, gone_weights, -1)):
+        if not ids:
+            continue
+        arr = np.asarray(ids, dtype=np.int64)
+        counts = np.bincount(arr, weights=None if weights is None else np.asarray(weights, dtype=np.float64))
+        for b in np.unique(arr).tolist():
+            out[b] += sign * int(round(float(counts[b])))
+    return out
 
 
 def _rack_key(rack: str | None) -> tuple[bool, str]:
@@ -329,47 +358,63 @@ def plan_view(
     """Apply ``moves`` to ``assignment`` and count what changes (see the module doc)."""
     replicas_before, leaders_before, bytes_before = assignment.loads()
     has_sizes = assignment.has_sizes
-    info = assignment.lookup((m.topic, m.partition) for m in moves)
-    replicas_after = Counter(replicas_before)
-    leaders_after = Counter(leaders_before)
-    bytes_after = Counter(bytes_before)
-    matrix: Counter[tuple[int, int]] = Counter()
+    rows = assignment.rows_of((m.topic, m.partition) for m in moves)
+    flat = assignment.replicas.tolist()
+    offsets = assignment.offsets.tolist()
+    sizes = assignment.sizes.tolist()
+    # per-replica events, counted at the end (C-speed Counter / bincount, not one update each)
+    gone: list[int] = []
+    gone_bytes: list[int] = []
+    came: list[int] = []
+    came_bytes: list[int] = []
+    lead_gone: list[int] = []
+    lead_came: list[int] = []
+    pairs: list[tuple[int, int]] = []
     topic_moves: Counter[str] = Counter()
     rf_changes: list[RfChange] = []
     unknown: list[str] = []
-    replica_moves = leader_changes = bytes_moved = 0
-    for m in moves:
-        found = info.get((m.topic, m.partition))
-        if found is None:
+    bytes_moved = 0
+    for m, row in zip(moves, rows, strict=True):
+        if row is None:
             unknown.append(f"{m.topic}-{m.partition}")
             continue
-        snap_target, size = found
-        current = m.current if m.current is not None else snap_target
-        size = max(size, 0)
+        current = m.current if m.current is not None else tuple(flat[offsets[row]:offsets[row + 1]])
+        target = m.target
+        if current[0] != target[0]:
+            lead_gone.append(current[0])
+            lead_came.append(target[0])
+        if len(current) == len(target) and set(current) == set(target):
+            continue  # a new replica order only
         cur_set = set(current)
-        tgt_set = set(m.target)
-        adding = [b for b in m.target if b not in cur_set]
+        tgt_set = set(target)
+        adding = [b for b in target if b not in cur_set]
         removing = [b for b in current if b not in tgt_set]
-        for b in removing:
-            replicas_after[b] -= 1
-            bytes_after[b] -= size
-        for b in adding:
-            replicas_after[b] += 1
-            bytes_after[b] += size
-        if current and m.target and current[0] != m.target[0]:
-            leader_changes += 1
-            leaders_after[current[0]] -= 1
-            leaders_after[m.target[0]] += 1
-        for i in range(max(len(adding), len(removing))):
-            src = removing[i] if i < len(removing) else NEW_REPLICA
-            dst = adding[i] if i < len(adding) else DROPPED_REPLICA
-            matrix[(src, dst)] += 1
-        replica_moves += len(adding)
-        bytes_moved += size * len(adding)
+        size = sizes[row] if sizes[row] > 0 else 0
+        gone += removing
+        came += adding
+        if size:
+            gone_bytes += [size] * len(removing)
+            came_bytes += [size] * len(adding)
+            bytes_moved += size * len(adding)
+        else:
+            gone_bytes += [0] * len(removing)
+            came_bytes += [0] * len(adding)
+        if len(adding) == len(removing):
+            pairs += zip(removing, adding, strict=True)
+        else:
+            pairs += (
+                (removing[i] if i < len(removing) else NEW_REPLICA, adding[i] if i < len(adding) else DROPPED_REPLICA)
+                for i in range(max(len(adding), len(removing)))
+            )
+            rf_changes.append(RfChange(f"{m.topic}-{m.partition}", tuple(current), target, m.allow_rf_change))
         if adding:
             topic_moves[m.topic] += len(adding)
-        if len(current) != len(m.target):
-            rf_changes.append(RfChange(f"{m.topic}-{m.partition}", tuple(current), m.target, m.allow_rf_change))
+    replicas_after = _after(replicas_before, came, gone)
+    leaders_after = _after(leaders_before, lead_came, lead_gone)
+    bytes_after = _after(bytes_before, came, gone, came_bytes, gone_bytes)
+    matrix: Counter[tuple[int, int]] = Counter(pairs)
+    replica_moves = len(came)
+    leader_changes = len(lead_came)
     brokers = sorted(set(assignment.brokers()) | {b for pair in matrix for b in pair if b >= 0})
     return PlanView(
         brokers=brokers,
@@ -433,25 +478,34 @@ def aggregate_matrix(
     order: Sequence[str],
     *,
     title: str,
+    column_of: Callable[[int], str] | None = None,
+    column_order: Sequence[str] | None = None,
 ) -> MatrixTable:
-    """Fold a broker matrix into groups (``group_of(broker)``), rows and columns in ``order``.
+    """Fold a broker matrix into groups: row ``group_of(from broker)``, column
+    ``column_of(to broker)`` (default: ``group_of``), rows in ``order``, columns in
+    ``column_order`` (default: ``order``).
 
     Rows get :data:`NEW_LABEL` and columns :data:`DROPPED_LABEL` only when replicas come from
-    or go there. Groups of ``order`` nobody sends to or receives from are kept (a rack that
-    moves nothing is information); groups missing from ``order`` are appended.
+    or go there. Groups of the orders that nobody sends to or receives from are kept (a rack
+    that moves nothing is information); groups missing from them are appended.
     """
+    col_of = column_of or group_of
     counts: Counter[tuple[str, str]] = Counter()
     for (src, dst), n in matrix.items():
         s = NEW_LABEL if src == NEW_REPLICA else group_of(src)
-        d = DROPPED_LABEL if dst == DROPPED_REPLICA else group_of(dst)
+        d = DROPPED_LABEL if dst == DROPPED_REPLICA else col_of(dst)
         counts[(s, d)] += n
-    groups = list(order)
+    rows = list(order)
+    cols = list(column_order if column_order is not None else order)
     for s, d in counts:
-        for g in (s, d):
-            if g not in groups and g not in (NEW_LABEL, DROPPED_LABEL):
-                groups.append(g)
-    rows = groups + ([NEW_LABEL] if any(s == NEW_LABEL for s, _ in counts) else [])
-    cols = groups + ([DROPPED_LABEL] if any(d == DROPPED_LABEL for _, d in counts) else [])
+        if s not in rows and s != NEW_LABEL:
+            rows.append(s)
+        if d not in cols and d != DROPPED_LABEL:
+            cols.append(d)
+    if any(s == NEW_LABEL for s, _ in counts):
+        rows.append(NEW_LABEL)
+    if any(d == DROPPED_LABEL for _, d in counts):
+        cols.append(DROPPED_LABEL)
     return MatrixTable(rows, cols, [[counts.get((r, c), 0) for c in cols] for r in rows], title)
 
 
@@ -460,22 +514,42 @@ def rack_label(rack: str | None) -> str:
 
 
 def broker_matrix(view: PlanView, *, max_brokers: int = 40) -> MatrixTable:
-    """The broker-to-broker matrix: every broker up to ``max_brokers``, else the
-    ``max_brokers - 1`` brokers with the most traffic and one ``other brokers`` row/column."""
+    """The broker-to-broker matrix.
+
+    Up to ``max_brokers`` brokers: every broker is a row and a column. Above: the rows are the
+    ``max_brokers - 1`` brokers sending the most replicas and the columns the ``max_brokers - 1``
+    receiving the most (separately: a scale-out's columns are the new brokers), the rest folded
+    into one ``other brokers`` row and column.
+    """
     brokers = view.brokers
     if len(brokers) <= max_brokers:
         names = {b: str(b) for b in brokers}
         return aggregate_matrix(view.matrix, names.__getitem__, [names[b] for b in brokers],
                                 title="replicas moved, broker to broker")
-    traffic = view.broker_traffic()
-    top = sorted(sorted(traffic, key=lambda b: (-traffic[b], b))[: max_brokers - 1])
-    names = {b: str(b) for b in top}
-    order = [names[b] for b in top] + [OTHER_LABEL]
+    sent: Counter[int] = Counter()
+    received: Counter[int] = Counter()
+    for (src, dst), n in view.matrix.items():
+        if src >= 0:
+            sent[src] += n
+        if dst >= 0:
+            received[dst] += n
+
+    def top(counter: Counter[int]) -> list[int]:
+        return sorted(sorted(counter, key=lambda b: (-counter[b], b))[: max_brokers - 1])
+
+    senders, receivers = top(sent), top(received)
+    row_names = {b: str(b) for b in senders}
+    col_names = {b: str(b) for b in receivers}
+    rows_other = len(sent) > len(senders)
+    cols_other = len(received) > len(receivers)
     return aggregate_matrix(
         view.matrix,
-        lambda b: names.get(b, OTHER_LABEL),
-        order,
-        title=f"replicas moved between the {len(top)} busiest of {len(brokers)} brokers (the rest: {OTHER_LABEL})",
+        lambda b: row_names.get(b, OTHER_LABEL),
+        [row_names[b] for b in senders] + ([OTHER_LABEL] if rows_other else []),
+        column_of=lambda b: col_names.get(b, OTHER_LABEL),
+        column_order=[col_names[b] for b in receivers] + ([OTHER_LABEL] if cols_other else []),
+        title=f"replicas moved: the {len(senders)} brokers sending and the {len(receivers)} receiving the most, "
+              f"of {len(brokers)}",
     )
 
 

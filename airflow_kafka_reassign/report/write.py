@@ -1,0 +1,236 @@
+"""``write_report``: a plan directory and its snapshot -> ``report/report.html`` plus PNG charts."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_kafka_reassign.core import plan_io
+from airflow_kafka_reassign.core.models import ClusterSnapshot
+from airflow_kafka_reassign.core.plan_view import (
+    Assignment,
+    PlanView,
+    assignment_from_snapshot,
+    broker_matrix,
+    plan_view,
+    rack_matrix,
+    read_assignment,
+    read_plan_moves,
+    request_brokers,
+)
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.report import charts, page
+
+#: Sub-directory of the plan directory the report is written to.
+REPORT_DIR = "report"
+REPORT_FILE = "report.html"
+
+
+def _assignment(snapshot: ClusterSnapshot | str | Path | None, metrics: dict[str, Any]) -> tuple[Assignment, str]:
+    if isinstance(snapshot, ClusterSnapshot):
+        return assignment_from_snapshot(snapshot), "in memory"
+    if snapshot is None:
+        recorded = metrics.get("snapshot")
+        if not recorded or "://" in str(recorded) or not Path(recorded).is_dir():
+            raise ConfigurationError(
+                f"the plan's metrics.json records snapshot {recorded!r}, which is not a local snapshot directory: "
+                "pass the snapshot (a ClusterSnapshot or a snapshot directory) to write_report(plan_dir, snapshot)"
+            )
+        snapshot = recorded
+    return read_assignment(snapshot), str(snapshot)
+
+
+def _mismatch(metrics: dict[str, Any], assignment: Assignment) -> str | None:
+    """Why the snapshot is not the one the plan was made from (``None``: consistent)."""
+    before = metrics.get("before") or {}
+    partitions, replicas = before.get("partitions"), before.get("replicas")
+    have_p, have_r = assignment.partition_count, len(assignment.replicas)
+    if partitions is None or (partitions == have_p and replicas == have_r):
+        return None
+    return (
+        f"the snapshot has {have_p:,} partitions and {have_r:,} replicas, the plan was made from {partitions:,} and "
+        f"{replicas:,}: this report compares the plan with another snapshot; pass the snapshot the plan names"
+    )
+
+
+def _img(path: Path, embed: bool) -> str:
+    if not embed:
+        return path.name
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def write_report(
+    plan_dir: str | Path,
+    snapshot: ClusterSnapshot | str | Path | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    embed_images: bool = True,
+    max_matrix_brokers: int = 40,
+    max_listed: int = 200,
+) -> Path:
+    """Write the plan report of ``plan_dir`` and return the path of its ``report.html``.
+
+    ``snapshot``: the snapshot the plan was made from, as a :class:`ClusterSnapshot` or a
+    snapshot directory (``core.snapshot_io`` format); ``None`` uses the directory the plan's
+    ``metrics.json`` records. The report goes to ``out_dir`` (default ``PLAN_DIR/report/``):
+    ``report.html`` and one PNG per chart. ``embed_images`` (default) also puts the charts in
+    the page as data URIs, so ``report.html`` alone is complete (copy it anywhere, serve it
+    from object storage); with ``False`` it refers to the PNG files next to it.
+    ``max_matrix_brokers``: above that many brokers the broker-to-broker matrix shows the
+    busiest brokers and folds the rest into one row and column (the rack matrix shows all).
+    ``max_listed``: at most that many partitions are listed by name in each list.
+
+    Raises ``FileNotFoundError`` for an incomplete plan directory and
+    :class:`~airflow_kafka_reassign.exceptions.ConfigurationError` when no snapshot can be found.
+    """
+    plan_path = Path(plan_dir)
+    metrics = plan_io.read_metrics(plan_path)
+    plan_file = plan_path / plan_io.PLAN_FILE
+    if not plan_file.is_file():
+        raise FileNotFoundError(f"{plan_file} does not exist: {plan_path} is not a complete plan directory")
+    moves = read_plan_moves(plan_file)
+    assignment, snapshot_label = _assignment(snapshot, metrics)
+    replicas_before, _, _ = assignment.loads()
+    removed, added = request_brokers(metrics.get("request") or {}, assignment.brokers(), replicas_before)
+    view = plan_view(assignment, moves, removed=removed, added=added)
+
+    out = Path(out_dir) if out_dir is not None else plan_path / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    body = _body(metrics, view, assignment, out, plan_path, snapshot_label, embed_images,
+                 max_matrix_brokers=max_matrix_brokers, limit=max_listed)
+    target = out / REPORT_FILE
+    tmp = target.with_name(target.name + ".tmp")
+    goal = (metrics.get("request") or {}).get("goal", "plan")
+    tmp.write_text(page.page(f"Reassignment plan: {goal}", body), encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def _body(
+    metrics: dict[str, Any],
+    view: PlanView,
+    assignment: Assignment,
+    out: Path,
+    plan_path: Path,
+    snapshot_label: str,
+    embed: bool,
+    *,
+    max_matrix_brokers: int,
+    limit: int,
+) -> list[str]:
+    summary = metrics.get("summary") or {}
+    body = [
+        page.header(metrics, view, plan_dir=str(plan_path), snapshot_label=snapshot_label,
+                    cluster_id=assignment.cluster_id, taken_at=assignment.taken_at),
+        page.summary_cards(metrics, view),
+        "<h2>Guard decisions</h2>",
+        page.guard_decisions(metrics, view, limit=limit, snapshot_mismatch=_mismatch(metrics, assignment)),
+        page.rf_table(view, limit),
+        "<h2>Cost: moves against the lower bound</h2>",
+    ]
+    cost = charts.cost_chart(
+        replica_moves=view.replica_moves,
+        lower_bound=int(summary.get("lower_bound", 0)),
+        leader_changes=view.leader_changes,
+        leader_lower_bound=int(summary.get("leader_changes_lower_bound", 0)),
+        path=out / "cost.png",
+    )
+    body.append(page.figure(
+        _img(cost, embed), "replica moves and leader changes against their lower bounds",
+        "Replica moves (replicas copied to a new broker) against the fewest any plan reaching the same balance "
+        "needs; leader changes (partitions whose first replica changes) against the fewest leader balance needs.",
+    ))
+    body.append(page.lower_bound_table(metrics))
+    body += ["<h2>Balance before and after</h2>", page.balance_table(metrics), "<h2>Load per broker</h2>"]
+    order = charts.broker_order(view)
+    loads = [
+        ("replicas.png", "replicas per broker", "replicas", view.replicas_before, view.replicas_after, False),
+        ("leaders.png", "preferred leaders per broker (first replica; what a preferred-leader election makes leaders)",
+         "preferred leaders", view.leaders_before, view.leaders_after, False),
+    ]
+    if view.bytes_before is not None and view.bytes_after is not None:
+        loads.append(("bytes.png", "bytes per broker", "bytes", view.bytes_before, view.bytes_after, True))
+    for name, title, ylabel, before, after, as_bytes in loads:
+        path = charts.broker_load_chart(view, before, after, title=title, ylabel=ylabel, path=out / name,
+                                        as_bytes=as_bytes)
+        body.append(page.figure(
+            _img(path, embed), title,
+            f"{page.e(title.capitalize())}: before (grey) and after the plan (the rack's colour); the dashed line is "
+            "the mean after the plan over the brokers that keep replicas.",
+        ))
+    if view.bytes_before is None:
+        body.append("<p>No replica sizes in the snapshot: bytes per broker are unknown "
+                    "(snapshots taken with <code>include_sizes=True</code> have them).</p>")
+    body.append("<h2>Moves: where replicas go</h2>")
+    if view.matrix:
+        btable = broker_matrix(view, max_brokers=max_matrix_brokers)
+        path = charts.matrix_chart(btable, path=out / "moves-brokers.png")
+        body.append(page.figure(
+            _img(path, embed), "replicas moved, broker to broker",
+            f"{page.num(btable.total)} replicas: each row is a broker losing replicas, each column a broker gaining "
+            "them (Kafka copies the data from the partition's leader). <code>(new replica)</code>: replicas added by "
+            "an RF increase; <code>(dropped)</code>: replicas removed by an RF decrease.",
+        ))
+        if len(view.rack_names()) > 1:
+            rtable = rack_matrix(view)
+            path = charts.matrix_chart(rtable, path=out / "moves-racks.png")
+            inside = sum(rtable.counts[i][i] for i in range(min(len(rtable.rows), len(rtable.columns))))
+            body.append(page.figure(
+                _img(path, embed), "replicas moved, rack to rack",
+                f"The same moves by rack: {page.num(inside)} of {page.num(rtable.total)} stay inside their rack "
+                "(the diagonal).",
+            ))
+    else:
+        body.append("<p>The plan moves no replica.</p>")
+    body += [
+        "<h2>Racks</h2>", page.racks_table(view),
+        "<h2>Brokers</h2>", page.brokers_table(view, order),
+        "<h2>Topics</h2>", page.topics_table(view, 20),
+        "<h2>Request</h2>", page.request_block(metrics),
+        "<h2>Files</h2>",
+        page.files_list(_files(plan_path, out)),
+    ]
+    return body
+
+
+def _files(plan_path: Path, out: Path) -> list[tuple[str, str, str]]:
+    described = (
+        (plan_io.PLAN_FILE, "the plan execution reads (each move with its expected current replicas)"),
+        (plan_io.KAFKA_PLAN_FILE, "the plan in Kafka's format, for kafka-reassign-partitions --execute"),
+        (plan_io.ROLLBACK_FILE, "the rollback plan (every moved partition back to its current replicas)"),
+        (plan_io.KAFKA_ROLLBACK_FILE, "the rollback plan in Kafka's format"),
+        (plan_io.METRICS_FILE, "summary, request, before/after metrics, warnings"),
+    )
+    out_files = []
+    for name, what in described:
+        path = plan_path / name
+        if path.is_file():
+            out_files.append((name, os.path.relpath(path, out), what))
+    return out_files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m airflow_kafka_reassign.report PLAN_DIR [--snapshot DIR] [--out DIR]``: prints the report's path."""
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_kafka_reassign.report",
+        description="Write the HTML report (with PNG charts) of a plan directory.",
+    )
+    parser.add_argument("plan_dir", help="plan directory (plan.json, metrics.json, ...)")
+    parser.add_argument("--snapshot", help="snapshot directory the plan was made from (default: the one metrics.json names)")
+    parser.add_argument("--out", help="output directory (default: PLAN_DIR/report)")
+    parser.add_argument("--no-embed", action="store_true", help="refer to the PNG files instead of embedding them")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        path = write_report(args.plan_dir, args.snapshot, out_dir=args.out, embed_images=not args.no_embed)
+    except (FileNotFoundError, ValueError) as exc:  # ConfigurationError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{path} ({time.perf_counter() - started:.1f} s)")
+    return 0
