@@ -436,13 +436,10 @@ def _decide(
     def refuse(code: RefusalCode, reason: str, **kw: Any) -> TopicGrowth:
         return TopicGrowth(topic=name, decision="refused", target_partitions=target, refusal=code, reason=reason, **kw)
 
-    if state is None or not parts:
-        return refuse("unknown-topic", f"topic {name!r} does not exist in the cluster; check the name (nothing to grow)")
-    current = len(parts)
-    rf, mixed = _topic_rf(parts)
-    known = {"current_partitions": current, "replication_factor": rf}
-    warnings: list[str] = []
-    why_internal = request.internal_reason(name, state.internal)
+    why_internal = request.internal_reason(name, state is not None and state.internal)
+    known: dict[str, Any] = {}
+    if state is not None and parts:
+        known = {"current_partitions": len(parts), "replication_factor": _topic_rf(parts)[0]}
     if why_internal is not None and not request.allow_internal_topic_partition_increase:
         return refuse(
             "internal-topic",
@@ -451,6 +448,11 @@ def _decide(
             "(KAFKA-20029); pass allow_internal_topic_partition_increase=True only if you accept that",
             **known,
         )
+    if state is None or not parts:
+        return refuse("unknown-topic", f"topic {name!r} does not exist in the cluster; check the name (nothing to grow)")
+    current = len(parts)
+    rf, mixed = _topic_rf(parts)
+    warnings: list[str] = []
     if target < current:
         return refuse(
             "shrink",

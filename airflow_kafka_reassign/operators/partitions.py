@@ -191,8 +191,8 @@ class GuardedCreatePartitionsOperator(BaseOperator):
     def _report(self, outcome: GrowthOutcome) -> None:
         self.log.info("%-40s %-10s %9s %s", "topic", "status", "partitions", "reason")
         for t in outcome.topics:
-            self.log.info("%-40s %-10s %4s->%-4s %s", t.topic, t.status, t.partitions_before,
-                          t.partitions_after, t.reason or "")
+            before, after = (n if n is not None else "-" for n in (t.partitions_before, t.partitions_after))
+            self.log.info("%-40s %-10s %4s->%-4s %s", t.topic, t.status, before, after, t.reason or "")
         if outcome.heal_targets:
             self.log.warning(
                 "%d partition(s) created under-replicated, recorded in %s: %s",

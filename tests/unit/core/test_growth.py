@@ -52,6 +52,12 @@ def test_internal_topics_are_refused_in_a_batch_while_the_normal_topic_grows():
     assert "hash(id) % partition count" in out["__consumer_offsets"].reason
 
 
+def test_a_coordinator_topic_that_does_not_exist_yet_is_refused_as_internal():
+    fake = cluster(orders=[[1, 2]])
+    t = grow_partitions(fake, GrowthRequest(targets={"__transaction_state": 60})).topics[0]
+    assert t.refusal == "internal-topic" and t.partitions_before is None
+
+
 def test_share_group_state_is_refused_even_if_kafka_does_not_flag_it():
     fake = cluster(__share_group_state=[[1, 2]])
     fake.topics["__share_group_state"] = fake.topics["__share_group_state"].model_copy(update={"internal": False})
