@@ -173,8 +173,7 @@ def matrix_chart(table: MatrixTable, *, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(fig_w, fig_h))
     _margins(fig, left=left_in + 0.3, right=1.4, bottom=bottom_in + 0.3, top=0.3 + 0.18 * len(title))
     shown = np.ma.masked_where(counts == 0, counts)
-    cmap = HEAT.copy()
-    cmap.set_bad("white")
+    cmap = HEAT.with_extremes(bad="white")
     nonzero = counts[counts > 0]
     # a log scale when a few cells dwarf the rest (a scale-out: everything flows to the new brokers)
     norm: Normalize = (

@@ -197,7 +197,7 @@ METRIC_ROWS = (
     ("rf_changes", "partitions with a changed replication factor"),
     ("replicas_on_removed_brokers", "replicas on removed brokers"),
     ("bytes_max_min", "bytes per broker, max-min"),
-    ("brokers", "brokers holding replicas"),
+    ("brokers", "live brokers (not being removed)"),
     ("partitions", "partitions"),
     ("replicas", "replicas"),
 )

@@ -173,7 +173,8 @@ def _body(
         path = charts.matrix_chart(btable, path=out / "moves-brokers.png")
         body.append(page.figure(
             _img(path, embed), "replicas moved, broker to broker",
-            f"{page.num(btable.total)} replicas: each row is a broker losing replicas, each column a broker gaining "
+            f"{page.e(btable.title.capitalize())}: {page.num(btable.total)} replicas; each row is a broker losing replicas, "
+            "each column a broker gaining "
             "them (Kafka copies the data from the partition's leader). <code>(new replica)</code>: replicas added by "
             "an RF increase; <code>(dropped)</code>: replicas removed by an RF decrease.",
         ))
