@@ -165,3 +165,32 @@ def test_heal_while_a_broker_is_still_down_fails_naming_it(fake, tmp_path):
     with pytest.raises(ConfigurationError, match=r"broker\(s\) \[3\]"):
         PlanHealOperator(task_id="heal", heal_targets_path=str(path), plan_dir=str(tmp_path / "p")).execute(
             {"ti": TI()})
+
+
+# -- the docs' examples run ----------------------------------------------------------------------
+
+
+def doc_blocks():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "partitions.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("block", doc_blocks(), ids=lambda b: b.splitlines()[-1].strip()[:40])
+def test_docs_python_examples_run(block, tmp_path, fake):
+    namespace: dict = {}
+    exec(compile(block, "docs/partitions.md", "exec"), namespace)
+    if "dag" in namespace:
+        assert namespace["dag"].task_ids
+    if "heal_plan" in namespace:
+        from airflow_kafka_reassign.core.models import TopicPartition
+
+        fake.replicas[TopicPartition("orders", 1)] = (2,)
+        path = tmp_path / "heal.json"
+        update_heal_targets(path, add={"orders-1": 2})
+        result = namespace["heal_plan"](fake.snapshot(), str(path))
+        assert [str(m.tp) for m in result.plan.moves] == ["orders-1"]
+    if "execute_heal_plan" in namespace:
+        assert callable(namespace["execute_heal_plan"])
