@@ -56,6 +56,18 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_reassign.operators.partitions"],
             }
         ],
+        "sensors": [
+            {
+                "integration-name": INTEGRATION_NAME,
+                "python-modules": ["airflow_kafka_reassign.sensors.reassignment"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION_NAME,
+                "python-modules": ["airflow_kafka_reassign.triggers.reassignment"],
+            }
+        ],
         # "operators", "sensors" and "triggers" entries go here once those modules exist
         # (airflow_kafka_reassign.operators..., .sensors..., .triggers...); list only modules
         # that import: tests/unit/test_provider_info.py imports every module listed.

@@ -425,6 +425,7 @@ class ProgressTracker:
             stuck=stuck,
             warn=warn,
             submitted=submitted,
+            submitted_total=s.submitted,
         )
 
 
@@ -443,6 +444,8 @@ class Progress:
     #: True when this poke should log the stuck warning.
     warn: bool
     submitted: int = 0
+    #: Moves submitted since the wait started (by the submitter of this wait).
+    submitted_total: int = 0
     status: WaitStatus = "running"
 
     def with_status(self, status: WaitStatus) -> Progress:
@@ -514,7 +517,7 @@ class Progress:
             "rate": None if self.rate is None else round(self.rate, 3),
             "rate_unit": f"{self.unit}/s",
             "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-            "submitted": self.submitted,
+            "submitted": self.submitted_total,
             **extra,
         }
 
@@ -533,6 +536,8 @@ class SubmitOutcome:
 
     submitted: int = 0
     refused: Mapping[TopicPartition, str] = field(default_factory=dict)
+    #: Why nothing may be submitted now (for example foreign reassignments in flight), or ``None``.
+    blocked: str | None = None
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -586,6 +591,8 @@ class ReassignmentWatch:
         self.tracker = ProgressTracker(started_at=started_at, stuck_after_s=stuck_after_s, window_s=window_s,
                                        state=state)
         self.refused: dict[TopicPartition, str] = {}
+        #: The submitter's latest reason for submitting nothing (logged by the caller when it changes).
+        self.blocked: str | None = None
 
     @property
     def state(self) -> TrackerState:
@@ -597,6 +604,7 @@ class ReassignmentWatch:
             outcome = self.submitter(admin)
             submitted = outcome.submitted
             self.refused.update(outcome.refused)
+            self.blocked = outcome.blocked
         obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
         progress = self.tracker.update(obs, submitted=submitted)
         if obs.complete:

@@ -1,0 +1,1 @@
+"""Airflow sensors: thin shells over the pure core (progress rules in ``core/progress.py``)."""

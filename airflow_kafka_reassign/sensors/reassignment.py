@@ -1,0 +1,305 @@
+"""WaitForReassignmentSensor: wait for a plan's moves to complete, with one progress line per poke.
+
+Example (see docs/wait.md)::
+
+    wait = WaitForReassignmentSensor(
+        task_id="wait",
+        plan_uri="{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}",
+        kafka_config_id="kafka_prod",
+        poke_interval=30,
+        timeout=6 * 3600,
+        stuck_after=900,
+        on_timeout="cancel",
+    )
+
+Each poke logs ONE line::
+
+    [#########-----------]  45% | moves 3/10 done, 2 in flight, 5 pending | 45.0 MB of 100.0 MB copied | 150.0 kB/s | ETA 6m 05s
+
+and the final summary goes to XCom (``return_value``, small JSON).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, cancel, finish, step
+from airflow_kafka_reassign.core.plan_io import read_rollback
+from airflow_kafka_reassign.core.progress import (
+    DEFAULT_WINDOW_S,
+    Progress,
+    ReassignmentWatch,
+    TimeoutPolicy,
+    TrackerState,
+    check_timeout_policy,
+    format_duration,
+)
+from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
+from airflow_kafka_reassign.triggers.reassignment import (
+    MAX_UNREACHABLE_POLLS,
+    ReassignmentTrigger,
+    WaitSpec,
+    event_payload,
+    log_progress,
+    make_admin,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_kafka_reassign.core.ports import ClusterAdmin
+
+#: task_state_store key of the tracker state in reschedule mode.
+STATE_KEY = "wait_for_reassignment.tracker"
+
+
+def _seconds(value: timedelta | float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds <= 0:
+        raise ConfigurationError(f"{name} must be a positive duration, not {value!r}")
+    return seconds
+
+
+class WaitForReassignmentSensor(BaseSensorOperator):
+    """Wait until every move of a plan is complete; log progress; act on a stall or a timeout.
+
+    A move is complete when the partition's replicas equal its target, the ISR contains every target replica and
+    the controller lists no reassignment for it. Every poke costs the same few batched requests whatever the plan's
+    size (one snapshot of the plan's topics with the controller's in-flight list, one DescribeLogDirs per broker).
+
+    :param plan_uri: the plan directory (``PlanReassignment``'s XCom ``plan_uri``), or its ``plan.json``. Templated.
+    :param kafka_config_id: the ``kafka`` connection. Templated.
+    :param which: ``"plan"`` waits for ``plan.json``; ``"rollback"`` for the directory's ``rollback.json`` (after a
+        rollback was started).
+    :param submit_pending: submit the plan's pending moves on every poke, within ``max_moves`` /
+        ``max_moves_per_broker`` and under ``throttle_bytes_per_sec``, with every guard of ExecuteReassignment
+        (KIP-860 RF guard, stale and foreign checks). Off by default: the sensor only watches.
+    :param stuck_after: no progress (no move finished, no byte copied) for this long logs a warning naming the
+        stuck moves. Seconds or a timedelta (default 10 minutes).
+    :param timeout: how long to wait in total (seconds or timedelta; Airflow's sensor default when unset). When it
+        passes, the task fails with the unfinished moves listed, after applying ``on_timeout``.
+    :param on_timeout: ``"leave"`` (default: in-flight moves continue), ``"cancel"`` (cancel the plan's in-flight
+        moves, KIP-455, and restore the throttles) or ``"rollback"`` (cancel them, then start moving the finished
+        ones back with the directory's ``rollback.json``; wait for that with ``which="rollback"``).
+    :param measure_bytes: read replica sizes (DescribeLogDirs) for bytes copied, throughput and ETA; without them
+        progress and ETA are counted in moves.
+    :param eta_window: the sliding window of the throughput estimate (seconds, default 300).
+    :param finish_on_complete: when every move is done, restore the throttles the run set (from
+        ``<plan dir>/run``) and, with ``elect_leaders``, elect the preferred leaders. Default True.
+    :param deferrable: wait in the triggerer instead of a worker slot (default: ``[operators] default_deferrable``).
+    :param kafka_timeout_s: bound on every request to the cluster.
+
+    The execution parameters (``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
+    ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``elect_leaders``) mean
+    what they mean for ExecuteReassignment; they are used with ``submit_pending``, for finishing and for the
+    rollback policy.
+    """
+
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id")
+    ui_color = "#e8f4e4"
+
+    def __init__(
+        self,
+        *,
+        plan_uri: str,
+        kafka_config_id: str = "kafka_default",
+        which: str = "plan",
+        submit_pending: bool = False,
+        max_moves: int | None = None,
+        max_moves_per_broker: int | None = None,
+        order: str = "smallest-first",
+        throttle_bytes_per_sec: int | None = None,
+        allow_replication_factor_change: bool = False,
+        rf_guard: str = "broker",
+        allow_concurrent_reassignments: bool = False,
+        elect_leaders: bool = False,
+        stuck_after: timedelta | float = 600,
+        on_timeout: str = "leave",
+        measure_bytes: bool = True,
+        eta_window: timedelta | float = DEFAULT_WINDOW_S,
+        finish_on_complete: bool = True,
+        kafka_timeout_s: float = 30.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.plan_uri = plan_uri
+        self.kafka_config_id = kafka_config_id
+        self.which = which
+        self.submit_pending = submit_pending
+        self.limits = {"max_moves": max_moves, "max_moves_per_broker": max_moves_per_broker, "order": order}
+        self.options = {
+            "throttle_bytes_per_sec": throttle_bytes_per_sec,
+            "allow_replication_factor_change": allow_replication_factor_change,
+            "rf_guard": rf_guard,
+            "allow_concurrent_reassignments": allow_concurrent_reassignments,
+            "elect_leaders": elect_leaders,
+        }
+        self.stuck_after_s = _seconds(stuck_after, "stuck_after")
+        self.on_timeout: TimeoutPolicy = check_timeout_policy(on_timeout)
+        self.measure_bytes = measure_bytes
+        self.eta_window_s = _seconds(eta_window, "eta_window")
+        self.finish_on_complete = finish_on_complete
+        self.kafka_timeout_s = kafka_timeout_s
+        self.deferrable = deferrable
+        # Our own check ends the wait at `timeout` (policy applied, moves listed); the base class's check is
+        # only a backstop, a little later, in case a poke itself hangs.
+        self.wait_timeout_s = float(self.timeout)
+        self.timeout = self.wait_timeout_s + max(60.0, 2 * self.poke_interval)
+        self._watch: ReassignmentWatch | None = None
+        self._admin: ClusterAdmin | None = None
+        self._started_at: float | None = None
+        self._last_blocked: str | None = None
+        self._unreachable = 0
+        WaitSpec(plan_uri="/", which=which, limits=self.limits, options=self.options)  # type: ignore[arg-type]
+
+    # -- the spec shared with the trigger ---------------------------------------------------------------
+
+    def spec(self) -> WaitSpec:
+        return WaitSpec(
+            plan_uri=str(self.plan_uri), which=self.which,  # type: ignore[arg-type]
+            kafka_config_id=self.kafka_config_id, kafka_timeout_s=self.kafka_timeout_s,
+            stuck_after_s=self.stuck_after_s or 600.0, timeout_s=self.wait_timeout_s,
+            measure_bytes=self.measure_bytes, window_s=self.eta_window_s or DEFAULT_WINDOW_S,
+            submit_pending=self.submit_pending, limits=dict(self.limits), options=dict(self.options),
+        )
+
+    def _get_admin(self, spec: WaitSpec) -> ClusterAdmin:
+        if self._admin is None:
+            self._admin = make_admin(spec)
+        return self._admin
+
+    def _close(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.close()
+
+    # -- poke and reschedule modes ----------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        self._started_at = time.time()
+        spec = self.spec()
+        try:
+            if not self.deferrable:
+                return super().execute(context)
+            # deferrable: one poke here (fails fast on a bad plan or connection, submits the first batch)
+            progress = self._poke_once(spec, context)
+            if progress.status != "running":
+                return self._conclude(event_payload(progress, spec), spec)
+            assert self._watch is not None
+            remaining = max(0.0, self.wait_timeout_s - (time.time() - self._started_at))
+            self.defer(
+                trigger=ReassignmentTrigger(spec=spec.to_dict(), started_at=self._watch.state.started_at,
+                                            poke_interval=self.poke_interval,
+                                            state=self._watch.state.model_dump(mode="json")),
+                method_name="execute_complete",
+                timeout=timedelta(seconds=remaining + max(60.0, 2 * self.poke_interval)),
+            )
+        finally:
+            self._close()
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        spec = self.spec()
+        try:
+            progress = self._poke_once(spec, context)
+            self._unreachable = 0
+        except ClusterUnreachableError as e:
+            self._unreachable += 1
+            if self._unreachable >= MAX_UNREACHABLE_POLLS:
+                raise
+            self.log.warning("poke %d/%d failed: %s", self._unreachable, MAX_UNREACHABLE_POLLS, e)
+            return False
+        if progress.status == "running":
+            return False
+        return PokeReturnValue(True, self._conclude(event_payload(progress, spec), spec))
+
+    def _poke_once(self, spec: WaitSpec, context: Context) -> Progress:
+        store = context.get("task_state_store") if self.reschedule else None
+        if self._watch is None:
+            state = self._load_state(store, context)
+            started_at = state.started_at if state else (self._started_at or time.time())
+            self._watch = spec.watch(started_at=started_at, state=state)
+        progress = self._watch.poke(self._get_admin(spec), now=time.time())
+        self._last_blocked = log_progress(self.log, progress, self._watch, self._last_blocked)
+        if store is not None:
+            store.set(STATE_KEY, {"try": context["ti"].try_number, "state": self._watch.state.model_dump(mode="json")})
+        if self.reschedule:
+            self._close()  # the next poke may run in another process
+        return progress
+
+    def _load_state(self, store: Any, context: Context) -> TrackerState | None:
+        if store is None:
+            return None
+        saved = store.get(STATE_KEY)
+        if isinstance(saved, dict) and saved.get("try") == context["ti"].try_number and saved.get("state"):
+            return TrackerState.model_validate(saved["state"])
+        return None
+
+    # -- deferrable mode --------------------------------------------------------------------------------
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        if not isinstance(event, dict) or event.get("status") not in ("complete", "blocked", "timeout", "error"):
+            raise AirflowException(f"the reassignment trigger sent an unexpected event: {event!r}")
+        if event["status"] == "error":
+            raise AirflowException(f"waiting for the reassignment failed: {event.get('message')}")
+        try:
+            return self._conclude(event, self.spec())
+        finally:
+            self._close()
+
+    # -- the end of the wait (every mode) ---------------------------------------------------------------
+
+    def _conclude(self, event: dict[str, Any], spec: WaitSpec) -> dict[str, Any]:
+        """Push the summary (returned), finish, or apply the timeout policy and fail."""
+        status, summary, message = event["status"], dict(event["summary"]), event["message"]
+        limits, options = spec.execution()
+        plan = spec.load_plan()
+        admin = self._get_admin(spec)
+        if status == "complete":
+            if self.finish_on_complete:
+                summary["finish"] = finish(admin, plan, options, state_dir=spec.state_dir, log=self.log)
+            self.log.info("all %d move(s) complete in %s", summary["moves"], format_duration(summary["elapsed_s"]))
+            return summary
+        if status == "blocked":
+            if self.finish_on_complete:
+                finish(admin, plan, options, state_dir=spec.state_dir, elect=False, log=self.log)
+            raise AirflowFailException(message)
+        # timeout
+        policy = self.apply_timeout_policy(admin, plan, spec, limits, options)
+        raise AirflowSensorTimeout(f"{message}. on_timeout={self.on_timeout}: {policy}")
+
+    def apply_timeout_policy(self, admin: ClusterAdmin, plan: Any, spec: WaitSpec, limits: ExecutionLimits,
+                             options: ExecutionOptions) -> str:
+        """Leave, cancel or roll back the plan's unfinished moves; returns what was done, in words."""
+        if self.on_timeout == "leave":
+            return ("the in-flight moves were left running (and their throttles in place); wait again with this "
+                    "sensor, or cancel them with CancelReassignmentOperator")
+        result = cancel(admin, plan, log=self.log)
+        finish(admin, plan, options, state_dir=spec.state_dir, elect=False, log=self.log)
+        text = f"cancelled {len(result.cancelled)} in-flight move(s); throttles restored"
+        if result.rf_changed:
+            text += (f"; replication factor changed by the cancel (KIP-455) on "
+                     f"{', '.join(str(tp) for tp in sorted(result.rf_changed)[:10])}")
+        if self.on_timeout == "cancel":
+            return text
+        rollback = read_rollback(spec.plan_dir) if spec.which == "plan" else None
+        if rollback is None:
+            return text + "; a rollback of the rollback is not started (which='rollback')"
+        status = step(admin, rollback, limits, options, state_dir=spec.state_dir, submit=True, log=self.log)
+        text += (f"; rollback started: {len(status.submitted)} move(s) submitted, {len(status.pending)} pending, "
+                 f"{len(status.done)} already back")
+        if status.failed or status.stale:
+            text += f", {len(status.failed) + len(status.stale)} refused (see the log)"
+        if not status.complete:
+            text += (f". Finish it with WaitForReassignmentSensor(plan_uri={spec.plan_uri!r}, which='rollback', "
+                     "submit_pending=True)")
+        return text

@@ -1,0 +1,1 @@
+"""Airflow triggers (deferrable mode): poll in the triggerer, yield one event, let the worker act."""

@@ -1,0 +1,366 @@
+"""WaitForReassignmentSensor and ReassignmentTrigger with the in-memory fake behind the hook."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import time
+
+import pytest
+from airflow.sdk import PokeReturnValue
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSensorTimeout,
+    TaskDeferred,
+)
+
+from airflow_kafka_reassign.core.execution import RUN_DIR, THROTTLE_BACKUP_FILE
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.sensors.reassignment import STATE_KEY, WaitForReassignmentSensor
+from airflow_kafka_reassign.testing import FakeClusterAdmin
+from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger, WaitSpec, resolve_plan_dir
+
+MB = 1_000_000
+
+
+class SteppingFake(FakeClusterAdmin):
+    """Completes one in-flight move every ``every`` snapshots (a cluster that makes progress)."""
+
+    every = 1
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.snapshots = 0
+        self.frozen = False
+
+    def snapshot(self, **kw):
+        self.snapshots += 1
+        if not self.frozen and self.inflight and self.snapshots % self.every == 0:
+            self.complete([sorted(self.inflight)[0]])
+        return super().snapshot(**kw)
+
+
+def build_fake(n=3):
+    fake = SteppingFake.build(brokers={1: "r1", 2: "r2", 3: "r3", 4: "r1"}, topics={"orders": [[1, 2]] * n})
+    for i in range(n):
+        fake.sizes[TopicPartition("orders", i)] = {1: MB, 2: MB, 3: MB}
+    return fake
+
+
+def write_plan(tmp_path, n=3):
+    plan = ReassignmentPlan(moves=tuple(
+        Move(topic="orders", partition=i, current_replicas=(1, 2), target_replicas=(3, 2)) for i in range(n)))
+    d = tmp_path / "plan"
+    d.mkdir()
+    (d / "plan.json").write_text(plan.model_dump_json())
+    (d / "rollback.json").write_text(plan.rollback().model_dump_json())
+    (d / "metrics.json").write_text(json.dumps({"format_version": 1}))
+    return d, plan
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    admin = build_fake()
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    return admin
+
+
+@pytest.fixture
+def plan_dir(tmp_path):
+    return write_plan(tmp_path)[0]
+
+
+def sensor(plan_dir, **kw):
+    kw.setdefault("poke_interval", 0)
+    kw.setdefault("deferrable", False)
+    kw.setdefault("timeout", 10)
+    return WaitForReassignmentSensor(task_id="wait", plan_uri=str(plan_dir), **kw)
+
+
+class Store:
+    def __init__(self):
+        self.data = {}
+
+    def get(self, key, default=None):
+        return self.data.get(key, default)
+
+    def set(self, key, value, **_):
+        json.dumps(value)
+        self.data[key] = value
+
+
+class TI:
+    try_number = 1
+
+    def get_first_reschedule_date(self, context):
+        return None
+
+
+# -- construction --------------------------------------------------------------------------------------------
+
+def test_init_only_stores_and_validates_arguments(plan_dir):
+    op = sensor("{{ ti.xcom_pull('plan')['plan_uri'] }}", timeout=100, stuck_after=30)
+    assert op.plan_uri.startswith("{{") and set(op.template_fields) == {"plan_uri", "kafka_config_id"}
+    assert op.wait_timeout_s == 100 and op.timeout > 100  # the base class's check is a later backstop
+    with pytest.raises(ConfigurationError, match="leave, cancel, rollback"):
+        sensor(plan_dir, on_timeout="ignore")
+    with pytest.raises(ConfigurationError, match="max_moves"):
+        sensor(plan_dir, max_moves=0)
+    with pytest.raises(ConfigurationError, match="stuck_after"):
+        sensor(plan_dir, stuck_after=0)
+
+
+def test_deferrable_defaults_to_the_airflow_setting(monkeypatch, plan_dir):
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+    import airflow_kafka_reassign.sensors.reassignment as mod
+
+    try:
+        assert importlib.reload(mod).WaitForReassignmentSensor(task_id="w", plan_uri=str(plan_dir)).deferrable
+    finally:
+        monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
+        importlib.reload(mod)
+
+
+def test_plan_uri_forms(plan_dir):
+    assert resolve_plan_dir(str(plan_dir / "plan.json")) == plan_dir
+    assert resolve_plan_dir(f"file://{plan_dir}") == plan_dir
+    with pytest.raises(ConfigurationError, match="only local plan directories"):
+        resolve_plan_dir("s3://bucket/plan")
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        resolve_plan_dir(str(plan_dir / "nope"))
+
+
+# -- poke mode -----------------------------------------------------------------------------------------------
+
+def task_log(capsys):
+    """The task's log records (the task SDK logs through structlog to stdout)."""
+    return [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+def test_poke_mode_waits_for_completion_one_line_per_poke(fake, plan_dir, capsys):
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in range(3)})
+    result = sensor(plan_dir).execute({})
+    assert result["status"] == "complete" and result["done"] == 3 and result["moves"] == 3
+    json.dumps(result)
+    log = task_log(capsys)
+    lines = [line for line in log if "| moves " in line]
+    assert len(lines) == 3  # 1, 2, 3 done: one line per poke
+    assert "moves 1/3 done, 2 in flight, 0 pending | 3.0 MB of 3.0 MB copied" in lines[0]
+    assert "100%" in lines[-1] and "done in" in lines[-1]
+    assert len(log) <= len(lines) + 4  # nothing else but the start, the end and the finish
+
+
+def test_submit_pending_submits_within_the_limits(fake, plan_dir):
+    limit_seen = []
+    orig = fake.alter_reassignments
+
+    def alter(targets, **kw):
+        out = orig(targets, **kw)
+        limit_seen.append(len(fake.inflight))
+        return out
+
+    fake.alter_reassignments = alter
+    result = sensor(plan_dir, submit_pending=True, max_moves=1).execute({})
+    assert result["status"] == "complete" and result["submitted"] == 3
+    assert max(limit_seen) == 1
+
+
+def test_submit_pending_with_throttle_restores_the_throttle_at_the_end(fake, plan_dir):
+    fake.broker_configs[1][LEADER_RATE] = "999"  # someone's value, kept exactly
+    result = sensor(plan_dir, submit_pending=True, throttle_bytes_per_sec=100_000).execute({})
+    assert result["finish"]["throttles_restored"] is True
+    assert fake.broker_configs[1] == {LEADER_RATE: "999"}
+    assert all(FOLLOWER_RATE not in c for c in fake.broker_configs.values())
+    assert not (plan_dir / RUN_DIR / THROTTLE_BACKUP_FILE).exists()
+
+
+def test_pending_moves_without_submitter_time_out_naming_them(fake, plan_dir):
+    fake.frozen = True
+    with pytest.raises(AirflowSensorTimeout) as e:
+        sensor(plan_dir, timeout=0.05, poke_interval=0.02).execute({})
+    assert "0/3 move(s) done" in str(e.value) and "orders-0 (pending" in str(e.value)
+    assert "on_timeout=leave" in str(e.value)
+
+
+def test_stuck_warning_names_the_in_flight_moves(fake, plan_dir, capsys):
+    fake.frozen = True
+    fake.alter_reassignments({TopicPartition("orders", 0): (3, 2)})
+    with pytest.raises(AirflowSensorTimeout):
+        sensor(plan_dir, timeout=0.2, poke_interval=0.05, stuck_after=0.1).execute({})
+    warnings = [line for line in task_log(capsys) if "[warning" in line]
+    assert any("no progress for" in w and "orders-0 (in_flight" in w for w in warnings)
+
+
+def test_timeout_cancel_policy_cancels_only_the_plans_moves(fake, plan_dir):
+    fake.frozen = True
+    fake.alter_reassignments({TopicPartition("orders", 0): (3, 2), TopicPartition("orders", 1): (4, 2)})
+    with pytest.raises(AirflowSensorTimeout) as e:
+        sensor(plan_dir, timeout=0.05, poke_interval=0.02, on_timeout="cancel").execute({})
+    assert "cancelled 1 in-flight move(s)" in str(e.value)
+    assert list(fake.inflight) == [TopicPartition("orders", 1)]  # the foreign one is untouched
+    assert fake.replicas[TopicPartition("orders", 0)] == (1, 2)
+
+
+def test_timeout_rollback_policy_moves_finished_partitions_back(fake, plan_dir):
+    fake.frozen = True
+    fake.alter_reassignments({TopicPartition("orders", 0): (3, 2), TopicPartition("orders", 1): (3, 2)})
+    fake.complete([TopicPartition("orders", 0)])
+    with pytest.raises(AirflowSensorTimeout) as e:
+        sensor(plan_dir, timeout=0.05, poke_interval=0.02, on_timeout="rollback").execute({})
+    assert "rollback started: 1 move(s) submitted" in str(e.value) and "which='rollback'" in str(e.value)
+    assert fake.inflight == {TopicPartition("orders", 0): ((3, 2), (1, 2))}
+    assert fake.replicas[TopicPartition("orders", 1)] == (1, 2)  # cancelled back
+    # the rollback is then waited for like any plan
+    fake.frozen = False
+    result = sensor(plan_dir, which="rollback").execute({})
+    assert result["status"] == "complete" and result["which"] == "rollback"
+    assert all(fake.replicas[TopicPartition("orders", i)] == (1, 2) for i in range(3))
+
+
+def test_blocked_plan_fails_naming_the_partitions(fake, plan_dir):
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in (0, 1)})
+    fake.alter_reassignments({TopicPartition("orders", 2): (4, 1)})  # someone else's move
+    fake.complete()
+    with pytest.raises(AirflowFailException, match=r"1 of 3 move\(s\) cannot complete .*orders-2 \(stale"):
+        sensor(plan_dir).execute({})
+
+
+def test_unreachable_cluster_is_tolerated_twice(fake, plan_dir, monkeypatch):
+    from airflow_kafka_reassign.exceptions import ClusterUnreachableError
+
+    calls = {"n": 0}
+    real = fake.snapshot
+
+    def flaky(**kw):
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise ClusterUnreachableError("down for a moment")
+        return real(**kw)
+
+    fake.snapshot = flaky
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in range(3)})
+    fake.complete()
+    assert sensor(plan_dir).execute({})["status"] == "complete"
+    calls["n"] = -10  # three failures in a row end the wait
+    fake.snapshot = lambda **kw: (_ for _ in ()).throw(ClusterUnreachableError("gone"))
+    with pytest.raises(ClusterUnreachableError):
+        sensor(plan_dir).execute({})
+
+
+# -- reschedule mode ------------------------------------------------------------------------------------------
+
+def test_reschedule_mode_keeps_the_tracker_state_between_pokes(fake, plan_dir):
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in range(3)})
+    fake.every = 2
+    store = Store()
+    ctx = {"task_state_store": store, "ti": TI()}
+    op = sensor(plan_dir, mode="reschedule", poke_interval=60)
+    with pytest.raises(AirflowRescheduleException):
+        op.execute(ctx)
+    first = store.data[STATE_KEY]["state"]
+    op2 = sensor(plan_dir, mode="reschedule", poke_interval=60)
+    while True:
+        try:
+            result = op2.execute(ctx)
+            break
+        except AirflowRescheduleException:
+            op2 = sensor(plan_dir, mode="reschedule", poke_interval=60)
+    assert result["status"] == "complete"
+    assert store.data[STATE_KEY]["state"]["started_at"] == first["started_at"]
+
+
+# -- deferrable mode and the trigger -------------------------------------------------------------------------
+
+def run_trigger(trigger):
+    async def first_event():
+        async for event in trigger.run():
+            await trigger.cleanup()
+            return event.payload
+        return None
+
+    return asyncio.run(first_event())
+
+
+def test_deferrable_mode_defers_then_concludes_from_the_event(fake, plan_dir):
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in range(3)})
+    op = sensor(plan_dir, deferrable=True)
+    with pytest.raises(TaskDeferred) as d:
+        op.execute({})
+    trigger = d.value.trigger
+    assert isinstance(trigger, ReassignmentTrigger) and d.value.method_name == "execute_complete"
+    event = run_trigger(trigger)
+    assert event["status"] == "complete"
+    result = op.execute_complete({}, event)
+    assert result["done"] == 3 and result["plan_uri"] == str(plan_dir)
+
+
+def test_trigger_serialisation_round_trip(plan_dir):
+    spec = WaitSpec(plan_uri=str(plan_dir), submit_pending=True, limits={"max_moves": 2},
+                    options={"throttle_bytes_per_sec": 100_000})
+    trigger = ReassignmentTrigger(spec=spec.to_dict(), started_at=12.5, poke_interval=7,
+                                  state={"started_at": 12.5, "last_progress_at": 20.0})
+    path, kwargs = trigger.serialize()
+    json.dumps(kwargs)
+    module, name = path.rsplit(".", 1)
+    again = getattr(importlib.import_module(module), name)(**kwargs)
+    assert again.serialize() == (path, kwargs)
+    assert path == "airflow_kafka_reassign.triggers.reassignment.ReassignmentTrigger"
+
+
+def test_trigger_restart_resumes_from_its_kwargs(fake, plan_dir):
+    """A triggerer restart rebuilds the trigger from its serialised kwargs: the wait continues."""
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in range(3)})
+    fake.frozen = True
+    spec = WaitSpec(plan_uri=str(plan_dir), timeout_s=3600)
+    trigger = ReassignmentTrigger(spec=spec.to_dict(), started_at=time.time(), poke_interval=0.01)
+
+    async def two_polls():
+        agen = trigger.run()
+        task = asyncio.ensure_future(agen.__anext__())
+        await asyncio.sleep(0.1)
+        task.cancel()  # the triggerer dies
+        await trigger.cleanup()
+
+    asyncio.run(two_polls())
+    path, kwargs = trigger.serialize()
+    fake.frozen = False
+    restarted = ReassignmentTrigger(**kwargs)
+    event = run_trigger(restarted)
+    assert event["status"] == "complete" and event["summary"]["done"] == 3
+
+
+def test_trigger_reports_errors_as_events(tmp_path):
+    trigger = ReassignmentTrigger(spec={"plan_uri": str(tmp_path / "missing")}, started_at=0)
+    event = run_trigger(trigger)
+    assert event["status"] == "error" and "does not exist" in event["message"]
+
+
+def test_trigger_timeout_event_lists_unfinished_moves(fake, plan_dir):
+    fake.frozen = True
+    fake.alter_reassignments({TopicPartition("orders", 0): (3, 2)})
+    spec = WaitSpec(plan_uri=str(plan_dir), timeout_s=0.05)
+    event = run_trigger(ReassignmentTrigger(spec=spec.to_dict(), started_at=0, poke_interval=0.01))
+    assert event["status"] == "timeout" and "orders-0 (in_flight" in event["message"]
+    with pytest.raises(AirflowSensorTimeout, match="orders-0"):
+        sensor(plan_dir, deferrable=True).execute_complete({}, event)
+
+
+def test_execute_complete_refuses_bad_events(plan_dir):
+    op = sensor(plan_dir, deferrable=True)
+    with pytest.raises(AirflowException, match="unexpected event"):
+        op.execute_complete({}, {"status": "weird"})
+    with pytest.raises(AirflowException, match="boom"):
+        op.execute_complete({}, {"status": "error", "message": "boom"})
+
+
+def test_poke_return_value_carries_the_summary(fake, plan_dir):
+    fake.alter_reassignments({TopicPartition("orders", i): (3, 2) for i in range(3)})
+    fake.complete()
+    out = sensor(plan_dir).poke({})
+    assert isinstance(out, PokeReturnValue) and out.xcom_value["status"] == "complete"
