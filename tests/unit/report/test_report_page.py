@@ -165,3 +165,16 @@ def test_main_prints_the_report_path_and_fails_cleanly(decommission, tmp_path, c
     assert str(tmp_path / "cli" / "report.html") in out
     assert main([str(tmp_path / "nothing-here")]) == 2
     assert "not a complete plan directory" in capsys.readouterr().err
+
+
+def test_the_report_imports_no_airflow_kafka_client_or_spark():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, airflow_kafka_reassign.report\n"
+        "bad = sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'kafka', 'confluent_kafka', 'pyspark'})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""
