@@ -97,3 +97,32 @@ def unique_topic(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses: ``t-<test name>-<random hex>``."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:150]
     return f"t-{name}-{secrets.token_hex(4)}"
+
+
+# -- real Airflow task runs -----------------------------------------------------------------------
+
+KAFKA_CONN_ID = "kafka_default"
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, str]:
+    """Environment of a migrated AIRFLOW_HOME with an empty dags folder, shared by the session,
+    and the ``kafka_default`` connection pointing at the sandbox (SASL) in the environment.
+    Write a DAG file into ``env["AIRFLOW__CORE__DAGS_FOLDER"]`` and run it with :func:`run_dag_file`."""
+    import json
+    import subprocess
+
+    home = tmp_path_factory.mktemp("airflow-home")
+    dags = home / "dags"
+    dags.mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AKR_OUTPUT_DIR": str(home / "kafka_reassign"),
+        f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
+    }
+    airflow = Path(sys.executable).with_name("airflow")
+    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env

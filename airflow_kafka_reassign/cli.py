@@ -1,0 +1,208 @@
+"""``airflow-kafka-reassign``: the planner outside Airflow (snapshot, plan, metrics).
+
+Examples (against the sandbox: ``python -m airflow_kafka_reassign.sandbox up``)::
+
+    airflow-kafka-reassign snapshot --bootstrap-servers 127.0.0.1:19092 --out /tmp/snap
+    airflow-kafka-reassign plan --snapshot /tmp/snap --goal remove-brokers --brokers 4 --out /tmp/plan
+    airflow-kafka-reassign metrics --snapshot /tmp/snap --plan /tmp/plan
+
+``plan`` submits the Spark job (``spark-submit``, ``--master local[*]`` by default; any
+master URL works) unless ``--no-spark`` plans in this process. Security settings go in a
+file (``--command-config``, librdkafka ``key=value`` lines like Kafka's own tools), never on
+the command line. Exit codes: 0 done, 2 bad input (the reason on stderr), 1 other failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
+
+EXIT_BAD_INPUT = 2
+
+
+def _brokers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of broker ids, e.g. 4,5") from None
+
+
+def _kv_file(path: str) -> dict[str, str]:
+    """librdkafka ``key=value`` lines (``#`` comments), as Kafka's --command-config files."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigurationError(f"{path} line {n}: expected key=value, got {line!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+    from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+
+    config: dict[str, Any] = _kv_file(args.command_config) if args.command_config else {}
+    config["bootstrap.servers"] = args.bootstrap_servers
+    admin = KafkaClusterAdmin(config, timeout_s=args.timeout)
+    try:
+        snapshot = admin.snapshot(include_sizes=args.sizes)
+    finally:
+        admin.close()
+    out = write_snapshot(snapshot, args.out)
+    print(
+        f"snapshot of {len(snapshot.brokers)} brokers, {len(snapshot.topics)} topics, "
+        f"{len(snapshot.partitions)} partitions -> {out}"
+    )
+    return 0
+
+
+def build_request(args: argparse.Namespace) -> Any:
+    from airflow_kafka_reassign.core.planner import PlanRequest
+
+    fields: dict[str, Any] = {"goal": args.goal, "brokers": args.brokers or ()}
+    if args.topic_include:
+        fields["topic_include"] = tuple(args.topic_include)
+    if args.topic_exclude:
+        fields["topic_exclude"] = tuple(args.topic_exclude)
+    if args.rf_change:
+        rf: dict[str, int] = {}
+        for item in args.rf_change:
+            topic, sep, value = item.rpartition("=")
+            if not sep or not value.isdigit():
+                raise ConfigurationError(f"--rf-change {item!r}: write TOPIC=RF, e.g. orders=3")
+            rf[topic] = int(value)
+        fields["rf_changes"] = rf
+    if args.heal_targets:
+        fields["heal_targets"] = json.loads(Path(args.heal_targets).read_text(encoding="utf-8"))
+    for name in ("include_internal", "include_in_flight", "use_sizes"):
+        if getattr(args, name):
+            fields[name] = True
+    if args.no_rack_aware:
+        fields["rack_aware"] = False
+    if args.max_leader_spread:
+        fields["max_leader_spread"] = args.max_leader_spread
+    return PlanRequest(**fields)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.planner import plan_reassignment
+    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.spark.submit import EXIT_BAD_INPUT as JOB_BAD_INPUT
+    from airflow_kafka_reassign.spark.submit import submit_plan
+
+    request = build_request(args)
+    out = Path(args.out)
+    if args.no_spark:
+        result = plan_reassignment(read_snapshot(args.snapshot), request)
+        write_plan_dir(result, out, snapshot=str(args.snapshot))
+    else:
+        with tempfile.TemporaryDirectory(prefix="akr-request-") as tmp:
+            request_file = Path(tmp) / "request.json"
+            request_file.write_text(request.model_dump_json(), encoding="utf-8")
+            conf = dict(kv.split("=", 1) for kv in args.conf or [])
+            done = submit_plan(str(args.snapshot), str(out), str(request_file), master=args.master, conf=conf,
+                               partitions=args.partitions)
+        if done.returncode == JOB_BAD_INPUT and (out / ERROR_FILE).is_file():
+            raise ConfigurationError((out / ERROR_FILE).read_text(encoding="utf-8").strip())
+        if done.returncode != 0:
+            print(f"error: the Spark plan job failed (exit code {done.returncode}); see its output above", file=sys.stderr)
+            return 1
+    summary = read_metrics(out)["summary"]
+    print(json.dumps({"plan": str(out), **{k: summary[k] for k in (
+        "goal", "partitions_moved", "replica_moves", "lower_bound", "bytes_to_move", "leader_changes",
+        "leader_changes_lower_bound")}, "warnings": summary["warnings"]}, indent=1))
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from airflow_kafka_reassign.core.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.plan_io import read_plan
+    from airflow_kafka_reassign.core.planner import compute_metrics
+    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+
+    snapshot = read_snapshot(args.snapshot)
+    plan_path = Path(args.plan)
+    if plan_path.is_dir():
+        plan = read_plan(plan_path)
+    else:
+        current = {p.tp: p.target_replicas for p in snapshot.partitions}
+        plan = ReassignmentPlan.from_kafka_json(plan_path.read_text(encoding="utf-8"), current,
+                                                allow_rf_change=args.allow_rf_change, log_dirs="ignore")
+    removed = args.removed or ()
+    before = compute_metrics(snapshot, removed=removed)
+    after = compute_metrics(snapshot, plan, removed=removed)
+    moves = sum(m.replica_moves for m in plan.moves)
+    leaders = sum(1 for m in plan.moves if m.leader_changes)
+    print(json.dumps({
+        "partitions_moved": len(plan), "replica_moves": moves, "leader_changes": leaders,
+        "before": before.summary(), "after": after.summary(),
+    }, indent=1))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="airflow-kafka-reassign", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("snapshot", help="snapshot a cluster into a snapshot directory (docs/formats.md)")
+    s.add_argument("--bootstrap-servers", required=True)
+    s.add_argument("--command-config", help="librdkafka key=value file with security settings")
+    s.add_argument("--out", required=True, help="snapshot directory to write")
+    s.add_argument("--sizes", action="store_true", help="also record replica sizes (DescribeLogDirs)")
+    s.add_argument("--timeout", type=float, default=30.0)
+    s.set_defaults(func=cmd_snapshot)
+
+    p = sub.add_parser("plan", help="plan a reassignment from a snapshot (Spark job)")
+    p.add_argument("--snapshot", required=True)
+    p.add_argument("--goal", choices=["rebalance", "add-brokers", "remove-brokers", "heal"], default="rebalance")
+    p.add_argument("--brokers", type=_brokers, help="broker ids added or removed, e.g. 7,8")
+    p.add_argument("--topic-include", action="append", help="regex (full match); repeatable")
+    p.add_argument("--topic-exclude", action="append", help="regex (full match); repeatable")
+    p.add_argument("--rf-change", action="append", help="TOPIC=RF: change this topic's replication factor")
+    p.add_argument("--heal-targets", help="JSON file {\"topic-partition\": rf} (GuardedCreatePartitions writes it)")
+    p.add_argument("--include-internal", action="store_true")
+    p.add_argument("--include-in-flight", action="store_true")
+    p.add_argument("--use-sizes", action="store_true")
+    p.add_argument("--no-rack-aware", action="store_true")
+    p.add_argument("--max-leader-spread", type=int)
+    p.add_argument("--out", required=True, help="plan directory to write")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    p.add_argument("--conf", action="append", help="extra Spark conf KEY=VALUE; repeatable")
+    p.add_argument("--partitions", type=int, help="Spark partitions of the topic shuffle")
+    p.add_argument("--no-spark", action="store_true", help="plan in this process (small clusters, tests)")
+    p.set_defaults(func=cmd_plan)
+
+    m = sub.add_parser("metrics", help="balance metrics of a snapshot before and after a plan")
+    m.add_argument("--snapshot", required=True)
+    m.add_argument("--plan", required=True, help="plan directory, or a Kafka reassignment JSON file")
+    m.add_argument("--removed", type=_brokers, help="brokers being removed (not counted as live)")
+    m.add_argument("--allow-rf-change", action="store_true", help="a Kafka JSON file may change RFs")
+    m.set_defaults(func=cmd_metrics)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigurationError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KafkaReassignError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""PlanReassignmentOperator: snapshot the cluster, plan on Spark, push a small summary.
+
+Example (docs/plan.md; example_dags/ has complete DAGs)::
+
+    plan = PlanReassignmentOperator(
+        task_id="plan",
+        kafka_config_id="kafka_prod",
+        goal="remove-brokers",
+        brokers=[7],
+        skip_if_empty=True,
+    )
+
+The task:
+
+1. builds the :class:`~airflow_kafka_reassign.core.planner.PlanRequest` (a bad parameter fails
+   here, before the cluster is touched);
+2. snapshots the cluster through :class:`~airflow_kafka_reassign.hooks.kafka_reassign.KafkaReassignHook`
+   into ``<output>/snapshot`` (docs/formats.md);
+3. submits ``spark/plan_job.py`` with the Spark provider's ``SparkSubmitHook``: on the
+   ``spark_conn_id`` connection's master when given, else on ``spark_master`` (``local[*]``)
+   without any connection;
+4. pushes ``{"plan_uri", "snapshot_uri", "partitions_moved", "replica_moves", "lower_bound",
+   "bytes_to_move", "leader_changes", ...}`` (a few hundred bytes) to XCom; the plan stays in
+   ``<output>/plan`` (docs/formats.md). With ``skip_if_empty=True`` an empty plan skips the
+   downstream tasks.
+
+``<output>`` is ``output_uri`` rendered per run (default
+``$AIRFLOW_HOME/kafka_reassign/{dag_id}/{run_id}/{task_id}``); an object-storage URI
+(``s3://...``) is written locally first and uploaded (``storage_conn_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
+from airflow_kafka_reassign.core.planner import PlanRequest
+from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.spark.submit import (
+    DEFAULT_MASTER,
+    default_conf,
+    plan_job_args,
+    plan_job_path,
+    spark_submit_binary,
+    submit_env,
+)
+from airflow_kafka_reassign.storage import is_local, local_path, upload_dir
+
+#: Connection id the operator defines (in this task's environment only) for the local master.
+LOCAL_SPARK_CONN_ID = "akr_spark_local"
+
+
+def _safe(part: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", part).strip("_") or "_"
+
+
+def default_output_root() -> Path:
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return Path(os.environ.get("AKR_OUTPUT_DIR", str(Path(home) / "kafka_reassign")))
+
+
+def _as_list(value: Any, name: str) -> list[Any]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else [v for v in re.split(r"[,\s]+", text) if v]
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a list, not {type(value).__name__}")
+    return list(value)
+
+
+class PlanReassignmentOperator(BaseOperator):
+    """Plan a reassignment with the Spark planner; see the module docstring.
+
+    :param kafka_config_id: the ``kafka`` connection of the cluster.
+    :param goal: ``rebalance``, ``add-brokers``, ``remove-brokers`` or ``heal``.
+    :param brokers: brokers added (add-brokers) or removed (remove-brokers); a list, or
+        ``"4,5"`` as a rendered Param.
+    :param topic_include / topic_exclude: regular expressions (full match) of topics.
+    :param rf_changes: topic -> new replication factor, for exactly these topics (KIP-860:
+        every other partition keeps its RF).
+    :param heal_targets: ``"topic-partition" -> RF`` to heal (GuardedCreatePartitions records them).
+    :param use_sizes: snapshot replica sizes (DescribeLogDirs) and prefer moving small replicas.
+    :param request: extra :class:`~airflow_kafka_reassign.core.planner.PlanRequest` fields.
+    :param output_uri: where the snapshot and plan go (templated; see module doc).
+    :param spark_conn_id: a ``spark`` connection (master URL, deploy mode); ``None`` runs on
+        ``spark_master`` without any connection.
+    :param spark_conf: extra Spark conf.
+    :param skip_if_empty: skip downstream tasks when the plan moves nothing.
+    """
+
+    template_fields: Sequence[str] = (
+        "goal", "brokers", "topic_include", "topic_exclude", "rf_changes", "heal_targets", "output_uri",
+        "spark_master",
+    )
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        kafka_config_id: str = "kafka_default",
+        goal: str = "rebalance",
+        brokers: Any = None,
+        topic_include: Any = None,
+        topic_exclude: Any = None,
+        rf_changes: Mapping[str, int] | None = None,
+        heal_targets: Mapping[str, int] | None = None,
+        include_internal: bool = False,
+        use_sizes: bool = False,
+        request: Mapping[str, Any] | None = None,
+        output_uri: str | None = None,
+        storage_conn_id: str | None = None,
+        spark_conn_id: str | None = None,
+        spark_master: str = DEFAULT_MASTER,
+        spark_conf: Mapping[str, str] | None = None,
+        spark_partitions: int | None = None,
+        skip_if_empty: bool = False,
+        kafka_timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.kafka_config_id = kafka_config_id
+        self.goal = goal
+        self.brokers = brokers
+        self.topic_include = topic_include
+        self.topic_exclude = topic_exclude
+        self.rf_changes = rf_changes
+        self.heal_targets = heal_targets
+        self.include_internal = include_internal
+        self.use_sizes = use_sizes
+        self.request = dict(request or {})
+        self.output_uri = output_uri
+        self.storage_conn_id = storage_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.spark_master = spark_master
+        self.spark_conf = dict(spark_conf or {})
+        self.spark_partitions = spark_partitions
+        self.skip_if_empty = skip_if_empty
+        self.kafka_timeout_s = kafka_timeout_s
+        self._spark_hook: Any = None
+
+    # -- pieces (unit-tested on their own) --------------------------------------------------
+
+    def build_request(self) -> PlanRequest:
+        fields: dict[str, Any] = dict(self.request)
+        fields["goal"] = self.goal
+        fields["brokers"] = tuple(int(b) for b in _as_list(self.brokers, "brokers"))
+        for name in ("topic_include", "topic_exclude"):
+            value = _as_list(getattr(self, name), name)
+            if value:
+                fields[name] = tuple(value)
+        if self.rf_changes:
+            fields["rf_changes"] = dict(self.rf_changes)
+        if self.heal_targets:
+            fields["heal_targets"] = dict(self.heal_targets)
+        if self.include_internal:
+            fields["include_internal"] = True
+        if self.use_sizes:
+            fields["use_sizes"] = True
+        try:
+            return PlanRequest(**fields)
+        except ValueError as e:
+            raise ConfigurationError(f"task {self.task_id}: the plan request is not valid: {e}") from None
+
+    def output_location(self, context: Context) -> str:
+        if self.output_uri:
+            return str(self.output_uri)
+        dag_run = context.get("dag_run")
+        run_id = getattr(dag_run, "run_id", None) or context.get("run_id") or "manual"
+        dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(self, "dag_id", None) or "dag"
+        return str(default_output_root() / _safe(dag_id) / _safe(str(run_id)) / _safe(self.task_id))
+
+    def spark_submit(self, snapshot: Path, plan: Path, request_file: Path) -> None:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        conn_id = self.spark_conn_id
+        if conn_id is None:
+            # No connection set up: define one for this task process only, so the Spark
+            # provider runs the job on the local master (its own fallback would be YARN).
+            conn_id = LOCAL_SPARK_CONN_ID
+            os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps({"conn_type": "spark", "host": self.spark_master})
+        hook = SparkSubmitHook(
+            conf=default_conf(self.spark_conf),
+            conn_id=conn_id,
+            spark_binary=spark_submit_binary(),
+            name=f"kafka-reassign-plan-{self.task_id}",
+            application_args=plan_job_args(str(snapshot), str(plan), str(request_file), partitions=self.spark_partitions),
+            env_vars=submit_env(),
+        )
+        self._spark_hook = hook
+        try:
+            hook.submit(plan_job_path())
+        except Exception:
+            error = plan / ERROR_FILE
+            if error.is_file():
+                raise ConfigurationError(error.read_text(encoding="utf-8").strip()) from None
+            raise
+        finally:
+            self._spark_hook = None
+
+    # -- the task ----------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        request = self.build_request()
+        location = self.output_location(context)
+        remote = not is_local(location)
+        work = Path(tempfile.mkdtemp(prefix="akr-plan-")) if remote else local_path(location)
+        snapshot_dir, plan_dir = work / "snapshot", work / "plan"
+        work.mkdir(parents=True, exist_ok=True)
+
+        hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
+        with hook.get_admin() as admin:
+            snapshot = admin.snapshot(include_sizes=request.use_sizes)
+        write_snapshot(snapshot, snapshot_dir)
+        self.log.info(
+            "Snapshot: %d brokers, %d topics, %d partitions -> %s",
+            len(snapshot.brokers), len(snapshot.topics), len(snapshot.partitions), snapshot_dir,
+        )
+        request_file = work / "request.json"
+        request_file.write_text(request.model_dump_json(indent=1), encoding="utf-8")
+        self.spark_submit(snapshot_dir, plan_dir, request_file)
+
+        metrics = read_metrics(plan_dir)
+        report = self._write_report(plan_dir, snapshot)
+        if remote:
+            upload_dir(work, location, conn_id=self.storage_conn_id)
+        base = location.rstrip("/") if remote else str(work)
+        summary = metrics["summary"]
+        out = {
+            "plan_uri": f"{base}/plan",
+            "snapshot_uri": f"{base}/snapshot",
+            "report_uri": f"{base}/plan/{report}" if report else None,
+            "goal": summary["goal"],
+            "partitions_moved": summary["partitions_moved"],
+            "replica_moves": summary["replica_moves"],
+            "lower_bound": summary["lower_bound"],
+            "bytes_to_move": summary["bytes_to_move"],
+            "leader_changes": summary["leader_changes"],
+            "leader_changes_lower_bound": summary["leader_changes_lower_bound"],
+            "before": {k: summary["before"][k] for k in ("replica_max_min", "leader_max_min", "topic_replica_max_min",
+                                                          "rack_violations", "replicas_on_removed_brokers")},
+            "after": {k: summary["after"][k] for k in ("replica_max_min", "leader_max_min", "topic_replica_max_min",
+                                                        "rack_violations", "replicas_on_removed_brokers")},
+            "warnings": summary["warnings"][:10],
+        }
+        self.log.info(
+            "Plan: %d partitions to move, %d replica moves (lower bound %d), %d leader changes -> %s",
+            out["partitions_moved"], out["replica_moves"], out["lower_bound"], out["leader_changes"], out["plan_uri"],
+        )
+        for w in summary["warnings"]:
+            self.log.warning("Plan: %s", w)
+        if report:
+            self.log.info("Plan report (open before approving the execution): %s", out["report_uri"])
+        if self.skip_if_empty and out["partitions_moved"] == 0:
+            context["ti"].xcom_push(key="plan", value=out)
+            raise AirflowSkipException("the plan moves nothing: skipping the downstream tasks")
+        return out
+
+    def _write_report(self, plan_dir: Path, snapshot: Any) -> str | None:
+        try:
+            from airflow_kafka_reassign.report import write_report
+        except ImportError:
+            return None
+        try:
+            path = Path(write_report(plan_dir, snapshot))
+        except Exception as e:  # noqa: BLE001 (a report is a convenience, never a reason to fail the plan)
+            self.log.warning("Could not write the plan report: %s", e)
+            return None
+        return str(path.relative_to(plan_dir)) if path.is_relative_to(plan_dir) else str(path)
+
+    def on_kill(self) -> None:
+        if self._spark_hook is not None:
+            self._spark_hook.on_kill()
