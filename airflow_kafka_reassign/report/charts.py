@@ -8,11 +8,9 @@ cluster (rack names) goes through :func:`plain`, so matplotlib never reads it as
 
 from __future__ import annotations
 
-import functools
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ParamSpec, TypeVar
 
 import matplotlib
 
@@ -27,18 +25,12 @@ from matplotlib.patches import Patch  # noqa: E402
 from airflow_kafka_reassign.core.plan_view import MatrixTable, PlanView, rack_label  # noqa: E402
 from airflow_kafka_reassign.core.report import human_bytes  # noqa: E402
 
-P = ParamSpec("P")
-R = TypeVar("R")
 DPI = 100
 #: Rack colours (tab10 without grey); brokers without a rack are grey.
 RACK_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 BEFORE_COLOUR = "#c8c8c8"
 REMOVED_COLOUR = "#d62728"
 HEAT = LinearSegmentedColormap.from_list("moves", ["#eef4fb", "#08306b"])
-
-
-#: Every chart is drawn with these settings.
-RC = {"font.size": 9}
 
 
 def plain(text: object, limit: int = 40) -> str:
@@ -48,17 +40,6 @@ def plain(text: object, limit: int = 40) -> str:
     if len(value) > limit:
         value = value[: limit - 1] + "\u2026"
     return value.replace("$", r"\$")
-
-
-def _with_rc(func: Callable[P, R]) -> Callable[P, R]:
-    """Draw inside :data:`RC`."""
-
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with plt.rc_context(RC):
-            return func(*args, **kwargs)
-
-    return wrapper
 
 
 def _margins(fig: Figure, *, left: float, right: float, bottom: float, top: float) -> None:
@@ -87,7 +68,6 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-@_with_rc
 def broker_load_chart(
     view: PlanView,
     before: Mapping[int, int],
@@ -157,7 +137,6 @@ def broker_load_chart(
     return _save(fig, path)
 
 
-@_with_rc
 def matrix_chart(table: MatrixTable, *, path: Path) -> Path:
     """A heatmap of replicas moved (rows: from, columns: to), counts written in the cells when
     the matrix is small enough to read them."""
@@ -206,7 +185,6 @@ def matrix_chart(table: MatrixTable, *, path: Path) -> Path:
     return _save(fig, path)
 
 
-@_with_rc
 def cost_chart(
     *,
     replica_moves: int,

@@ -35,15 +35,15 @@ REPORT_FILE = "report.html"
 def _assignment(snapshot: ClusterSnapshot | str | Path | None, metrics: dict[str, Any]) -> tuple[Assignment, str]:
     if isinstance(snapshot, ClusterSnapshot):
         return assignment_from_snapshot(snapshot), "in memory"
-    if snapshot is None:
-        recorded = metrics.get("snapshot")
-        if not recorded or "://" in str(recorded) or not Path(recorded).is_dir():
-            raise ConfigurationError(
-                f"the plan's metrics.json records snapshot {recorded!r}, which is not a local snapshot directory: "
-                "pass the snapshot (a ClusterSnapshot or a snapshot directory) to write_report(plan_dir, snapshot)"
-            )
-        snapshot = recorded
-    return read_assignment(snapshot), str(snapshot)
+    if snapshot is not None:
+        return read_assignment(snapshot), str(snapshot)
+    recorded = metrics.get("snapshot")
+    if not recorded or "://" in str(recorded) or not Path(recorded).is_dir():
+        raise ConfigurationError(
+            f"the plan's metrics.json records snapshot {recorded!r}, which is not a local snapshot directory: "
+            "pass the snapshot (a ClusterSnapshot or a snapshot directory) to write_report(plan_dir, snapshot)"
+        )
+    return read_assignment(recorded), str(recorded)
 
 
 def _mismatch(metrics: dict[str, Any], assignment: Assignment) -> str | None:
