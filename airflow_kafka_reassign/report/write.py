@@ -216,10 +216,14 @@ def _files(plan_path: Path, out: Path) -> list[tuple[str, str, str]]:
     return out_files
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m airflow_kafka_reassign.report PLAN_DIR [--snapshot DIR] [--out DIR]``: prints the report's path."""
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m airflow_kafka_reassign.report") -> int:
+    """``PLAN_DIR [--snapshot DIR] [--out DIR] [--no-embed]``: write the report, print its path.
+
+    Returns the exit code (0, or 2 with the reason on stderr). ``prog`` names the command in
+    ``--help`` (a CLI wiring this in as a subcommand passes its own).
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_kafka_reassign.report",
+        prog=prog,
         description="Write the HTML report (with PNG charts) of a plan directory.",
     )
     parser.add_argument("plan_dir", help="plan directory (plan.json, metrics.json, ...)")
