@@ -84,6 +84,12 @@ class _NoClientConfigRecords(logging.Filter):
 
 logging.getLogger("kafka.admin.client").addFilter(_NoClientConfigRecords())
 
+# kafka-python logs every connection, SASL handshake, metadata refresh and disconnect at INFO: some thirty
+# lines per client in every task log. Its warnings and errors still show; a user who configures the "kafka"
+# logger's level explicitly keeps that level.
+if logging.getLogger("kafka").level == logging.NOTSET:
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+
 #: Kafka's api key of AlterPartitionReassignments.
 ALTER_PARTITION_REASSIGNMENTS_KEY = 45
 #: The first AlterPartitionReassignments version that carries AllowReplicationFactorChange.
