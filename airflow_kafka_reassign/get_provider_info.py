@@ -53,7 +53,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION_NAME,
-                "python-modules": ["airflow_kafka_reassign.operators.partitions"],
+                "python-modules": [
+                    "airflow_kafka_reassign.operators.partitions",
+                    "airflow_kafka_reassign.operators.plan",
+                ],
             }
         ],
         "sensors": [

@@ -1,0 +1,94 @@
+"""The plan job on a real Spark standalone cluster (a master and a worker from the installed PySpark).
+
+The same snapshot planned on ``local[2]`` and on ``spark://`` gives the same plan, and the
+standalone run's metrics.json names the cluster's master.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_reassign.core.plan_io import read_metrics
+from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.spark.submit import submit_env
+
+CLI = str(Path(sys.executable).with_name("airflow-kafka-reassign"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_log(path: Path, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{path.name} never said {text!r}:\n{path.read_text(errors='replace')[-3000:] if path.exists() else ''}")
+
+
+@pytest.fixture(scope="module")
+def spark_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``spark://127.0.0.1:PORT`` of a standalone master with one 2-core worker (stopped at the end)."""
+    work = tmp_path_factory.mktemp("spark-standalone")
+    env = {**os.environ, **submit_env(), "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work / "worker")}
+    spark_class = str(Path(env["SPARK_HOME"]) / "bin" / "spark-class")
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    url = f"spark://127.0.0.1:{port}"
+    master_log, worker_log = work / "master.log", work / "worker.log"
+    procs = []
+    try:
+        with master_log.open("w") as out:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(ui)], env=env, stdout=out, stderr=subprocess.STDOUT))
+        wait_for_log(master_log, "I have been elected leader")
+        with worker_log.open("w") as out:
+            procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
+                 "--memory", "1g", "--webui-port", str(worker_ui), url], env=env, stdout=out, stderr=subprocess.STDOUT))
+        wait_for_log(worker_log, "Successfully registered with master")
+        yield url
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def plan(snapshot: Path, out: Path, master: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CLI, "plan", "--snapshot", str(snapshot), "--goal", "add-brokers", "--out", str(out), "--master", master],
+        env={**os.environ, **submit_env()}, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_plan_job_on_a_standalone_cluster(spark_master, tmp_path):
+    snapshot = write_snapshot(
+        to_snapshot(synthetic_cluster(brokers=12, racks=3, new_brokers=2, replicas=20_000, seed=4)), tmp_path / "snap"
+    )
+    on_cluster = plan(snapshot, tmp_path / "cluster", spark_master)
+    assert on_cluster.returncode == 0, on_cluster.stderr[-4000:]
+    local = plan(snapshot, tmp_path / "local", "local[2]")
+    assert local.returncode == 0, local.stderr[-4000:]
+
+    job = read_metrics(tmp_path / "cluster")["job"]
+    assert job["master"] == spark_master and job["default_parallelism"] >= 2
+    assert (tmp_path / "cluster" / "plan.json").read_bytes() == (tmp_path / "local" / "plan.json").read_bytes()
+    summary = read_metrics(tmp_path / "cluster")["summary"]
+    assert summary["replica_moves"] <= 1.05 * summary["lower_bound"]
