@@ -1,19 +1,16 @@
 """GuardedCreatePartitionsOperator against the session sandbox (5 brokers, racks r1 r2 r3 r1 r2, SASL).
 
-The batch case runs as a real Airflow task run (``dag.test()`` in a subprocess, with a migrated
-metadata database), the others call the operator in-process through the real hook. Nothing here
-grows an internal topic of the shared cluster: the override is exercised with
-``validate_only=True`` (a real growth of ``__consumer_offsets`` runs on the separate small
-sandbox of test_guarded_partitions_under_replicated.py).
+The batch case runs as a real Airflow task run (``dag.test()`` in a subprocess, with the
+session's migrated metadata database: the ``airflow_home`` fixture); the others call the
+operator in-process through the real hook. Nothing here grows an internal topic of the shared
+cluster: the override is exercised with ``validate_only=True`` (a real growth of
+``__consumer_offsets`` runs on the separate small sandbox of
+test_guarded_partitions_under_replicated.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +19,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
+from dagrun import run_dag_file
 
 from airflow_kafka_reassign.core.report import broker_loads
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -120,11 +118,7 @@ def grow(**kwargs):
 
 # -- a real Airflow task run -----------------------------------------------------------------------
 
-DAG_FILE = '''
-from __future__ import annotations
-
-import json
-import sys
+DAG_FILE = """
 from datetime import datetime
 
 from airflow.sdk import DAG
@@ -134,62 +128,22 @@ from airflow_kafka_reassign.operators.partitions import GuardedCreatePartitionsO
 with DAG("guarded_growth_batch", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
     GuardedCreatePartitionsOperator(
         task_id="grow",
-        kafka_config_id="{conn_id}",
-        new_total_partitions="{{{{ dag_run.conf['targets'] | tojson }}}}",
+        kafka_config_id="kafka_default",
+        new_total_partitions="{{ dag_run.conf['targets'] | tojson }}",
     )
-
-if __name__ == "__main__":
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    run = dag.test(run_conf=json.loads(sys.argv[1]))
-    with create_session() as session:
-        tis = {{ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}}
-        rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id).all()
-        xcom = {{f"{{r.task_id}}.{{r.key}}": XComModel.deserialize_value(r) for r in rows}}
-    print("DAG-RESULT " + json.dumps({{"state": str(run.state), "tis": tis, "xcom": xcom}}))
-'''
+"""
 
 
-@pytest.fixture(scope="module")
-def airflow_env(tmp_path_factory, sandbox) -> dict[str, str]:
-    """An AIRFLOW_HOME with a migrated database and a dags folder; the connection in the environment."""
-    home = tmp_path_factory.mktemp("airflow-home")
-    dags = home / "dags"
-    dags.mkdir()
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(
-            {"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
-    }
-    airflow = Path(sys.executable).with_name("airflow")
-    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    return env
-
-
-def run_dag(env: dict[str, str], conf: dict) -> dict:
-    dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "guarded_growth_batch.py"
-    dag_file.write_text(textwrap.dedent(DAG_FILE.format(conn_id=CONN_ID)))
-    proc = subprocess.run([sys.executable, str(dag_file), json.dumps(conf)], env=env, capture_output=True,
-                          text=True, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("DAG-RESULT ")]
-    assert lines, f"no result from the DAG run (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    result = json.loads(lines[-1].removeprefix("DAG-RESULT "))
-    result["log"] = proc.stdout + proc.stderr
-    return result
-
-
-def test_batch_with_internal_topics_in_a_real_task_run(config, topics, airflow_env):
+def test_batch_with_internal_topics_in_a_real_task_run(config, topics, airflow_home):
     make_coordinator_topics_exist(config)
     offsets_before = replicas_of(config, "__consumer_offsets")
     txn_before = replicas_of(config, "__transaction_state")
     normal = new_topic(config, topics, f"t-batch-{uuid.uuid4().hex[:8]}", [[1, 2], [3, 4]])
     targets = {normal: 4, "__consumer_offsets": len(offsets_before) + 2, "__transaction_state": len(txn_before) + 1}
 
-    result = run_dag(airflow_env, {"targets": targets})
+    dag_file = Path(airflow_home["AIRFLOW__CORE__DAGS_FOLDER"]) / "guarded_growth_batch.py"
+    dag_file.write_text(DAG_FILE)
+    result = run_dag_file(airflow_home, dag_file, {"targets": targets})
 
     assert result["state"] == "failed" and result["tis"] == {"grow": "failed"}, result["log"][-3000:]
     out = result["xcom"]["grow.return_value"]
