@@ -475,7 +475,7 @@ class Progress:
             text += f" | done in {format_duration(self.elapsed_s)}"
         elif self.eta_s is None:
             text += " | ETA --"
-        elif self.eta_s == 0:
+        elif self.eta_s < 1:
             text += " | ETA finishing"
         else:
             text += f" | ETA {format_duration(self.eta_s)}"
