@@ -47,7 +47,7 @@ if __package__ in (None, ""):
 
 import pyarrow as pa  # noqa: E402
 
-from airflow_kafka_reassign.core.models import Broker, TopicPartition, TopicState  # noqa: E402
+from airflow_kafka_reassign.core.models import Broker, TopicState  # noqa: E402
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_metrics, write_plan_fragments  # noqa: E402
 from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     PartitionRow,
@@ -199,6 +199,30 @@ class _Clock:
         return round(time.perf_counter() - self.t0, 3)
 
 
+def read_small_tables(spark: Any, base: str) -> tuple[list[Broker], list[TopicState]]:
+    """brokers.parquet and topics.parquet: with pyarrow on the driver when local (no Spark job
+    for a few thousand rows), else through Spark (any URI Spark reads)."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    local = base.startswith("file://") or "://" not in base
+    for name in ("brokers", "topics"):
+        if local:
+            import pyarrow.parquet as pq
+
+            path = base.removeprefix("file://") + f"/{name}.parquet"
+            rows[name] = pq.ParquetFile(path).read().to_pylist()
+        else:
+            rows[name] = [r.asDict(recursive=True) for r in spark.read.parquet(f"{base}/{name}.parquet").collect()]
+    brokers = [Broker(id=r["id"], rack=r["rack"]) for r in rows["brokers"]]
+    topics = [
+        TopicState(
+            name=r["name"], internal=r["internal"], partition_count=r["partition_count"],
+            replication_factor=r["replication_factor"], configs=dict(r["configs"] or {}),
+        )
+        for r in rows["topics"]
+    ]
+    return brokers, topics
+
+
 def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None = None) -> dict[str, Any]:
     """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content."""
     from pyspark.sql import functions as F  # noqa: N812
@@ -206,26 +230,15 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
     clock = _Clock()
     sc = spark.sparkContext
     base = snapshot.rstrip("/")
-    brokers = [Broker(id=r["id"], rack=r["rack"]) for r in spark.read.parquet(f"{base}/brokers.parquet").collect()]
-    dupes = sorted({b.id for b in brokers if sum(1 for x in brokers if x.id == b.id) > 1})
+    brokers, topics = read_small_tables(spark, base)
+    ids = [b.id for b in brokers]
+    dupes = sorted({b for b in ids if ids.count(b) > 1})
     if dupes:
         raise ValueError(f"snapshot: broker {dupes[0]} is listed twice")
-    topics = [
-        TopicState(
-            name=r["name"], internal=r["internal"], partition_count=r["partition_count"],
-            replication_factor=r["replication_factor"], configs=dict(r["configs"] or {}),
-        )
-        for r in spark.read.parquet(f"{base}/topics.parquet").collect()
-    ]
     df = spark.read.parquet(f"{base}/partitions.parquet")
-    target = F.array_except("replicas", F.coalesce("removing_replicas", F.array().cast("array<int>")))
-    agg = (
-        df.select(F.explode(target).alias("broker"), F.struct("topic", "partition").alias("tp"))
-        .groupBy("broker").agg(F.min("tp").alias("tp")).collect()
-    )
-    named = {r["broker"]: TopicPartition(r["tp"]["topic"], r["tp"]["partition"]) for r in agg}
-    any_sizes = bool(df.where(F.size("replica_sizes") > 0).limit(1).count())
-    ctx = plan_context(brokers, topics, named, request, any_sizes=any_sizes)
+    # the checks that need every replica's broker, and whether sizes are known, come back
+    # with the first per-topic stage (check_named in driver_quotas)
+    ctx = plan_context(brokers, topics, None, request, any_sizes=False)
     clock.lap("read")
 
     n_parts = partitions or max(2, 4 * sc.defaultParallelism)
@@ -233,8 +246,9 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
     ctx_b = sc.broadcast(ctx)
     prepared = [pickle.loads(r["payload"]) for r in grouped.mapInArrow(_prepare_fn(ctx_b), PAYLOAD_SCHEMA).collect()]
     clock.lap("prepare")
-    step = driver_quotas(ctx, prepared)
+    step = driver_quotas(ctx, prepared)  # completes ctx: broadcast it again
     del prepared
+    ctx_b = sc.broadcast(ctx)
     clock.lap("quotas")
 
     quotas_b = sc.broadcast((step.quotas, step.params))

@@ -219,17 +219,26 @@ def _layout(racks: Mapping[int, str | None], live: list[int], removed: list[int]
 
 
 def _brokers(
-    known: set[int], request: PlanRequest, named: Mapping[int, TopicPartition]
+    known: set[int] | frozenset[int], request: PlanRequest, named: Mapping[int, TopicPartition] | None
 ) -> tuple[list[int], list[int], list[str]]:
-    """Live and removed brokers for the goal, and warnings."""
+    """Live and removed brokers for the goal, and warnings.
+
+    ``named``: broker -> a partition naming it; ``None`` skips the checks that need it (the
+    Spark job learns it in its first per-topic stage and calls :func:`check_named` then).
+    """
     listed = list(request.brokers)
+    if named is None:
+        named_known = False
+        named = {}
+    else:
+        named_known = True
     warnings: list[str] = []
     removed: list[int] = []
     if request.goal == "remove-brokers":
         if not listed:
             raise ConfigurationError("goal remove-brokers needs brokers=[...]: the broker ids to remove")
         unknown = [b for b in listed if b not in known and b not in named]
-        if unknown:
+        if unknown and named_known:
             raise ConfigurationError(
                 f"cannot remove broker(s) {_fmt(unknown)}: neither in the snapshot's brokers "
                 f"{_fmt(known)} nor named by any replica; check the ids"
@@ -244,11 +253,11 @@ def _brokers(
                     "start them so they register with the cluster, then take a new snapshot"
                 )
             busy = [b for b in listed if b in named]
-            if busy:
+            if busy and named_known:
                 warnings.append(f"broker(s) {_fmt(busy)} being added already hold replicas")
         else:
             empty = [b for b in sorted(known) if b not in named]
-            if not empty:
+            if not empty and named_known:
                 raise ConfigurationError(
                     "goal add-brokers found no new broker: every broker of the snapshot holds replicas; "
                     "list the new brokers with brokers=[...]"
@@ -263,7 +272,7 @@ def _brokers(
             f"removing broker(s) {_fmt(removed)} would leave no broker to hold replicas; remove fewer brokers"
         )
     dead = sorted(set(named) - known - set(removed))
-    if dead:
+    if dead and named_known:
         examples = ", ".join(str(named[b]) for b in dead[:3])
         raise ConfigurationError(
             f"partition(s) {examples} have replicas on broker(s) {_fmt(dead)}, which are not in the "
@@ -325,6 +334,8 @@ class PrepareContext:
 
     request: PlanRequest
     layout: BrokerLayout
+    #: Brokers of the snapshot (registered with the cluster).
+    known: frozenset[int]
     live: frozenset[int]
     removed: frozenset[int]
     #: Topics that are internal (coordinator topics or marked internal by Kafka).
@@ -374,24 +385,46 @@ class TopicPrep:
 
 
 def named_brokers(partitions: Iterable[PartitionLike]) -> dict[int, TopicPartition]:
-    """Broker -> the first partition naming it among target replicas (for messages)."""
+    """Broker -> the smallest partition (by topic, number) naming it among target replicas."""
     named: dict[int, TopicPartition] = {}
     for p in partitions:
+        tp = p.tp
         for b in target_of(p):
-            if b not in named:
-                named[b] = p.tp
+            seen = named.get(b)
+            if seen is None or tp < seen:
+                named[b] = tp
     return named
+
+
+def merge_named(parts: Iterable[Mapping[int, TopicPartition]]) -> dict[int, TopicPartition]:
+    """:func:`named_brokers` of several topics' results."""
+    out: dict[int, TopicPartition] = {}
+    for part in parts:
+        for b, tp in part.items():
+            seen = out.get(b)
+            if seen is None or tp < seen:
+                out[b] = tp
+    return out
+
+
+def check_named(ctx: PrepareContext, named: Mapping[int, TopicPartition]) -> None:
+    """The checks of the brokers that need every replica's broker (deferred by ``plan_context(named=None)``)."""
+    _, _, warnings = _brokers(ctx.known, ctx.request, named)
+    ctx.warnings = [*warnings, *ctx.warnings]
 
 
 def plan_context(
     brokers: Sequence[Broker],
     topics: Sequence[TopicState],
-    named: Mapping[int, TopicPartition],
+    named: Mapping[int, TopicPartition] | None,
     request: PlanRequest,
     *,
     any_sizes: bool,
 ) -> PrepareContext:
-    """The global checks (brokers to add or remove, racks) and the context of :func:`prepare_topic`."""
+    """The global checks (brokers to add or remove, racks) and the context of :func:`prepare_topic`.
+
+    ``named`` (:func:`named_brokers`) ``None``: the checks that need it wait for :func:`check_named`.
+    """
     known = {b.id for b in brokers}
     live, removed, warnings = _brokers(known, request, named)
     racks = {b.id: b.rack for b in brokers}
@@ -401,6 +434,7 @@ def plan_context(
     return PrepareContext(
         request=request,
         layout=layout,
+        known=frozenset(known),
         live=frozenset(live),
         removed=frozenset(removed),
         internal_topics=frozenset(internal),

@@ -36,7 +36,9 @@ from airflow_kafka_reassign.core.planner.goals import (
     PlanResult,
     PrepareContext,
     TopicPrep,
+    check_named,
     check_targets,
+    merge_named,
     merge_preps,
     named_brokers,
     plan_context,
@@ -66,6 +68,9 @@ class Prepared:
     error: str | None = None
     #: the snapshot itself is invalid (a bad row, a partition listed twice, an unknown topic)
     invalid: str | None = None
+    #: broker -> the topic's first partition naming it; the topic has replica sizes
+    named: dict[int, TopicPartition] = field(default_factory=dict)
+    any_sizes: bool = False
 
 
 def check_topic_rows(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> str | None:
@@ -88,13 +93,15 @@ def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]
     if invalid is not None:
         return Prepared(topic, invalid=invalid)
     heal_rows = [p for p in rows if p.tp in ctx.heal] if ctx.heal else []
+    named = named_brokers(rows)
+    any_sizes = any(p.replica_sizes for p in rows)
     try:
         prep = prepare_topic(ctx, topic, rows)
     except ConfigurationError as e:
-        return Prepared(topic, heal_rows=heal_rows, error=str(e))
+        return Prepared(topic, heal_rows=heal_rows, error=str(e), named=named, any_sizes=any_sizes)
     load = prep.planned.load(ctx.layout) if prep.planned is not None else None
     prep.planned = None  # stays on the executor; the driver only needs the aggregates
-    return Prepared(topic, prep=prep, load=load, heal_rows=heal_rows)
+    return Prepared(topic, prep=prep, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes)
 
 
 # -- 2. quotas (driver) ----------------------------------------------------------------------
@@ -113,11 +120,17 @@ class QuotaStep:
 
 
 def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared]) -> QuotaStep:
-    """Merge ``prepare``'s outputs, raise the first error (topics in name order), run the global step."""
+    """Merge ``prepare``'s outputs, raise the first error (topics in name order), run the global step.
+
+    Completes ``ctx`` (broker checks that need every replica, replica sizes present): the
+    ``place`` stage must get this updated context.
+    """
     items = sorted(prepared, key=lambda x: x.topic)
     for x in items:
         if x.invalid is not None:
             raise ValueError(x.invalid)
+    check_named(ctx, merge_named(x.named for x in items))
+    ctx.any_sizes = any(x.any_sizes for x in items)
     found = {p.tp: p for x in items for p in x.heal_rows}
     check_targets(ctx, {x.topic for x in items}, found)
     for x in items:
@@ -401,10 +414,7 @@ def leader_counts(rows: Iterable[tuple[int, tuple[int, ...], int | None]]) -> di
 def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -> PlanResult:
     """Every stage in order, in this process: what the Spark job computes, for tests."""
     request = request or PlanRequest()
-    ctx = plan_context(
-        snapshot.brokers, snapshot.topics, named_brokers(snapshot.partitions), request,
-        any_sizes=any(p.replica_sizes for p in snapshot.partitions),
-    )
+    ctx = plan_context(snapshot.brokers, snapshot.topics, None, request, any_sizes=False)
     by_topic: dict[str, list[PartitionLike]] = {}
     for p in snapshot.partitions:
         by_topic.setdefault(p.topic, []).append(p)

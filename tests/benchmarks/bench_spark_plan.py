@@ -1,0 +1,138 @@
+"""Benchmark of the Spark plan job end to end (spark-submit): prints numbers, asserts nothing.
+
+For synthetic snapshots of 250k / 500k / 1M / 2M replicas (100 brokers in 3 racks, RF 2
+and 3, uneven topic sizes, a scale-out to 110 brokers) it prints per size: spark-submit wall
+time, the planning stage (from the Spark session up to the plan written: metrics.json's
+``job.planning_s``) and its stages, the peak memory of the whole process tree (JVM and
+Python workers, summed), moves / lower bound and the balance after. ``--compare`` also plans
+the 1M snapshot on ``local[1]`` and ``local[2]`` and prints the planning-stage speed-up.
+
+    .venv/bin/python tests/benchmarks/bench_spark_plan.py                    # 250k 500k 1M 2M on local[2]
+    .venv/bin/python tests/benchmarks/bench_spark_plan.py 250000 --master 'local[1]'
+    .venv/bin/python tests/benchmarks/bench_spark_plan.py --compare 1000000  # local[1] vs local[2]
+
+Snapshots are cached under ``$AKR_BENCH_DIR`` (default /tmp/akr-bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from airflow_kafka_reassign.core.plan_io import read_metrics
+from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
+
+ROOT = Path(os.environ.get("AKR_BENCH_DIR", "/tmp/akr-bench"))
+
+
+def snapshot_dir(replicas: int, seed: int = 7) -> Path:
+    d = ROOT / f"snap-{replicas}-s{seed}"
+    if not (d / "snapshot.json").is_file():
+        t0 = time.perf_counter()
+        cluster = synthetic_cluster(brokers=100, racks=3, new_brokers=10, replicas=replicas, seed=seed)
+        write_snapshot(to_snapshot(cluster, validate=False), d)
+        print(f"  (generated {d.name} in {time.perf_counter() - t0:.1f}s)", flush=True)
+    return d
+
+
+class TreeMemory:
+    """Peak of the summed RSS of a process and its descendants, sampled every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                procs = [self.proc, *self.proc.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    with contextlib.suppress(psutil.Error):
+                        total += p.memory_info().rss
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                return
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_plan(snapshot: Path, master: str, out: Path) -> dict:
+    request = out.parent / "request.json"
+    request.write_text(json.dumps({"goal": "add-brokers"}))
+    cmd = [spark_submit_binary(), "--master", master, "--driver-memory", "2g"]
+    for k, v in default_conf().items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out), "--request", str(request)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env={**os.environ, **submit_env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    mem = TreeMemory(proc.pid)
+    output, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    peak = mem.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"plan job failed ({proc.returncode}):\n{output[-4000:]}")
+    metrics = read_metrics(out)
+    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics}
+
+
+def show(replicas: int, master: str, r: dict) -> None:
+    m = r["metrics"]
+    s, job, after = m["summary"], m["job"], m["after"]
+    stages = " ".join(f"{k} {v:.1f}" for k, v in job["stages_s"].items())
+    print(
+        f"{replicas:>9,} replicas {master:<9} | spark-submit {r['wall_s']:6.1f}s  planning {job['planning_s']:6.1f}s "
+        f"[{stages}] | peak {r['peak_mb']:6.0f} MB (process tree)\n"
+        f"{'':>19} moves {s['replica_moves']:,} / bound {s['lower_bound']:,} = {m['moves_ratio']}; "
+        f"leader changes {s['leader_changes']:,} / fewest {s['leader_changes_lower_bound']:,}; "
+        f"after: replicas max-min {after['replica_max_min']}, worst topic {after['topic_replica_max_min']}, "
+        f"leaders {after['leader_max_min']}, rack violations {after['rack_violations']}",
+        flush=True,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sizes", nargs="*", type=int, default=[250_000, 500_000, 1_000_000, 2_000_000])
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--compare", action="store_true", help="local[1] vs local[2] on each size")
+    args = ap.parse_args()
+    ROOT.mkdir(parents=True, exist_ok=True)
+    print(f"plan job (spark-submit), goal add-brokers, 100 brokers in 3 racks + 10; python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    for n in args.sizes:
+        snap = snapshot_dir(n)
+        masters = ["local[1]", "local[2]"] if args.compare else [args.master]
+        planning = {}
+        for master in masters:
+            with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+                r = run_plan(snap, master, Path(tmp) / "plan")
+            show(n, master, r)
+            planning[master] = r["metrics"]["job"]["planning_s"]
+        if args.compare:
+            one, two = planning["local[1]"], planning["local[2]"]
+            print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
