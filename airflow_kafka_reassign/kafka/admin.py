@@ -24,11 +24,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException
 from confluent_kafka import TopicCollection as CKTopicCollection
@@ -72,6 +73,8 @@ from airflow_kafka_reassign.exceptions import (
 from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python, validate_client_config
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_STALE_NODE_ERRORS = (kp_errors.UnknownBrokerIdError, kp_errors.NodeNotReadyError, kp_errors.KafkaConnectionError)
 
 
 class _NoClientConfigRecords(logging.Filter):
@@ -175,6 +178,23 @@ class KafkaClusterAdmin:
                     kp_errors.KafkaTimeoutError) as e:
                 raise self._unreachable(e) from e
         return self._kp
+
+    def _with_fresh_controller(self, call: Callable[[KafkaAdminClient], _T]) -> _T:
+        """``call(kafka-python client)``, retried once on a new client when the broker it
+        routes to is gone. kafka-python keeps the "controller" id it learned first (in KRaft
+        a broker that forwards to the quorum); when that broker stops (a rolling restart,
+        a decommission) every later request fails with UnknownBrokerIdError. The calls
+        wrapped here (list, alter to the same targets, cancel) are safe to repeat."""
+        try:
+            return call(self._kafka_python())
+        except _STALE_NODE_ERRORS as e:
+            log.info("broker routing of the admin client is stale (%s: %s); retrying with fresh metadata",
+                     type(e).__name__, e)
+            if self._kp is not None:
+                with contextlib.suppress(Exception):  # closing a client whose broker is gone
+                    self._kp.close()
+                self._kp = None
+            return call(self._kafka_python())
 
     def _unreachable(self, e: BaseException) -> ClusterUnreachableError:
         return ClusterUnreachableError(
@@ -354,8 +374,8 @@ class KafkaClusterAdmin:
         if kp_tps == []:
             return {}
         try:
-            raw = self._kafka_python().list_partition_reassignments(
-                kp_tps, timeout_ms=int(self._timeout_s * 1000)
+            raw = self._with_fresh_controller(
+                lambda kp: kp.list_partition_reassignments(kp_tps, timeout_ms=int(self._timeout_s * 1000))
             )
         except kp_errors.KafkaTimeoutError as e:
             raise self._unreachable(e) from e
@@ -437,7 +457,6 @@ class KafkaClusterAdmin:
 
     def _send_alter(self, targets: Mapping[TopicPartition, Sequence[int] | None],
                     **request_kwargs: Any) -> list[PartitionResult]:
-        kp = self._kafka_python()
         topics = KafkaAdminClient._process_alter_partition_reassignments_input(
             {KPTopicPartition(t, p): r for (t, p), r in targets.items()}
         )
@@ -449,7 +468,9 @@ class KafkaClusterAdmin:
             yield kp_errors.for_code(r.error_code)
 
         try:
-            response = kp._manager.run(kp._send_request_to_controller, request, top_level_error)
+            response = self._with_fresh_controller(
+                lambda kp: kp._manager.run(kp._send_request_to_controller, request, top_level_error)
+            )
         except kp_errors.IncompatibleBrokerVersion as e:
             raise UnsupportedBrokerError(
                 f"the cluster at {self._bootstrap} refused AlterPartitionReassignments "

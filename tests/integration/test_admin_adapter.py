@@ -262,3 +262,22 @@ def test_unreachable_cluster_fails_within_the_timeout_naming_the_servers():
     with pytest.raises(ClusterUnreachableError, match=f"127.0.0.1:{port}"):
         with KafkaClusterAdmin({"bootstrap.servers": f"127.0.0.1:{port}"}, timeout_s=3) as a:
             a.snapshot()
+
+
+def test_a_long_lived_admin_survives_the_restart_of_the_broker_it_routes_to(sandbox):
+    """kafka-python remembers one broker as 'the controller'; when that broker stops (a rolling
+    restart during a long wait), the adapter retries with fresh metadata instead of failing."""
+    a = KafkaClusterAdmin(sandbox.client_config(), timeout_s=30)
+    try:
+        a.list_reassignments()
+        routed = a._kp._controller_id  # noqa: SLF001 (the state this test is about)
+        assert routed in sandbox.broker_ids
+        sandbox.stop_broker(routed)
+        try:
+            assert isinstance(a.list_reassignments(), dict)
+            result = a.cancel_reassignments([TopicPartition("no-such-topic-for-cancel", 0)])
+            assert len(result.results) == 1
+        finally:
+            sandbox.start_broker(routed)
+    finally:
+        a.close()
