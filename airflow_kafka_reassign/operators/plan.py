@@ -221,8 +221,11 @@ class PlanReassignmentOperator(BaseOperator):
         work.mkdir(parents=True, exist_ok=True)
 
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
-        with hook.get_admin() as admin:
+        admin = hook.get_admin()
+        try:
             snapshot = admin.snapshot(include_sizes=request.use_sizes)
+        finally:
+            admin.close()
         write_snapshot(snapshot, snapshot_dir)
         self.log.info(
             "Snapshot: %d brokers, %d topics, %d partitions -> %s",

@@ -1,0 +1,117 @@
+"""PlanReassignmentOperator without Spark or Kafka: request building, output location, XCom,
+skip on an empty plan, the job's bad-input error surfaced. (The real spark-submit and cluster
+run in tests/integration/test_plan_on_sandbox.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_plan_dir
+from airflow_kafka_reassign.core.planner import PlanRequest
+from airflow_kafka_reassign.core.planner.staged import plan_staged
+from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+
+class TI:
+    def __init__(self) -> None:
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.pushed[key] = value
+
+
+class Run:
+    run_id = "manual__2026-11-22T08:00:00+00:00"
+
+
+class Dag:
+    dag_id = "maintenance"
+
+
+def context() -> dict:
+    return {"ti": TI(), "dag_run": Run(), "dag": Dag()}
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """A fake cluster behind the hook; spark-submit replaced by the staged planner in-process."""
+    admin = FakeClusterAdmin.build(
+        {1: "a", 2: "b", 3: "c", 4: "a"},
+        {"orders": [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3]], "audit": [[1, 2], [2, 1]]},
+    )
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    submitted: list[tuple[Path, Path, PlanRequest]] = []
+
+    def fake_submit(self, snapshot: Path, plan: Path, request_file: Path) -> None:
+        request = PlanRequest.model_validate_json(request_file.read_text())
+        submitted.append((snapshot, plan, request))
+        write_plan_dir(plan_staged(read_snapshot(snapshot), request), plan, snapshot=str(snapshot))
+
+    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", fake_submit)
+    return submitted
+
+
+def test_request_from_parameters_and_rendered_params():
+    op = PlanReassignmentOperator(task_id="plan", goal="remove-brokers", brokers="4, 5", topic_exclude='["audit-.*"]',
+                                  request={"max_leader_spread": 3})
+    r = op.build_request()
+    assert r.goal == "remove-brokers" and r.brokers == (4, 5) and r.topic_exclude == ("audit-.*",)
+    assert r.max_leader_spread == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"goal": "shuffle"}, "goal"),
+        ({"brokers": [1, 1], "goal": "remove-brokers"}, "twice"),
+        ({"topic_include": ["("]}, "not a regular expression"),
+    ],
+)
+def test_a_bad_parameter_fails_before_the_cluster_is_touched(kwargs, message, cluster):
+    op = PlanReassignmentOperator(task_id="plan", **kwargs)
+    with pytest.raises(ConfigurationError, match=message):
+        op.execute(context())
+    assert cluster == []
+
+
+def test_plan_pushes_a_small_summary_and_keeps_the_plan_in_its_directory(cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("AKR_OUTPUT_DIR", str(tmp_path))
+    out = PlanReassignmentOperator(task_id="plan", goal="add-brokers", brokers=[4]).execute(context())
+    assert out["plan_uri"] == str(tmp_path / "maintenance" / "manual__2026-11-22T08_00_00_00_00" / "plan" / "plan")
+    assert Path(out["plan_uri"], "plan.json").is_file() and Path(out["snapshot_uri"], "partitions.parquet").is_file()
+    assert out["replica_moves"] >= out["lower_bound"] > 0 and out["partitions_moved"] > 0
+    assert len(json.dumps(out)) < 3000
+    (_, _, request), = cluster
+    assert request.goal == "add-brokers" and request.brokers == (4,)
+
+
+def test_empty_plan_can_skip_downstream(cluster, tmp_path):
+    ctx = context()
+    op = PlanReassignmentOperator(task_id="plan", topic_include=["nothing-.*"], skip_if_empty=True,
+                                  output_uri=str(tmp_path / "out"))
+    with pytest.raises(AirflowSkipException):
+        op.execute(ctx)
+    assert ctx["ti"].pushed["plan"]["partitions_moved"] == 0
+
+
+def test_the_jobs_bad_input_message_becomes_the_task_error(monkeypatch, tmp_path):
+    admin = FakeClusterAdmin.build({1: None, 2: None}, {"orders": [[1, 2]]})
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+
+    def failing_submit(self, snapshot: Path, plan: Path, request_file: Path) -> None:
+        plan.mkdir(parents=True)
+        (plan / ERROR_FILE).write_text("removing broker(s) [1, 2] would leave no broker\n")
+        raise ConfigurationError((plan / ERROR_FILE).read_text().strip())
+
+    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", failing_submit)
+    op = PlanReassignmentOperator(task_id="plan", goal="remove-brokers", brokers=[1, 2], output_uri=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="would leave no broker"):
+        op.execute(context())
