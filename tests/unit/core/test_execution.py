@@ -1,0 +1,705 @@
+"""The execution engine (core/execution.py) against the in-memory FakeClusterAdmin: every rule."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_reassign.core.execution import (
+    THROTTLE_BACKUP_FILE,
+    ExecutionLimits,
+    ExecutionOptions,
+    ExecutionStatus,
+    cancel,
+    desired_throttles,
+    finish,
+    read_backup,
+    run,
+    select_batch,
+    step,
+    write_rollback_if_missing,
+)
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment, PartitionResult, ThrottleBackup
+from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS
+from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
+from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2", 6: "r3"}
+NO_LIMITS = ExecutionLimits()
+SAFE = ExecutionOptions()
+
+
+def tp(topic: str, p: int) -> TopicPartition:
+    return TopicPartition(topic, p)
+
+
+def mv(topic: str, p: int, current, target, **kw) -> Move:
+    return Move(topic=topic, partition=p, current_replicas=tuple(current) if current is not None else None,
+                target_replicas=tuple(target), **kw)
+
+
+def plan_of(*moves: Move) -> ReassignmentPlan:
+    return ReassignmentPlan(moves=tuple(moves))
+
+
+def fake(**topics) -> FakeClusterAdmin:
+    return FakeClusterAdmin.build(brokers=RACKS, topics=topics)
+
+
+def submitted(f: FakeClusterAdmin) -> list[TopicPartition]:
+    """Every partition sent in an alter request, in order (duplicates kept)."""
+    return [t for targets, _ in f.alter_requests for t in targets]
+
+
+def quiet_step(admin, plan, limits=NO_LIMITS, options=SAFE, **kw) -> ExecutionStatus:
+    kw.setdefault("settle_s", 0)
+    kw.setdefault("sleep", lambda s: None)
+    return step(admin, plan, limits, options, **kw)
+
+
+# -- the parameters ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [{"max_moves": 0}, {"max_moves_per_broker": -1}, {"order": "random"},
+                                    {"max_moves": True}])
+def test_limits_are_validated(kwargs):
+    with pytest.raises(ConfigurationError):
+        ExecutionLimits(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"rf_guard": "none"}, {"throttle_bytes_per_sec": 0},
+                                    {"throttle_bytes_per_sec": 1.5}])
+def test_options_are_validated(kwargs):
+    with pytest.raises(ConfigurationError):
+        ExecutionOptions(**kwargs)
+
+
+def test_a_throttle_without_a_state_dir_is_refused_before_anything_is_read():
+    f = fake(t=[[1, 2]])
+    with pytest.raises(ConfigurationError, match="state_dir"):
+        quiet_step(f, plan_of(mv("t", 0, (1, 2), (3, 4))), options=ExecutionOptions(throttle_bytes_per_sec=1000))
+    assert f.alter_requests == []
+
+
+# -- classification ------------------------------------------------------------------------------
+
+
+def test_every_move_is_classified_from_the_cluster_and_the_plan():
+    f = fake(t=[[1, 2], [2, 3], [3, 4], [4, 5], [5, 1]])
+    f.alter_reassignments({tp("t", 1): [4, 5]})        # ours, in flight
+    f.alter_reassignments({tp("t", 4): [2, 3]})        # foreign: the plan wants [1, 6]
+    f.replicas[tp("t", 2)] = (3, 6)                    # moved by hand: stale
+    plan = plan_of(
+        mv("t", 0, (1, 2), (1, 2)),     # already done
+        mv("t", 1, (2, 3), (4, 5)),
+        mv("t", 2, (3, 4), (5, 6)),
+        mv("t", 3, (4, 5), (1, 2)),
+        mv("t", 4, (5, 1), (1, 6)),
+    )
+    s = quiet_step(f, plan, submit=False, options=ExecutionOptions(allow_concurrent_reassignments=True))
+    assert s.done == [tp("t", 0)]
+    assert s.in_flight == [tp("t", 1)]
+    assert s.pending == [tp("t", 3)]
+    assert s.stale == {tp("t", 2): ((3, 4), (3, 6)), tp("t", 4): ((5, 1), (2, 3, 5, 1))}
+    assert s.foreign == [tp("t", 4)]
+    assert s.submitted == [] and not s.complete
+    assert s.moves[tp("t", 1)].current_replicas == (2, 3)
+    json.dumps(s.summary())
+
+
+def test_a_done_partition_whose_isr_misses_a_target_replica_is_lagging_not_done():
+    f = fake(t=[[1, 2]])
+    f.down.add(2)
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (1, 2))))
+    assert s.lagging == [tp("t", 0)] and s.done == [] and not s.complete
+
+
+def test_a_partition_that_does_not_exist_fails_by_name():
+    f = fake(t=[[1, 2]])
+    s = quiet_step(f, plan_of(mv("t", 7, (1, 2), (2, 3))))
+    assert "does not exist" in s.failed[tp("t", 7)]
+    assert s.complete and not s.ok and f.alter_requests == []
+
+
+def test_a_plan_topic_deleted_since_planning_fails_by_name(monkeypatch):
+    f = fake(t=[[1, 2]])
+    real = f.snapshot
+
+    def snapshot(*, topics=None, include_sizes=False):
+        if topics is not None and "gone" in topics:
+            raise ConfigurationError("topic(s) gone do not exist in the cluster")
+        return real(topics=topics, include_sizes=include_sizes)
+
+    monkeypatch.setattr(f, "snapshot", snapshot)
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3))))
+    assert "does not exist" in s.failed[tp("gone", 0)]
+    assert s.submitted == [tp("t", 0)]
+
+
+# -- pre-flight: stale, strict, foreign ---------------------------------------------------------------
+
+
+def test_stale_moves_are_refused_with_a_diff_and_the_others_proceed(caplog):
+    f = fake(t=[[1, 2], [2, 3]])
+    f.replicas[tp("t", 0)] = (1, 5)
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, (2, 3), (4, 5)))
+    with caplog.at_level(logging.WARNING):
+        result = run(f, plan, NO_LIMITS, SAFE, state_dir=None, sleep=lambda s: f.complete(), settle_s=0)
+    assert submitted(f) == [tp("t", 1)]
+    assert result.status.stale == {tp("t", 0): ((1, 2), (1, 5))}
+    assert result.status.complete and not result.status.ok
+    assert "expects replicas [1, 2], the cluster has [1, 5]" in caplog.text
+    assert result.summary()["stale_partitions"] == {"t-0": {"expected": [1, 2], "actual": [1, 5]}}
+
+
+def test_strict_refuses_the_whole_plan_when_one_move_is_stale():
+    f = fake(t=[[1, 2], [2, 3]])
+    f.replicas[tp("t", 0)] = (1, 5)
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, (2, 3), (4, 5)))
+    result = run(f, plan, NO_LIMITS, ExecutionOptions(strict=True), state_dir=None, sleep=lambda s: None, settle_s=0)
+    assert f.alter_requests == []
+    assert "strict=True" in result.status.blocked and "t-0" in result.status.blocked
+    assert result.status.pending == [tp("t", 1)]
+
+
+def test_a_foreign_reassignment_blocks_the_run_before_anything_changes(tmp_path):
+    f = fake(t=[[1, 2]], other=[[3, 4]])
+    f.alter_reassignments({tp("other", 0): [4, 5]})
+    f.alter_requests.clear()
+    options = ExecutionOptions(throttle_bytes_per_sec=1000)
+    result = run(f, plan_of(mv("t", 0, (1, 2), (2, 3))), NO_LIMITS, options, state_dir=tmp_path,
+                 sleep=lambda s: None, settle_s=0)
+    assert f.alter_requests == []
+    assert "allow_concurrent_reassignments=True" in result.status.blocked and "other-0" in result.status.blocked
+    assert f.broker_configs == {b: {} for b in RACKS} and not (tmp_path / THROTTLE_BACKUP_FILE).exists()
+
+
+def test_foreign_reassignments_allowed_count_against_the_limits():
+    f = fake(t=[[1, 2], [1, 3]], other=[[3, 4]])
+    f.alter_reassignments({tp("other", 0): [4, 5]})
+    f.alter_requests.clear()
+    options = ExecutionOptions(allow_concurrent_reassignments=True)
+    plan = plan_of(mv("t", 0, (1, 2), (1, 6)), mv("t", 1, (1, 3), (1, 4)))
+    s = quiet_step(f, plan, ExecutionLimits(max_moves=2, order="plan"), options)
+    assert s.submitted == [tp("t", 0)]  # one slot: the foreign move holds the other
+    s = quiet_step(f, plan, ExecutionLimits(max_moves_per_broker=1, order="plan"), options)
+    assert s.submitted == []  # t-1 adds a replica on 4, which the foreign move touches
+
+
+def test_a_plan_partition_moved_elsewhere_by_someone_else_is_stale_and_foreign():
+    f = fake(t=[[1, 2]])
+    f.alter_reassignments({tp("t", 0): [1, 5]})
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (1, 3))), options=ExecutionOptions(allow_concurrent_reassignments=True))
+    assert s.foreign == [tp("t", 0)] and tp("t", 0) in s.stale and s.submitted == []
+
+
+def test_a_stale_looking_move_is_observed_again_before_it_is_refused(monkeypatch):
+    """describe can lag the controller just after a move completes: look twice before refusing."""
+    f = fake(t=[[1, 2]])
+    f.replicas[tp("t", 0)] = (1, 2, 3)  # what a lagging describe shows right after [1,2] -> [1,3]
+    sleeps = []
+
+    def settle(s):
+        sleeps.append(s)
+        f.replicas[tp("t", 0)] = (1, 3)
+
+    s = step(f, plan_of(mv("t", 0, (1, 2), (1, 3))), NO_LIMITS, SAFE, sleep=settle, settle_s=0.5)
+    assert sleeps == [0.5] and s.done == [tp("t", 0)] and s.stale == {}
+
+
+# -- the replication-factor guard (KIP-860) ---------------------------------------------------------
+
+
+def test_kip860_race_a_plan_from_the_intermediate_replica_set_is_stale_and_nothing_is_sent():
+    """[1,2,3] moving to [4,5,6]: describe showed [1..6]; a plan "preserving" RF 6 must not go out."""
+    f = fake(t=[[1, 2, 3]])
+    f.alter_reassignments({tp("t", 0): [4, 5, 6]})
+    f.complete()
+    f.alter_requests.clear()
+    plan = plan_of(mv("t", 0, (1, 2, 3, 4, 5, 6), (6, 5, 4, 3, 2, 1)))
+    s = quiet_step(f, plan)
+    assert s.stale == {tp("t", 0): ((1, 2, 3, 4, 5, 6), (4, 5, 6))}
+    assert f.alter_requests == [] and f.replicas[tp("t", 0)] == (4, 5, 6)
+
+
+def test_kip860_race_a_kafka_file_without_current_replicas_is_refused_client_side():
+    f = fake(t=[[4, 5, 6]])
+    s = quiet_step(f, plan_of(mv("t", 0, None, (1, 2, 3, 4, 5, 6))))
+    assert "replication factor from 3 to 6" in s.failed[tp("t", 0)]
+    assert f.alter_requests == []
+
+
+def test_kip860_the_broker_guard_refuses_what_changed_between_the_check_and_the_request(monkeypatch):
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = plan_of(mv("t", 0, None, (3, 4)), mv("t", 1, (2, 3), (4, 5)))
+    real = f.alter_reassignments
+
+    def racing(targets, **kw):  # someone grows t-0 to RF 3 just before our request arrives
+        f.replicas[tp("t", 0)] = (1, 2, 5)
+        return real(targets, **kw)
+
+    monkeypatch.setattr(f, "alter_reassignments", racing)
+    s = quiet_step(f, plan)
+    assert f.alter_requests[0][1] is False  # AllowReplicationFactorChange=false
+    assert "KIP-860" in s.failed[tp("t", 0)] and "INVALID_REPLICATION_FACTOR" in s.failed[tp("t", 0)]
+    assert s.in_flight == [tp("t", 1)] and tp("t", 0) not in s.in_flight
+
+
+def test_an_rf_change_needs_the_plan_mark_and_the_option():
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = plan_of(mv("t", 0, (1, 2), (1, 2, 3), allow_rf_change=True), mv("t", 1, (2, 3), (3, 4)))
+    s = quiet_step(f, plan)
+    assert "allow_replication_factor_change=True" in s.failed[tp("t", 0)]
+    assert [list(t) for t, _ in f.alter_requests] == [[tp("t", 1)]]
+    f.complete()
+    f.alter_requests.clear()
+    s = quiet_step(f, plan, options=ExecutionOptions(allow_replication_factor_change=True))
+    assert f.alter_requests == [({tp("t", 0): (1, 2, 3)}, True)]  # sent alone, with the flag true
+    assert s.submitted == [tp("t", 0)]
+
+
+def test_brokers_without_kip860_fail_closed_and_nothing_changes(tmp_path):
+    f = FakeClusterAdmin.build(brokers=RACKS, topics={"t": [[1, 2]]}, rf_guard_supported=False)
+    options = ExecutionOptions(throttle_bytes_per_sec=1000)
+    result = run(f, plan_of(mv("t", 0, (1, 2), (2, 3))), NO_LIMITS, options, state_dir=tmp_path,
+                 sleep=lambda s: None, settle_s=0)
+    assert "rf_guard=\"client\"" in result.status.blocked and "4.1" in result.status.blocked
+    assert f.alter_requests == [] and f.broker_configs == {b: {} for b in RACKS}
+
+
+def test_rf_guard_client_proceeds_on_old_brokers_and_logs_its_limits(caplog):
+    f = FakeClusterAdmin.build(brokers=RACKS, topics={"t": [[1, 2]]}, rf_guard_supported=False)
+    with caplog.at_level(logging.WARNING):
+        s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (2, 3))), options=ExecutionOptions(rf_guard="client"))
+    assert s.submitted == [tp("t", 0)]
+    assert "is not seen" in caplog.text
+
+
+def test_an_unsupported_broker_error_from_the_adapter_restores_the_throttles(tmp_path, monkeypatch):
+    """If the guard check cannot tell, the adapter refuses; the run must not leave a throttle."""
+    f = fake(t=[[1, 2]])
+    monkeypatch.setattr(f, "rf_guard_supported", None)
+
+    def refuse(targets, **kw):
+        raise UnsupportedBrokerError("v0 only; nothing was sent")
+
+    monkeypatch.setattr(f, "alter_reassignments", refuse)
+    with pytest.raises(UnsupportedBrokerError):
+        run(f, plan_of(mv("t", 0, (1, 2), (2, 3))), NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=5),
+            state_dir=tmp_path, sleep=lambda s: None, settle_s=0)
+    assert f.broker_configs == {b: {} for b in RACKS}
+    assert all(not v for v in f.topic_configs.values())
+    assert not (tmp_path / THROTTLE_BACKUP_FILE).exists()
+
+
+# -- batching --------------------------------------------------------------------------------------
+
+
+def _inflight_counts(f: FakeClusterAdmin) -> tuple[int, int]:
+    per_broker: dict[int, int] = {}
+    listing = f.list_reassignments()
+    for r in listing.values():
+        for b in set(r.adding_replicas) | set(r.removing_replicas):
+            per_broker[b] = per_broker.get(b, 0) + 1
+    return len(listing), max(per_broker.values(), default=0)
+
+
+@pytest.mark.parametrize("limits", [ExecutionLimits(max_moves=3), ExecutionLimits(max_moves_per_broker=1),
+                                    ExecutionLimits(max_moves=2, max_moves_per_broker=2, order="largest-first")])
+def test_batch_limits_hold_at_every_step_and_the_plan_completes(limits):
+    topics = {f"t{i}": [[1 + i % 6, 1 + (i + 1) % 6]] for i in range(12)}
+    f = fake(**topics)
+    plan = plan_of(*(mv(f"t{i}", 0, (1 + i % 6, 1 + (i + 1) % 6), (1 + (i + 2) % 6, 1 + (i + 3) % 6))
+                     for i in range(12)))
+    seen = []
+
+    def tick(_):
+        seen.append(_inflight_counts(f))
+        first = sorted(f.inflight)[:1]  # one move finishes per poll
+        f.complete(first)
+
+    result = run(f, plan, limits, SAFE, state_dir=None, sleep=tick, settle_s=0)
+    assert result.status.ok and len(result.status.done) == 12
+    assert max(n for n, _ in seen) <= (limits.max_moves or 99)
+    assert max(b for _, b in seen) <= (limits.max_moves_per_broker or 99)
+    assert sorted(submitted(f)) == sorted(plan.partitions)  # each exactly once
+
+
+def test_smallest_first_orders_by_bytes_to_copy_and_unknown_sizes_go_last():
+    f = fake(a=[[1, 2]], b=[[1, 2]], c=[[1, 2]], d=[[1, 2]])
+    f.sizes = {tp("a", 0): {1: 500, 2: 500}, tp("b", 0): {1: 100, 2: 100}, tp("c", 0): {1: 300, 2: 300}}
+    plan = plan_of(*(mv(t, 0, (1, 2), (3, 4)) for t in "abcd"))
+    s = quiet_step(f, plan, ExecutionLimits(max_moves=3))
+    assert s.submitted == [tp("b", 0), tp("c", 0), tp("a", 0)]
+    f2 = fake(a=[[1, 2]], b=[[1, 2]], c=[[1, 2]], d=[[1, 2]])
+    f2.sizes = dict(f.sizes)
+    s = quiet_step(f2, plan, ExecutionLimits(max_moves=1, order="largest-first"))
+    assert s.submitted == [tp("a", 0)]
+
+
+def test_sizes_are_read_only_when_order_matters():
+    f = fake(a=[[1, 2]], b=[[1, 2]])
+    plan = plan_of(mv("a", 0, (1, 2), (3, 4)), mv("b", 0, (1, 2), (3, 4)))
+    quiet_step(f, plan, ExecutionLimits(order="smallest-first"))  # no limit: everything goes
+    assert f.calls.get("replica_sizes", 0) == 0
+
+
+def test_a_move_touching_no_broker_counts_only_against_max_moves():
+    listing = {tp("x", 0): InFlightReassignment(topic="x", partition=0, replicas=(1, 2, 3),
+                                                 adding_replicas=(3,), removing_replicas=(1,))}
+    reorder = mv("t", 0, (1, 3), (3, 1))
+    copy = mv("t", 1, (1, 2), (1, 3))
+    assert select_batch([reorder, copy], listing, ExecutionLimits(max_moves_per_broker=1)) == [reorder]
+    assert select_batch([reorder, copy], listing, ExecutionLimits(max_moves=2)) == [reorder]
+
+
+# -- retry safety ------------------------------------------------------------------------------------
+
+
+def test_repeated_steps_never_submit_a_move_twice():
+    f = fake(t=[[1, 2], [2, 3], [3, 4]])
+    plan = plan_of(mv("t", 0, (1, 2), (5, 6)), mv("t", 1, (2, 3), (4, 5)), mv("t", 2, (3, 4), (1, 6)))
+    for _ in range(3):
+        quiet_step(f, plan, ExecutionLimits(max_moves=2, order="plan"))
+    assert submitted(f) == [tp("t", 0), tp("t", 1)]
+
+
+def test_a_killed_run_is_resumed_by_the_next_one_without_submitting_anything_twice(tmp_path):
+    f = fake(t=[[1, 2], [2, 3], [3, 4], [4, 5]])
+    plan = plan_of(*(mv("t", i, r, (6, r[1])) for i, r in enumerate([(1, 2), (2, 3), (3, 4), (4, 5)])))
+    options = ExecutionOptions(throttle_bytes_per_sec=7000)
+    limits = ExecutionLimits(max_moves=2, order="plan")
+    quiet_step(f, plan, limits, options, state_dir=tmp_path)  # the first try submits 2, then dies (SIGKILL)
+    assert f.broker_configs[6][LEADER_RATE] == "7000"
+    f.complete([tp("t", 0)])
+    result = run(f, plan, limits, options, state_dir=tmp_path, sleep=lambda s: f.complete(), settle_s=0)
+    assert result.status.ok
+    assert sorted(submitted(f)) == sorted(plan.partitions)
+    assert f.broker_configs == {b: {} for b in RACKS}
+
+
+def test_moves_refused_by_the_broker_are_not_resent_within_a_run():
+    f = fake(t=[[1, 2]])
+    real = f.alter_reassignments
+    calls = []
+
+    def flaky(targets, **kw):
+        calls.append(dict(targets))
+        res = real(targets, **kw)
+        f.inflight.clear()
+        return type(res)(results=tuple(PartitionResult(topic=r.topic, partition=r.partition,
+                                                        error_code="INVALID_REPLICA_ASSIGNMENT", error="no")
+                                        for r in res.results))
+
+    f.alter_reassignments = flaky  # type: ignore[method-assign]
+    result = run(f, plan_of(mv("t", 0, (1, 2), (2, 3))), NO_LIMITS, SAFE, state_dir=None,
+                 sleep=lambda s: None, settle_s=0)
+    assert len(calls) == 1
+    assert "INVALID_REPLICA_ASSIGNMENT" in result.status.failed[tp("t", 0)]
+
+
+# -- throttles ------------------------------------------------------------------------------------
+
+
+def _preexisting(f: FakeClusterAdmin) -> None:
+    f.broker_configs[1][LEADER_RATE] = "999"
+    f.broker_configs[5][FOLLOWER_RATE] = "12345"  # not involved: must never change
+    f.topic_configs["t"][LEADER_REPLICAS] = "7:1"
+
+
+def test_throttles_touch_only_involved_brokers_and_replicas_and_come_back_exactly(tmp_path):
+    f = fake(t=[[1, 2], [2, 3]] + [[1, 2]] * 6, u=[[2, 3]])
+    _preexisting(f)
+    before = (json.dumps(f.broker_configs, sort_keys=True), json.dumps(f.topic_configs, sort_keys=True))
+    plan = plan_of(mv("t", 0, (1, 2), (1, 4)), mv("t", 1, (2, 3), (2, 4)))
+    options = ExecutionOptions(throttle_bytes_per_sec=5000)
+    observed = {}
+    real_set = f.set_throttles
+
+    def spy(brokers, topics):
+        observed.setdefault("backup_existed", (tmp_path / THROTTLE_BACKUP_FILE).exists())
+        real_set(brokers, topics)
+
+    f.set_throttles = spy  # type: ignore[method-assign]
+    s = quiet_step(f, plan, options=options, state_dir=tmp_path)
+    assert observed["backup_existed"]  # the backup was on disk before the first throttle
+    assert s.submitted == [tp("t", 0), tp("t", 1)]
+    assert {b for b, c in f.broker_configs.items() if c.get(FOLLOWER_RATE) == "5000"} == {1, 2, 3, 4}
+    assert f.broker_configs[5] == {FOLLOWER_RATE: "12345"}
+    assert f.topic_configs["t"][LEADER_REPLICAS] == "0:1,0:2,1:2,1:3,7:1"
+    assert f.topic_configs["t"][FOLLOWER_REPLICAS] == "0:4,1:4"
+    assert "u" not in read_backup(tmp_path).topics
+
+    f.complete([tp("t", 0)])  # t-0 finishes: its entries and broker 1's rate go, t-1 keeps its own
+    quiet_step(f, plan, options=options, state_dir=tmp_path)
+    assert f.broker_configs[1] == {LEADER_RATE: "999"}
+    assert f.topic_configs["t"][LEADER_REPLICAS] == "1:2,1:3,7:1"
+    assert f.topic_configs["t"][FOLLOWER_REPLICAS] == "1:4"
+
+    f.complete()
+    s = quiet_step(f, plan, options=options, state_dir=tmp_path)
+    assert s.ok
+    finish(f, plan, options, state_dir=tmp_path)
+    assert (json.dumps(f.broker_configs, sort_keys=True), json.dumps(f.topic_configs, sort_keys=True)) == before
+    assert not (tmp_path / THROTTLE_BACKUP_FILE).exists()
+
+
+def test_a_star_replica_list_is_kept_as_it_was():
+    backup = ThrottleBackup(brokers={1: {LEADER_RATE: None, FOLLOWER_RATE: None}},
+                            topics={"t": {LEADER_REPLICAS: "*", FOLLOWER_REPLICAS: None}})
+    _, topics = desired_throttles(backup, [mv("t", 0, (1, 2), (1, 3))], 10)
+    assert topics["t"] == {LEADER_REPLICAS: "*", FOLLOWER_REPLICAS: "0:3"}
+
+
+@pytest.mark.parametrize("how", ["success", "failure", "stop", "cancel"])
+def test_no_throttle_is_left_behind(tmp_path, how):
+    f = fake(t=[[1, 2], [2, 3], [3, 4]])
+    _preexisting(f)
+    before = (json.dumps(f.broker_configs, sort_keys=True), json.dumps(f.topic_configs, sort_keys=True))
+    plan = plan_of(mv("t", 0, (1, 2), (5, 6)), mv("t", 1, (2, 3), (4, 5)), mv("t", 2, (3, 4), (1, 6)))
+    options = ExecutionOptions(throttle_bytes_per_sec=5000)
+    polls = []
+
+    def tick(_):
+        polls.append(1)
+        if how == "failure" and len(polls) == 2:
+            raise RuntimeError("the cluster went away")
+        if how == "cancel" and len(polls) == 2:
+            cancel(f, plan, sleep=lambda s: None)
+        if how == "success":
+            f.complete()
+
+    # the cancel operator cancels, then the execute task is stopped (on_kill) or sees nothing left
+    kwargs = {"should_stop": lambda: len(polls) >= 2} if how in ("stop", "cancel") else {}
+    try:
+        run(f, plan, ExecutionLimits(max_moves=1, order="plan"), options, state_dir=tmp_path, sleep=tick,
+            settle_s=0, **kwargs)
+    except RuntimeError:
+        assert how == "failure"
+    if how == "cancel":
+        finish(f, plan, options, state_dir=tmp_path)
+    assert (json.dumps(f.broker_configs, sort_keys=True), json.dumps(f.topic_configs, sort_keys=True)) == before
+    assert not (tmp_path / THROTTLE_BACKUP_FILE).exists()
+
+
+def test_a_leftover_backup_is_restored_by_a_run_without_a_throttle(tmp_path):
+    f = fake(t=[[1, 2]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)))
+    quiet_step(f, plan, options=ExecutionOptions(throttle_bytes_per_sec=100), state_dir=tmp_path)  # killed
+    assert f.broker_configs[3]
+    f.complete()
+    result = run(f, plan, NO_LIMITS, SAFE, state_dir=tmp_path, sleep=lambda s: None, settle_s=0)
+    assert result.status.ok and result.finish["throttles_restored"]
+    assert f.broker_configs == {b: {} for b in RACKS} and f.topic_configs["t"] == {}
+
+
+def test_restore_fails_loudly_if_the_configs_do_not_come_back(tmp_path):
+    f = fake(t=[[1, 2]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)))
+    quiet_step(f, plan, options=ExecutionOptions(throttle_bytes_per_sec=100), state_dir=tmp_path)
+    f.set_throttles = lambda b, t: None  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="differ from the backup"):
+        finish(f, plan, SAFE, state_dir=tmp_path)
+    assert (tmp_path / THROTTLE_BACKUP_FILE).exists()  # kept for the next run
+
+
+# -- dry run ----------------------------------------------------------------------------------------
+
+
+def test_dry_run_changes_nothing_and_logs_the_exact_requests(tmp_path, caplog):
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, (2, 3), (3, 4)))
+    options = ExecutionOptions(throttle_bytes_per_sec=5000, dry_run=True)
+    with caplog.at_level(logging.INFO):
+        result = run(f, plan, ExecutionLimits(max_moves_per_broker=1, order="plan"), options, state_dir=tmp_path,
+                     sleep=lambda s: None, settle_s=0, before_first_submit=lambda s: pytest.fail("no rollback"))
+    assert f.alter_requests == [] and f.broker_configs == {b: {} for b in RACKS}
+    assert list(tmp_path.iterdir()) == []
+    assert result.status.would_submit == [tp("t", 0)]
+    assert '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[3,4]}]}' in caplog.text
+    assert "DRY RUN: would set throttle configs" in caplog.text and '"follower.replication.throttled.rate": "5000"' in caplog.text
+
+
+# -- deadline --------------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.t
+
+
+@pytest.mark.parametrize("on_deadline", ["finish", "cancel"])
+def test_a_deadline_stops_new_submissions_and_the_next_run_resumes_exactly(tmp_path, on_deadline):
+    f = fake(t=[[1, 2]] * 6)
+    plan = plan_of(*(mv("t", i, (1, 2), (3 + i % 3, 6)) for i in range(6)))
+    clock = Clock()
+    deadline = clock.t + timedelta(minutes=10)
+    polls = []
+
+    def tick(_):
+        polls.append(1)
+        clock.t += timedelta(minutes=4)
+        if len(polls) in (1, 4):  # the second batch is still copying when the deadline passes
+            f.complete()
+
+    options = ExecutionOptions(throttle_bytes_per_sec=100)
+    first = run(f, plan, ExecutionLimits(max_moves=2, order="plan"), options, state_dir=tmp_path, sleep=tick,
+                now=clock, deadline=deadline, on_deadline=on_deadline, settle_s=0)
+    assert first.deadline_reached and not first.status.complete
+    assert submitted(f) == [tp("t", i) for i in range(4)]
+    if on_deadline == "cancel":
+        assert first.cancel is not None and len(first.cancel.cancelled) == 2
+        assert first.status.in_flight == [] and len(first.status.pending) == 4
+    else:
+        assert first.cancel is None and len(first.status.pending) == 2 and first.status.in_flight == []
+    assert f.broker_configs == {b: {} for b in RACKS}
+    remaining = set(first.status.pending)
+
+    f.alter_requests.clear()
+    second = run(f, plan, ExecutionLimits(max_moves=2, order="plan"), options, state_dir=tmp_path,
+                 sleep=lambda s: f.complete(), settle_s=0)
+    assert second.status.ok
+    assert set(submitted(f)) == remaining and len(submitted(f)) == len(remaining)
+
+
+def test_a_deadline_already_passed_submits_nothing():
+    f = fake(t=[[1, 2]])
+    clock = Clock()
+    result = run(f, plan_of(mv("t", 0, (1, 2), (3, 4))), NO_LIMITS, SAFE, state_dir=None, now=clock,
+                 deadline=clock.t, sleep=lambda s: None, settle_s=0)
+    assert result.deadline_reached and f.alter_requests == [] and result.status.pending == [tp("t", 0)]
+
+
+def test_a_naive_deadline_is_refused():
+    f = fake(t=[[1, 2]])
+    with pytest.raises(ConfigurationError, match="time zone"):
+        run(f, plan_of(mv("t", 0, (1, 2), (3, 4))), NO_LIMITS, SAFE, state_dir=None,
+            deadline=datetime(2026, 1, 1), sleep=lambda s: None)
+
+
+# -- leaders, rollback, cancel ----------------------------------------------------------------------
+
+
+class LeaderFake(FakeClusterAdmin):
+    """Reports partition leaders as set in ``leaders`` (the base fake makes the first replica lead)."""
+
+    leaders: dict[TopicPartition, int]
+    elected: list[list[TopicPartition]]
+
+    def snapshot(self, *, topics=None, include_sizes=False):
+        snap = super().snapshot(topics=topics, include_sizes=include_sizes)
+        parts = tuple(p.model_copy(update={"leader": self.leaders.get(p.tp, p.leader)}) for p in snap.partitions)
+        return snap.model_copy(update={"partitions": parts})
+
+    def elect_preferred_leaders(self, partitions):
+        self.elected.append(sorted(partitions))
+        for x in partitions:
+            self.leaders.pop(x, None)
+        return super().elect_preferred_leaders(partitions)
+
+
+def test_preferred_leaders_are_elected_for_moved_partitions_once_done():
+    f = LeaderFake.build(brokers=RACKS, topics={"t": [[1, 2], [2, 3]]})
+    f.leaders, f.elected = {tp("t", 0): 2, tp("t", 1): 3}, []
+    plan = plan_of(mv("t", 0, (1, 2), (3, 2)), mv("t", 1, (2, 3), (4, 3)))
+    result = run(f, plan, NO_LIMITS, ExecutionOptions(elect_leaders=True), state_dir=None,
+                 sleep=lambda s: f.complete(), settle_s=0)
+    assert result.status.ok
+    assert f.elected == [[tp("t", 0), tp("t", 1)]]
+    assert result.status.elections == {tp("t", 0): None, tp("t", 1): None}
+
+
+def test_the_rollback_plan_is_written_before_the_first_submission(tmp_path):
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, None, (4, 5)))
+    order = []
+    real = f.alter_reassignments
+
+    def spy(targets, **kw):
+        order.append(("alter", (tmp_path / ROLLBACK_FILE).exists()))
+        return real(targets, **kw)
+
+    f.alter_reassignments = spy  # type: ignore[method-assign]
+    run(f, plan, NO_LIMITS, SAFE, state_dir=None, sleep=lambda s: f.complete(), settle_s=0,
+        before_first_submit=lambda s: write_rollback_if_missing(tmp_path, plan, s))
+    assert order == [("alter", True)]
+    rollback = ReassignmentPlan.model_validate_json((tmp_path / ROLLBACK_FILE).read_text())
+    assert [(m.tp, m.target_replicas, m.current_replicas) for m in rollback.moves] == [
+        (tp("t", 0), (1, 2), (3, 4)), (tp("t", 1), (2, 3), (4, 5))]
+    assert json.loads((tmp_path / KAFKA_ROLLBACK_FILE).read_text())["partitions"][1]["replicas"] == [2, 3]
+    (tmp_path / ROLLBACK_FILE).write_text("kept")
+    assert write_rollback_if_missing(tmp_path, plan, ExecutionStatus()) is None
+    assert (tmp_path / ROLLBACK_FILE).read_text() == "kept"
+
+
+def test_cancel_touches_only_the_plans_moves_unless_cancel_all():
+    f = fake(t=[[1, 2], [2, 3]], other=[[3, 4]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, (2, 3), (4, 5)))
+    quiet_step(f, plan)
+    f.complete([tp("t", 1)])
+    f.alter_reassignments({tp("other", 0): [4, 5]})
+    res = cancel(f, plan, sleep=lambda s: None)
+    assert res.cancelled == [tp("t", 0)] and res.rf_changed == {}
+    assert f.replicas[tp("t", 0)] == (1, 2) and tp("other", 0) in f.inflight
+    res = cancel(f, None, cancel_all=True, sleep=lambda s: None)
+    assert res.cancelled == [tp("other", 0)] and not f.inflight
+    with pytest.raises(ConfigurationError):
+        cancel(f, None)
+
+
+def test_cancel_reports_partitions_left_with_a_changed_rf():
+    """KIP-455: a cancel stops a move; replicas that had joined may stay (RF higher than before)."""
+
+    class HalfRevert(FakeClusterAdmin):
+        def cancel_reassignments(self, partitions):
+            out = super().cancel_reassignments(partitions)
+            self.replicas[tp("t", 0)] = (1, 2, 3)  # 3 had joined the ISR and stayed
+            return out
+
+    f = HalfRevert.build(brokers=RACKS, topics={"t": [[1, 2]]})
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)))
+    quiet_step(f, plan)
+    t = iter(range(100))
+    res = cancel(f, plan, sleep=lambda s: None, clock=lambda: next(t), settle_timeout_s=3)
+    assert res.rf_changed == {tp("t", 0): ((1, 2), (1, 2, 3))}
+    assert res.summary()["rf_changed"] == {"t-0": {"before": [1, 2], "after": [1, 2, 3]}}
+
+
+def test_cancel_dry_run_cancels_nothing(caplog):
+    f = fake(t=[[1, 2]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)))
+    quiet_step(f, plan)
+    with caplog.at_level(logging.INFO):
+        res = cancel(f, plan, dry_run=True)
+    assert res.cancelled == [tp("t", 0)] and tp("t", 0) in f.inflight
+    assert "DRY RUN: would cancel 1" in caplog.text
+
+
+# -- the summary ----------------------------------------------------------------------------------
+
+
+def test_the_summary_is_small_json_even_for_a_huge_plan():
+    s = ExecutionStatus(total=50_000, pending=[tp("t", i) for i in range(50_000)],
+                        stale={tp("s", i): ((1, 2), (2, 3)) for i in range(5000)})
+    text = json.dumps(s.summary())
+    assert len(text) < 4000 and s.summary()["pending"] == 50_000
+
+
+def test_the_fake_satisfies_the_port():
+    assert isinstance(fake(t=[[1, 2]]), ClusterAdmin)
+
+
+def test_state_dir_default_is_not_guessed(tmp_path: Path):
+    """The engine never invents a state dir: the caller decides (operators use <plan dir>/run)."""
+    f = fake(t=[[1, 2]])
+    quiet_step(f, plan_of(mv("t", 0, (1, 2), (3, 4))))
+    assert list(tmp_path.iterdir()) == []
