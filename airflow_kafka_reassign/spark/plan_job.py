@@ -65,6 +65,7 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     driver_result,
     leader_counts,
     new_accumulators,
+    new_bound,
     stage_finish,
     stage_place,
     stage_prepare,
@@ -144,14 +145,20 @@ def _place_fn(ctx_b: Any, quotas_b: Any):  # noqa: ANN202
         ctx: PrepareContext = ctx_b.value
         step = quotas_b.value
         kinds, topics, payloads = [], [], []
+        bound = new_bound(ctx)
         for topic, rows in topic_groups(batches):
             assert not isinstance(rows, str)  # prepare raised already
             placed = stage_place(ctx, step, topic, rows)
+            if placed.bound is not None:
+                bound.merge(placed.bound)
+                placed.bound = None
             kinds += ["placed", "leaders"]
             topics += [topic, topic]
             payloads += [_dump(placed), _dump(LeaderInput.of(placed))]
-        if topics:
-            yield _batch(kinds, topics, payloads)
+        kinds.append("bound")
+        topics.append("")
+        payloads.append(_dump(bound))
+        yield _batch(kinds, topics, payloads)
 
     return run
 
@@ -253,7 +260,12 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
 
     quotas_b = sc.broadcast((step.quotas, step.params))
     placed = grouped.mapInArrow(_place_fn(ctx_b, quotas_b), PAYLOAD_SCHEMA).cache()
-    inputs = [pickle.loads(r["payload"]) for r in placed.where(F.col("kind") == "leaders").collect()]
+    inputs, bound = [], new_bound(ctx)
+    for r in placed.where(F.col("kind") != "placed").collect():
+        if r["kind"] == "leaders":
+            inputs.append(pickle.loads(r["payload"]))
+        else:
+            bound.merge(pickle.loads(r["payload"]))
     grouped.unpersist()
     clock.lap("place")
     changes = driver_leaders(ctx, step, inputs)
@@ -278,7 +290,7 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
     placed.unpersist()
     clock.lap("finish")
 
-    result = driver_result(ctx, step, inputs, totals, before.result(), after.result(), originals)
+    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
     fragments_by_topic.sort(key=lambda x: x[0])
     fragments = [f for _, frags in fragments_by_topic for f in frags]
     job = {

@@ -63,7 +63,7 @@ lower bound. All sums run over sparse counts: cost is linear in the (topic, brok
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airflow_kafka_reassign.core.planner.quotas import rack_bounds, rack_shares
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
@@ -269,6 +269,136 @@ def replica_moves_lower_bound(
     return lower_bound_from_facts(facts, layout, after, balance_brokers=balance_brokers, fixed_load=fixed_load)
 
 
+@dataclass
+class BoundPart:
+    """One or more topics' additive share of the lower bound (:func:`bound_part`): computed
+    next to the topics (Spark executors), added up with :meth:`merge`, finished on the driver
+    by :func:`combine_bound_parts`."""
+
+    k_racks: int
+    per_partition: int = 0
+    per_topic: int = 0
+    removals: int = 0
+    on_removed: int = 0
+    forced: int = 0
+    rack_lo: list[int] = field(default_factory=list)
+    rack_hi: list[int] = field(default_factory=list)
+    rack_now: list[int] = field(default_factory=list)
+    rack_compat: list[int] = field(default_factory=list)
+    sum_lo: list[int] = field(default_factory=list)
+    clamp_extra: dict[int, int] = field(default_factory=dict)
+    lo_cover: dict[int, int] = field(default_factory=dict)
+    over_hi: dict[int, int] = field(default_factory=dict)
+    totals_after: dict[int, int] = field(default_factory=dict)
+    #: the joint (Lagrangian) bound's entries, (topic, (extras, saving broker indices, inflow))
+    dual: list[tuple[str, tuple[int, list[int], int]]] = field(default_factory=list)
+    #: False once a topic cannot enter the joint bound (then it is not computed)
+    dual_ok: bool = True
+    base_sum: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("rack_lo", "rack_hi", "rack_now", "rack_compat", "sum_lo"):
+            if not getattr(self, name):
+                setattr(self, name, [0] * self.k_racks)
+
+    def merge(self, other: BoundPart) -> None:
+        self.per_partition += other.per_partition
+        self.per_topic += other.per_topic
+        self.removals += other.removals
+        self.on_removed += other.on_removed
+        self.forced += other.forced
+        for name in ("rack_lo", "rack_hi", "rack_now", "rack_compat", "sum_lo"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            for g in range(self.k_racks):
+                mine[g] += theirs[g]
+        for name in ("clamp_extra", "lo_cover", "over_hi", "totals_after", "base_sum"):
+            mine_d, theirs_d = getattr(self, name), getattr(other, name)
+            for b, c in theirs_d.items():
+                mine_d[b] = mine_d.get(b, 0) + c
+        self.dual.extend(other.dual)
+        self.dual_ok = self.dual_ok and other.dual_ok
+
+
+def _add(d: dict[int, int], b: int, c: int) -> None:
+    if c:
+        d[b] = d.get(b, 0) + c
+
+
+def bound_part(
+    facts: TopicFacts, layout: BrokerLayout, final: Mapping[int, int] | None, *, balance_brokers: bool = True
+) -> BoundPart:
+    """One topic's :class:`BoundPart` (``final``: its replicas per live broker after the plan,
+    ``None`` when the topic is not balanced)."""
+    live = layout.brokers
+    nb = len(live)
+    live_set = layout.live
+    k_racks = layout.n_racks
+    sizes = layout._rack_sizes
+    rack = layout.rack_of
+    out = BoundPart(k_racks)
+    part = facts.partition_need
+    out.per_partition = part
+    out.removals = facts.removals
+    out.on_removed = facts.on_removed
+    out.rack_lo = list(facts.rack_lo)
+    out.rack_hi = list(facts.rack_hi)
+    if k_racks > 1:
+        for b, c in facts.counts.items():
+            if b in live_set:
+                out.rack_now[rack[b]] += c
+        out.forced = facts.slots
+        out.rack_compat = list(facts.compat)
+    if final is None or not facts.balance:
+        out.per_topic = part
+        for b, c in facts.counts.items():  # not balanced: its count is free, clamp = c
+            if b in live_set:
+                _add(out.clamp_extra, b, c)
+                _add(out.totals_after, b, c)
+        out.dual_ok = False
+        return out
+    for b in live:
+        _add(out.totals_after, b, final.get(b, 0))
+    if balance_brokers:
+        entry = _dual_part(facts, layout, final)
+        if entry is None:
+            out.dual_ok = False
+        else:
+            out.dual.append((facts.topic, entry[0]))
+            out.base_sum = entry[1]
+    width = max(1, _spread([final.get(b, 0) for b in live]))
+    topic_bound = max(
+        part,
+        band_bound(facts.counts, facts.n, live, width, facts.removals, facts.on_removed),
+        rack_slot_bound(facts, layout, width),
+    )
+    if facts.forced:
+        members = [[b for b in live if rack[b] == g] for g in range(k_racks)]
+        widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
+        # moves >= sum of each rack's fewest inflows (and outflows), racks being disjoint
+        inflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="in") for g in range(k_racks))
+        outflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="out") for g in range(k_racks))
+        topic_bound = max(topic_bound, inflow, outflow + facts.on_removed - facts.removals)
+        ranges = [
+            (max(0, _ceil_div(facts.rack_lo[g], sizes[g]) - widths[g]), facts.rack_lo[g] // sizes[g] + widths[g])
+            for g in range(k_racks)
+        ]
+    else:
+        lo_t = max(0, _ceil_div(facts.n, nb) - width)
+        ranges = [(lo_t, facts.n // nb + width)] * k_racks
+    out.per_topic = topic_bound
+    for g in range(k_racks):
+        out.sum_lo[g] += ranges[g][0]
+    for b, c in facts.counts.items():
+        if b not in live_set:
+            continue
+        lo, hi = ranges[rack[b]]
+        _add(out.clamp_extra, b, min(max(c, lo), hi) - lo)
+        _add(out.lo_cover, b, min(c, lo))
+        if c > hi:
+            _add(out.over_hi, b, c - hi)
+    return out
+
+
 def lower_bound_from_facts(
     topics: Sequence[TopicFacts],
     layout: BrokerLayout,
@@ -277,99 +407,45 @@ def lower_bound_from_facts(
     balance_brokers: bool = True,
     fixed_load: Mapping[int, int] | None = None,
 ) -> LowerBound:
-    """:func:`replica_moves_lower_bound` from per-topic :class:`TopicFacts` (the Spark job's driver step)."""
+    """:func:`replica_moves_lower_bound` from per-topic :class:`TopicFacts`."""
+    total = BoundPart(layout.n_racks)
+    for facts in topics:
+        total.merge(bound_part(facts, layout, after.get(facts.topic), balance_brokers=balance_brokers))
+    return combine_bound_parts(total, layout, balance_brokers=balance_brokers, fixed_load=fixed_load)
+
+
+def combine_bound_parts(
+    parts: BoundPart,
+    layout: BrokerLayout,
+    *,
+    balance_brokers: bool = True,
+    fixed_load: Mapping[int, int] | None = None,
+) -> LowerBound:
+    """The lower bound from every topic's :class:`BoundPart`, merged (the driver's step)."""
     live = layout.brokers
     nb = len(live)
-    live_set = layout.live
     k_racks = layout.n_racks
     sizes = layout.rack_sizes()
     rack = layout.rack_of
     members = [[b for b in live if rack[b] == g] for g in range(k_racks)]
     fixed = fixed_load or {}
-    per_partition = per_topic = removals_total = removed_out = 0
-    # per broker sparse sums: lo of every balanced topic (per rack), and per broker the
-    # (clamp - lo), min(c, lo) and max(0, c - hi) of the topics it holds
-    sum_lo = [0] * k_racks
-    clamp_extra = dict.fromkeys(live, 0)
-    lo_cover = dict.fromkeys(live, 0)
-    over_hi = dict.fromkeys(live, 0)
-    totals_after = {b: fixed.get(b, 0) for b in live}
-    rack_lo_all = [0] * k_racks
-    rack_hi_all = [0] * k_racks
-    rack_now = [0] * k_racks
-    rack_compat = [0] * k_racks
-    forced = 0
+    rack_lo_all = list(parts.rack_lo)
+    rack_hi_all = list(parts.rack_hi)
+    rack_now = list(parts.rack_now)
     for b in live:
         rack_lo_all[rack[b]] += fixed.get(b, 0)
         rack_hi_all[rack[b]] += fixed.get(b, 0)
         rack_now[rack[b]] += fixed.get(b, 0)
-    # the joint (Lagrangian) part: per topic (extras, saving broker indices, base inflow)
-    dual: list[tuple[int, list[int], int]] | None = [] if balance_brokers else None
-    base_sum = [0] * nb  # per broker, the sum of the topics' bases
-    for facts in topics:
-        part = facts.partition_need
-        per_partition += part
-        removals_total += facts.removals
-        removed_out += facts.on_removed
-        for g in range(k_racks):
-            rack_lo_all[g] += facts.rack_lo[g]
-            rack_hi_all[g] += facts.rack_hi[g]
-        if k_racks > 1:
-            for b, c in facts.counts.items():
-                if b in live_set:
-                    rack_now[rack[b]] += c
-            forced += facts.slots
-            for g, c in enumerate(facts.compat):
-                rack_compat[g] += c
-        final = after.get(facts.topic)
-        if final is None or not facts.balance:
-            per_topic += part
-            for b, c in facts.counts.items():  # not balanced: its count is free, clamp = c
-                if b in live_set:
-                    clamp_extra[b] += c
-                    totals_after[b] += c
-            dual = None
-            continue
-        for b in live:
-            totals_after[b] += final.get(b, 0)
-        if dual is not None:
-            dual = _dual_entry(dual, facts.topic, facts, layout, final, base_sum)
-        width = max(1, _spread([final.get(b, 0) for b in live]))
-        topic_bound = max(
-            part,
-            band_bound(facts.counts, facts.n, live, width, facts.removals, facts.on_removed),
-            rack_slot_bound(facts, layout, width),
-        )
-        if facts.forced:
-            widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
-            # moves >= sum of each rack's fewest inflows (and outflows), racks being disjoint
-            inflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="in") for g in range(k_racks))
-            outflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="out") for g in range(k_racks))
-            topic_bound = max(topic_bound, inflow, outflow + facts.on_removed - facts.removals)
-            ranges = [
-                (max(0, _ceil_div(facts.rack_lo[g], sizes[g]) - widths[g]), facts.rack_lo[g] // sizes[g] + widths[g])
-                for g in range(k_racks)
-            ]
-        else:
-            lo_t = max(0, _ceil_div(facts.n, nb) - width)
-            ranges = [(lo_t, facts.n // nb + width)] * k_racks
-        per_topic += topic_bound
-        for g in range(k_racks):
-            sum_lo[g] += ranges[g][0]
-        for b, c in facts.counts.items():
-            if b not in live_set:
-                continue
-            lo, hi = ranges[rack[b]]
-            clamp_extra[b] += min(max(c, lo), hi) - lo
-            lo_cover[b] += min(c, lo)
-            if c > hi:
-                over_hi[b] += c - hi
+    totals_after = {b: fixed.get(b, 0) + parts.totals_after.get(b, 0) for b in live}
+    sum_lo = parts.sum_lo
+    per_partition, per_topic = parts.per_partition, parts.per_topic
+    removals_total, removed_out = parts.removals, parts.on_removed
     per_broker = 0
+    g_ranges: list[tuple[int, int]] = []
     if balance_brokers and nb:
         total = sum(totals_after.values())
         if k_racks > 1 and rack_lo_all == rack_hi_all:
             # the racks fix every rack's total: balance within each rack
-            g_ranges = []
             for g in range(k_racks):
                 w = max(1, _spread([totals_after[b] for b in members[g]]))
                 r_total = rack_lo_all[g]
@@ -381,25 +457,23 @@ def lower_bound_from_facts(
         for b in live:
             g = rack[b]
             gmin, gmax = g_ranges[g]
-            clamped = sum_lo[g] + clamp_extra[b]
+            clamped = sum_lo[g] + parts.clamp_extra.get(b, 0)
             f = fixed.get(b, 0)
-            inflow += (sum_lo[g] - lo_cover[b]) + max(0, gmin - f - clamped)
-            outflow += over_hi[b] + max(0, f + clamped - gmax)
+            inflow += (sum_lo[g] - parts.lo_cover.get(b, 0)) + max(0, gmin - f - clamped)
+            outflow += parts.over_hi.get(b, 0) + max(0, f + clamped - gmax)
         per_broker = max(inflow, outflow + removed_out - removals_total)
     per_rack = 0
     if balance_brokers and k_racks > 1:
         r_min = [sizes[g] * g_ranges[g][0] for g in range(k_racks)]
         r_max = [sizes[g] * g_ranges[g][1] for g in range(k_racks)]
-        extra_in = sum(max(0, r_min[g] - rack_now[g] - rack_compat[g]) for g in range(k_racks))
+        extra_in = sum(max(0, r_min[g] - rack_now[g] - parts.rack_compat[g]) for g in range(k_racks))
         extra_out = sum(max(0, rack_now[g] - r_max[g]) for g in range(k_racks)) - removals_total
-        per_rack = forced + max(extra_in, extra_out, 0)
+        per_rack = parts.forced + max(extra_in, extra_out, 0)
     joint = 0
-    if dual and balance_brokers and nb:
+    if parts.dual_ok and parts.dual and balance_brokers and nb:
         index = {b: i for i, b in enumerate(live)}
-        x_lo = [
-            g_ranges[rack[b]][0] - fixed.get(b, 0) - base_sum[index[b]] for b in live
-        ]
-        joint = _joint_bound(dual, x_lo)
+        x_lo = [g_ranges[rack[b]][0] - fixed.get(b, 0) - parts.base_sum.get(index[b], 0) for b in live]
+        joint = _joint_bound([entry for _, entry in sorted(parts.dual, key=lambda x: x[0])], x_lo)
     return LowerBound(
         moves=max(per_partition, per_topic, per_broker, per_rack, joint),
         per_partition=per_partition,
@@ -408,6 +482,18 @@ def lower_bound_from_facts(
         per_rack=per_rack,
         joint=joint,
     )
+
+
+def _dual_part(
+    facts: TopicFacts, layout: BrokerLayout, final: Mapping[int, int]
+) -> tuple[tuple[int, list[int], int], dict[int, int]] | None:
+    """A topic's entry in the joint bound and its bases per broker index, or ``None`` if the
+    topic's base is not forced or its final counts are not base / base + 1."""
+    base_sum: list[int] = [0] * len(layout.brokers)
+    dual: list[tuple[int, list[int], int]] = []
+    if _dual_entry(dual, facts.topic, facts, layout, final, base_sum) is None:
+        return None
+    return dual[0], {i: c for i, c in enumerate(base_sum) if c}
 
 
 def _dual_entry(

@@ -45,7 +45,7 @@ from airflow_kafka_reassign.core.planner.goals import (
     prepare_topic,
 )
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
-from airflow_kafka_reassign.core.planner.lower_bound import TopicFacts, lower_bound_from_facts, topic_facts
+from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
 from airflow_kafka_reassign.core.planner.quotas import compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
@@ -170,9 +170,8 @@ class Placed:
     final: list[tuple[int, ...]] = field(default_factory=list)
     frozen: list[bool] = field(default_factory=list)
     sizes: list[int] | None = None
-    facts: TopicFacts | None = None
-    #: replicas per live broker after the plan (balanced topics only)
-    final_counts: dict[int, int] | None = None
+    #: the topic's share of the lower bound
+    bound: BoundPart | None = None
 
     def leader_view(self) -> tuple[list[tuple[int, ...]], list[int], list[bool]]:
         """(final replicas, original leaders, movable) of the planned partitions, for ``leaders``."""
@@ -201,15 +200,16 @@ def stage_place(
     out.final = [moved.get(p, reps) for p, reps in zip(t.partitions, t.replicas, strict=True)]
     out.frozen = list(t.frozen or [False] * len(t.partitions))
     out.sizes = list(t.sizes) if t.sizes is not None else None
-    out.facts = topic_facts(t, ctx.layout, fix_racks=ctx.balance)
+    facts = topic_facts(t, ctx.layout, fix_racks=ctx.balance)
+    final_counts: dict[int, int] | None = None
     if t.balance:
         live = ctx.live
-        counts: dict[int, int] = {}
+        final_counts = {}
         for reps in out.final:
             for b in reps:
                 if b in live:
-                    counts[b] = counts.get(b, 0) + 1
-        out.final_counts = counts
+                    final_counts[b] = final_counts.get(b, 0) + 1
+    out.bound = bound_part(facts, ctx.layout, final_counts, balance_brokers=ctx.balance)
     return out
 
 
@@ -226,13 +226,11 @@ class LeaderInput:
     final: list[tuple[int, ...]]
     original: list[int]
     movable: list[bool]
-    facts: TopicFacts | None
-    final_counts: dict[int, int] | None
 
     @classmethod
     def of(cls, placed: Placed) -> LeaderInput:
         final, original, movable = placed.leader_view()
-        return cls(placed.topic, placed.balance, placed.partitions, final, original, movable, placed.facts, placed.final_counts)
+        return cls(placed.topic, placed.balance, placed.partitions, final, original, movable)
 
 
 def driver_leaders(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[LeaderInput]) -> dict[str, dict[int, tuple[int, ...]]]:
@@ -357,7 +355,7 @@ class MoveTotals:
 def driver_result(
     ctx: PrepareContext,
     step: QuotaStep,
-    inputs: Sequence[LeaderInput],
+    bound_parts: BoundPart,
     totals: MoveTotals,
     before: BalanceMetrics,
     after: BalanceMetrics,
@@ -367,9 +365,7 @@ def driver_result(
     fragments; :func:`plan_staged` fills it) from the merged outputs."""
     request = ctx.request
     layout = ctx.layout
-    facts = [x.facts for x in sorted(inputs, key=lambda x: x.topic) if x.facts is not None]
-    after_counts = {x.topic: x.final_counts for x in inputs if x.final_counts is not None}
-    bound = lower_bound_from_facts(facts, layout, after_counts, balance_brokers=ctx.balance, fixed_load=step.fixed_load)
+    bound = combine_bound_parts(bound_parts, layout, balance_brokers=ctx.balance, fixed_load=step.fixed_load)
     leader_bound = (
         fewest_leader_changes(dict(original_leaders), layout.brokers, layout.removed, request.max_leader_spread)
         if ctx.balance and request.balance_leaders
@@ -398,6 +394,11 @@ def driver_result(
         excluded_in_flight=tuple(step.excluded_in_flight),
         warnings=tuple(warnings),
     )
+
+
+def new_bound(ctx: PrepareContext) -> BoundPart:
+    """An empty :class:`BoundPart` to merge the topics' parts into."""
+    return BoundPart(ctx.layout.n_racks)
 
 
 def leader_counts(rows: Iterable[tuple[int, tuple[int, ...], int | None]]) -> dict[int, int]:
@@ -433,6 +434,10 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
             originals[b] = originals.get(b, 0) + c
     totals = MoveTotals()
     totals.add(moves)
-    result = driver_result(ctx, step, inputs, totals, before.result(), after.result(), originals)
+    bound = new_bound(ctx)
+    for x in placed:
+        if x.bound is not None:
+            bound.merge(x.bound)
+    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))))
     return result.model_copy(update={"plan": plan})
