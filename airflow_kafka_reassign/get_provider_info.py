@@ -54,6 +54,8 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": INTEGRATION_NAME,
                 "python-modules": [
+                    "airflow_kafka_reassign.operators.cancel",
+                    "airflow_kafka_reassign.operators.execute",
                     "airflow_kafka_reassign.operators.partitions",
                     "airflow_kafka_reassign.operators.plan",
                 ],

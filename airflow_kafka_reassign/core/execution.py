@@ -948,6 +948,7 @@ def run(
     before_first_submit: Callable[[ExecutionStatus], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     finish_at_end: bool = True,
+    wait: bool = True,
     log: logging.Logger | None = None,
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -963,6 +964,9 @@ def run(
        (``"cancel"``), and the remaining moves are reported: the next run resumes them.
     4. :func:`finish` (throttles restored exactly, leaders elected) unless ``finish_at_end`` is
        False; on an exception or ``should_stop()`` the throttles are restored all the same.
+
+    With ``wait=False`` it returns after the first submission (a sensor keeps stepping); pass
+    ``finish_at_end=False`` with it so that the throttles stay for the moves in flight.
 
     With ``options.dry_run`` it stops after the pre-flight and one dry step that logs the exact
     requests of the first batch.
@@ -1004,7 +1008,7 @@ def run(
             result.steps += 1
             result.status = status
             known.update(status.failed)
-            if status.complete:
+            if status.complete or not wait:
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
                 break

@@ -1,0 +1,177 @@
+"""CancelReassignmentOperator: cancel a plan's in-flight moves (KIP-455), clear its throttles, roll back.
+
+Example (docs/cancel.md)::
+
+    cancel = CancelReassignmentOperator(
+        task_id="cancel",
+        plan_uri="{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}",
+        kafka_config_id="kafka_prod",
+        rollback=True,                 # then move the finished partitions back (rollback.json)
+        throttle_bytes_per_sec=20_000_000,
+        trigger_rule="one_failed",     # for example: clean up when the execution failed
+    )
+
+A cancel stops a move; it is not a revert (KIP-455): replicas that had already joined may stay,
+leaving a partition with a higher replication factor than before. The operator reports those
+partitions (XCom ``rf_changed`` and a warning each). Only reassignments heading to exactly a
+plan move's target are cancelled, unless ``cancel_all=True`` cancels every reassignment in the
+cluster. The run's throttles (``<plan dir>/run``) are restored exactly as they were before the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_kafka_reassign.core.execution import (
+    RUN_DIR,
+    cancel,
+    restore_throttles,
+    run,
+)
+from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
+from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.execute import _ExecutionParams, parse_deadline
+from airflow_kafka_reassign.triggers.reassignment import resolve_plan_dir
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_kafka_reassign.core.ports import ClusterAdmin
+
+
+class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
+    """Cancel the plan's in-flight moves (or all), restore the run's throttles, optionally roll back.
+
+    :param plan_uri: the plan directory (as for ExecuteReassignment). Templated. Optional with
+        ``cancel_all=True``.
+    :param kafka_config_id: the ``kafka`` connection. Templated.
+    :param cancel_all: cancel EVERY reassignment in flight in the cluster, not only the plan's.
+    :param rollback: after the cancel, execute the plan directory's ``rollback.json`` (every
+        moved partition back to the replicas it had before the plan), with the limits, throttle
+        and guards below, and wait for it (until ``deadline``).
+    :param dry_run: log what would be cancelled (and the rollback's first requests); change nothing.
+    :param state_dir: the run's state folder (default ``<plan dir>/run``). Templated.
+
+    ``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
+    ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``,
+    ``strict``, ``elect_leaders``, ``deadline`` and ``poll_interval`` apply to the rollback and
+    mean what they mean for ExecuteReassignment.
+
+    XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
+    "not_reverted", "throttles_restored", "rollback": {...} | None}``. The task fails (after
+    doing everything it could) when a cancel failed or the rollback refused a move.
+    """
+
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir")
+    ui_color = "#f8d7da"
+
+    def __init__(
+        self,
+        *,
+        plan_uri: str | None = None,
+        kafka_config_id: str = "kafka_default",
+        cancel_all: bool = False,
+        rollback: bool = False,
+        max_moves: int | None = None,
+        max_moves_per_broker: int | None = None,
+        order: str = "smallest-first",
+        throttle_bytes_per_sec: int | None = None,
+        allow_replication_factor_change: bool = False,
+        rf_guard: str = "broker",
+        allow_concurrent_reassignments: bool = False,
+        strict: bool = False,
+        elect_leaders: bool = False,
+        dry_run: bool = False,
+        deadline: Any = None,
+        poll_interval: float = 5.0,
+        state_dir: str | None = None,
+        kafka_timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.plan_uri = plan_uri
+        self.kafka_config_id = kafka_config_id
+        self.cancel_all = cancel_all
+        self.rollback = rollback
+        self._init_execution(
+            max_moves=max_moves, max_moves_per_broker=max_moves_per_broker, order=order,
+            throttle_bytes_per_sec=throttle_bytes_per_sec,
+            allow_replication_factor_change=allow_replication_factor_change, rf_guard=rf_guard,
+            allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
+            elect_leaders=elect_leaders, dry_run=dry_run,
+        )
+        self.deadline = deadline
+        self.poll_interval = poll_interval
+        self.state_dir = state_dir
+        self.kafka_timeout_s = kafka_timeout_s
+
+    def _admin(self) -> ClusterAdmin:
+        return KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s).get_admin()
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            plan_dir = resolve_plan_dir(str(self.plan_uri)) if self.plan_uri else None
+            if plan_dir is None and not self.cancel_all:
+                raise ConfigurationError("give plan_uri (cancel that plan's moves) or cancel_all=True (cancel every "
+                                         "reassignment in the cluster)")
+            if plan_dir is None and self.rollback:
+                raise ConfigurationError("rollback=True needs plan_uri: the rollback plan is its rollback.json")
+            plan = read_plan(plan_dir) if plan_dir is not None else None
+            rollback_plan = read_rollback(plan_dir) if plan_dir is not None and self.rollback else None
+            limits, options = self.execution_params()
+            deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
+        except (ConfigurationError, FileNotFoundError, ValueError) as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e
+        state_dir: Path | None = Path(self.state_dir) if self.state_dir else (
+            plan_dir / RUN_DIR if plan_dir is not None else None)
+
+        admin = self._admin()
+        try:
+            result = cancel(admin, plan, cancel_all=bool(self.cancel_all), dry_run=options.dry_run, log=self.log)
+            restored = False if options.dry_run else restore_throttles(admin, state_dir, log=self.log)
+            summary: dict[str, Any] = {"plan_uri": str(plan_dir) if plan_dir else None, **result.summary(),
+                                       "throttles_restored": restored, "rollback": None}
+            rolled = None
+            if rollback_plan is not None and not self._stop_requested:
+                self.log.info("rolling back: %d move(s) of %s", len(rollback_plan), plan_dir)
+                self._running = (rollback_plan, options, state_dir) if state_dir else None
+                try:
+                    rolled = run(admin, rollback_plan, limits, options, state_dir=state_dir, deadline=deadline,
+                                 poll_interval_s=float(self.poll_interval), should_stop=self._should_stop, log=self.log)
+                finally:
+                    self._running = None
+                summary["rollback"] = rolled.summary()
+        except GuardRefusedError as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e
+        finally:
+            admin.close()
+
+        problems = []
+        if result.failed:
+            problems.append(f"{len(result.failed)} cancel(s) failed: "
+                            + "; ".join(f"{tp}: {e}" for tp, e in sorted(result.failed.items())[:5]))
+        if rolled is not None and not rolled.status.ok:
+            status = rolled.status
+            if status.blocked:
+                problems.append(f"the rollback was refused: {status.blocked}")
+            elif status.stale or status.failed:
+                problems.append(f"the rollback refused {len(status.stale) + len(status.failed)} move(s) "
+                                f"({', '.join(str(tp) for tp in sorted([*status.stale, *status.failed])[:10])})")
+            elif status.remaining:
+                problems.append(f"the rollback did not finish: {len(status.remaining)} move(s) remain; run this task "
+                                "again (it resumes) or wait with WaitForReassignmentSensor(which='rollback', "
+                                "submit_pending=True)")
+        if problems:
+            context["ti"].xcom_push(key="summary", value=summary)
+            raise AirflowFailException(f"task {self.task_id}: " + "; ".join(problems))
+        return summary
+
+    def on_kill(self) -> None:
+        self._kill(self._admin, self.log)

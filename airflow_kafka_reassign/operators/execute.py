@@ -1,0 +1,304 @@
+"""ExecuteReassignmentOperator: run a plan's moves with guards, batches and throttles.
+
+Example (docs/execute.md)::
+
+    execute = ExecuteReassignmentOperator(
+        task_id="execute",
+        plan_uri="{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}",
+        kafka_config_id="kafka_prod",
+        max_moves=20,
+        max_moves_per_broker=2,
+        throttle_bytes_per_sec=50_000_000,
+        deadline="{{ data_interval_end }}",
+    )
+
+The task is thin: it reads the plan directory, builds a
+:class:`~airflow_kafka_reassign.kafka.admin.KafkaClusterAdmin` through
+:class:`~airflow_kafka_reassign.hooks.kafka_reassign.KafkaReassignHook`, and calls
+:func:`airflow_kafka_reassign.core.execution.run` (pre-flight, rollback plan, batches until done
+or the deadline, throttles restored exactly). It pushes a small summary to XCom and fails
+(without retry) when a guard refused the plan or some of its moves, after everything else ran.
+
+Retry-safe: all state is derived from the cluster and the plan, plus the throttle backup in
+``<plan dir>/run``; a retried or re-run task resumes, never submits a move twice, and restores
+throttles a killed try left behind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_kafka_reassign.core.execution import (
+    RUN_DIR,
+    ExecutionLimits,
+    ExecutionOptions,
+    RunResult,
+    finish,
+    run,
+    write_rollback_if_missing,
+)
+from airflow_kafka_reassign.core.plan_io import read_plan
+from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.triggers.reassignment import resolve_plan_dir
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_kafka_reassign.core.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.ports import ClusterAdmin
+
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)
+_ISO_DURATION = re.compile(r"^P(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)$", re.I)
+
+
+def parse_deadline(value: Any, *, now: datetime) -> datetime | None:
+    """An aware UTC deadline from a datetime, a duration from ``now``, or their text forms.
+
+    Accepted: ``None``/``""`` (no deadline); a ``datetime`` (naive means UTC); a ``timedelta``
+    or a number of seconds; text: an ISO-8601 date-time (what ``{{ data_interval_end }}``
+    renders to), a duration such as ``"90m"``, ``"2h"``, ``"1h30m"``, ``"45s"``, ``"PT2H30M"``,
+    or a number of seconds.
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if isinstance(value, timedelta):
+        return now + value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return now + timedelta(seconds=float(value))
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return now + timedelta(seconds=float(text))
+        except ValueError:
+            pass
+        for pattern in (_ISO_DURATION, _DURATION):
+            match = pattern.match(text)
+            if match and any(match.groups()):
+                h, m, s = (float(g) if g else 0.0 for g in match.groups())
+                return now + timedelta(hours=h, minutes=m, seconds=s)
+        try:
+            return parse_deadline(datetime.fromisoformat(text.replace("Z", "+00:00")), now=now)
+        except ValueError:
+            pass
+    raise ConfigurationError(
+        f"deadline {value!r} is neither a date-time nor a duration; give a datetime, a timedelta, a number of "
+        "seconds, an ISO-8601 date-time such as '{{ data_interval_end }}' renders to, or a duration like '2h30m'"
+    )
+
+
+class _ExecutionParams:
+    """The limits and options every execution-engine operator takes, and the kill switch."""
+
+    def _init_execution(self, *, max_moves: int | None, max_moves_per_broker: int | None, order: str,
+                        throttle_bytes_per_sec: int | None, allow_replication_factor_change: bool, rf_guard: str,
+                        allow_concurrent_reassignments: bool, strict: bool, elect_leaders: bool,
+                        dry_run: bool) -> None:
+        self.max_moves = max_moves
+        self.max_moves_per_broker = max_moves_per_broker
+        self.order = order
+        self.throttle_bytes_per_sec = throttle_bytes_per_sec
+        self.allow_replication_factor_change = allow_replication_factor_change
+        self.rf_guard = rf_guard
+        self.allow_concurrent_reassignments = allow_concurrent_reassignments
+        self.strict = strict
+        self.elect_leaders = elect_leaders
+        self.dry_run = dry_run
+        self._stop_requested = False
+        self._running: tuple[ReassignmentPlan, ExecutionOptions, Path] | None = None
+
+    def execution_params(self) -> tuple[ExecutionLimits, ExecutionOptions]:
+        """The engine's limits and options from the operator's arguments (validated)."""
+        def as_int(v: Any) -> int | None:
+            return None if v is None or v == "" else int(v)
+
+        return (
+            ExecutionLimits(max_moves=as_int(self.max_moves), max_moves_per_broker=as_int(self.max_moves_per_broker),
+                            order=self.order),  # type: ignore[arg-type]
+            ExecutionOptions(
+                allow_replication_factor_change=bool(self.allow_replication_factor_change),
+                rf_guard=self.rf_guard,  # type: ignore[arg-type]
+                allow_concurrent_reassignments=bool(self.allow_concurrent_reassignments),
+                strict=bool(self.strict),
+                throttle_bytes_per_sec=as_int(self.throttle_bytes_per_sec),
+                elect_leaders=bool(self.elect_leaders),
+                dry_run=bool(self.dry_run),
+            ),
+        )
+
+    def _should_stop(self) -> bool:
+        return self._stop_requested
+
+    def _kill(self, admin_factory: Any, log: Any) -> None:
+        """on_kill: stop submitting and restore the throttles of the run now (the next run would too)."""
+        self._stop_requested = True
+        running = self._running
+        if running is None:
+            return
+        plan, options, state_dir = running
+        try:
+            admin = admin_factory()
+            try:
+                finish(admin, plan, options, state_dir=state_dir, elect=False, log=log)
+            finally:
+                admin.close()
+        except Exception:  # noqa: BLE001 (a kill must not fail; the next run restores from the backup)
+            log.exception("on_kill: restoring the throttles failed; the next run restores them from %s", state_dir)
+
+
+class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
+    """Execute a reassignment plan: pre-flight guards, batches, throttles, deadline, rollback plan.
+
+    :param plan_uri: the plan directory PlanReassignment wrote (local path or ``file://``; its
+        ``plan.json`` works too), usually ``"{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"``. Templated.
+    :param kafka_config_id: the ``kafka`` connection of the cluster. Templated.
+    :param max_moves: concurrent reassignments in the cluster (``None``: no limit).
+    :param max_moves_per_broker: concurrent reassignments touching (adding or removing a replica on)
+        any one broker.
+    :param order: ``"smallest-first"`` (default), ``"largest-first"`` (bytes to copy, from
+        DescribeLogDirs) or ``"plan"``.
+    :param throttle_bytes_per_sec: replication throttle on the brokers and replicas involved; the
+        previous values are restored exactly at the end (and after a failure or a kill).
+    :param allow_replication_factor_change: let the moves the plan marks as RF changes change the
+        RF (KIP-860 AllowReplicationFactorChange=true for those only).
+    :param rf_guard: ``"broker"`` (Kafka 4.1+ enforces KIP-860; older brokers fail the task) or
+        ``"client"`` (older brokers: checked client-side just before sending; racy).
+    :param allow_concurrent_reassignments: run although reassignments this plan did not start
+        are in flight (they count against the limits).
+    :param strict: refuse the whole plan if any move is stale or refused.
+    :param elect_leaders: elect the preferred leader of each moved partition once it is done.
+    :param dry_run: validate everything and log the exact requests; change nothing.
+    :param deadline: no new move after it: a datetime, a timedelta / seconds from the task's
+        start, or text (``"{{ data_interval_end }}"``, ``"2h"``, ``"PT90M"``). Templated.
+    :param on_deadline: ``"finish"`` (in-flight moves finish, the task waits for them) or
+        ``"cancel"`` (they are cancelled, KIP-455). The remaining moves are reported; running
+        the task again on the same plan resumes them.
+    :param poll_interval: seconds between two iterations.
+    :param wait_for_completion: ``False`` submits the first batch and returns, leaving the
+        throttles in place for ``WaitForReassignmentSensor(submit_pending=True)`` to continue.
+    :param state_dir: where the throttle backup lives (default ``<plan dir>/run``). Templated.
+    :param kafka_timeout_s: bound on every request to the cluster.
+
+    XCom (``return_value``): ``{"plan_uri", "moves", "done", "in_flight", "pending", "stale",
+    "failed", "foreign", "complete", "ok", "deadline_reached", ...}`` with at most a few
+    partitions named per kind. When the task fails because something was refused, the same
+    summary is pushed under the key ``summary``.
+    """
+
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir")
+    ui_color = "#fde8d0"
+
+    def __init__(
+        self,
+        *,
+        plan_uri: str,
+        kafka_config_id: str = "kafka_default",
+        max_moves: int | None = None,
+        max_moves_per_broker: int | None = None,
+        order: str = "smallest-first",
+        throttle_bytes_per_sec: int | None = None,
+        allow_replication_factor_change: bool = False,
+        rf_guard: str = "broker",
+        allow_concurrent_reassignments: bool = False,
+        strict: bool = False,
+        elect_leaders: bool = False,
+        dry_run: bool = False,
+        deadline: Any = None,
+        on_deadline: str = "finish",
+        poll_interval: float = 5.0,
+        wait_for_completion: bool = True,
+        state_dir: str | None = None,
+        kafka_timeout_s: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.plan_uri = plan_uri
+        self.kafka_config_id = kafka_config_id
+        self._init_execution(
+            max_moves=max_moves, max_moves_per_broker=max_moves_per_broker, order=order,
+            throttle_bytes_per_sec=throttle_bytes_per_sec,
+            allow_replication_factor_change=allow_replication_factor_change, rf_guard=rf_guard,
+            allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
+            elect_leaders=elect_leaders, dry_run=dry_run,
+        )
+        self.deadline = deadline
+        self.on_deadline = on_deadline
+        self.poll_interval = poll_interval
+        self.wait_for_completion = wait_for_completion
+        self.state_dir = state_dir
+        self.kafka_timeout_s = kafka_timeout_s
+
+    def _admin(self) -> ClusterAdmin:
+        return KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s).get_admin()
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            plan_dir = resolve_plan_dir(str(self.plan_uri))
+            plan = read_plan(plan_dir)
+            limits, options = self.execution_params()
+            deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
+            if self.on_deadline not in ("finish", "cancel"):
+                raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {self.on_deadline!r}")
+        except (ConfigurationError, FileNotFoundError, ValueError) as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e
+        state_dir = Path(self.state_dir) if self.state_dir else plan_dir / RUN_DIR
+        self.log.info(
+            "Executing %s: %d moves; max_moves=%s max_moves_per_broker=%s order=%s throttle=%s B/s rf_guard=%s "
+            "deadline=%s (then %s)%s", plan_dir, len(plan), limits.max_moves, limits.max_moves_per_broker, limits.order,
+            options.throttle_bytes_per_sec, options.rf_guard, deadline.isoformat() if deadline else None,
+            self.on_deadline, " DRY RUN" if options.dry_run else "",
+        )
+        admin = self._admin()
+        self._running = (plan, options, state_dir)
+        try:
+            result = run(
+                admin, plan, limits, options,
+                state_dir=state_dir,
+                deadline=deadline,
+                on_deadline=self.on_deadline,  # type: ignore[arg-type]
+                poll_interval_s=float(self.poll_interval),
+                before_first_submit=lambda status: write_rollback_if_missing(plan_dir, plan, status, log=self.log),
+                should_stop=self._should_stop,
+                finish_at_end=bool(self.wait_for_completion),
+                wait=bool(self.wait_for_completion),
+                log=self.log,
+            )
+        except GuardRefusedError as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e
+        finally:
+            self._running = None
+            admin.close()
+        return self._conclude(context, result, plan_dir)
+
+    def _conclude(self, context: Context, result: RunResult, plan_dir: Path) -> dict[str, Any]:
+        summary = {"plan_uri": str(plan_dir), "dry_run": bool(self.dry_run), **result.summary()}
+        status = result.status
+        self.log.info("Result: %s", status.progress_line())
+        problem = None
+        if status.blocked:
+            problem = f"the plan was refused: {status.blocked}"
+        elif status.stale or status.failed:
+            problem = (
+                f"{len(status.stale)} stale and {len(status.failed)} refused or failed move(s) were not executed "
+                f"({', '.join(str(tp) for tp in sorted([*status.stale, *status.failed])[:10])}); the other moves ran. "
+                "See the warnings above; plan again from the current cluster for the refused partitions"
+            )
+        if result.deadline_reached and status.remaining:
+            self.log.warning("deadline reached with %d move(s) not done (%s); run this task again on the same plan "
+                             "to resume", len(status.remaining), ", ".join(str(tp) for tp in status.remaining[:10]))
+        if problem:
+            context["ti"].xcom_push(key="summary", value=summary)
+            raise AirflowFailException(f"task {self.task_id}: {problem}")
+        return summary
+
+    def on_kill(self) -> None:
+        self._kill(self._admin, self.log)
