@@ -90,6 +90,11 @@ _RF_GUARD_MIN_VERSION = 1
 _log = logging.getLogger(__name__)
 
 
+def _sleep(seconds: float) -> None:
+    """The engine's wait between two polls (tests replace it)."""
+    time.sleep(seconds)
+
+
 # -- parameters ---------------------------------------------------------------------------------
 
 
@@ -652,7 +657,7 @@ def step(
     log: logging.Logger | None = None,
     known_failed: Mapping[TopicPartition, str] | None = None,
     settle_s: float = SETTLE_RECHECK_S,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
 ) -> ExecutionStatus:
     """One retry-safe iteration: observe, reconcile throttles, submit what fits.
 
@@ -678,7 +683,7 @@ def step(
     status = _classify(plan, obs, options, known_failed or {})
     suspects = [tp for tp in status.stale if tp not in status.reassignments]
     if suspects and settle_s >= 0:
-        sleep(settle_s)
+        (sleep or _sleep)(settle_s)
         obs = _observe(admin, topics)
         status = _classify(plan, obs, options, known_failed or {})
 
@@ -844,7 +849,7 @@ def cancel(
     cancel_all: bool = False,
     dry_run: bool = False,
     settle_timeout_s: float = 15.0,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     log: logging.Logger | None = None,
 ) -> CancelResult:
@@ -900,7 +905,7 @@ def cancel(
                     moved[tp] = (before, after)
             if (not rf_changed and not moved) or clock() >= deadline:
                 break
-            sleep(0.5)
+            (sleep or _sleep)(0.5)
         result.rf_changed, result.not_reverted = rf_changed, moved
         for tp, (before, after) in sorted(rf_changed.items()):
             log.warning("partition %s was left with replication factor %d after the cancel (%s; before the "
@@ -950,7 +955,7 @@ def run(
     finish_at_end: bool = True,
     wait: bool = True,
     log: logging.Logger | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     settle_s: float = SETTLE_RECHECK_S,
 ) -> RunResult:
@@ -1012,7 +1017,7 @@ def run(
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
                 break
-            sleep(poll_interval_s)
+            (sleep or _sleep)(poll_interval_s)
         done_cleanly = True
     finally:
         result.elapsed_s = time.monotonic() - started

@@ -1,0 +1,279 @@
+"""ExecuteReassignmentOperator and CancelReassignmentOperator with the fake cluster behind the hook.
+
+The real cluster and real Airflow task runs are in tests/integration/test_execution_*.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_kafka_reassign.core.execution import THROTTLE_BACKUP_FILE
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.cancel import CancelReassignmentOperator
+from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator, parse_deadline
+from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
+NOW = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+
+
+class TI:
+    def __init__(self) -> None:
+        self.pushed: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.pushed[key] = value
+
+
+def tp(topic: str, p: int) -> TopicPartition:
+    return TopicPartition(topic, p)
+
+
+def write_plan(d: Path, moves: list[Move], *, rollback: bool = True) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    plan = ReassignmentPlan(moves=tuple(moves))
+    (d / PLAN_FILE).write_text(plan.model_dump_json())
+    if rollback:
+        (d / ROLLBACK_FILE).write_text(plan.rollback().model_dump_json())
+    (d / METRICS_FILE).write_text(json.dumps({"format_version": 1}))
+    return d
+
+
+MOVES = [
+    Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 4)),
+    Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(4, 5)),
+]
+
+
+@pytest.fixture
+def cluster(monkeypatch) -> FakeClusterAdmin:
+    admin = FakeClusterAdmin.build(RACKS, {"t": [[1, 2], [2, 3]], "other": [[1, 2]]})
+    admin.closed = 0  # type: ignore[attr-defined]
+
+    def close() -> None:
+        admin.closed += 1  # type: ignore[attr-defined]
+
+    admin.close = close  # type: ignore[method-assign]
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    return admin
+
+
+def completing(admin: FakeClusterAdmin, monkeypatch) -> None:
+    """Moves finish between two polls (time.sleep completes them)."""
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", lambda s: admin.complete())
+
+
+def op(plan_dir: Path, **kw) -> ExecuteReassignmentOperator:
+    kw.setdefault("poll_interval", 0)
+    return ExecuteReassignmentOperator(task_id="execute", plan_uri=str(plan_dir), kafka_config_id="k", **kw)
+
+
+# -- deadlines -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None),
+    ("", None),
+    (timedelta(hours=2), NOW + timedelta(hours=2)),
+    (90, NOW + timedelta(seconds=90)),
+    ("3600", NOW + timedelta(hours=1)),
+    ("2h", NOW + timedelta(hours=2)),
+    ("1h30m", NOW + timedelta(minutes=90)),
+    ("45s", NOW + timedelta(seconds=45)),
+    ("PT2H30M", NOW + timedelta(minutes=150)),
+    ("2026-11-22T06:00:00+00:00", datetime(2026, 11, 22, 6, tzinfo=UTC)),
+    ("2026-11-22T07:00:00+01:00", datetime(2026, 11, 22, 6, tzinfo=UTC)),
+    ("2026-11-22T06:00:00Z", datetime(2026, 11, 22, 6, tzinfo=UTC)),
+    (datetime(2026, 11, 22, 6), datetime(2026, 11, 22, 6, tzinfo=UTC)),
+])
+def test_deadline_forms(value, expected):
+    assert parse_deadline(value, now=NOW) == expected
+
+
+@pytest.mark.parametrize("value", ["tomorrow", "2h later", [1]])
+def test_a_bad_deadline_names_the_accepted_forms(value):
+    with pytest.raises(ConfigurationError, match="data_interval_end"):
+        parse_deadline(value, now=NOW)
+
+
+# -- execute ---------------------------------------------------------------------------------------
+
+
+def test_execute_runs_the_plan_restores_throttles_and_pushes_a_small_summary(tmp_path, cluster, monkeypatch):
+    completing(cluster, monkeypatch)
+    plan_dir = write_plan(tmp_path / "plan", MOVES, rollback=False)
+    cluster.broker_configs[3][LEADER_RATE] = "42"
+    summary = op(plan_dir, throttle_bytes_per_sec=1000, max_moves=1).execute({"ti": TI()})
+    assert summary["ok"] and summary["done"] == 2 and summary["moves"] == 2
+    assert summary["plan_uri"] == str(plan_dir) and summary["throttles_restored"]
+    assert len(json.dumps(summary)) < 2000
+    assert cluster.replicas[tp("t", 0)] == (3, 4) and cluster.replicas[tp("t", 1)] == (4, 5)
+    assert [len(r[0]) for r in cluster.alter_requests] == [1, 1]  # max_moves=1
+    assert cluster.broker_configs[3] == {LEADER_RATE: "42"} and all(
+        FOLLOWER_RATE not in c for c in cluster.broker_configs.values())
+    assert (plan_dir / ROLLBACK_FILE).is_file()  # written before the first submission
+    assert not (plan_dir / "run" / THROTTLE_BACKUP_FILE).exists()
+    assert cluster.closed == 1
+
+
+def test_a_stale_move_fails_the_task_after_the_others_ran(tmp_path, cluster, monkeypatch):
+    completing(cluster, monkeypatch)
+    cluster.replicas[tp("t", 0)] = (1, 5)
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    ti = TI()
+    with pytest.raises(AirflowFailException, match="1 stale") as e:
+        op(plan_dir).execute({"ti": ti})
+    assert "t-0" in str(e.value)
+    assert cluster.replicas[tp("t", 1)] == (4, 5)
+    assert ti.pushed["summary"]["stale_partitions"] == {"t-0": {"expected": [1, 2], "actual": [1, 5]}}
+
+
+def test_a_foreign_reassignment_fails_the_task_before_anything_changes(tmp_path, cluster):
+    cluster.alter_reassignments({tp("other", 0): [3, 4]})
+    cluster.alter_requests.clear()
+    plan_dir = write_plan(tmp_path / "plan", MOVES, rollback=False)
+    with pytest.raises(AirflowFailException, match="allow_concurrent_reassignments=True"):
+        op(plan_dir, throttle_bytes_per_sec=1000).execute({"ti": TI()})
+    assert cluster.alter_requests == []
+    assert not (plan_dir / ROLLBACK_FILE).exists()
+    assert cluster.broker_configs == {b: {} for b in RACKS}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_moves": 0}, "max_moves"),
+    ({"order": "random"}, "order"),
+    ({"rf_guard": "off"}, "rf_guard"),
+    ({"deadline": "soon"}, "deadline"),
+    ({"on_deadline": "abort"}, "on_deadline"),
+])
+def test_bad_parameters_fail_without_retry_before_the_cluster_is_touched(tmp_path, cluster, kwargs, message):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    with pytest.raises(AirflowFailException, match=message):
+        op(plan_dir, **kwargs).execute({"ti": TI()})
+    assert cluster.calls == {}
+
+
+def test_a_missing_plan_directory_fails_clearly(tmp_path, cluster):
+    with pytest.raises(AirflowFailException, match="not a plan directory"):
+        op(tmp_path / "nowhere").execute({"ti": TI()})
+
+
+def test_dry_run_changes_nothing(tmp_path, cluster):
+    plan_dir = write_plan(tmp_path / "plan", MOVES, rollback=False)
+    summary = op(plan_dir, dry_run=True, throttle_bytes_per_sec=1000).execute({"ti": TI()})
+    assert summary["dry_run"] and summary["would_submit"] == 2 and summary["pending"] == 2
+    assert cluster.alter_requests == [] and cluster.broker_configs == {b: {} for b in RACKS}
+    assert sorted(p.name for p in plan_dir.iterdir()) == [METRICS_FILE, PLAN_FILE]
+
+
+def test_without_waiting_the_first_batch_goes_out_and_the_throttles_stay_for_the_sensor(tmp_path, cluster):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    summary = op(plan_dir, wait_for_completion=False, max_moves=1, throttle_bytes_per_sec=1000,
+                 order="plan").execute({"ti": TI()})
+    assert summary["in_flight"] == 1 and summary["pending"] == 1 and not summary["complete"]
+    assert (plan_dir / "run" / THROTTLE_BACKUP_FILE).is_file()
+    assert cluster.broker_configs[3][FOLLOWER_RATE] == "1000"
+
+
+def test_a_deadline_ends_the_task_successfully_with_the_remaining_moves_reported(tmp_path, cluster, monkeypatch):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    polls = []
+
+    def tick(s):
+        polls.append(s)
+        time.sleep(0.3)
+        cluster.complete()
+
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", tick)
+    summary = op(plan_dir, max_moves=1, order="plan", deadline=0.2).execute({"ti": TI()})
+    assert summary["deadline_reached"] and summary["done"] == 1 and summary["pending"] == 1
+    assert summary["remaining_partitions"] == ["t-1"]
+
+
+def test_on_kill_stops_submitting_and_restores_the_throttles(tmp_path, cluster, monkeypatch):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    cluster.topic_configs["t"]["leader.replication.throttled.replicas"] = "9:9"
+    task = op(plan_dir, max_moves=1, order="plan", throttle_bytes_per_sec=1000)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", lambda s: time.sleep(0.02))
+    killer = threading.Timer(0.3, task.on_kill)
+    killer.start()
+    summary = task.execute({"ti": TI()})
+    killer.join()
+    assert summary["stopped"] and summary["in_flight"] == 1 and summary["pending"] == 1
+    assert cluster.broker_configs == {b: {} for b in RACKS}
+    assert cluster.topic_configs["t"] == {"leader.replication.throttled.replicas": "9:9"}
+    assert len(cluster.alter_requests) == 1
+
+
+def test_the_operator_templates_its_uris_and_deadline():
+    assert set(ExecuteReassignmentOperator.template_fields) >= {"plan_uri", "kafka_config_id", "deadline", "state_dir"}
+    assert set(CancelReassignmentOperator.template_fields) >= {"plan_uri", "kafka_config_id"}
+
+
+# -- cancel ---------------------------------------------------------------------------------------
+
+
+def _start(cluster: FakeClusterAdmin, plan_dir: Path, **kw) -> None:
+    op(plan_dir, wait_for_completion=False, **kw).execute({"ti": TI()})
+
+
+def test_cancel_stops_the_plans_moves_clears_throttles_and_leaves_others(tmp_path, cluster):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    _start(cluster, plan_dir, throttle_bytes_per_sec=1000, allow_concurrent_reassignments=True)
+    cluster.alter_reassignments({tp("other", 0): [3, 4]})
+    summary = CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": TI()})
+    assert summary["cancelled"] == 2 and summary["rf_changed"] == {} and summary["throttles_restored"]
+    assert cluster.replicas[tp("t", 0)] == (1, 2) and list(cluster.inflight) == [tp("other", 0)]
+    assert cluster.broker_configs == {b: {} for b in RACKS}
+
+
+def test_cancel_all_needs_no_plan_and_a_missing_plan_is_refused(tmp_path, cluster):
+    cluster.alter_reassignments({tp("other", 0): [3, 4]})
+    with pytest.raises(AirflowFailException, match="cancel_all=True"):
+        CancelReassignmentOperator(task_id="cancel").execute({"ti": TI()})
+    summary = CancelReassignmentOperator(task_id="cancel", cancel_all=True).execute({"ti": TI()})
+    assert summary["cancelled_partitions"] == ["other-0"] and not cluster.inflight
+
+
+def test_cancel_with_rollback_moves_finished_partitions_back(tmp_path, cluster, monkeypatch):
+    completing(cluster, monkeypatch)
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    _start(cluster, plan_dir, max_moves=1, order="plan")
+    cluster.complete()                      # t-0 done
+    _start(cluster, plan_dir, max_moves=1, order="plan")  # t-1 in flight
+    summary = CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir), rollback=True,
+                                         throttle_bytes_per_sec=500, poll_interval=0).execute({"ti": TI()})
+    assert summary["cancelled_partitions"] == ["t-1"]
+    assert summary["rollback"]["ok"] and summary["rollback"]["done"] == 2
+    assert cluster.replicas == {tp("t", 0): (1, 2), tp("t", 1): (2, 3), tp("other", 0): (1, 2)}
+    assert cluster.broker_configs == {b: {} for b in RACKS}
+
+
+def test_cancel_reports_an_rf_left_changed_and_fails_on_a_failed_cancel(tmp_path, cluster, monkeypatch):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    _start(cluster, plan_dir)
+    real = cluster.cancel_reassignments
+
+    def half(partitions):
+        out = real(partitions)
+        cluster.replicas[tp("t", 0)] = (1, 2, 3)
+        return type(out)(results=(*out.results[:1], out.results[1].model_copy(
+            update={"error": "timed out", "error_code": "REQUEST_TIMED_OUT"})))
+
+    monkeypatch.setattr(cluster, "cancel_reassignments", half)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", lambda s: None)
+    ti = TI()
+    with pytest.raises(AirflowFailException, match="REQUEST_TIMED_OUT"):
+        CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": ti})
+    assert ti.pushed["summary"]["rf_changed"] == {"t-0": {"before": [1, 2], "after": [1, 2, 3]}}
