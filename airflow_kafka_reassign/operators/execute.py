@@ -121,6 +121,15 @@ class _ExecutionParams:
         def as_int(v: Any) -> int | None:
             return None if v is None or v == "" else int(v)
 
+        def as_bool(v: Any, name: str) -> bool:
+            # a template renders text unless render_template_as_native_obj: "False" must not mean True
+            if isinstance(v, str):
+                text = v.strip().lower()
+                if text not in ("true", "false"):
+                    raise ConfigurationError(f"{name} must be true or false, not {v!r}")
+                return text == "true"
+            return bool(v)
+
         return (
             ExecutionLimits(max_moves=as_int(self.max_moves), max_moves_per_broker=as_int(self.max_moves_per_broker),
                             order=self.order),  # type: ignore[arg-type]
@@ -131,7 +140,7 @@ class _ExecutionParams:
                 strict=bool(self.strict),
                 throttle_bytes_per_sec=as_int(self.throttle_bytes_per_sec),
                 elect_leaders=bool(self.elect_leaders),
-                dry_run=bool(self.dry_run),
+                dry_run=as_bool(self.dry_run, "dry_run"),
             ),
         )
 
@@ -194,7 +203,12 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     summary is pushed under the key ``summary``.
     """
 
-    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir")
+    # The limits, the throttle and dry_run are templated so that DAG Params can set them
+    # ("{{ params.throttle_bytes_per_sec }}"); the allow_* overrides are not: they belong in code.
+    template_fields: Sequence[str] = (
+        "plan_uri", "kafka_config_id", "deadline", "state_dir",
+        "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "dry_run",
+    )
     ui_color = "#fde8d0"
 
     def __init__(

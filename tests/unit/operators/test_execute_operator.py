@@ -277,3 +277,11 @@ def test_cancel_reports_an_rf_left_changed_and_fails_on_a_failed_cancel(tmp_path
     with pytest.raises(AirflowFailException, match="REQUEST_TIMED_OUT"):
         CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": ti})
     assert ti.pushed["summary"]["rf_changed"] == {"t-0": {"before": [1, 2], "after": [1, 2, 3]}}
+
+
+def test_templated_dry_run_text_is_read_as_a_boolean(tmp_path, cluster):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    assert op(plan_dir, dry_run="False").execution_params()[1].dry_run is False
+    assert op(plan_dir, dry_run="true").execution_params()[1].dry_run is True
+    with pytest.raises(ConfigurationError, match="dry_run"):
+        op(plan_dir, dry_run="maybe").execution_params()
