@@ -53,6 +53,7 @@ Example::
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -545,7 +546,7 @@ Submitter = Callable[[ClusterAdmin], SubmitOutcome]
 
 
 def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_bytes: bool = True,
-            refused: Mapping[TopicPartition, str] | None = None) -> Observation:
+            refused: Mapping[TopicPartition, str] | None = None, retry_s: float = 1.0) -> Observation:
     """Observe ``plan`` on the cluster with a constant number of batched requests.
 
     One :meth:`ClusterAdmin.snapshot` of the plan's topics (cluster, metadata, configs and the controller's
@@ -556,8 +557,14 @@ def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_b
     try:
         snap = admin.snapshot(topics=topics)
     except ConfigurationError:
-        # a plan topic no longer exists: observe what is left, its moves are reported "missing"
-        snap = admin.snapshot()
+        # A plan topic is unknown to the broker that answered: its metadata may lag a moment behind (seen with
+        # new topics on a loaded cluster), so ask once more; still unknown, the topic was deleted: observe every
+        # topic, the deleted topic's moves are then reported "missing".
+        time.sleep(retry_s)
+        try:
+            snap = admin.snapshot(topics=topics)
+        except ConfigurationError:
+            snap = admin.snapshot()
     sizes = admin.replica_sizes(plan.partitions) if measure_bytes and plan.moves else None
     return assess(plan, snap, sizes, at=at, refused=refused)
 

@@ -321,7 +321,24 @@ def test_watch_reports_blocked_when_only_unreachable_moves_remain():
     assert prog.summary()["blocked_partitions"][0].startswith("orders-1 (stale")
 
 
-def test_a_missing_topic_is_reported_not_raised():
+def test_a_topic_the_metadata_does_not_know_yet_is_asked_for_again(monkeypatch):
+    monkeypatch.setattr("airflow_kafka_reassign.core.progress.time.sleep", lambda s: None)
+    fake, plan = fake_and_plan(1)
+    real, calls = fake.snapshot, []
+
+    def lagging(**kw):
+        calls.append(kw.get("topics"))
+        if len(calls) == 1:
+            raise ConfigurationError("topic(s) orders do not exist in the cluster")
+        return real(**kw)
+
+    fake.snapshot = lagging
+    prog = ReassignmentWatch(plan, started_at=0, stuck_after_s=600).poke(fake, now=1)
+    assert calls == [["orders"], ["orders"]] and prog.observation.pending == 1
+
+
+def test_a_missing_topic_is_reported_not_raised(monkeypatch):
+    monkeypatch.setattr("airflow_kafka_reassign.core.progress.time.sleep", lambda s: None)
     fake, plan = fake_and_plan(1)
     gone = ReassignmentPlan(moves=(*plan.moves, Move(topic="deleted", partition=0, current_replicas=(1, 2),
                                                           target_replicas=(3, 2))))
