@@ -1,0 +1,170 @@
+"""Decommission brokers: drain every replica off them, triggered by hand with Params.
+
+Trigger it from the UI (the form is built from the Params) or::
+
+    airflow dags trigger kafka_decommission_brokers --conf '{"broker_ids": [7], "dry_run": false}'
+
+Nothing runs before the input is checked:
+
+1. Airflow validates the Params when the run is triggered (broker ids: a non-empty list of
+   distinct non-negative integers; throttle and concurrency limits: positive integers within
+   bounds; ``dry_run``: a boolean): a bad form never starts a run;
+2. ``check_request`` checks what a schema cannot, against the live cluster: the brokers exist,
+   at least one broker is left, and ``max_moves_per_broker`` is not above ``max_moves``;
+3. ``plan`` plans the fewest moves that empty the brokers AND leave the others balanced (a
+   decommission plus rebalance in one plan, rack-aware, replication factors unchanged); a plan
+   that cannot be made (an RF larger than the brokers left, racks that cannot be spread over)
+   fails here with the reason, before anything changed. The plan report is written next to it.
+
+Then ``execute`` submits the moves in batches under the throttle (``dry_run``: it logs the exact
+requests and changes nothing, and the run stops after it), ``wait`` follows them with one progress
+line per poke and restores the throttles, and ``verify_drained`` confirms the brokers hold no
+replica of the planned topics: they can be shut down.
+
+``dry_run`` defaults to True: a first trigger shows what would happen; untick it to execute.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
+
+KAFKA_CONN_ID = "kafka_default"
+PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
+
+# [START decommission_params]
+PARAMS = {
+    "broker_ids": Param(
+        type="array",
+        items={"type": "integer", "minimum": 0},
+        minItems=1,
+        uniqueItems=True,
+        title="Brokers to decommission",
+        description="broker ids (node.id) that must end with no replica",
+    ),
+    "dry_run": Param(True, type="boolean", title="Dry run", description="validate and log the requests only"),
+    "throttle_bytes_per_sec": Param(
+        50_000_000, type="integer", minimum=100_000, maximum=1_000_000_000,
+        title="Replication throttle (bytes/s)", description="on the brokers and replicas involved, removed at the end",
+    ),
+    "max_moves": Param(20, type="integer", minimum=1, maximum=1000, title="Moves in flight in the cluster"),
+    "max_moves_per_broker": Param(2, type="integer", minimum=1, maximum=100, title="Moves in flight per broker"),
+    "topic_include": Param(
+        [".*"], type="array", items={"type": "string", "minLength": 1}, minItems=1,
+        title="Topics (regular expressions, full match)",
+    ),
+}
+# [END decommission_params]
+
+# [START decommission]
+with DAG(
+    dag_id="kafka_decommission_brokers",
+    description="Drain brokers before they are shut down: plan, execute under a throttle, wait, verify",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=12),
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
+    render_template_as_native_obj=True,  # Params arrive in the operators as lists, ints and booleans
+    params=PARAMS,
+    tags=["kafka", "reassignment"],
+) as dag:
+
+    @task(retries=0)
+    def check_request(params: dict | None = None) -> dict:
+        """Cross-field and cluster checks a JSON schema cannot express; fails the run before any plan."""
+        remove = sorted(params["broker_ids"])
+        if params["max_moves_per_broker"] > params["max_moves"]:
+            raise AirflowFailException(
+                f"max_moves_per_broker ({params['max_moves_per_broker']}) is above max_moves "
+                f"({params['max_moves']}): lower it, or raise max_moves"
+            )
+        admin = KafkaReassignHook(kafka_config_id=KAFKA_CONN_ID).get_admin()
+        try:
+            brokers = admin.snapshot(topics=[]).broker_ids  # brokers only, no topic metadata
+        finally:
+            admin.close()
+        unknown = [b for b in remove if b not in brokers]
+        if unknown:
+            raise AirflowFailException(
+                f"broker(s) {unknown} are not in the cluster (its brokers: {list(brokers)}); "
+                "check broker_ids (a stopped broker is not listed: start it, or plan without it)"
+            )
+        remaining = [b for b in brokers if b not in remove]
+        if not remaining:
+            raise AirflowFailException(f"broker_ids {remove} are every broker of the cluster: nothing would be left")
+        return {"remove": remove, "remaining": remaining}
+
+    plan = PlanReassignmentOperator(
+        task_id="plan",
+        kafka_config_id=KAFKA_CONN_ID,
+        goal="remove-brokers",
+        brokers="{{ params.broker_ids }}",
+        topic_include="{{ params.topic_include }}",
+        use_sizes=True,
+        skip_if_empty=True,
+        execution_timeout=timedelta(minutes=30),
+    )
+
+    execute = ExecuteReassignmentOperator(
+        task_id="execute",
+        kafka_config_id=KAFKA_CONN_ID,
+        plan_uri=PLAN_URI,
+        dry_run="{{ params.dry_run }}",
+        throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
+        max_moves="{{ params.max_moves }}",
+        max_moves_per_broker="{{ params.max_moves_per_broker }}",
+        elect_leaders=True,
+        execution_timeout=timedelta(hours=10),
+    )
+
+    @task.short_circuit
+    def not_a_dry_run(params: dict | None = None) -> bool:
+        """A dry run ends after ``execute`` logged the requests: ``wait`` and ``verify_drained`` are skipped."""
+        return not params["dry_run"]
+
+    wait = WaitForReassignmentSensor(
+        task_id="wait",
+        kafka_config_id=KAFKA_CONN_ID,
+        plan_uri=PLAN_URI,
+        poke_interval=15,
+        timeout=timedelta(hours=10),
+        stuck_after=timedelta(minutes=15),
+        on_timeout="leave",  # a drain is resumed, not undone: fix the cause and trigger again
+    )
+
+    @task(retries=0)
+    def verify_drained(params: dict | None = None) -> dict:
+        """The decommissioned brokers hold no replica of the planned topics: safe to shut down."""
+        import re
+
+        remove = set(params["broker_ids"])
+        patterns = [re.compile(p) for p in params["topic_include"]]
+        admin = KafkaReassignHook(kafka_config_id=KAFKA_CONN_ID).get_admin()
+        try:
+            snapshot = admin.snapshot()
+        finally:
+            admin.close()
+        left = [
+            f"{p.topic}-{p.partition}"
+            for p in snapshot.partitions
+            if remove & set(p.replicas) and any(r.fullmatch(p.topic) for r in patterns)
+        ]
+        if left:
+            raise AirflowFailException(
+                f"{len(left)} partition(s) still have replicas on brokers {sorted(remove)}: {left[:20]}; "
+                "trigger the DAG again (moves in flight finish first; stale ones are planned again)"
+            )
+        print(f"brokers {sorted(remove)} hold no replica of the planned topics: they can be shut down")
+        return {"drained": sorted(remove)}
+
+    check_request() >> plan >> execute >> not_a_dry_run() >> wait >> verify_drained()
+# [END decommission]

@@ -1,0 +1,96 @@
+"""A scheduled rebalance in the cluster's weekly maintenance window.
+
+Every Saturday at 02:00 (UTC): plan a rebalance with the Spark planner, execute it under a
+replication throttle in batches, and wait until every move is complete.
+
+* ``plan`` snapshots the cluster and plans the fewest moves that balance replicas and leaders
+  over the brokers (per topic too) and spread every partition over the racks; its XCom holds
+  the plan directory and the moves against the lower bound, and it writes the plan report
+  (HTML) next to the plan. A balanced cluster gives an empty plan: the run stops there
+  (``skip_if_empty``), the downstream tasks are skipped.
+* ``execute`` re-checks every move against the live cluster (stale moves and reassignments it did
+  not start are refused; KIP-860's replication-factor guard is on), then submits the moves at
+  most ``max_moves_per_broker`` at a time per broker under ``throttle_bytes_per_sec``, and stops
+  submitting at the end of the window (``window_minutes`` after the run started): moves in
+  flight finish, the rest are reported and the next run resumes the same plan... or plans again.
+* ``wait`` logs one progress line per poke (a bar, moves, bytes, throughput, ETA), restores the
+  throttles exactly as they were when every move is done, and cancels the in-flight moves if
+  they are not done an hour later (``on_timeout="cancel"``).
+
+``max_active_runs=1`` and ``catchup=False``: one window at a time, and a missed window is not
+replayed. Every task is retry-safe: a retried ``execute`` recomputes what is done, in flight and
+pending from the cluster and the plan, and never submits a move twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param
+
+from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
+
+KAFKA_CONN_ID = "kafka_default"
+PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
+
+# [START rebalance_window]
+with DAG(
+    dag_id="kafka_rebalance_maintenance_window",
+    description="Weekly rebalance of the Kafka cluster in its maintenance window",
+    schedule="0 2 * * 6",  # Saturdays 02:00 UTC: the maintenance window opens
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=6),
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    render_template_as_native_obj=True,  # Params arrive in the operators as lists and ints
+    params={
+        "topic_include": Param(
+            [".*"], type="array", items={"type": "string", "minLength": 1}, minItems=1,
+            description="regular expressions (full match) of the topics to balance; internal topics are never moved",
+        ),
+        "throttle_bytes_per_sec": Param(
+            50_000_000, type="integer", minimum=100_000, description="replication throttle on the brokers involved",
+        ),
+        "max_moves_per_broker": Param(2, type="integer", minimum=1, maximum=50),
+        "window_minutes": Param(
+            180, type="integer", minimum=5, description="no move is submitted later than this after the run started",
+        ),
+    },
+    tags=["kafka", "reassignment"],
+) as dag:
+    plan = PlanReassignmentOperator(
+        task_id="plan",
+        kafka_config_id=KAFKA_CONN_ID,
+        goal="rebalance",
+        topic_include="{{ params.topic_include }}",
+        use_sizes=True,  # balance bytes too, prefer moving small replicas
+        skip_if_empty=True,
+        execution_timeout=timedelta(minutes=30),
+    )
+
+    execute = ExecuteReassignmentOperator(
+        task_id="execute",
+        kafka_config_id=KAFKA_CONN_ID,
+        plan_uri=PLAN_URI,
+        throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
+        max_moves_per_broker="{{ params.max_moves_per_broker }}",
+        deadline="{{ (dag_run.start_date + macros.timedelta(minutes=params.window_minutes)).isoformat() }}",
+        elect_leaders=True,
+        execution_timeout=timedelta(hours=4),
+    )
+
+    wait = WaitForReassignmentSensor(
+        task_id="wait",
+        kafka_config_id=KAFKA_CONN_ID,
+        plan_uri=PLAN_URI,
+        poke_interval=30,
+        timeout=timedelta(hours=1),
+        stuck_after=timedelta(minutes=15),
+        on_timeout="cancel",
+    )
+
+    plan >> execute >> wait
+# [END rebalance_window]
