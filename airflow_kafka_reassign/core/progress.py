@@ -78,6 +78,8 @@ DEFAULT_WINDOW_S = 300.0
 MAX_SAMPLES = 64
 #: Partitions named in a warning or an XCom summary before "and N more".
 MAX_NAMED = 20
+#: Before concluding "blocked", the plan is observed once more after this delay (metadata lag).
+SETTLE_S = 1.0
 #: Width of the text bar.
 BAR_WIDTH = 20
 
@@ -371,7 +373,7 @@ class ProgressTracker:
         """Record ``obs`` and return what to report for it."""
         s = self.state
         now = obs.at
-        if obs.bytes_remaining is not None:
+        if obs.bytes_remaining is not None and obs.bytes_total:
             unit: Literal["bytes", "moves"] = "bytes"
             remaining: float = obs.bytes_remaining
         else:
@@ -588,6 +590,7 @@ class ReassignmentWatch:
         window_s: float = DEFAULT_WINDOW_S,
         state: TrackerState | None = None,
         submitter: Submitter | None = None,
+        settle_s: float = SETTLE_S,
     ) -> None:
         if not plan.moves:
             raise ConfigurationError("the plan has no moves: there is nothing to wait for")
@@ -595,6 +598,7 @@ class ReassignmentWatch:
         self.timeout_s = timeout_s
         self.measure_bytes = measure_bytes
         self.submitter = submitter
+        self.settle_s = settle_s
         self.tracker = ProgressTracker(started_at=started_at, stuck_after_s=stuck_after_s, window_s=window_s,
                                        state=state)
         self.refused: dict[TopicPartition, str] = {}
@@ -613,6 +617,12 @@ class ReassignmentWatch:
             self.refused.update(outcome.refused)
             self.blocked = outcome.blocked
         obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
+        if obs.unfinished == 0 and not obs.complete and self.settle_s > 0:
+            # "blocked" ends the wait: make sure it is not a broker's metadata lagging a moment behind the
+            # controller (a new topic not known yet, a finished move still showing its old replicas)
+            time.sleep(self.settle_s)
+            obs = observe(admin, self.plan, at=now + self.settle_s, measure_bytes=self.measure_bytes,
+                          refused=self.refused)
         progress = self.tracker.update(obs, submitted=submitted)
         if obs.complete:
             return progress.with_status("complete")

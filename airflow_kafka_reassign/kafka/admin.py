@@ -144,6 +144,7 @@ class KafkaClusterAdmin:
         self._ck: AdminClient | None = None
         self._kp: KafkaAdminClient | None = None
         self._last_alter_version: int | None = None
+        self._sizes_warned: set[int] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -360,8 +361,11 @@ class KafkaClusterAdmin:
             try:
                 responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
             except (kp_errors.KafkaError, OSError) as e:
-                log.warning("DescribeLogDirs to broker %s failed (%s: %s); its replica sizes are unknown",
-                            node, type(e).__name__, e)
+                # warned once per broker and client: a broker that is down would repeat it on every poll
+                (log.debug if node in self._sizes_warned else log.warning)(
+                    "DescribeLogDirs to broker %s failed (%s: %s); its replica sizes are unknown",
+                    node, type(e).__name__, e)
+                self._sizes_warned.add(node)
         sizes = _sizes_from_log_dirs(responses)
         return {tp: s for tp, s in sizes.items() if tp.partition in request.get(tp.topic, ())}
 

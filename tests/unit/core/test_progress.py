@@ -370,3 +370,29 @@ def test_cancel_ours_never_touches_foreign_reassignments():
     out = cancel_ours(fake, plan, at=0)
     assert out == {"cancelled": 1, "cancel_failed": [], "not_back_on_current_replicas": []}
     assert set(fake.inflight) == {plan.moves[1].tp}
+
+
+def test_blocked_is_confirmed_by_a_second_look_before_the_wait_ends(monkeypatch):
+    monkeypatch.setattr("airflow_kafka_reassign.core.progress.time.sleep", lambda s: None)
+    fake, plan = fake_and_plan(1)
+    real, seen = fake.snapshot, []
+
+    def lagging(**kw):
+        seen.append(1)
+        if len(seen) == 1:  # a broker still shows someone else's replicas for a moment
+            fake.replicas[plan.moves[0].tp] = (4, 2)
+            try:
+                return real(**kw)
+            finally:
+                fake.replicas[plan.moves[0].tp] = (3, 2)
+        return real(**kw)
+
+    fake.snapshot = lagging
+    prog = ReassignmentWatch(plan, started_at=0, stuck_after_s=600).poke(fake, now=1)
+    assert len(seen) == 2 and prog.status == "complete"
+
+
+def test_zero_bytes_to_copy_counts_progress_in_moves():
+    empty = classify(MOVE, part([4, 2, 3, 1], isr=[1, 2, 3], adding=[4], removing=[1]), {1: 0, 4: 0})
+    prog = ProgressTracker(started_at=0, stuck_after_s=60).update(obs_of(empty))
+    assert prog.unit == "moves" and "ETA --" in prog.line()
