@@ -109,9 +109,16 @@ def main() -> None:
             plan = ReassignmentPlan(moves=tuple(moves))
             topics = sorted({m.topic for m in moves})
             with KafkaClusterAdmin(config, timeout_s=120) as admin:
-                deadline = time.monotonic() + 300
-                while not set(topics) <= set(admin.list_topic_names()) and time.monotonic() < deadline:
+                # every broker must know every topic (on a loaded machine the metadata of 50 new topics takes a
+                # while to reach all brokers): three complete snapshots in a row
+                t0, good = time.monotonic(), 0
+                while good < 3 and time.monotonic() - t0 < 600:
+                    try:
+                        good = good + 1 if len(admin.snapshot(topics=topics).partitions) == len(moves) else 0
+                    except Exception:  # noqa: BLE001 - not there yet
+                        good = 0
                     time.sleep(1)
+                print(f"metadata of every topic on every broker: {time.monotonic() - t0:.1f} s")
                 if args.with_data:
                     t0 = time.monotonic()
                     one_record_each(config, moves)
@@ -135,13 +142,18 @@ def main() -> None:
                 for i in range(args.pokes):
                     counting.calls.clear()
                     t0 = time.monotonic()
-                    progress = watch.poke(counting, now=time.time())
+                    try:
+                        progress = watch.poke(counting, now=time.time())
+                    except Exception as e:  # noqa: BLE001 - reported, the benchmark goes on
+                        print(f"poke #{i + 1} failed after {time.monotonic() - t0:.1f} s: {type(e).__name__}: {e}")
+                        continue
                     times.append(time.monotonic() - t0)
                     o = progress.observation
                     print(f"poke #{i + 1}: {times[-1]:.2f} s, {o.in_flight} in flight / {o.moves} moves, "
                           f"requests: {dict(counting.calls)}")
-                print(f"poke latency with {o.in_flight} partitions in flight: median {statistics.median(times):.2f} s, "
-                      f"max {max(times):.2f} s")
+                if times:
+                    print(f"poke latency with {o.in_flight} partitions in flight: median "
+                          f"{statistics.median(times):.2f} s, max {max(times):.2f} s")
                 print(f"progress line: {progress.line()}")
 
                 limits, options = ExecutionLimits(max_moves=20_000), ExecutionOptions(allow_concurrent_reassignments=True)
@@ -149,12 +161,17 @@ def main() -> None:
                 for i in range(min(3, args.pokes)):
                     counting.calls.clear()
                     t0 = time.monotonic()
-                    status = step(counting, plan, limits, options, state_dir=Path(tmp) / "run", submit=True)
-                    watch.poke(counting, now=time.time())
+                    try:
+                        status = step(counting, plan, limits, options, state_dir=Path(tmp) / "run", submit=True)
+                        watch.poke(counting, now=time.time())
+                    except Exception as e:  # noqa: BLE001 - reported, the benchmark goes on
+                        print(f"submit-mode poke #{i + 1} failed: {type(e).__name__}: {e}")
+                        continue
                     stimes.append(time.monotonic() - t0)
                     print(f"submit-mode poke #{i + 1} (step + poke): {stimes[-1]:.2f} s, step saw "
                           f"{len(status.in_flight)} in flight, requests: {dict(counting.calls)}")
-                print(f"submit-mode poke latency: median {statistics.median(stimes):.2f} s")
+                if stimes:
+                    print(f"submit-mode poke latency: median {statistics.median(stimes):.2f} s")
 
                 t0 = time.monotonic()
                 for batch in chunks(list(plan.partitions), 2000):
