@@ -364,3 +364,16 @@ def test_poke_return_value_carries_the_summary(fake, plan_dir):
     fake.complete()
     out = sensor(plan_dir).poke({})
     assert isinstance(out, PokeReturnValue) and out.xcom_value["status"] == "complete"
+
+
+def test_the_python_examples_of_docs_wait_md_run():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "wait.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        namespace: dict = {}
+        exec(compile(block, "docs/wait.md", "exec"), namespace)
+    assert namespace["execute_and_wait"].limits["max_moves_per_broker"] == 2
