@@ -160,7 +160,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         self._started_at: float | None = None
         self._last_blocked: str | None = None
         self._unreachable = 0
-        WaitSpec(plan_uri="/", which=which, limits=self.limits, options=self.options)  # type: ignore[arg-type]
+        self.spec()  # validates which, the limits and the options now (at DAG parse time)
 
     # -- the spec shared with the trigger ---------------------------------------------------------------
 
