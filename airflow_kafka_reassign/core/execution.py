@@ -658,6 +658,7 @@ def step(
     known_failed: Mapping[TopicPartition, str] | None = None,
     settle_s: float = SETTLE_RECHECK_S,
     sleep: Callable[[float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> ExecutionStatus:
     """One retry-safe iteration: observe, reconcile throttles, submit what fits.
 
@@ -671,6 +672,8 @@ def step(
     :param known_failed: moves refused earlier in this run (``status.failed``), not sent again.
     :param settle_s: a move that looks stale is observed again after this delay before it is
         refused (describe can lag the controller right after a reassignment completes).
+    :param should_stop: asked right before anything is written; ``True`` (a kill arrived while
+        observing) submits nothing and leaves the throttles as they are.
     """
     log = log or _log
     if options.throttle_bytes_per_sec and state_dir is None and not options.dry_run:
@@ -729,6 +732,8 @@ def step(
                              "rf_guard=%s): %s", str(allow).lower(), options.rf_guard, _request_json(group))
         return status
 
+    if should_stop is not None and should_stop():
+        return status
     sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log)
     if batch:
         _submit(admin, batch, options, status, log)
@@ -1009,7 +1014,7 @@ def run(
                 if on_deadline == "cancel" and status.in_flight:
                     result.cancel = cancel(admin, plan, log=log, sleep=sleep)
             status = step(admin, plan, limits, options, state_dir=state_dir, submit=not past, log=log,
-                          known_failed=known, settle_s=settle_s, sleep=sleep)
+                          known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop)
             result.steps += 1
             result.status = status
             known.update(status.failed)

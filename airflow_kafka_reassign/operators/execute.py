@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kafka_reassign.core.execution import (
     RUN_DIR,
@@ -312,6 +312,12 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         if problem:
             context["ti"].xcom_push(key="summary", value=summary)
             raise AirflowFailException(f"task {self.task_id}: {problem}")
+        if result.stopped:
+            context["ti"].xcom_push(key="summary", value=summary)
+            raise AirflowException(
+                f"task {self.task_id}: stopped (on_kill) with {len(status.remaining)} move(s) not done; the throttles "
+                "were restored; a retry (or a new run on the same plan) resumes where this one stopped"
+            )
         return summary
 
     def on_kill(self) -> None:

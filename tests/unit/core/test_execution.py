@@ -703,3 +703,11 @@ def test_state_dir_default_is_not_guessed(tmp_path: Path):
     f = fake(t=[[1, 2]])
     quiet_step(f, plan_of(mv("t", 0, (1, 2), (3, 4))))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_requested_while_observing_submits_nothing_and_writes_nothing(tmp_path):
+    f = fake(t=[[1, 2]])
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (3, 4))), options=ExecutionOptions(throttle_bytes_per_sec=10),
+                   state_dir=tmp_path, should_stop=lambda: True)
+    assert s.pending == [tp("t", 0)] and s.submitted == []
+    assert f.alter_requests == [] and f.broker_configs == {b: {} for b in RACKS} and list(tmp_path.iterdir()) == []

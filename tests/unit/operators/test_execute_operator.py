@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kafka_reassign.core.execution import THROTTLE_BACKUP_FILE
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
@@ -208,8 +208,12 @@ def test_on_kill_stops_submitting_and_restores_the_throttles(tmp_path, cluster, 
     monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", lambda s: time.sleep(0.02))
     killer = threading.Timer(0.3, task.on_kill)
     killer.start()
-    summary = task.execute({"ti": TI()})
+    ti = TI()
+    with pytest.raises(AirflowException, match="stopped") as e:
+        task.execute({"ti": ti})
     killer.join()
+    assert not isinstance(e.value, AirflowFailException)  # retryable: a retry resumes
+    summary = ti.pushed["summary"]
     assert summary["stopped"] and summary["in_flight"] == 1 and summary["pending"] == 1
     assert cluster.broker_configs == {b: {} for b in RACKS}
     assert cluster.topic_configs["t"] == {"leader.replication.throttled.replicas": "9:9"}
