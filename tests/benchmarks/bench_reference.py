@@ -334,7 +334,9 @@ def own_or_given(sandbox_dir: Path | None) -> Iterator[Sandbox]:
             print(f"sandbox up ({BROKERS} brokers, racks r1 r2 r3 r1 r2 r3): {time.monotonic() - t0:.1f} s")
             yield sandbox
         finally:
+            t0 = time.monotonic()
             sandbox.down()
+            print(f"sandbox stopped: {time.monotonic() - t0:.1f} s")
 
 
 def main() -> None:
