@@ -13,7 +13,7 @@ replicas, so its cost (replica moves, leader changes) and its balance
     proposal.replica_moves, proposal.leader_changes     # what the reference plan costs
     compute_metrics(snapshot, proposal.plan)           # and the balance it reaches
 
-``benchmarks/bench_reference.py`` and the side-by-side integration test use it.
+``tests/benchmarks/bench_reference.py`` and ``tests/integration/test_reference_side_by_side.py`` use it.
 """
 
 from __future__ import annotations
