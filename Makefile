@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup demo test unit integration bench lint docs clean
+.PHONY: setup demo ui ui-stop test unit integration bench lint docs clean
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -22,6 +22,12 @@ setup: $(VENV)/.synced  ## the environment in .venv, from uv.lock
 
 demo: setup  ## the main job end to end on a local sandbox Kafka cluster
 	$(PY) -m airflow_kafka_reassign.demo
+
+ui: setup  ## airflow standalone (http://127.0.0.1:8080) with the example DAGs and kafka_default -> a sandbox; Ctrl-C stops
+	$(PY) -m airflow_kafka_reassign.demo ui
+
+ui-stop: setup  ## stop what 'make ui' started (when its terminal is gone)
+	$(PY) -m airflow_kafka_reassign.demo ui-stop
 
 test: setup  ## unit and integration tests (starts one real Kafka cluster)
 	$(VENV)/bin/pytest tests/unit tests/integration

@@ -1,6 +1,6 @@
 """CancelReassignmentOperator: cancel a plan's in-flight moves (KIP-455), clear its throttles, roll back.
 
-Example (docs/cancel.md)::
+Example (docs/execute.md)::
 
     cancel = CancelReassignmentOperator(
         task_id="cancel",

@@ -34,3 +34,14 @@ def test_core_is_pure(path):
 )
 def test_only_the_kafka_package_imports_a_kafka_client(path):
     assert not imported_roots(path) & KAFKA_CLIENTS
+
+
+def test_test_modules_have_unique_basenames():
+    """tests/ has no __init__.py (pytest's rootdir-relative imports): two test files of the same
+    name in different folders break collection of the whole suite ("import file mismatch")."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("*.py"):
+        if path.name != "conftest.py" and "__pycache__" not in path.parts:
+            seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

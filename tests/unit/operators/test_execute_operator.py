@@ -289,3 +289,17 @@ def test_templated_dry_run_text_is_read_as_a_boolean(tmp_path, cluster):
     assert op(plan_dir, dry_run="true").execution_params()[1].dry_run is True
     with pytest.raises(ConfigurationError, match="dry_run"):
         op(plan_dir, dry_run="maybe").execution_params()
+
+
+def test_the_python_examples_of_docs_execute_md_run():
+    import re
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "execute.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/execute.md", "exec"), namespace)
+    assert set(namespace["dag"].task_ids) == {"execute", "cancel_on_failure"}
+    assert namespace["execute"].execution_params()[0].max_moves_per_broker == 2
+    assert namespace["cancel_everything"].cancel_all is True
