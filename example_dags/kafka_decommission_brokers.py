@@ -19,7 +19,12 @@ Nothing runs before the input is checked:
 Then ``execute`` submits the moves in batches under the throttle (``dry_run``: it logs the exact
 requests and changes nothing, and the run stops after it), ``wait`` follows them with one progress
 line per poke and restores the throttles, and ``verify_drained`` confirms the brokers hold no
-replica of the planned topics: they can be shut down.
+replica any more: they can be shut down.
+
+A large decommission can run in steps: with ``topic_include`` naming some topics and
+``partial_drain`` ticked, only those topics are drained in this run (the plan refuses otherwise,
+since the brokers would not end empty), and ``verify_drained`` checks just them and names what
+is left for the next step.
 
 ``dry_run`` defaults to True: a first trigger shows what would happen; untick it to execute.
 """
@@ -59,6 +64,10 @@ PARAMS = {
     "topic_include": Param(
         [".*"], type="array", items={"type": "string", "minLength": 1}, minItems=1,
         title="Topics (regular expressions, full match)",
+    ),
+    "partial_drain": Param(
+        False, type="boolean", title="Partial drain",
+        description="drain only the topics above now; other topics keep their replicas on these brokers",
     ),
 }
 # [END decommission_params]
@@ -109,6 +118,7 @@ with DAG(
         goal="remove-brokers",
         brokers="{{ params.broker_ids }}",
         topic_include="{{ params.topic_include }}",
+        partial_drain="{{ params.partial_drain }}",
         use_sizes=True,
         skip_if_empty=True,
         execution_timeout=timedelta(minutes=30),
@@ -143,7 +153,7 @@ with DAG(
 
     @task(retries=0)
     def verify_drained(params: dict | None = None) -> dict:
-        """The decommissioned brokers hold no replica of the planned topics: safe to shut down."""
+        """The decommissioned brokers hold no replica (of the planned topics, for a partial drain)."""
         import re
 
         remove = set(params["broker_ids"])
@@ -153,18 +163,22 @@ with DAG(
             snapshot = admin.snapshot()
         finally:
             admin.close()
-        left = [
-            f"{p.topic}-{p.partition}"
-            for p in snapshot.partitions
-            if remove & set(p.replicas) and any(r.fullmatch(p.topic) for r in patterns)
-        ]
+        on_removed = [p for p in snapshot.partitions if remove & set(p.replicas)]
+        planned = [p for p in on_removed if any(r.fullmatch(p.topic) for r in patterns)]
+        left = planned if params["partial_drain"] else on_removed
         if left:
             raise AirflowFailException(
-                f"{len(left)} partition(s) still have replicas on brokers {sorted(remove)}: {left[:20]}; "
-                "trigger the DAG again (moves in flight finish first; stale ones are planned again)"
+                f"{len(left)} partition(s) still have replicas on brokers {sorted(remove)}: "
+                f"{[str(p.tp) for p in left[:20]]}; trigger the DAG again (moves in flight finish first; stale ones "
+                "are planned again)"
             )
-        print(f"brokers {sorted(remove)} hold no replica of the planned topics: they can be shut down")
-        return {"drained": sorted(remove)}
+        if on_removed:
+            topics = sorted({p.topic for p in on_removed})
+            print(f"brokers {sorted(remove)} hold no replica of the planned topics; {len(on_removed)} partition(s) "
+                  f"of other topics are still there ({topics[:10]}): drain them next, then shut the brokers down")
+        else:
+            print(f"brokers {sorted(remove)} hold no replica: they can be shut down")
+        return {"drained": sorted(remove), "left_for_later": len(on_removed)}
 
     check_request() >> plan >> execute >> not_a_dry_run() >> wait >> verify_drained()
 # [END decommission]

@@ -921,6 +921,43 @@ def cancel(
     return result
 
 
+def rebase_rollback(
+    rollback: ReassignmentPlan,
+    plan: ReassignmentPlan | None,
+    live: Mapping[TopicPartition, Sequence[int]],
+) -> ReassignmentPlan:
+    """The rollback's moves, starting from where a cancel (or a finished move) left each partition.
+
+    ``rollback`` puts every partition of ``plan`` back on the replicas it had before (its moves
+    expect the plan's targets); ``live``: the partitions' replicas now. A finished move is on the
+    plan's target: its rollback move stays as it is. A cancelled one is back on its original
+    replicas but possibly in another order (the controller rebuilds them from the adding replicas,
+    so the preferred leader may differ) or with adding replicas that had joined (KIP-455: a higher
+    RF). Such a move then starts from the live replicas: a reorder, or an RF change marked
+    ``allow_rf_change`` (the execution still refuses it unless the task allows RF changes). A
+    partition already exactly on its original replicas needs no move. A partition on replicas
+    outside the plan move's before and after (someone else moved it) keeps its expected replicas,
+    and the execution refuses it as stale.
+    """
+    planned = {m.tp: m for m in plan.moves} if plan is not None else {}
+    moves: list[Move] = []
+    for m in rollback.moves:
+        now = tuple(live.get(m.tp, ()))
+        forward = planned.get(m.tp)
+        if not now or now == m.current_replicas or forward is None:
+            moves.append(m)
+            continue
+        if now == m.target_replicas:
+            continue  # already where the rollback would put it
+        known = set(forward.target_replicas) | set(forward.current_replicas or ())
+        if not set(now) <= known:
+            moves.append(m)  # moved by someone else: stale
+            continue
+        moves.append(Move(topic=m.topic, partition=m.partition, current_replicas=now,
+                          target_replicas=m.target_replicas, allow_rf_change=len(now) != len(m.target_replicas)))
+    return ReassignmentPlan(moves=tuple(moves))
+
+
 # -- the whole loop -----------------------------------------------------------------------------
 
 

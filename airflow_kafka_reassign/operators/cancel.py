@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_kafka_reassign.core.execution import (
     RUN_DIR,
     cancel,
+    rebase_rollback,
     restore_throttles,
     run,
 )
@@ -140,6 +141,9 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
                                        "throttles_restored": restored, "rollback": None}
             rolled = None
             if rollback_plan is not None and not self._stop_requested:
+                topics = sorted({m.topic for m in rollback_plan.moves})
+                live = {p.tp: p.replicas for p in admin.snapshot(topics=topics).partitions}
+                rollback_plan = rebase_rollback(rollback_plan, plan, live)
                 self.log.info("rolling back: %d move(s) of %s", len(rollback_plan), plan_dir)
                 self._running = (rollback_plan, options, state_dir) if state_dir else None
                 try:

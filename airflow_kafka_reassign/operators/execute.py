@@ -47,6 +47,7 @@ from airflow_kafka_reassign.core.execution import (
 from airflow_kafka_reassign.core.plan_io import read_plan
 from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators._params import as_bool
 from airflow_kafka_reassign.triggers.reassignment import resolve_plan_dir
 
 if TYPE_CHECKING:
@@ -120,15 +121,6 @@ class _ExecutionParams:
         """The engine's limits and options from the operator's arguments (validated)."""
         def as_int(v: Any) -> int | None:
             return None if v is None or v == "" else int(v)
-
-        def as_bool(v: Any, name: str) -> bool:
-            # a template renders text unless render_template_as_native_obj: "False" must not mean True
-            if isinstance(v, str):
-                text = v.strip().lower()
-                if text not in ("true", "false"):
-                    raise ConfigurationError(f"{name} must be true or false, not {v!r}")
-                return text == "true"
-            return bool(v)
 
         return (
             ExecutionLimits(max_moves=as_int(self.max_moves), max_moves_per_broker=as_int(self.max_moves_per_broker),

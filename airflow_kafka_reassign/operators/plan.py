@@ -47,6 +47,7 @@ from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators._params import as_bool
 from airflow_kafka_reassign.spark.submit import (
     DEFAULT_MASTER,
     default_conf,
@@ -93,6 +94,9 @@ class PlanReassignmentOperator(BaseOperator):
         every other partition keeps its RF).
     :param heal_targets: ``"topic-partition" -> RF`` to heal (GuardedCreatePartitions records them).
     :param use_sizes: snapshot replica sizes (DescribeLogDirs) and prefer moving small replicas.
+    :param partial_drain: goal ``remove-brokers`` with topic filters: drain only the selected
+        topics now; topics left out keep their replicas on the removed brokers (a warning says how
+        many). Without it such a plan is refused. Templated (``"{{ params.partial_drain }}"``).
     :param request: extra :class:`~airflow_kafka_reassign.core.planner.PlanRequest` fields.
     :param output_uri: where the snapshot and plan go (templated; see module doc).
     :param spark_conn_id: a ``spark`` connection (master URL, deploy mode); ``None`` runs on
@@ -103,7 +107,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "goal", "brokers", "topic_include", "topic_exclude", "rf_changes", "heal_targets", "output_uri",
-        "spark_master",
+        "spark_master", "partial_drain",
     )
     ui_color = "#e8f0fe"
 
@@ -119,6 +123,7 @@ class PlanReassignmentOperator(BaseOperator):
         heal_targets: Mapping[str, int] | None = None,
         include_internal: bool = False,
         use_sizes: bool = False,
+        partial_drain: bool = False,
         request: Mapping[str, Any] | None = None,
         output_uri: str | None = None,
         storage_conn_id: str | None = None,
@@ -140,6 +145,7 @@ class PlanReassignmentOperator(BaseOperator):
         self.heal_targets = heal_targets
         self.include_internal = include_internal
         self.use_sizes = use_sizes
+        self.partial_drain = partial_drain
         self.request = dict(request or {})
         self.output_uri = output_uri
         self.storage_conn_id = storage_conn_id
@@ -169,6 +175,8 @@ class PlanReassignmentOperator(BaseOperator):
             fields["include_internal"] = True
         if self.use_sizes:
             fields["use_sizes"] = True
+        if as_bool(self.partial_drain, "partial_drain"):
+            fields["partial_drain"] = True
         try:
             return PlanRequest(**fields)
         except ValueError as e:

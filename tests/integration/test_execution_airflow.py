@@ -53,7 +53,7 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=Fal
 '''
 
 LOGICAL_DATE = "2026-11-22T02:00:00+00:00"
-_SUBMITTED = re.compile(r'submitting \d+ move\(s\) \([^)]*\): (\{"version":1,"partitions":\[.*?\]\})')
+_SUBMITTED = re.compile(r'submitting \d+ move\(s\) \([^)]*\): (\{"version":1,"partitions":.*)')
 
 
 class DagRun:
@@ -92,8 +92,9 @@ class DagRun:
 
     def submitted(self) -> list[TopicPartition]:
         """Every partition the task submitted, from the engine's log lines (exact requests)."""
+        decoder = json.JSONDecoder()  # the request JSON, then the log line's decoration
         return [TopicPartition(p["topic"], p["partition"])
-                for text in _SUBMITTED.findall(self.log) for p in json.loads(text)["partitions"]]
+                for text in _SUBMITTED.findall(self.log) for p in decoder.raw_decode(text)[0]["partitions"]]
 
 
 def run_dag(env: dict[str, str], dag_file: Path, log: Path) -> tuple[dict, DagRun]:
@@ -192,7 +193,8 @@ def test_a_task_killed_mid_plan_and_retried_submits_nothing_twice_and_leaves_no_
         outcome = first.result(timeout=60)  # on_kill restored the throttles and the try failed (retryable)
         assert outcome["state"] == "failed" and "stopped (on_kill)" in first.log
         assert throttles(admin, [unique_topic]) == before
-    assert admin.list_reassignments([TopicPartition(unique_topic, 1)])  # the killed try's move goes on
+    # the killed try's move goes on (or is already done: on_kill lifted the throttle that slowed it)
+    assert admin.list_reassignments([TopicPartition(unique_topic, 1)]) or replicas(admin, unique_topic)[1] == (4, 3)
 
     retry = DagRun(airflow_home, dag, tmp_path / "retry.log")
     result = retry.result()
@@ -231,7 +233,9 @@ def test_execute_then_cancel_with_rollback_in_one_dag_run(sandbox, airflow_home,
     assert result["state"] == "success", result
     assert result["xcom"]["execute.return_value"]["in_flight"] >= 1
     summary = result["xcom"]["cancel.return_value"]
-    assert summary["cancelled_partitions"] == [f"{unique_topic}-1"] and summary["rf_changed"] == {}
+    # partition 1 is still copying; partition 0 may have finished (then it is moved back) or been cancelled
+    # too (then the controller may have put its original replicas back in another order: rolled back to it)
+    assert f"{unique_topic}-1" in summary["cancelled_partitions"] and summary["rf_changed"] == {}
     assert summary["throttles_restored"] and summary["rollback"]["ok"]
     assert replicas(admin, unique_topic) == [(1, 2), (2, 3)]
     assert admin.list_reassignments() == {}

@@ -52,7 +52,11 @@ class PlanRequest(_Frozen):
       ``max_leader_spread``), every partition over ``min(RF, racks)`` racks, fewest moves.
     * ``add-brokers``: the same, the new brokers (``brokers``, or every broker of the snapshot
       holding no replica) receiving their share.
-    * ``remove-brokers``: the same on the brokers left; ``brokers`` end with no replicas.
+    * ``remove-brokers``: the same on the brokers left; ``brokers`` end with no replicas. A
+      topic that ``topic_include`` / ``topic_exclude`` leave out but that has a replica on a
+      removed broker makes the plan fail, unless ``partial_drain=True``: then only the selected
+      topics are drained now (the others keep their replicas there, with a warning), so that a
+      large decommission can run in steps, topic group by topic group.
     * ``heal``: only restore the intended replication factor of partitions created
       under-replicated (``heal_targets``, or partitions with fewer replicas than their
       topic's replication factor).
@@ -84,6 +88,9 @@ class PlanRequest(_Frozen):
     #: the brokers' totals (fixed load, racks of unequal size); 1 keeps every topic even.
     max_topic_spread: int = Field(default=2, ge=1)
     balance_leaders: bool = True
+    #: remove-brokers: leave the replicas of topics left out by topic_include/topic_exclude on the
+    #: removed brokers (drain in steps) instead of refusing the plan.
+    partial_drain: bool = False
 
     @field_validator("brokers")
     @classmethod
@@ -382,6 +389,8 @@ class TopicPrep:
     excluded_in_flight: list[TopicPartition] = field(default_factory=list)
     evacuated: bool = False
     auto_healed: int = 0
+    #: replicas of this (left out) topic that stay on removed brokers (partial_drain)
+    left_on_removed: int = 0
 
 
 def named_brokers(partitions: Iterable[PartitionLike]) -> dict[int, TopicPartition]:
@@ -540,10 +549,13 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
                     add(p, target, len(target), False, False)
                     out.evacuated = True
                     continue
-                raise ConfigurationError(
-                    f"partition {p.tp} has a replica on removed broker(s) {_fmt(on_removed)} but "
-                    f"{ctx.why_excluded(topic)}; include the topic, or remove other brokers"
-                )
+                if not request.partial_drain:
+                    raise ConfigurationError(
+                        f"partition {p.tp} has a replica on removed broker(s) {_fmt(on_removed)} but "
+                        f"{ctx.why_excluded(topic)}; include the topic, remove other brokers, or plan with "
+                        "partial_drain=True to drain only the selected topics now"
+                    )
+                out.left_on_removed += len(on_removed)
             fix(target)
             continue
         rf = request.rf_changes.get(topic, len(target))
@@ -575,7 +587,10 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
     excluded: list[TopicPartition] = []
     evacuated: list[str] = []
     healed = 0
+    left_on_removed: dict[str, int] = {}
     for prep in sorted(preps, key=lambda x: x.topic):
+        if prep.left_on_removed:
+            left_on_removed[prep.topic] = prep.left_on_removed
         if prep.planned is not None:
             topics.append(prep.planned)
         for b, c in prep.fixed_load.items():
@@ -599,6 +614,13 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
         warnings.append(
             f"internal topic(s) {evacuated} hold replicas on removed broker(s) {_fmt(ctx.removed)}: "
             "only those replicas are moved (include_internal=True balances these topics too)"
+        )
+    if left_on_removed:
+        names = sorted(left_on_removed)
+        warnings.append(
+            f"partial drain: {sum(left_on_removed.values())} replica(s) of {len(names)} topic(s) left out by "
+            f"topic_include/topic_exclude stay on removed broker(s) {_fmt(ctx.removed)} "
+            f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); those brokers are not empty yet"
         )
     if excluded:
         warnings.append(

@@ -711,3 +711,29 @@ def test_a_stop_requested_while_observing_submits_nothing_and_writes_nothing(tmp
                    state_dir=tmp_path, should_stop=lambda: True)
     assert s.pending == [tp("t", 0)] and s.submitted == []
     assert f.alter_requests == [] and f.broker_configs == {b: {} for b in RACKS} and list(tmp_path.iterdir()) == []
+
+
+# -- rollback after a cancel ------------------------------------------------------------------------
+
+
+def test_rebase_rollback_starts_each_move_from_where_the_cancel_left_it():
+    from airflow_kafka_reassign.core.execution import rebase_rollback
+
+    def mv(p, cur, tgt, **kw):
+        return Move(topic="t", partition=p, current_replicas=cur, target_replicas=tgt, **kw)
+
+    plan = ReassignmentPlan(moves=(mv(0, (1, 2), (3, 2)), mv(1, (2, 3), (4, 5)), mv(2, (1, 2), (4, 2)),
+                                   mv(3, (1, 2), (3, 2)), mv(4, (1, 2), (3, 4))))
+    live = {
+        tp("t", 0): (2, 1),      # cancelled: original set, the controller's order (another preferred leader)
+        tp("t", 1): (4, 5),      # finished: on the plan's target
+        tp("t", 2): (1, 2),      # cancelled: exactly as before
+        tp("t", 3): (3, 2, 1),   # cancelled after broker 3 joined: RF 3 (KIP-455)
+        tp("t", 4): (5, 1),      # someone else moved it
+    }
+    out = {m.partition: m for m in rebase_rollback(plan.rollback(), plan, live).moves}
+    assert set(out) == {0, 1, 3, 4}
+    assert (out[0].current_replicas, out[0].target_replicas, out[0].allow_rf_change) == ((2, 1), (1, 2), False)
+    assert (out[1].current_replicas, out[1].target_replicas) == ((4, 5), (2, 3))
+    assert (out[3].current_replicas, out[3].target_replicas, out[3].allow_rf_change) == ((3, 2, 1), (1, 2), True)
+    assert out[4].current_replicas == (3, 4)  # expected as planned: the execution refuses it as stale

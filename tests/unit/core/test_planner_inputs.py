@@ -33,6 +33,19 @@ def test_a_dead_broker_listed_for_removal_is_evacuated() -> None:
     assert all(3 not in m.target_replicas for m in result.plan.moves)
 
 
+def test_a_topic_left_out_with_replicas_on_a_removed_broker_is_refused_unless_partial_drain() -> None:
+    snapshot = snapshot_from_assignment([0, 1, 2, 3], {"orders": [[0, 3], [3, 1], [1, 2]], "other": [[3, 0], [2, 1]]})
+    with pytest.raises(ConfigurationError, match=r"other-0 has a replica on removed broker\(s\) \[3\].*partial_drain=True"):
+        plan(snapshot, goal="remove-brokers", brokers=[3], topic_include=["orders"])
+
+    result = plan(snapshot, goal="remove-brokers", brokers=[3], topic_include=["orders"], partial_drain=True)
+    assert {m.topic for m in result.plan.moves} == {"orders"}
+    assert all(3 not in m.target_replicas for m in result.plan.moves)
+    assert {m.partition for m in result.plan.moves} >= {0, 1}
+    assert result.after.replicas_on_removed_brokers == 1  # other-0 stays on broker 3 for a later step
+    assert any("partial drain: 1 replica(s) of 1 topic(s)" in w and "other" in w for w in result.warnings)
+
+
 def test_removing_a_broker_nobody_knows() -> None:
     snapshot = snapshot_from_assignment(THREE, {"orders": [[0, 1]]})
     with pytest.raises(ConfigurationError, match=r"cannot remove broker\(s\) \[9\]"):
