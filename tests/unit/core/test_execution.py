@@ -732,7 +732,8 @@ def test_rebase_rollback_starts_each_move_from_where_the_cancel_left_it():
         tp("t", 4): (5, 1),      # someone else moved it
     }
     out = {m.partition: m for m in rebase_rollback(plan.rollback(), plan, live).moves}
-    assert set(out) == {0, 1, 3, 4}
+    assert set(out) == {0, 1, 2, 3, 4}
+    assert out[2].current_replicas == out[2].target_replicas == (1, 2)  # already back: done, nothing sent
     assert (out[0].current_replicas, out[0].target_replicas, out[0].allow_rf_change) == ((2, 1), (1, 2), False)
     assert (out[1].current_replicas, out[1].target_replicas) == ((4, 5), (2, 3))
     assert (out[3].current_replicas, out[3].target_replicas, out[3].allow_rf_change) == ((3, 2, 1), (1, 2), True)
