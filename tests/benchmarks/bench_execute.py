@@ -35,11 +35,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+from bench_reference import fill, wait_until  # one producer for every partition; polling
+
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 from airflow_kafka_reassign.sandbox import Sandbox
-from bench_reference import fill  # one producer for every partition
 
 PER_TOPIC = 50
 THROTTLE_KEYS_BROKER = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
@@ -73,16 +74,6 @@ with create_session() as session:
     xcom = {f"{r.task_id}.{r.key}": XComModel.deserialize_value(r) for r in rows}
 print("BENCH-RESULT " + json.dumps({"state": str(run.state), "dag_test_s": took, "tis": tis, "xcom": xcom}, default=str))
 '''
-
-
-def wait_until(cond, what: str, timeout: float = 900.0, every: float = 0.5):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def settled(admin: KafkaClusterAdmin, topics: list[str], expected: dict[TopicPartition, tuple[int, ...]]) -> bool:

@@ -87,9 +87,8 @@ def assert_run(result: dict, state: str, tasks: dict[str, str]) -> None:
 
 
 def assert_plan_applied(admin: KafkaClusterAdmin, plan_dir: Path, topics: list[str], removed: tuple[int, ...] = ()) -> None:
-    """Every move of the plan is on the cluster and in sync; this test's topics are as balanced as the plan
-    promised (metrics.json's "after", computed over the same topics), spread over the racks, with their
-    replication factors unchanged."""
+    """Every move of the plan is on the cluster and in sync; this test's topics are spread over the racks, off
+    the removed brokers, no less balanced than the plan's worst topic, with their replication factors unchanged."""
     plan = read_plan(plan_dir)
     assert len(plan) > 0
     assert {m.topic for m in plan.moves} <= set(topics)  # confined to this test's topics
@@ -105,9 +104,9 @@ def assert_plan_applied(admin: KafkaClusterAdmin, plan_dir: Path, topics: list[s
     promised = read_metrics(plan_dir)["after"]
     assert actual.rack_violations == 0 and actual.rf_changes == 0
     assert actual.replicas_on_removed_brokers == 0
-    assert actual.replica_max_min <= promised["replica_max_min"]
+    # the plan's "after" covers the whole shared cluster (other tests' topics are load it may not move): its
+    # worst topic bounds this test's topics; the per-broker totals are checked by test_plan_on_sandbox.py
     assert actual.topic_replica_max_min <= promised["topic_replica_max_min"]
-    assert actual.leader_max_min <= promised["leader_max_min"]
     assert read_metrics(plan_dir)["summary"]["replica_moves"] == sum(len(m.adding_replicas) for m in plan.moves)
 
 
