@@ -233,7 +233,9 @@ def test_scale_out_moves_a_share_onto_the_new_brokers(sandbox, admin, airflow_ho
     after = replicas(admin, topics)
     per_broker = {b: sum(b in r for r in after.values()) for b in BROKERS}
     assert per_broker[4] > 0 and per_broker[5] > 0
-    assert max(per_broker.values()) - min(per_broker.values()) <= 2
+    # broker 3 is alone in rack r3: it holds a replica of every RF-3 partition; the others share the rest
+    others = [per_broker[b] for b in (1, 2, 4, 5)]
+    assert max(others) - min(others) <= 2, per_broker
     assert {tp: len(r) for tp, r in after.items()} == {tp: len(r) for tp, r in before.items()}
     assert admin.describe_throttles(BROKERS, topics) == throttles
 
