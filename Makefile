@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup demo ui ui-stop test unit integration bench lint docs clean
+.PHONY: setup chromium demo ui ui-stop test unit integration bench lint docs clean
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -29,13 +29,19 @@ ui: setup  ## airflow standalone (http://127.0.0.1:8080) with the example DAGs a
 ui-stop: setup  ## stop what 'make ui' started (when its terminal is gone)
 	$(PY) -m airflow_kafka_reassign.demo ui-stop
 
-test: setup  ## unit and integration tests (starts one real Kafka cluster)
+chromium:  ## Debian's chromium for the plan report's browser test (apt-get install when missing)
+	@command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || { \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "installing Debian's chromium (the plan report's browser test)"; \
+	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: setup chromium  ## unit and integration tests (starts one real Kafka cluster)
 	$(VENV)/bin/pytest tests/unit tests/integration
 
 unit: setup
 	$(VENV)/bin/pytest tests/unit
 
-integration: setup
+integration: setup chromium
 	$(VENV)/bin/pytest tests/integration
 
 bench: setup  ## benchmarks: print numbers, assert nothing about time

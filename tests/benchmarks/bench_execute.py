@@ -197,7 +197,12 @@ def main() -> None:
 
             ref_s, verifies = reference(sandbox, plan, args.throttle, tmp)
             ref_ok = settled(admin, topics, after)
-            ref_clean = throttles(admin, brokers, topics) == clean
+            left = throttles(admin, brokers, topics)
+            ref_clean = left == clean
+            if not ref_clean:  # name what the reference left behind
+                was, now = json.loads(clean), json.loads(left)
+                diff = {kind: {k: v for k, v in now[kind].items() if was[kind].get(k) != v} for kind in now}
+                print(f"  throttle configs the reference left behind: {json.dumps(diff, sort_keys=True)[:800]}")
             print(f"reference --execute + --verify loop: {ref_s:.1f} s ({verifies} --verify runs); all in sync on the "
                   f"target: {ref_ok}; throttles as before: {ref_clean}", flush=True)
             back = tmp / "rollback.json"
