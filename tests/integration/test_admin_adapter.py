@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka_helpers import wait_until
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.ports import NewPartitions
@@ -44,14 +44,6 @@ def _described(sandbox, name):
     return [tuple(t.partitions[i].replicas) for i in sorted(t.partitions)]
 
 
-def wait_until(cond, *, what: str, timeout: float = 60.0, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def produce(sandbox, topic: str, partition: int, megabytes: int) -> None:

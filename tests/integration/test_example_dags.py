@@ -17,12 +17,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 from dagrun import run_dag_file
-from test_wait_sensor import make_topic
+from kafka_helpers import make_topic, wait_until
 
 from airflow_kafka_reassign.core.growth import update_heal_targets
 from airflow_kafka_reassign.core.models import TopicPartition
@@ -37,14 +36,6 @@ MB_PER_PARTITION = 0.5
 THROTTLE = 2_000_000  # bytes/s: a 0.5 MB replica copies in well under a second, but under a real throttle
 
 
-def wait_until(cond, *, what: str, timeout: float = 120.0, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_execution_engine import make_topic, replicas, throttles
+from kafka_helpers import make_topic, replicas, throttles
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE

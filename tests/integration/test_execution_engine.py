@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from kafka_helpers import make_topic, replicas, throttles, wait_until
 
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
@@ -34,43 +35,6 @@ from airflow_kafka_reassign.core.throttle import (
     restore_throttle,
 )
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
-from airflow_kafka_reassign.kafka.workload import create_topic, produce
-
-BROKERS = [1, 2, 3, 4, 5]
-
-
-def make_topic(config: dict, topic: str, assignment: list[list[int]], megabytes: float = 0.0) -> None:
-    create_topic(config, topic, assignment)
-    deadline = time.monotonic() + 60
-    with KafkaClusterAdmin(config) as admin:
-        while True:
-            parts = admin.snapshot(topics=[topic]).partitions if topic in admin.list_topic_names() else ()
-            if len(parts) == len(assignment) and all(p.leader is not None for p in parts):
-                break
-            assert time.monotonic() < deadline, f"topic {topic} has no leaders after 60 s"
-            time.sleep(0.3)
-    if megabytes:
-        for i in range(len(assignment)):
-            produce(config, topic, partition=i, megabytes=megabytes)
-
-
-def wait_until(cond: Any, what: str, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def throttles(admin: KafkaClusterAdmin, topics: list[str]) -> dict:
-    """Every throttle config of every broker and of ``topics``, as Kafka reports them."""
-    return admin.describe_throttles(BROKERS, topics).model_dump()
-
-
-def replicas(admin: KafkaClusterAdmin, topic: str) -> list[tuple[int, ...]]:
-    return [p.replicas for p in admin.snapshot(topics=[topic]).partitions]
 
 
 def described(config: dict, topic: str) -> list[tuple[int, ...]]:

@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from dagrun import run_dag_file
+from kafka_helpers import wait_until
 
 from airflow_kafka_reassign.core.report import broker_loads
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -38,14 +39,6 @@ class TI:
         self.pushed[key] = json.loads(json.dumps(value))
 
 
-def wait_until(cond, *, what: str, timeout: float = 60.0, every: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def replicas_of(config, topic: str) -> dict[int, tuple[int, ...]]:

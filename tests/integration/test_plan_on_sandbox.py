@@ -16,11 +16,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from dagrun import run_dag_file
+from kafka_helpers import wait_until
 
 from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
 from airflow_kafka_reassign.core.planner import compute_metrics
@@ -31,14 +31,6 @@ from airflow_kafka_reassign.kafka.workload import create_topic, produce
 CLI = str(Path(sys.executable).with_name("airflow-kafka-reassign"))
 
 
-def wait_until(cond, *, what: str, timeout: float = 120.0, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @pytest.fixture

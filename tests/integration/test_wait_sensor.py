@@ -6,42 +6,23 @@ with kafka/workload.py). The deferrable mode through a real triggerer process is
 
 from __future__ import annotations
 
-import json
 import textwrap
 import time
 from pathlib import Path
 
 from dagrun import run_dag_file
+from kafka_helpers import make_topic, write_plan_dir
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.progress import ReassignmentWatch
 from airflow_kafka_reassign.core.throttle import apply_throttle, restore_throttle
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
-from airflow_kafka_reassign.kafka.workload import create_topic, produce
 
 MB = 1_000_000
 
 
-def write_plan_dir(path: Path, plan: ReassignmentPlan) -> Path:
-    """A plan directory as PlanReassignment writes it (plan, rollback, metrics)."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "plan.json").write_text(plan.model_dump_json())
-    (path / "rollback.json").write_text(plan.rollback().model_dump_json())
-    (path / "metrics.json").write_text(json.dumps({"format_version": 1}))
-    return path
 
 
-def make_topic(config, topic: str, assignment, megabytes: float) -> None:
-    create_topic(config, topic, assignment)
-    deadline = time.monotonic() + 60
-    with KafkaClusterAdmin(config) as admin:
-        while time.monotonic() < deadline:
-            parts = admin.snapshot(topics=[topic]).partitions if topic in admin.list_topic_names() else ()
-            if len(parts) == len(assignment) and all(p.leader is not None for p in parts):
-                break
-            time.sleep(0.3)
-    for i in range(len(assignment)):
-        produce(config, topic, partition=i, megabytes=megabytes)
 
 
 POKE_DAG = '''

@@ -1,0 +1,63 @@
+"""Helpers the integration tests share (a module, not a test file: test modules never import each other)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.kafka.workload import create_topic, produce
+
+#: The session sandbox's brokers (tests/integration/conftest.py).
+BROKERS = [1, 2, 3, 4, 5]
+
+T = TypeVar("T")
+
+
+def wait_until(cond: Callable[[], T], what: str, timeout: float = 120.0, every: float = 0.3) -> T:
+    """``cond()``'s first truthy value, polling every ``every`` s; an AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def make_topic(config: dict[str, Any], topic: str, assignment: list[list[int]], megabytes: float = 0.0) -> None:
+    """Create ``topic`` with this replica assignment, wait until every partition has a leader, then write
+    about ``megabytes`` of records into each partition."""
+    create_topic(config, topic, assignment)
+    with KafkaClusterAdmin(config) as admin:
+        def led() -> bool:
+            parts = admin.snapshot(topics=[topic]).partitions if topic in admin.list_topic_names() else ()
+            return len(parts) == len(assignment) and all(p.leader is not None for p in parts)
+
+        wait_until(led, f"the partitions of {topic} to have leaders", timeout=60)
+    if megabytes:
+        for i in range(len(assignment)):
+            produce(config, topic, partition=i, megabytes=megabytes)
+
+
+def write_plan_dir(path: Path, plan: ReassignmentPlan) -> Path:
+    """A plan directory as PlanReassignment writes it (plan, rollback, metrics)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "plan.json").write_text(plan.model_dump_json())
+    (path / "rollback.json").write_text(plan.rollback().model_dump_json())
+    (path / "metrics.json").write_text(json.dumps({"format_version": 1}))
+    return path
+
+
+def throttles(admin: KafkaClusterAdmin, topics: list[str]) -> dict:
+    """Every throttle config of every broker and of ``topics``, as Kafka reports them."""
+    return admin.describe_throttles(BROKERS, topics).model_dump()
+
+
+def replicas(admin: KafkaClusterAdmin, topic: str) -> list[tuple[int, ...]]:
+    """The replicas of every partition of ``topic``, in partition order."""
+    return [p.replicas for p in admin.snapshot(topics=[topic]).partitions]
