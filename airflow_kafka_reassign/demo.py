@@ -42,6 +42,7 @@ from typing import Any
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot
 from airflow_kafka_reassign.core.report import broker_loads, human_bytes
+from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: topic -> (partitions, RF, MB per partition); all placed on brokers 1-3 only.
 SKEWED_TOPICS = {"orders": (12, 3, 2.0), "payments": (6, 2, 1.0), "clicks": (18, 2, 0.5)}
@@ -99,7 +100,10 @@ def load_workload(config: Mapping[str, str]) -> None:
         deadline = time.monotonic() + 60
         expected = sum(p for p, _, _ in SKEWED_TOPICS.values())
         while True:
-            parts = admin.snapshot(topics=list(SKEWED_TOPICS)).partitions
+            try:
+                parts = admin.snapshot(topics=list(SKEWED_TOPICS)).partitions
+            except ConfigurationError:  # the answering broker does not know every new topic yet
+                parts = ()
             if len(parts) == expected and all(p.leader is not None for p in parts):
                 break
             if time.monotonic() > deadline:

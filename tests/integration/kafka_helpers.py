@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
 
@@ -35,7 +36,10 @@ def make_topic(config: dict[str, Any], topic: str, assignment: list[list[int]], 
     create_topic(config, topic, assignment)
     with KafkaClusterAdmin(config) as admin:
         def led() -> bool:
-            parts = admin.snapshot(topics=[topic]).partitions if topic in admin.list_topic_names() else ()
+            try:  # the broker that answers may not know the new topic yet (metadata propagation)
+                parts = admin.snapshot(topics=[topic]).partitions
+            except ConfigurationError:
+                return False
             return len(parts) == len(assignment) and all(p.leader is not None for p in parts)
 
         wait_until(led, f"the partitions of {topic} to have leaders", timeout=60)
