@@ -75,7 +75,8 @@ def create_topics(
     timeout_s: float = 120.0,
 ) -> None:
     """Create many topics at once, placed by the brokers (``{name: partition count}``)."""
-    from confluent_kafka.admin import AdminClient, NewTopic as CKNewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as CKNewTopic
 
     admin = AdminClient(to_confluent(config, timeout_s=timeout_s))
     names = list(partitions)

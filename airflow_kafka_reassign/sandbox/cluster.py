@@ -2,7 +2,8 @@
 
 Layout of a sandbox directory ``DIR``::
 
-    DIR/sandbox.json             state (mode 600): ports, pids, command lines, SASL password (created through the admin API, never on a command line)
+    DIR/sandbox.json             state (mode 600): ports, pids, command lines, SASL password
+                                 (created through the admin API, never on a command line)
     DIR/tools-log4j2.xml         log4j2 configuration of Kafka command-line tools (stderr, WARN)
     DIR/node-<id>/server.properties
     DIR/node-<id>/log4j2.xml

@@ -251,9 +251,9 @@ def test_unreachable_cluster_fails_within_the_timeout_naming_the_servers():
     from airflow_kafka_reassign.sandbox.cluster import free_ports
 
     port = free_ports(1)[0]
-    with pytest.raises(ClusterUnreachableError, match=f"127.0.0.1:{port}"):
-        with KafkaClusterAdmin({"bootstrap.servers": f"127.0.0.1:{port}"}, timeout_s=3) as a:
-            a.snapshot()
+    with pytest.raises(ClusterUnreachableError, match=f"127.0.0.1:{port}"), \
+            KafkaClusterAdmin({"bootstrap.servers": f"127.0.0.1:{port}"}, timeout_s=3) as a:
+        a.snapshot()
 
 
 def test_a_long_lived_admin_survives_the_restart_of_the_broker_it_routes_to(sandbox):
