@@ -934,10 +934,10 @@ def rebase_rollback(
     replicas but possibly in another order (the controller rebuilds them from the adding replicas,
     so the preferred leader may differ) or with adding replicas that had joined (KIP-455: a higher
     RF). Such a move then starts from the live replicas: a reorder, or an RF change marked
-    ``allow_rf_change`` (the execution still refuses it unless the task allows RF changes). A
-    partition already exactly on its original replicas is done at once (nothing is sent). A partition on replicas
-    outside the plan move's before and after (someone else moved it) keeps its expected replicas,
-    and the execution refuses it as stale.
+    ``allow_rf_change`` (the execution still refuses it unless the task allows RF changes); a
+    partition already exactly on its original replicas is then done at once (nothing is sent). A
+    partition on replicas outside the plan move's before and after (someone else moved it) keeps
+    its expected replicas, and the execution refuses it as stale.
     """
     planned = {m.tp: m for m in plan.moves} if plan is not None else {}
     moves: list[Move] = []
@@ -946,9 +946,6 @@ def rebase_rollback(
         forward = planned.get(m.tp)
         if not now or now == m.current_replicas or forward is None:
             moves.append(m)
-            continue
-        if now == m.target_replicas:  # already back: counted as done, nothing is sent
-            moves.append(m.model_copy(update={"current_replicas": now, "allow_rf_change": False}))
             continue
         known = set(forward.target_replicas) | set(forward.current_replicas or ())
         if not set(now) <= known:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka_helpers import make_topic, write_plan_dir
+from kafka_helpers import make_topic, wait_until, write_plan_dir
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -154,14 +154,12 @@ def deployment(tmp_path: Path, sandbox) -> Iterator[Airflow]:
 
 
 def wait_for(cond, what: str, af: Airflow, timeout: float = 240.0, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n--- scheduler\n{af.tail('scheduler')}"
-                         f"\n--- triggerers\n{af.tail('triggerer-1')}\n{af.tail('triggerer-2')}")
+    """:func:`wait_until`, with the scheduler's and the triggerers' log tails when it times out."""
+    try:
+        return wait_until(cond, what, timeout, every)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- scheduler\n{af.tail('scheduler')}"
+                             f"\n--- triggerers\n{af.tail('triggerer-1')}\n{af.tail('triggerer-2')}") from None
 
 
 @pytest.mark.timeout(900)
