@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, TopicState
-from airflow_kafka_reassign.core.snapshot_io import read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.snapshot_io import partitions_table, read_snapshot, write_partitions, write_snapshot
 
 
 def snapshot() -> ClusterSnapshot:
@@ -28,22 +28,43 @@ def snapshot() -> ClusterSnapshot:
     )
 
 
-def test_snapshot_round_trips(tmp_path):
+def test_snapshot_round_trips_with_partitions_sorted(tmp_path):
     snap = snapshot()
-    assert read_snapshot(write_snapshot(snap, tmp_path / "s")) == snap
+    back = read_snapshot(write_snapshot(snap, tmp_path / "s"))
+    by_tp = sorted(snap.partitions, key=lambda p: (p.topic, p.partition))
+    assert back == snap.model_copy(update={"partitions": tuple(by_tp)})
+
+
+def test_a_topic_is_whole_in_one_row_group_so_spark_splits_hold_whole_topics(tmp_path):
+    sizes = {"big": 23, "a": 3, "c": 1, "d": 7, "b": 4}  # written in a shuffled order
+    parts = [PartitionState(topic=t, partition=p, replicas=(1, 2)) for p in range(30) for t in sizes if p < sizes[t]]
+    snap = snapshot().model_copy(update={
+        "topics": tuple(TopicState(name=t, partition_count=n, replication_factor=2) for t, n in sizes.items()),
+        "partitions": tuple(parts),
+    })
+    path = tmp_path / "partitions.parquet"
+    write_partitions(partitions_table(snap), path, rows=5)
+    f = pq.ParquetFile(path)
+    groups = [f.read_row_group(i).select(["topic", "partition"]).to_pylist() for i in range(f.num_row_groups)]
+    assert f.num_row_groups > 2 and all(len(g) >= 5 for g in groups[:-1])
+    flat = [(r["topic"], r["partition"]) for g in groups for r in g]
+    assert flat == sorted(flat) and len(flat) == len(parts)
+    topics_of = [{r["topic"] for r in g} for g in groups]
+    assert all(not (a & b) for i, a in enumerate(topics_of) for b in topics_of[i + 1:])  # no topic in two groups
+    assert {"big"} in topics_of  # a topic bigger than a group is a group of its own
 
 
 def test_snapshot_files_are_plain_parquet(tmp_path):
     write_snapshot(snapshot(), tmp_path)
     rows = pq.read_table(tmp_path / "partitions.parquet").to_pylist()
-    assert rows[0]["replicas"] == [1, 2] and rows[0]["replica_sizes"] == [10, 12]
+    assert rows[1]["topic"] == "a" and rows[1]["replicas"] == [1, 2] and rows[1]["replica_sizes"] == [10, 12]
     assert json.loads((tmp_path / "snapshot.json").read_text())["format_version"] == 1
 
 
 def test_reading_validates_and_names_the_partition(tmp_path):
     write_snapshot(snapshot(), tmp_path)
     table = pq.read_table(tmp_path / "partitions.parquet").to_pylist()
-    table[0]["replicas"] = [1, 1]
+    table[1]["replicas"] = [1, 1]
     import pyarrow as pa
 
     from airflow_kafka_reassign.core.snapshot_io import PARTITIONS_SCHEMA
