@@ -179,7 +179,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="plan directory to write")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--conf", action="append", help="extra Spark conf KEY=VALUE; repeatable")
-    p.add_argument("--partitions", type=int, help="Spark partitions of the topic shuffle")
+    p.add_argument("--partitions", type=int, help="tasks of the per-topic stages (default 4 per core)")
     p.add_argument("--no-spark", action="store_true", help="plan in this process (small clusters, tests)")
     p.set_defaults(func=cmd_plan)
 

@@ -15,8 +15,11 @@ other failure.
 
 How the work is spread (see core/planner/staged.py for the steps):
 
-* the partitions are read as columns and shuffled once so every topic is in one task, sorted
-  by partition (``repartition(topic)`` + ``sortWithinPartitions``), and cached;
+* the partitions are read as columns in parallel splits; a snapshot written by this package
+  keeps every topic whole in one Parquet row group (core/snapshot_io.py), so each split holds
+  whole topics and no shuffle is needed. When a topic turns out to span splits (a file written
+  otherwise), the job shuffles once by topic instead (``repartition(topic)`` +
+  ``sortWithinPartitions``, cached);
 * ``prepare`` runs per topic on the executors (checks, planner input, aggregates); the
   driver gets one small :class:`~airflow_kafka_reassign.core.planner.types.TopicLoad` per topic
   and runs the global quota step;
@@ -87,107 +90,225 @@ def _batch(kinds: list[str], topics: list[str], payloads: list[bytes]) -> pa.Rec
     )
 
 
+#: the columns of partitions.parquet the planner reads (PartitionRow's fields, in order)
+_ROW_COLUMNS = ("topic", "partition", "replicas", "adding_replicas", "removing_replicas", "replica_sizes")
+
+
+_TUPLE_COLUMNS = ("replicas", "adding_replicas", "removing_replicas")
+
+
+def _tuples(col: pa.Array) -> list[tuple[int, ...]]:
+    """A list<int> column as tuples (null: empty), through its flat values (cheaper than to_pylist)."""
+    n = len(col)
+    if col.null_count:  # a null slot may cover values: the plain way
+        return [tuple(x or ()) for x in col.to_pylist()]
+    flat = col.flatten()
+    if len(flat) == 0:
+        return [()] * n
+    values = flat.to_pylist()
+    offsets = col.offsets.to_pylist()
+    base = offsets[0]
+    return [tuple(values[offsets[i] - base:offsets[i + 1] - base]) for i in range(n)]
+
+
 def topic_groups(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, list[PartitionRow] | str]]:
-    """(topic, its sorted rows) from Arrow batches sorted by (topic, partition); a topic may
-    span batches. A row that fails the model's checks gives (topic, error message)."""
+    """(topic, its rows sorted by partition) from Arrow batches where each topic's rows are
+    together; a topic may span batches. A row that fails the model's checks gives (topic,
+    error message). A topic whose rows are not together comes out twice (the driver checks)."""
     current: str | None = None
     rows: list[PartitionRow] = []
     error: str | None = None
     for batch in batches:
-        cols = batch.to_pydict()
-        sizes_col = cols["replica_sizes"]
-        for i, topic in enumerate(cols["topic"]):
+        cols = [
+            _tuples(batch.column(name)) if name in _TUPLE_COLUMNS else batch.column(name).to_pylist()
+            for name in _ROW_COLUMNS
+        ]
+        for topic, partition, replicas, adding, removing, sizes in zip(*cols, strict=True):
             if topic != current:
                 if current is not None:
-                    yield current, error if error is not None else rows
+                    yield current, error if error is not None else _by_partition(rows)
                 current, rows, error = topic, [], None
             if error is not None:
                 continue
-            replicas = tuple(cols["replicas"][i] or ())
-            sizes = sizes_col[i]
             try:
                 if sizes is not None and len(sizes) != len(replicas):
                     raise ValueError(
-                        f"partition {topic}-{cols['partition'][i]}: replica_sizes has {len(sizes)} entries "
+                        f"partition {topic}-{partition}: replica_sizes has {len(sizes)} entries "
                         f"for {len(replicas)} replicas"
                     )
                 rows.append(check_partition_row(PartitionRow(
-                    topic=topic,
-                    partition=cols["partition"][i],
-                    replicas=replicas,
-                    adding_replicas=tuple(cols["adding_replicas"][i] or ()),
-                    removing_replicas=tuple(cols["removing_replicas"][i] or ()),
-                    replica_sizes=None if sizes is None else dict(zip(replicas, sizes, strict=True)),
+                    topic, partition, replicas, adding, removing,
+                    None if sizes is None else dict(zip(replicas, sizes, strict=True)),
                 )))
             except ValueError as e:
                 error = str(e)
     if current is not None:
-        yield current, error if error is not None else rows
+        yield current, error if error is not None else _by_partition(rows)
 
 
-def _prepare_fn(ctx_b: Any):  # noqa: ANN202 (a closure over a broadcast)
+def _by_partition(rows: list[PartitionRow]) -> list[PartitionRow]:
+    if any(a.partition > b.partition for a, b in zip(rows, rows[1:], strict=False)):
+        rows.sort(key=lambda r: r.partition)
+    return rows
+
+
+Out = tuple[str, str, bytes]
+"""What every stage yields: (kind, topic, pickled payload)."""
+
+
+def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
+    """Stage 1 over one task's topics: a :class:`Prepared` per topic."""
+    for topic, rows in groups:
+        out = Prepared(topic, invalid=rows) if isinstance(rows, str) else stage_prepare(ctx, topic, rows)
+        yield "prepared", topic, _dump(out)
+
+
+def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
+    """Stage 3 over one task's topics: per topic its :class:`Placed` (stays on the executors)
+    and :class:`LeaderInput` (for the driver), then the task's share of the lower bound."""
+    bound = new_bound(ctx)
+    for topic, rows in groups:
+        assert not isinstance(rows, str)  # prepare raised already
+        placed = stage_place(ctx, step, topic, rows)
+        if placed.bound is not None:
+            bound.merge(placed.bound)
+            placed.bound = None
+        yield "placed", topic, _dump(placed)
+        yield "leaders", topic, _dump(LeaderInput.of(placed))
+    yield "bound", "", _dump(bound)
+
+
+def finish_topics(
+    ctx: PrepareContext, changes: dict[str, dict[int, tuple[int, ...]]], placed: Iterable[tuple[str, bytes]]
+) -> Iterator[Out]:
+    """Stage 5 over one task's placed topics: their moves as JSON fragments, then the task's metrics."""
+    before, after = new_accumulators(ctx)
+    totals = MoveTotals()
+    originals: dict[int, int] = {}
+    for topic, payload in placed:
+        x = pickle.loads(payload)
+        moves, fragments = stage_finish(ctx, x, changes.get(topic, {}), before, after)
+        totals.add(moves)
+        for b, c in leader_counts(x.rows).items():
+            originals[b] = originals.get(b, 0) + c
+        if fragments:
+            yield "fragments", topic, _dump(fragments)
+    yield "metrics", "", _dump((before, after, totals, originals))
+
+
+# -- adapters: the stages over Arrow batches (DataFrame.mapInArrow) or row-group splits (RDD) ----
+
+
+def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over broadcasts)
+    """``stage(*values, groups)`` as a mapInArrow function over batches sorted by topic."""
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx: PrepareContext = ctx_b.value
-        kinds, topics, payloads = [], [], []
-        for topic, rows in topic_groups(batches):
-            out = Prepared(topic, invalid=rows) if isinstance(rows, str) else stage_prepare(ctx, topic, rows)
-            kinds.append("prepared")
-            topics.append(topic)
-            payloads.append(_dump(out))
-        if topics:
-            yield _batch(kinds, topics, payloads)
+        out = list(stage(*(b.value for b in broadcasts), topic_groups(batches)))
+        if out:
+            kinds, topics, payloads = zip(*out, strict=True)
+            yield _batch(list(kinds), list(topics), list(payloads))
 
     return run
 
 
-def _place_fn(ctx_b: Any, quotas_b: Any):  # noqa: ANN202
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx: PrepareContext = ctx_b.value
-        step = quotas_b.value
-        kinds, topics, payloads = [], [], []
-        bound = new_bound(ctx)
-        for topic, rows in topic_groups(batches):
-            assert not isinstance(rows, str)  # prepare raised already
-            placed = stage_place(ctx, step, topic, rows)
-            if placed.bound is not None:
-                bound.merge(placed.bound)
-                placed.bound = None
-            kinds += ["placed", "leaders"]
-            topics += [topic, topic]
-            payloads += [_dump(placed), _dump(LeaderInput.of(placed))]
-        kinds.append("bound")
-        topics.append("")
-        payloads.append(_dump(bound))
-        yield _batch(kinds, topics, payloads)
+def _on_splits(stage: Any, *broadcasts: Any):  # noqa: ANN202
+    """``stage(*values, groups)`` as an RDD function over (file, row groups) splits read with pyarrow."""
+
+    def run(splits: Iterator[tuple[str, list[int]]]) -> Iterator[Out]:
+        values = [b.value for b in broadcasts]
+        for path, row_groups in splits:
+            yield from stage(*values, topic_groups(read_row_groups(path, row_groups)))
 
     return run
 
 
-def _finish_fn(ctx_b: Any, changes_b: Any):  # noqa: ANN202
+def _finish_on_batches(ctx_b: Any, changes_b: Any):  # noqa: ANN202
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx: PrepareContext = ctx_b.value
-        changes = changes_b.value
-        before, after = new_accumulators(ctx)
-        totals = MoveTotals()
-        originals: dict[int, int] = {}
-        kinds, topics, payloads = [], [], []
-        for batch in batches:
-            for topic, payload in zip(batch.column(1).to_pylist(), batch.column(2).to_pylist(), strict=True):
-                placed = pickle.loads(payload)
-                moves, fragments = stage_finish(ctx, placed, changes.get(topic, {}), before, after)
-                totals.add(moves)
-                for b, c in leader_counts(placed.rows).items():
-                    originals[b] = originals.get(b, 0) + c
-                if fragments:
-                    kinds.append("fragments")
-                    topics.append(topic)
-                    payloads.append(_dump(fragments))
-        kinds.append("metrics")
-        topics.append("")
-        payloads.append(_dump((before, after, totals, originals)))
-        yield _batch(kinds, topics, payloads)
+        pairs = ((t, p) for b in batches for t, p in zip(b.column(1).to_pylist(), b.column(2).to_pylist(), strict=True))
+        out = list(finish_topics(ctx_b.value, changes_b.value, pairs))
+        kinds, topics, payloads = zip(*out, strict=True)
+        yield _batch(list(kinds), list(topics), list(payloads))
 
     return run
+
+
+def _finish_on_records(ctx_b: Any, changes_b: Any):  # noqa: ANN202
+    def run(records: Iterator[Out]) -> Iterator[Out]:
+        yield from finish_topics(ctx_b.value, changes_b.value, ((t, p) for _, t, p in records))
+
+    return run
+
+
+def read_row_groups(path: str, row_groups: list[int]) -> Iterator[pa.RecordBatch]:
+    """The planner's columns of ``row_groups`` of a local Parquet file."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    yield from f.iter_batches(batch_size=65536, row_groups=row_groups, columns=list(_ROW_COLUMNS))
+
+
+def row_group_splits(base: str, n_parts: int) -> list[tuple[str, list[int]]] | None:
+    """``partitions.parquet``'s row groups cut into about ``n_parts`` runs of similar row counts,
+    for executors to read directly with pyarrow; ``None`` (read through Spark instead) when the
+    snapshot is not on a local path, or its row-group statistics do not show topics in
+    ascending order with none spanning two groups (a file written otherwise than by
+    ``write_snapshot``)."""
+    import pyarrow.parquet as pq
+
+    if "://" in base and not base.startswith("file://"):
+        return None
+    path = str(Path(base.removeprefix("file://"), "partitions.parquet").resolve())
+    try:
+        md = pq.ParquetFile(path).metadata
+        col = md.schema.names.index("topic")
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    rows: list[int] = []
+    last: str | None = None
+    for i in range(md.num_row_groups):
+        group = md.row_group(i)
+        stats = group.column(col).statistics
+        if group.num_rows == 0:
+            rows.append(0)
+            continue
+        if stats is None or not stats.has_min_max or (last is not None and not stats.min > last):
+            return None
+        last = stats.max
+        rows.append(group.num_rows)
+    if not rows:
+        return None
+    # a row group goes to the split its middle row falls in: runs of similar row counts
+    total = sum(rows)
+    splits: list[tuple[str, list[int]]] = []
+    before = 0
+    last_split = -1
+    for i, n in enumerate(rows):
+        k = (2 * before + n) * n_parts // max(1, 2 * total)
+        if k != last_split:
+            splits.append((path, []))
+            last_split = k
+        splits[-1][1].append(i)
+        before += n
+    return splits
+
+
+def split_topics(prepared: Iterable[Prepared]) -> list[str]:
+    """Topics that came out of ``prepare`` more than once: their rows were not together in one
+    split (the partitions file was not written topic by topic)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for x in prepared:
+        (twice if x.topic in seen else seen).add(x.topic)
+    return sorted(twice)
+
+
+def _rows(rows: Iterable[Any]) -> list[Out]:
+    """Collected DataFrame rows as (kind, topic, payload) tuples."""
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _loads(records: Iterable[Out]) -> list[Any]:
+    return [pickle.loads(payload) for _, _, payload in records]
 
 
 class _Clock:
@@ -230,8 +351,15 @@ def read_small_tables(spark: Any, base: str) -> tuple[list[Broker], list[TopicSt
     return brokers, topics
 
 
-def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None = None) -> dict[str, Any]:
-    """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content."""
+def run(
+    spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None = None,
+    reader: str = "auto",
+) -> dict[str, Any]:
+    """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content.
+
+    ``reader``: ``auto`` (executors read row groups of a local snapshot with pyarrow, else
+    Spark's reader) or ``spark`` (always Spark's reader).
+    """
     from pyspark.sql import functions as F  # noqa: N812
 
     clock = _Clock()
@@ -242,16 +370,36 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
     dupes = sorted({b for b in ids if ids.count(b) > 1})
     if dupes:
         raise ValueError(f"snapshot: broker {dupes[0]} is listed twice")
-    df = spark.read.parquet(f"{base}/partitions.parquet")
+    n_parts = partitions or max(2, 4 * sc.defaultParallelism)
+    splits = row_group_splits(base, n_parts) if reader == "auto" else None
     # the checks that need every replica's broker, and whether sizes are known, come back
     # with the first per-topic stage (check_named in driver_quotas)
     ctx = plan_context(brokers, topics, None, request, any_sizes=False)
     clock.lap("read")
 
-    n_parts = partitions or max(2, 4 * sc.defaultParallelism)
-    grouped = df.repartition(n_parts, "topic").sortWithinPartitions("topic", "partition").cache()
     ctx_b = sc.broadcast(ctx)
-    prepared = [pickle.loads(r["payload"]) for r in grouped.mapInArrow(_prepare_fn(ctx_b), PAYLOAD_SCHEMA).collect()]
+    df: Any = None
+    source: Any = None
+    prepared: list[Prepared] = []
+    if splits is not None:
+        # executors read their row groups with pyarrow: no JVM row conversion, no shuffle
+        source, input_layout = sc.parallelize(splits, len(splits)), "row-groups"
+        prepared = _loads(source.mapPartitions(_on_splits(prepare_topics, ctx_b)).collect())
+        if split_topics(prepared):
+            source = None
+    if source is None:
+        # through Spark's reader (any URI Spark reads), in splits of the file (not one task per 128 MB)
+        spark.conf.set("spark.sql.files.minPartitionNum", str(n_parts))
+        spark.conf.set("spark.sql.files.openCostInBytes", "8192")
+        df, input_layout = spark.read.parquet(f"{base}/partitions.parquet").select(*_ROW_COLUMNS), "splits"
+        prepared = _loads(_rows(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect()))
+        split = split_topics(prepared)
+        if split:
+            print(f"[plan_job] {len(split)} topic(s) span splits of partitions.parquet (first: {split[0]!r}): "
+                  "shuffling by topic", file=sys.stderr, flush=True)
+            df = df.repartition(n_parts, "topic").sortWithinPartitions("topic", "partition").cache()
+            input_layout = "shuffled"
+            prepared = _loads(_rows(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect()))
     clock.lap("prepare")
     step = driver_quotas(ctx, prepared)  # completes ctx: broadcast it again
     del prepared
@@ -259,29 +407,39 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
     clock.lap("quotas")
 
     quotas_b = sc.broadcast((step.quotas, step.params))
-    placed = grouped.mapInArrow(_place_fn(ctx_b, quotas_b), PAYLOAD_SCHEMA).cache()
+    if source is not None:
+        placed = source.mapPartitions(_on_splits(place_topics, ctx_b, quotas_b)).cache()
+        side = placed.filter(lambda r: r[0] != "placed").collect()
+    else:
+        placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).cache()
+        side = _rows(placed.where(F.col("kind") != "placed").collect())
+        df.unpersist()
     inputs, bound = [], new_bound(ctx)
-    for r in placed.where(F.col("kind") != "placed").collect():
-        if r["kind"] == "leaders":
-            inputs.append(pickle.loads(r["payload"]))
+    for kind, _, payload in side:
+        if kind == "leaders":
+            inputs.append(pickle.loads(payload))
         else:
-            bound.merge(pickle.loads(r["payload"]))
-    grouped.unpersist()
+            bound.merge(pickle.loads(payload))
     clock.lap("place")
     changes = driver_leaders(ctx, step, inputs)
     clock.lap("leaders")
 
     changes_b = sc.broadcast(changes)
-    finished = placed.where(F.col("kind") == "placed").mapInArrow(_finish_fn(ctx_b, changes_b), PAYLOAD_SCHEMA).collect()
+    if source is not None:
+        finished = placed.filter(lambda r: r[0] == "placed").mapPartitions(_finish_on_records(ctx_b, changes_b)).collect()
+    else:
+        finished = _rows(
+            placed.where(F.col("kind") == "placed").mapInArrow(_finish_on_batches(ctx_b, changes_b), PAYLOAD_SCHEMA).collect()
+        )
     fragments_by_topic: list[tuple[str, list[tuple[str, str, str, str]]]] = []
     before, after = new_accumulators(ctx)
     totals = MoveTotals()
     originals: dict[int, int] = {}
-    for r in finished:
-        if r["kind"] == "fragments":
-            fragments_by_topic.append((r["topic"], pickle.loads(r["payload"])))
+    for kind, topic, payload in finished:
+        if kind == "fragments":
+            fragments_by_topic.append((topic, pickle.loads(payload)))
         else:
-            b, a, t, o = pickle.loads(r["payload"])
+            b, a, t, o = pickle.loads(payload)
             before.merge(b)
             after.merge(a)
             totals.merge(t)
@@ -297,6 +455,7 @@ def run(spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, par
         "master": sc.master,
         "default_parallelism": sc.defaultParallelism,
         "partitions": n_parts,
+        "input": input_layout,
         "stages_s": clock.stages,
     }
     write_plan_fragments(fragments, out)
@@ -314,7 +473,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--request", help="PlanRequest as a JSON file")
     group.add_argument("--request-json", help="PlanRequest as inline JSON")
-    ap.add_argument("--partitions", type=int, help="Spark partitions of the topic shuffle (default 4 x parallelism)")
+    ap.add_argument("--partitions", type=int, help="tasks of the per-topic stages (default 4 x parallelism)")
+    ap.add_argument("--reader", choices=("auto", "spark"), default="auto",
+                    help="auto: executors read a local snapshot's row groups with pyarrow; spark: Spark's reader")
     ap.add_argument("--app-name", default="airflow-kafka-reassign-plan")
     return ap.parse_args(argv)
 
@@ -340,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName(args.app_name).getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
     try:
-        doc = run(spark, args.snapshot, out, request, partitions=args.partitions)
+        doc = run(spark, args.snapshot, out, request, partitions=args.partitions, reader=args.reader)
     except (ConfigurationError, ValueError) as e:
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).write_text(f"{e}\n", encoding="utf-8")

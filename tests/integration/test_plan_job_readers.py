@@ -1,0 +1,65 @@
+"""The Spark plan job gives the same plan whichever way it reads the snapshot (real spark-submit):
+
+* ``row-groups``: a snapshot written by ``write_snapshot``; executors read their row groups
+  with pyarrow, no shuffle;
+* ``splits``: the same file through Spark's reader (``--reader spark``, what a snapshot on
+  object storage takes);
+* ``shuffled``: a file written otherwise (rows in any order, topics across row groups); the
+  job sees topics span splits and shuffles by topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_kafka_reassign.core.plan_io import read_metrics
+from airflow_kafka_reassign.core.planner import PlanRequest
+from airflow_kafka_reassign.core.planner.staged import plan_staged
+from airflow_kafka_reassign.core.snapshot_io import partitions_table, read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
+
+
+def submit(snapshot: Path, out: Path, *extra: str) -> dict:
+    cmd = [spark_submit_binary(), "--master", "local[2]"]
+    for k, v in default_conf().items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out),
+            "--request-json", json.dumps({"goal": "add-brokers"}), *extra]
+    done = subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return read_metrics(out)
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("readers")
+    snap = to_snapshot(synthetic_cluster(brokers=12, racks=3, new_brokers=2, replicas=30_000, seed=11))
+    ours = write_snapshot(snap, base / "ours")
+    other = base / "other"
+    shutil.copytree(ours, other)
+    table = partitions_table(snap)  # the synthetic order, not sorted by topic
+    pq.write_table(table.take(list(range(table.num_rows))[::-1]), other / "partitions.parquet", row_group_size=2000)
+    return ours, other
+
+
+def test_every_reader_gives_the_same_plan_as_the_in_process_stages(snapshots, tmp_path):
+    ours, other = snapshots
+    runs = {
+        "row-groups": submit(ours, tmp_path / "a"),
+        "splits": submit(ours, tmp_path / "b", "--reader", "spark"),
+        "shuffled": submit(other, tmp_path / "c"),
+    }
+    assert {k: m["job"]["input"] for k, m in runs.items()} == {k: k for k in runs}
+    plans = {k: (tmp_path / d / "plan.json").read_bytes() for k, d in zip(runs, "abc", strict=True)}
+    assert plans["row-groups"] == plans["splits"] == plans["shuffled"]
+    expected = plan_staged(read_snapshot(ours), PlanRequest(goal="add-brokers"))
+    assert plans["row-groups"].decode() == expected.plan.model_dump_json()
+    assert runs["row-groups"]["summary"]["replica_moves"] == expected.replica_moves
