@@ -145,7 +145,10 @@ def _planned_transfers(
     # a partition counts on several edges (one per follower), so a flow may not be fully
     # realisable: recompute on what is left until nothing moves
     rounds = [True] * 5 + [False] * 5
+    stuck: set[bool] = set()  # a round that changed nothing: the next one of its kind would not either
     for free_only in rounds:
+        if free_only in stuck:
+            continue
         supply = {a: counts[a] - hi for a in counts if counts[a] > hi}
         demand = {b: lo - counts[b] for b in counts if counts[b] < lo}
         if not supply or not demand:
@@ -163,8 +166,7 @@ def _planned_transfers(
             buckets[a] = per_b
         cap = {a: {b: len(lst) for b, lst in per_b.items()} for a, per_b in buckets.items()}
         flow = _max_flow(supply, demand, cap)
-        if not flow:
-            continue
+        before = dict(counts)
         for (a, b), f in sorted(flow.items()):
             for i in buckets[a][b]:
                 if f == 0 or counts[a] <= hi or counts[b] >= lo:
@@ -173,6 +175,8 @@ def _planned_transfers(
                 if reps[0] == a and b in reps and b in live:
                     transfer(i, a, b)
                     f -= 1
+        if counts == before:
+            stuck.add(free_only)
 
 
 def balance_leaders(
@@ -229,6 +233,10 @@ def balance_leaders(
 
     def run(src_ok: object, dst_ok: object, free_only: bool) -> None:
         for a in sorted(brokers, key=lambda b: (-counts[b], b)):
+            if not src_ok(a):  # type: ignore[operator]
+                continue
+            if not any(dst_ok(b) for b in brokers):  # type: ignore[operator]
+                return  # no broker can take a leadership: nothing further in this pass moves
             lst = led[a]
             k = 0
             while k < len(lst) and src_ok(a):  # type: ignore[operator]
