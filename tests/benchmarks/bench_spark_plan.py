@@ -38,7 +38,7 @@ ROOT = Path(os.environ.get("AKR_BENCH_DIR", "/tmp/akr-bench"))
 
 
 def snapshot_dir(replicas: int, seed: int = 7) -> Path:
-    d = ROOT / f"snap-{replicas}-s{seed}"
+    d = ROOT / f"snap-{replicas}-s{seed}-rg"  # -rg: written with whole-topic row groups
     if not (d / "snapshot.json").is_file():
         t0 = time.perf_counter()
         cluster = synthetic_cluster(brokers=100, racks=3, new_brokers=10, replicas=replicas, seed=seed)
@@ -102,6 +102,7 @@ def show(replicas: int, master: str, r: dict) -> None:
     stages = " ".join(f"{k} {v:.1f}" for k, v in job["stages_s"].items())
     print(
         f"{replicas:>9,} replicas {master:<9} | spark-submit {r['wall_s']:6.1f}s  planning {job['planning_s']:6.1f}s "
+        f"({job.get('input')}, {job['partitions']} tasks) "
         f"[{stages}] | peak {r['peak_mb']:6.0f} MB (process tree)\n"
         f"{'':>19} moves {s['replica_moves']:,} / bound {s['lower_bound']:,} = {m['moves_ratio']}; "
         f"leader changes {s['leader_changes']:,} / fewest {s['leader_changes_lower_bound']:,}; "
@@ -123,15 +124,21 @@ def main() -> None:
     for n in args.sizes:
         snap = snapshot_dir(n)
         masters = ["local[1]", "local[2]"] if args.compare else [args.master]
-        planning = {}
+        planning, jobs = {}, {}
         for master in masters:
             with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
                 r = run_plan(snap, master, Path(tmp) / "plan")
             show(n, master, r)
             planning[master] = r["metrics"]["job"]["planning_s"]
+            jobs[master] = r["metrics"]["job"]["stages_s"]
         if args.compare:
             one, two = planning["local[1]"], planning["local[2]"]
             print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x", flush=True)
+            # the stages with executor tasks (their driver-side collect included) and the driver's own steps
+            tasks = [sum(jobs[m].get(k, 0.0) for k in ("prepare", "place", "finish")) for m in masters]
+            driver = [sum(jobs[m].get(k, 0.0) for k in ("read", "quotas", "leaders", "write")) for m in masters]
+            print(f"{'':>19} stages with executor tasks {tasks[0]:.1f}s / {tasks[1]:.1f}s = {tasks[0] / tasks[1]:.2f}x; "
+                  f"driver-only steps {driver[0]:.1f}s / {driver[1]:.1f}s", flush=True)
 
 
 if __name__ == "__main__":
