@@ -129,6 +129,23 @@ def _error_name(err: Any) -> str:
     return type(err).__name__
 
 
+class SafeKafkaAdminClient(KafkaAdminClient):  # type: ignore[misc]
+    """kafka-python's admin client, minus a leak: its constructor starts the IO thread before
+    it bootstraps and leaves it running (retrying the connection and logging every failure,
+    for the life of the process) when the bootstrap fails. This one stops it and re-raises."""
+
+    def __init__(self, **configs: Any) -> None:
+        try:
+            super().__init__(**configs)
+        except BaseException:
+            for part in ("_metrics", "_client", "_net"):
+                obj = getattr(self, part, None)
+                with contextlib.suppress(Exception):
+                    if obj is not None:
+                        obj.stop() if part == "_net" else obj.close()
+            raise
+
+
 class KafkaClusterAdmin:
     """A ``ClusterAdmin`` over a real cluster, from one librdkafka config dict.
 
@@ -174,9 +191,8 @@ class KafkaClusterAdmin:
     def _kafka_python(self) -> KafkaAdminClient:
         if self._kp is None:
             try:
-                self._kp = KafkaAdminClient(**to_kafka_python(self._config, timeout_s=self._timeout_s))
-            except (kp_errors.NoBrokersAvailable, kp_errors.KafkaConnectionError,
-                    kp_errors.KafkaTimeoutError) as e:
+                self._kp = SafeKafkaAdminClient(**to_kafka_python(self._config, timeout_s=self._timeout_s))
+            except (kp_errors.KafkaConnectionError, kp_errors.KafkaTimeoutError) as e:  # 3.0: no bootstrap
                 raise self._unreachable(e) from e
         return self._kp
 

@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Producer
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import NewTopic
 
+from airflow_kafka_reassign.kafka.admin import SafeKafkaAdminClient
 from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python
 
 
@@ -26,7 +27,7 @@ def create_topic(
     timeout_s: float = 30.0,
 ) -> None:
     """Create ``name`` with partition ``i`` on replicas ``assignment[i]`` (first = preferred leader)."""
-    kp = KafkaAdminClient(**to_kafka_python(config, timeout_s=timeout_s))
+    kp = SafeKafkaAdminClient(**to_kafka_python(config, timeout_s=timeout_s))
     try:
         kp.create_topics(
             [NewTopic(name, -1, -1, replica_assignments={i: list(r) for i, r in enumerate(assignment)},
