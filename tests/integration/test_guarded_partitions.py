@@ -11,16 +11,13 @@ test_guarded_partitions_under_replicated.py).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
 from dagrun import run_dag_file
-from kafka_helpers import wait_until
+from kafka_helpers import TI, delete_topics, make_coordinator_topics_exist, replicas_of, wait_until
 
 from airflow_kafka_reassign.core.report import broker_loads
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -29,47 +26,6 @@ from airflow_kafka_reassign.operators.partitions import GuardedCreatePartitionsO
 
 CONN_ID = "kafka_sandbox"
 RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
-
-
-class TI:
-    def __init__(self) -> None:
-        self.pushed: dict = {}
-
-    def xcom_push(self, key, value):
-        self.pushed[key] = json.loads(json.dumps(value))
-
-
-
-
-def replicas_of(config, topic: str) -> dict[int, tuple[int, ...]]:
-    md = AdminClient(dict(config)).list_topics(topic, timeout=15)
-    t = md.topics[topic]
-    return {p: tuple(t.partitions[p].replicas) for p in sorted(t.partitions)} if t.error is None else {}
-
-
-def make_coordinator_topics_exist(config) -> None:
-    """A consumer group commit creates __consumer_offsets, a transaction __transaction_state."""
-    topic = f"t-coordinators-{uuid.uuid4().hex[:8]}"
-    create_topic(config, topic, [[1, 2]])
-    wait_until(lambda: replicas_of(config, topic), what=f"topic {topic}")
-    producer = Producer({**config, "transactional.id": f"txn-{topic}"})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"v", key=b"k")
-    producer.commit_transaction(30)
-    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    deadline = time.monotonic() + 60
-    msg = None
-    while msg is None and time.monotonic() < deadline:
-        msg = consumer.poll(1.0)
-    assert msg is not None and msg.error() is None, "the test consumer read nothing"
-    consumer.commit(msg, asynchronous=False)
-    consumer.close()
-    delete_topics(config, [topic])
-    for name in ("__consumer_offsets", "__transaction_state"):
-        wait_until(lambda name=name: replicas_of(config, name), what=name)
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +46,6 @@ def topics(config) -> Iterator[list[str]]:
     yield created
     delete_topics(config, created)
 
-
-def delete_topics(config, names: list[str]) -> None:
-    if names:
-        admin = AdminClient(dict(config))  # keep the handle alive until the futures are done
-        for fut in admin.delete_topics(names, operation_timeout=30).values():
-            fut.result(60)
 
 
 def new_topic(config, topics: list[str], name: str, assignment, configs=None) -> str:

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-from kafka_helpers import wait_until
-from test_guarded_partitions import TI, delete_topics, make_coordinator_topics_exist, replicas_of
+from kafka_helpers import TI, delete_topics, make_coordinator_topics_exist, replicas_of, wait_until
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
 from airflow_kafka_reassign.core.growth import read_heal_targets, update_heal_targets

@@ -45,3 +45,14 @@ def test_test_modules_have_unique_basenames():
         if path.name != "conftest.py" and "__pycache__" not in path.parts:
             seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_test_modules_do_not_import_each_other():
+    """Shared test helpers live in helper modules (kafka_helpers.py, dagrun.py): a test module
+    imported by another runs its module-level code and fixtures twice."""
+    tests = Path(__file__).resolve().parents[1]
+    offenders = {
+        str(path.relative_to(tests)): sorted(r for r in imported_roots(path) if r.startswith("test_"))
+        for path in tests.rglob("test_*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
