@@ -288,7 +288,10 @@ class KafkaClusterAdmin:
         partitions: list[PartitionState] = []
         for name in names:
             if name not in configs:
-                log.warning("topic %s disappeared while the snapshot was taken; left out", name)
+                log.warning(
+                    "topic %s is left out of the snapshot: its configs could not be read (deleted while the "
+                    "snapshot was taken, or created a moment ago and not yet known to every broker)", name,
+                )
                 continue
             parts = md.topics[name].partitions
             rfs = [len(p.replicas) for p in parts.values()]

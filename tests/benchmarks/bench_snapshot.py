@@ -54,7 +54,7 @@ def main() -> None:
             read_snapshot(path)
             t2 = time.monotonic()
             size = sum(f.stat().st_size for f in path.iterdir())
-            print(f"write_snapshot {t1 - t0:.2f} s ({size / 1e6:.1f} MB), read_snapshot {t2 - t1:.2f} s")
+            print(f"write_snapshot {t1 - t0:.2f} s ({size / 1e3:.0f} kB), read_snapshot {t2 - t1:.2f} s")
             print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
         finally:
             if own:
