@@ -15,10 +15,12 @@ other failure.
 
 How the work is spread (see core/planner/staged.py for the steps):
 
-* the partitions are read as columns in parallel splits; a snapshot written by this package
-  keeps every topic whole in one Parquet row group (core/snapshot_io.py), so each split holds
-  whole topics and no shuffle is needed. When a topic turns out to span splits (a file written
-  otherwise), the job shuffles once by topic instead (``repartition(topic)`` +
+* the partitions are read in parallel splits of whole topics: a snapshot written by this
+  package keeps every topic whole in one Parquet row group (core/snapshot_io.py), so each task
+  reads a run of row groups with pyarrow (from the local file, or for another URI from the
+  file's bytes, read once by the driver through Spark and broadcast): no shuffle and no JVM row
+  conversion. A file without whole-topic row groups is read through Spark's DataFrame reader
+  and, when a topic turns out to span splits, shuffled once by topic (``repartition(topic)`` +
   ``sortWithinPartitions``, cached);
 * ``prepare`` runs per topic on the executors (checks, planner input, aggregates); the
   driver gets one small :class:`~airflow_kafka_reassign.core.planner.types.TopicLoad` per topic
@@ -211,13 +213,15 @@ def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over b
     return run
 
 
-def _on_splits(stage: Any, *broadcasts: Any):  # noqa: ANN202
-    """``stage(*values, groups)`` as an RDD function over (file, row groups) splits read with pyarrow."""
+def _on_splits(stage: Any, data_b: Any, *broadcasts: Any):  # noqa: ANN202
+    """``stage(*values, groups)`` as an RDD function over (file, row groups) splits read with
+    pyarrow, from the file or (``data_b``: a broadcast of its bytes) from memory."""
 
     def run(splits: Iterator[tuple[str, list[int]]]) -> Iterator[Out]:
         values = [b.value for b in broadcasts]
+        data = data_b.value if data_b is not None else None
         for path, row_groups in splits:
-            yield from stage(*values, topic_groups(read_row_groups(path, row_groups)))
+            yield from stage(*values, topic_groups(read_row_groups(path, row_groups, data)))
 
     return run
 
@@ -239,27 +243,54 @@ def _finish_on_records(ctx_b: Any, changes_b: Any):  # noqa: ANN202
     return run
 
 
-def read_row_groups(path: str, row_groups: list[int]) -> Iterator[pa.RecordBatch]:
-    """The planner's columns of ``row_groups`` of a local Parquet file."""
+def read_row_groups(path: str, row_groups: list[int], data: bytes | None = None) -> Iterator[pa.RecordBatch]:
+    """The planner's columns of ``row_groups`` of a Parquet file: at ``path`` (local), or ``data``."""
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(path)
+    f = pq.ParquetFile(pa.BufferReader(data) if data is not None else path)
     yield from f.iter_batches(batch_size=65536, row_groups=row_groups, columns=list(_ROW_COLUMNS))
 
 
-def row_group_splits(base: str, n_parts: int) -> list[tuple[str, list[int]]] | None:
-    """``partitions.parquet``'s row groups cut into about ``n_parts`` runs of similar row counts,
-    for executors to read directly with pyarrow; ``None`` (read through Spark instead) when the
-    snapshot is not on a local path, or its row-group statistics do not show topics in
-    ascending order with none spanning two groups (a file written otherwise than by
-    ``write_snapshot``)."""
-    import pyarrow.parquet as pq
+#: The largest partitions.parquet the driver reads and broadcasts (about 25M replicas).
+MAX_BROADCAST_BYTES = 256 * 1024 * 1024
 
+
+def local_partitions_file(base: str) -> str | None:
+    """The local path of the snapshot's partitions.parquet, or ``None`` for another URI."""
     if "://" in base and not base.startswith("file://"):
         return None
-    path = str(Path(base.removeprefix("file://"), "partitions.parquet").resolve())
+    return str(Path(base.removeprefix("file://"), "partitions.parquet").resolve())
+
+
+def fetch_partitions_file(spark: Any, base: str) -> bytes | None:
+    """partitions.parquet's bytes through Spark's file systems (any URI Spark reads, with its
+    credentials: ``s3a://``, ``hdfs://``), or ``None`` when it is bigger than
+    :data:`MAX_BROADCAST_BYTES` or cannot be read that way."""
     try:
-        md = pq.ParquetFile(path).metadata
+        df = spark.read.format("binaryFile").load(f"{base}/partitions.parquet")
+        head = df.select("length").head()
+        if head is None or head[0] > MAX_BROADCAST_BYTES:
+            return None
+        return bytes(df.select("content").head()[0])
+    except Exception as e:  # noqa: BLE001 (any failure: Spark's reader takes over and reports it)
+        print(f"[plan_job] reading partitions.parquet whole failed ({type(e).__name__}); using Spark's reader",
+              file=sys.stderr, flush=True)
+        return None
+
+
+def row_group_splits(base: str, n_parts: int, data: bytes | None = None) -> list[tuple[str, list[int]]] | None:
+    """``partitions.parquet``'s row groups cut into about ``n_parts`` runs of similar row counts,
+    for executors to read directly with pyarrow (from the local file, or from ``data``: the
+    file's bytes); ``None`` (read through Spark instead) when there is no such file, or its
+    row-group statistics do not show topics in ascending order with none spanning two groups
+    (a file written otherwise than by ``write_snapshot``)."""
+    import pyarrow.parquet as pq
+
+    path = "" if data is not None else local_partitions_file(base)
+    if path is None:
+        return None
+    try:
+        md = pq.ParquetFile(pa.BufferReader(data) if data is not None else path).metadata
         col = md.schema.names.index("topic")
     except (OSError, ValueError, pa.ArrowException):
         return None
@@ -357,8 +388,9 @@ def run(
 ) -> dict[str, Any]:
     """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content.
 
-    ``reader``: ``auto`` (executors read row groups of a local snapshot with pyarrow, else
-    Spark's reader) or ``spark`` (always Spark's reader).
+    ``reader``: ``auto`` (executors read the row groups with pyarrow: from a local file, or
+    for another URI from the file's bytes, read by the driver through Spark and broadcast),
+    ``broadcast`` (the latter, for any URI) or ``spark`` (Spark's DataFrame reader).
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -371,7 +403,15 @@ def run(
     if dupes:
         raise ValueError(f"snapshot: broker {dupes[0]} is listed twice")
     n_parts = partitions or max(2, 4 * sc.defaultParallelism)
-    splits = row_group_splits(base, n_parts) if reader == "auto" else None
+    splits: list[tuple[str, list[int]]] | None = None
+    data: bytes | None = None
+    if reader in ("auto", "broadcast"):
+        local = local_partitions_file(base) if reader == "auto" else None
+        if local is None:
+            # another URI: the driver reads the file whole through Spark (a few MB) and broadcasts it
+            data = fetch_partitions_file(spark, base)
+        if local is not None or data is not None:
+            splits = row_group_splits(base, n_parts, data)
     # the checks that need every replica's broker, and whether sizes are known, come back
     # with the first per-topic stage (check_named in driver_quotas)
     ctx = plan_context(brokers, topics, None, request, any_sizes=False)
@@ -383,8 +423,10 @@ def run(
     prepared: list[Prepared] = []
     if splits is not None:
         # executors read their row groups with pyarrow: no JVM row conversion, no shuffle
-        source, input_layout = sc.parallelize(splits, len(splits)), "row-groups"
-        prepared = _loads(source.mapPartitions(_on_splits(prepare_topics, ctx_b)).collect())
+        data_b = sc.broadcast(data) if data is not None else None
+        source = sc.parallelize(splits, len(splits))
+        input_layout = "row-groups" if data is None else "row-groups-broadcast"
+        prepared = _loads(source.mapPartitions(_on_splits(prepare_topics, data_b, ctx_b)).collect())
         if split_topics(prepared):
             source = None
     if source is None:
@@ -408,7 +450,7 @@ def run(
 
     quotas_b = sc.broadcast((step.quotas, step.params))
     if source is not None:
-        placed = source.mapPartitions(_on_splits(place_topics, ctx_b, quotas_b)).cache()
+        placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b)).cache()
         side = placed.filter(lambda r: r[0] != "placed").collect()
     else:
         placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).cache()
@@ -474,8 +516,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     group.add_argument("--request", help="PlanRequest as a JSON file")
     group.add_argument("--request-json", help="PlanRequest as inline JSON")
     ap.add_argument("--partitions", type=int, help="tasks of the per-topic stages (default 4 x parallelism)")
-    ap.add_argument("--reader", choices=("auto", "spark"), default="auto",
-                    help="auto: executors read a local snapshot's row groups with pyarrow; spark: Spark's reader")
+    ap.add_argument("--reader", choices=("auto", "broadcast", "spark"), default="auto",
+                    help="auto: executors read the row groups with pyarrow (a local file, or the file's bytes "
+                         "broadcast for another URI); broadcast: the latter always; spark: Spark's reader")
     ap.add_argument("--app-name", default="airflow-kafka-reassign-plan")
     return ap.parse_args(argv)
 

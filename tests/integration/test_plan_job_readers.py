@@ -2,6 +2,9 @@
 
 * ``row-groups``: a snapshot written by ``write_snapshot``; executors read their row groups
   with pyarrow, no shuffle;
+* ``row-groups-broadcast``: the same through a ``file://`` URI read the way a snapshot on
+  object storage is (``--reader broadcast``: the driver reads the file whole through Spark and
+  broadcasts its bytes);
 * ``splits``: the same file through Spark's reader (``--reader spark``, what a snapshot on
   object storage takes);
 * ``shuffled``: a file written otherwise (rows in any order, topics across row groups); the
@@ -27,7 +30,7 @@ from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
 
 
-def submit(snapshot: Path, out: Path, *extra: str) -> dict:
+def submit(snapshot: Path | str, out: Path, *extra: str) -> dict:
     cmd = [spark_submit_binary(), "--master", "local[2]"]
     for k, v in default_conf().items():
         cmd += ["--conf", f"{k}={v}"]
@@ -54,12 +57,13 @@ def test_every_reader_gives_the_same_plan_as_the_in_process_stages(snapshots, tm
     ours, other = snapshots
     runs = {
         "row-groups": submit(ours, tmp_path / "a"),
-        "splits": submit(ours, tmp_path / "b", "--reader", "spark"),
-        "shuffled": submit(other, tmp_path / "c"),
+        "row-groups-broadcast": submit(f"file://{ours}", tmp_path / "b", "--reader", "broadcast"),
+        "splits": submit(ours, tmp_path / "c", "--reader", "spark"),
+        "shuffled": submit(other, tmp_path / "d"),
     }
     assert {k: m["job"]["input"] for k, m in runs.items()} == {k: k for k in runs}
-    plans = {k: (tmp_path / d / "plan.json").read_bytes() for k, d in zip(runs, "abc", strict=True)}
-    assert plans["row-groups"] == plans["splits"] == plans["shuffled"]
+    plans = {k: (tmp_path / d / "plan.json").read_bytes() for k, d in zip(runs, "abcd", strict=True)}
+    assert len(set(plans.values())) == 1
     expected = plan_staged(read_snapshot(ours), PlanRequest(goal="add-brokers"))
     assert plans["row-groups"].decode() == expected.plan.model_dump_json()
     assert runs["row-groups"]["summary"]["replica_moves"] == expected.replica_moves
