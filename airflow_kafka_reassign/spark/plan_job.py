@@ -59,6 +59,7 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     PlanRequest,
     PrepareContext,
     check_partition_row,
+    merge_named,
     plan_context,
 )
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
@@ -159,10 +160,15 @@ Out = tuple[str, str, bytes]
 
 
 def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
-    """Stage 1 over one task's topics: a :class:`Prepared` per topic."""
-    for topic, rows in groups:
-        out = Prepared(topic, invalid=rows) if isinstance(rows, str) else stage_prepare(ctx, topic, rows)
-        yield "prepared", topic, _dump(out)
+    """Stage 1 over one task's topics: a :class:`Prepared` per topic. Which partition first
+    names each broker is merged over the task's topics and sent once, with its last topic
+    (the driver only needs the minimum per broker: half the bytes otherwise)."""
+    outs = [Prepared(topic, invalid=rows) if isinstance(rows, str) else stage_prepare(ctx, topic, rows)
+            for topic, rows in groups]
+    named = merge_named(x.named for x in outs)
+    for i, x in enumerate(outs):
+        x.named = named if i == len(outs) - 1 else {}
+        yield "prepared", x.topic, _dump(x)
 
 
 def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:

@@ -30,13 +30,17 @@ from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
 
 
-def submit(snapshot: Path | str, out: Path, *extra: str) -> dict:
+def run_job(snapshot: Path | str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [spark_submit_binary(), "--master", "local[2]"]
     for k, v in default_conf().items():
         cmd += ["--conf", f"{k}={v}"]
     cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out),
             "--request-json", json.dumps({"goal": "add-brokers"}), *extra]
-    done = subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, timeout=600)
+
+
+def submit(snapshot: Path | str, out: Path, *extra: str) -> dict:
+    done = run_job(snapshot, out, *extra)
     assert done.returncode == 0, done.stderr[-4000:]
     return read_metrics(out)
 
@@ -67,3 +71,25 @@ def test_every_reader_gives_the_same_plan_as_the_in_process_stages(snapshots, tm
     expected = plan_staged(read_snapshot(ours), PlanRequest(goal="add-brokers"))
     assert plans["row-groups"].decode() == expected.plan.model_dump_json()
     assert runs["row-groups"]["summary"]["replica_moves"] == expected.replica_moves
+
+
+def test_unknown_brokers_are_named_by_their_first_partition_across_tasks(snapshots, tmp_path):
+    """Which partition names a broker is merged per task, then on the driver: the error names
+    the same partitions as the in-process planner, wherever they are read."""
+    from airflow_kafka_reassign.core.plan_io import ERROR_FILE
+    from airflow_kafka_reassign.exceptions import ConfigurationError
+
+    ours, _ = snapshots
+    snap = read_snapshot(ours)
+    parts = list(snap.partitions)  # sorted by (topic, partition): the first and last rows are in different tasks
+    for i, dead in ((len(parts) - 1, 99), (len(parts) - 2, 98), (0, 99)):
+        parts[i] = parts[i].model_copy(update={"replicas": (*parts[i].replicas[:-1], dead)})
+    bad = write_snapshot(snap.model_copy(update={"partitions": tuple(parts)}), tmp_path / "bad")
+    with pytest.raises(ConfigurationError) as expected:
+        plan_staged(read_snapshot(bad), PlanRequest(goal="add-brokers"))
+    done = run_job(bad, tmp_path / "plan")
+    assert done.returncode == 2, done.stderr[-3000:]
+    message = (tmp_path / "plan" / ERROR_FILE).read_text().strip()
+    assert message == str(expected.value)
+    assert f"{parts[0].topic}-{parts[0].partition}" in message and "[98, 99]" in message
+    assert not (tmp_path / "plan" / "plan.json").exists()
