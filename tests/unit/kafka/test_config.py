@@ -315,12 +315,13 @@ def test_bad_timeouts_are_refused(translate, timeout):
 
 def test_kafka_python_admin_client_accepts_the_translation():
     """The real constructor validates its kwargs before connecting: an empty port fails fast."""
-    kafka_admin = pytest.importorskip("kafka.admin")
     from kafka.errors import KafkaConfigurationError
+
+    from airflow_kafka_reassign.kafka.admin import SafeKafkaAdminClient  # stops its IO thread on failure
 
     kw = to_kafka_python({"bootstrap.servers": "127.0.0.1:1", "client.id": "t"}, timeout_s=0.5)
     try:
-        kafka_admin.KafkaAdminClient(**kw).close()
+        SafeKafkaAdminClient(**kw).close()
     except KafkaConfigurationError as e:  # pragma: no cover - the assertion of this test
         pytest.fail(f"kafka-python rejected the translated config: {e}")
     except Exception:
