@@ -17,10 +17,11 @@ How the work is spread (see core/planner/staged.py for the steps):
 
 * the partitions are read in parallel splits of whole topics: a snapshot written by this
   package keeps every topic whole in one Parquet row group (core/snapshot_io.py), so each task
-  reads a run of row groups with pyarrow (from the local file, or for another URI from the
-  file's bytes, read once by the driver through Spark and broadcast): no shuffle and no JVM row
-  conversion. A file without whole-topic row groups is read through Spark's DataFrame reader
-  and, when a topic turns out to span splits, shuffled once by topic (``repartition(topic)`` +
+  reads a run of row groups with pyarrow (on a ``local[...]`` master from the file; on a
+  cluster, or for a URI, from the file's bytes, read once by the driver and broadcast, so the
+  executors need no access to the snapshot): no shuffle and no JVM row conversion. A file
+  without whole-topic row groups is read through Spark's DataFrame reader and, when a topic
+  turns out to span splits, shuffled once by topic (``repartition(topic)`` +
   ``sortWithinPartitions``, cached);
 * ``prepare`` runs per topic on the executors (checks, planner input, aggregates); the
   driver gets one small :class:`~airflow_kafka_reassign.core.planner.types.TopicLoad` per topic
@@ -262,10 +263,21 @@ MAX_BROADCAST_BYTES = 256 * 1024 * 1024
 
 
 def local_partitions_file(base: str) -> str | None:
-    """The local path of the snapshot's partitions.parquet, or ``None`` for another URI."""
-    if "://" in base and not base.startswith("file://"):
+    """The path of the snapshot's partitions.parquet when ``base`` is a plain path, ``None`` for
+    a URI (``file://`` included: a URI is read through Spark's file systems)."""
+    if "://" in base:
         return None
-    return str(Path(base.removeprefix("file://"), "partitions.parquet").resolve())
+    return str(Path(base, "partitions.parquet").resolve())
+
+
+def read_local_file(path: str) -> bytes | None:
+    """The bytes of a local file, or ``None`` when it is missing or over :data:`MAX_BROADCAST_BYTES`."""
+    try:
+        if Path(path).stat().st_size > MAX_BROADCAST_BYTES:
+            return None
+        return Path(path).read_bytes()
+    except OSError:
+        return None
 
 
 def fetch_partitions_file(spark: Any, base: str) -> bytes | None:
@@ -394,9 +406,10 @@ def run(
 ) -> dict[str, Any]:
     """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content.
 
-    ``reader``: ``auto`` (executors read the row groups with pyarrow: from a local file, or
-    for another URI from the file's bytes, read by the driver through Spark and broadcast),
-    ``broadcast`` (the latter, for any URI) or ``spark`` (Spark's DataFrame reader).
+    ``reader``: ``auto`` (executors read the row groups with pyarrow: on a ``local[...]``
+    master from the snapshot's file, otherwise from its bytes, read whole by the driver, from
+    the local file or through Spark for a URI, and broadcast), ``broadcast`` (the latter, on any
+    master) or ``spark`` (Spark's DataFrame reader).
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -412,12 +425,15 @@ def run(
     splits: list[tuple[str, list[int]]] | None = None
     data: bytes | None = None
     if reader in ("auto", "broadcast"):
-        local = local_partitions_file(base) if reader == "auto" else None
-        if local is None:
-            # another URI: the driver reads the file whole through Spark (a few MB) and broadcasts it
-            data = fetch_partitions_file(spark, base)
-        if local is not None or data is not None:
-            splits = row_group_splits(base, n_parts, data)
+        local = local_partitions_file(base)
+        if reader == "auto" and local is not None and str(sc.master).startswith("local"):
+            splits = row_group_splits(base, n_parts)  # the tasks open the driver's own file
+        else:
+            # a cluster (its executors may not see the driver's files) or a URI: the driver reads
+            # the file whole (2 MB per million replicas) and broadcasts its bytes
+            data = read_local_file(local) if local is not None else fetch_partitions_file(spark, base)
+            if data is not None:
+                splits = row_group_splits(base, n_parts, data)
     # the checks that need every replica's broker, and whether sizes are known, come back
     # with the first per-topic stage (check_named in driver_quotas)
     ctx = plan_context(brokers, topics, None, request, any_sizes=False)
@@ -523,8 +539,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     group.add_argument("--request-json", help="PlanRequest as inline JSON")
     ap.add_argument("--partitions", type=int, help="tasks of the per-topic stages (default 4 x parallelism)")
     ap.add_argument("--reader", choices=("auto", "broadcast", "spark"), default="auto",
-                    help="auto: executors read the row groups with pyarrow (a local file, or the file's bytes "
-                         "broadcast for another URI); broadcast: the latter always; spark: Spark's reader")
+                    help="auto: executors read the row groups with pyarrow (from the file on a local master, "
+                         "else from its bytes broadcast by the driver); broadcast: the latter always; "
+                         "spark: Spark's DataFrame reader")
     ap.add_argument("--app-name", default="airflow-kafka-reassign-plan")
     return ap.parse_args(argv)
 

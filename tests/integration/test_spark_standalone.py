@@ -89,6 +89,8 @@ def test_plan_job_on_a_standalone_cluster(spark_master, tmp_path):
 
     job = read_metrics(tmp_path / "cluster")["job"]
     assert job["master"] == spark_master and job["default_parallelism"] >= 2
+    # on a cluster the executors get the snapshot's bytes from the driver, not from its file system
+    assert job["input"] == "row-groups-broadcast" and read_metrics(tmp_path / "local")["job"]["input"] == "row-groups"
     assert (tmp_path / "cluster" / "plan.json").read_bytes() == (tmp_path / "local" / "plan.json").read_bytes()
     summary = read_metrics(tmp_path / "cluster")["summary"]
     assert summary["replica_moves"] <= 1.05 * summary["lower_bound"]

@@ -59,7 +59,12 @@ def test_splits_cover_the_row_groups_in_order_in_runs_of_similar_size(tmp_path):
     assert [g for _, gs in splits for g in gs] == list(range(groups))
     sizes = [sum(b.num_rows for b in read_row_groups(path, gs)) for path, gs in splits]
     assert sum(sizes) == len(snap.partitions) and max(sizes) - min(sizes) <= 0.5 * max(sizes)
-    assert row_group_splits(f"file://{tmp_path}", 2) is not None
+    # a URI (file:// too) is read through Spark: the driver passes the file's bytes
+    assert row_group_splits(f"file://{tmp_path}", 2) is None
+    data = (tmp_path / "partitions.parquet").read_bytes()
+    from_bytes = row_group_splits(f"file://{tmp_path}", 4, data)
+    assert from_bytes is not None and [gs for _, gs in from_bytes] == [gs for _, gs in splits]
+    assert sum(b.num_rows for _, gs in from_bytes for b in read_row_groups("", gs, data)) == len(snap.partitions)
 
 
 def test_no_splits_when_topics_overlap_row_groups_or_the_snapshot_is_not_local(tmp_path):
