@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
@@ -160,6 +161,7 @@ class KafkaClusterAdmin:
         self._bootstrap = self._config["bootstrap.servers"]
         self._ck: AdminClient | None = None
         self._kp: KafkaAdminClient | None = None
+        self._kp_lock = threading.Lock()
         self._last_alter_version: int | None = None
         self._sizes_warned: set[int] = set()
 
@@ -172,11 +174,10 @@ class KafkaClusterAdmin:
         self.close()
 
     def close(self) -> None:
-        if self._kp is not None:
-            try:
-                self._kp.close()
-            finally:
-                self._kp = None
+        with self._kp_lock:
+            kp, self._kp = self._kp, None
+        if kp is not None:
+            kp.close()
         self._ck = None
 
     @property
@@ -189,12 +190,13 @@ class KafkaClusterAdmin:
         return self._ck
 
     def _kafka_python(self) -> KafkaAdminClient:
-        if self._kp is None:
-            try:
-                self._kp = SafeKafkaAdminClient(**to_kafka_python(self._config, timeout_s=self._timeout_s))
-            except (kp_errors.KafkaConnectionError, kp_errors.KafkaTimeoutError) as e:  # 3.0: no bootstrap
-                raise self._unreachable(e) from e
-        return self._kp
+        with self._kp_lock:  # two threads must not both create one (the loser's IO thread would leak)
+            if self._kp is None:
+                try:
+                    self._kp = SafeKafkaAdminClient(**to_kafka_python(self._config, timeout_s=self._timeout_s))
+                except (kp_errors.KafkaConnectionError, kp_errors.KafkaTimeoutError) as e:  # 3.0: no bootstrap
+                    raise self._unreachable(e) from e
+            return self._kp
 
     def _with_fresh_controller(self, call: Callable[[KafkaAdminClient], _T]) -> _T:
         """``call(kafka-python client)``, retried once on a new client when the broker it
@@ -202,15 +204,17 @@ class KafkaClusterAdmin:
         a broker that forwards to the quorum); when that broker stops (a rolling restart,
         a decommission) every later request fails with UnknownBrokerIdError. The calls
         wrapped here (list, alter to the same targets, cancel) are safe to repeat."""
+        client = self._kafka_python()
         try:
-            return call(self._kafka_python())
+            return call(client)
         except _STALE_NODE_ERRORS as e:
             log.info("broker routing of the admin client is stale (%s: %s); retrying with fresh metadata",
                      type(e).__name__, e)
-            if self._kp is not None:
-                with contextlib.suppress(Exception):  # closing a client whose broker is gone
-                    self._kp.close()
-                self._kp = None
+            with self._kp_lock:
+                if self._kp is client:  # not one another thread has made fresh meanwhile
+                    self._kp = None
+            with contextlib.suppress(Exception):  # closing a client whose broker is gone
+                client.close()
             return call(self._kafka_python())
 
     def _unreachable(self, e: BaseException) -> ClusterUnreachableError:
