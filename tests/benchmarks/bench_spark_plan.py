@@ -10,6 +10,8 @@ the 1M snapshot on ``local[1]`` and ``local[2]`` and prints the planning-stage s
     .venv/bin/python tests/benchmarks/bench_spark_plan.py                    # 250k 500k 1M 2M on local[2]
     .venv/bin/python tests/benchmarks/bench_spark_plan.py 250000 --master 'local[1]'
     .venv/bin/python tests/benchmarks/bench_spark_plan.py --compare 1000000  # local[1] vs local[2]
+    .venv/bin/python tests/benchmarks/bench_spark_plan.py 1000000 --reader spark          # Spark's reader
+    .venv/bin/python tests/benchmarks/bench_spark_plan.py 1000000 --reader broadcast --file-uri
 
 Snapshots are cached under ``$AKR_BENCH_DIR`` (default /tmp/akr-bench).
 """
@@ -76,13 +78,14 @@ class TreeMemory:
         return self.peak
 
 
-def run_plan(snapshot: Path, master: str, out: Path) -> dict:
+def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto") -> dict:
     request = out.parent / "request.json"
     request.write_text(json.dumps({"goal": "add-brokers"}))
     cmd = [spark_submit_binary(), "--master", master, "--driver-memory", "2g"]
     for k, v in default_conf().items():
         cmd += ["--conf", f"{k}={v}"]
-    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out), "--request", str(request)]
+    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out), "--request", str(request),
+            "--reader", reader]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env={**os.environ, **submit_env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -117,6 +120,8 @@ def main() -> None:
     ap.add_argument("sizes", nargs="*", type=int, default=[250_000, 500_000, 1_000_000, 2_000_000])
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--compare", action="store_true", help="local[1] vs local[2] on each size")
+    ap.add_argument("--reader", choices=("auto", "broadcast", "spark"), default="auto", help="plan_job.py --reader")
+    ap.add_argument("--file-uri", action="store_true", help="pass the snapshot as a file:// URI (read through Spark)")
     args = ap.parse_args()
     ROOT.mkdir(parents=True, exist_ok=True)
     print(f"plan job (spark-submit), goal add-brokers, 100 brokers in 3 racks + 10; python {sys.version.split()[0]}, "
@@ -127,7 +132,7 @@ def main() -> None:
         planning, jobs = {}, {}
         for master in masters:
             with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
-                r = run_plan(snap, master, Path(tmp) / "plan")
+                r = run_plan(f"file://{snap}" if args.file_uri else snap, master, Path(tmp) / "plan", args.reader)
             show(n, master, r)
             planning[master] = r["metrics"]["job"]["planning_s"]
             jobs[master] = r["metrics"]["job"]["stages_s"]
