@@ -57,7 +57,11 @@ def check_replica_list(
     error says exactly which list is wrong and how.
     """
     ids = tuple(replicas)
-    if not ids and not allow_empty:
+    if ids and min(ids) >= 0 and len(set(ids)) == len(ids):
+        return ids  # sound: the common case, decided fast (the Spark job checks a million rows)
+    if not ids:
+        if allow_empty:
+            return ids
         raise ValueError(f"{where}: {what} is empty; a partition needs at least one replica")
     negative = [b for b in ids if b < 0]
     if negative:
@@ -83,15 +87,13 @@ def check_partition_replicas(
     isr: Sequence[int] = (),
 ) -> None:
     """A partition's replica lists are sound: raises ``ValueError`` naming the partition."""
-    if (
-        replicas and not adding and not removing and min(replicas) >= 0 and len(set(replicas)) == len(replicas)
-        and (not isr or (min(isr) >= 0 and len(set(isr)) == len(isr)))
-    ):
-        return  # the common case, decided fast (the Spark job checks a million rows)
     where = f"partition {topic}-{partition}"
     check_replica_list(replicas, what="replicas", where=where)
-    check_replica_list(isr, what="isr", where=where, allow_empty=True)
+    if isr:
+        check_replica_list(isr, what="isr", where=where, allow_empty=True)
     for name, value in (("adding_replicas", adding), ("removing_replicas", removing)):
+        if not value:
+            continue
         ids = check_replica_list(value, what=name, where=where, allow_empty=True)
         stray = sorted(set(ids) - set(replicas))
         if stray:

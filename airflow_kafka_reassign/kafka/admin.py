@@ -139,11 +139,10 @@ class SafeKafkaAdminClient(KafkaAdminClient):  # type: ignore[misc]
         try:
             super().__init__(**configs)
         except BaseException:
-            for part in ("_metrics", "_client", "_net"):
-                obj = getattr(self, part, None)
+            # what close() does, for the parts the constructor got to (a missing one: AttributeError)
+            for part, method in (("_metrics", "close"), ("_client", "close"), ("_net", "stop")):
                 with contextlib.suppress(Exception):
-                    if obj is not None:
-                        obj.stop() if part == "_net" else obj.close()
+                    getattr(getattr(self, part), method)()
             raise
 
 

@@ -18,5 +18,6 @@ from __future__ import annotations
 
 from airflow_kafka_reassign.sandbox.cluster import Sandbox, SandboxError, rack_of
 from airflow_kafka_reassign.sandbox.maven import KafkaDistribution, KafkaFetchError
+from airflow_kafka_reassign.sandbox.waiting import wait_until
 
-__all__ = ["KafkaDistribution", "KafkaFetchError", "Sandbox", "SandboxError", "rack_of"]
+__all__ = ["KafkaDistribution", "KafkaFetchError", "Sandbox", "SandboxError", "rack_of", "wait_until"]

@@ -233,16 +233,6 @@ def _on_splits(stage: Any, data_b: Any, *broadcasts: Any):  # noqa: ANN202
     return run
 
 
-def _finish_on_batches(ctx_b: Any, changes_b: Any):  # noqa: ANN202
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        pairs = ((t, p) for b in batches for t, p in zip(b.column(1).to_pylist(), b.column(2).to_pylist(), strict=True))
-        out = list(finish_topics(ctx_b.value, changes_b.value, pairs))
-        kinds, topics, payloads = zip(*out, strict=True)
-        yield _batch(list(kinds), list(topics), list(payloads))
-
-    return run
-
-
 def _finish_on_records(ctx_b: Any, changes_b: Any):  # noqa: ANN202
     def run(records: Iterator[Out]) -> Iterator[Out]:
         yield from finish_topics(ctx_b.value, changes_b.value, ((t, p) for _, t, p in records))
@@ -286,7 +276,7 @@ def fetch_partitions_file(spark: Any, base: str) -> bytes | None:
     :data:`MAX_BROADCAST_BYTES` or cannot be read that way."""
     try:
         df = spark.read.format("binaryFile").load(f"{base}/partitions.parquet")
-        head = df.select("length").head()
+        head = df.select("length").head()  # the size first: the content is only read when it fits
         if head is None or head[0] > MAX_BROADCAST_BYTES:
             return None
         return bytes(df.select("content").head()[0])
@@ -351,11 +341,6 @@ def split_topics(prepared: Iterable[Prepared]) -> list[str]:
     return sorted(twice)
 
 
-def _rows(rows: Iterable[Any]) -> list[Out]:
-    """Collected DataFrame rows as (kind, topic, payload) tuples."""
-    return [(r[0], r[1], r[2]) for r in rows]
-
-
 def _loads(records: Iterable[Out]) -> list[Any]:
     return [pickle.loads(payload) for _, _, payload in records]
 
@@ -411,8 +396,6 @@ def run(
     the local file or through Spark for a URI, and broadcast), ``broadcast`` (the latter, on any
     master) or ``spark`` (Spark's DataFrame reader).
     """
-    from pyspark.sql import functions as F  # noqa: N812
-
     clock = _Clock()
     sc = spark.sparkContext
     base = snapshot.rstrip("/")
@@ -456,14 +439,14 @@ def run(
         spark.conf.set("spark.sql.files.minPartitionNum", str(n_parts))
         spark.conf.set("spark.sql.files.openCostInBytes", "8192")
         df, input_layout = spark.read.parquet(f"{base}/partitions.parquet").select(*_ROW_COLUMNS), "splits"
-        prepared = _loads(_rows(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect()))
+        prepared = _loads(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
         split = split_topics(prepared)
         if split:
             print(f"[plan_job] {len(split)} topic(s) span splits of partitions.parquet (first: {split[0]!r}): "
                   "shuffling by topic", file=sys.stderr, flush=True)
             df = df.repartition(n_parts, "topic").sortWithinPartitions("topic", "partition").cache()
             input_layout = "shuffled"
-            prepared = _loads(_rows(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect()))
+            prepared = _loads(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
     clock.lap("prepare")
     step = driver_quotas(ctx, prepared)  # completes ctx: broadcast it again
     del prepared
@@ -472,11 +455,12 @@ def run(
 
     quotas_b = sc.broadcast((step.quotas, step.params))
     if source is not None:
-        placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b)).cache()
-        side = placed.filter(lambda r: r[0] != "placed").collect()
-    else:
-        placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).cache()
-        side = _rows(placed.where(F.col("kind") != "placed").collect())
+        placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
+    else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
+        placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
+    placed = placed.cache()  # the Placed payloads stay on the executors for finish
+    side = placed.filter(lambda r: r[0] != "placed").collect()
+    if df is not None:
         df.unpersist()
     inputs, bound = [], new_bound(ctx)
     for kind, _, payload in side:
@@ -489,12 +473,7 @@ def run(
     clock.lap("leaders")
 
     changes_b = sc.broadcast(changes)
-    if source is not None:
-        finished = placed.filter(lambda r: r[0] == "placed").mapPartitions(_finish_on_records(ctx_b, changes_b)).collect()
-    else:
-        finished = _rows(
-            placed.where(F.col("kind") == "placed").mapInArrow(_finish_on_batches(ctx_b, changes_b), PAYLOAD_SCHEMA).collect()
-        )
+    finished = placed.filter(lambda r: r[0] == "placed").mapPartitions(_finish_on_records(ctx_b, changes_b)).collect()
     fragments_by_topic: list[tuple[str, list[tuple[str, str, str, str]]]] = []
     before, after = new_accumulators(ctx)
     totals = MoveTotals()

@@ -50,7 +50,7 @@ from airflow_kafka_reassign.core.planner import BalanceMetrics, PlanRequest, com
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.config import to_confluent
 from airflow_kafka_reassign.kafka.workload import create_topic
-from airflow_kafka_reassign.sandbox import Sandbox, rack_of
+from airflow_kafka_reassign.sandbox import Sandbox, rack_of, wait_until
 from airflow_kafka_reassign.sandbox.reference import ReferenceProposal, generate
 
 BROKERS = 6
@@ -110,16 +110,6 @@ def initial_assignment(scenario: str, topic: int, partitions: int, rf: int) -> l
     if rf == 3:  # skewed: on brokers 1-3, broker 1 the preferred leader of every partition
         return [[1, 2, 3] if p % 2 == 0 else [1, 3, 2] for p in range(partitions)]
     return [spread(ALL, rf, topic + p) for p in range(partitions)]
-
-
-def wait_until(cond: Any, what: str, timeout: float = 180.0, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def fill(config: dict[str, str], partitions: Sequence[TopicPartition], kb: float) -> int:
@@ -211,9 +201,9 @@ def run_scenario(sandbox: Sandbox, admin: KafkaClusterAdmin, sc: Scenario, args:
         create_topic(config, name, initial_assignment(sc.name, i, partitions, rf), timeout_s=120)
         names.append(name)
     n_partitions = sum(p for p, _ in TOPICS)
-    wait_until(lambda: set(names) <= set(admin.list_topic_names()), "the new topics in the metadata")
+    wait_until(lambda: set(names) <= set(admin.list_topic_names()), "the new topics in the metadata", timeout=180)
     created = wait_until(lambda: len((s := admin.snapshot(topics=names)).partitions) == n_partitions and s,
-                         "every partition in a snapshot")
+                         "every partition in a snapshot", timeout=180)
     written = fill(config, [p.tp for p in created.partitions], args.kb)
     snapshot = admin.snapshot(topics=names)
     print(f"\n=== {sc.title}: {len(names)} topics, {len(snapshot.partitions)} partitions, "

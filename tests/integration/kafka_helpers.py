@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
@@ -16,23 +15,10 @@ from airflow_kafka_reassign.core.models import ReassignmentPlan
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
+from airflow_kafka_reassign.sandbox import wait_until
 
 #: The session sandbox's brokers (tests/integration/conftest.py).
 BROKERS = [1, 2, 3, 4, 5]
-
-T = TypeVar("T")
-
-
-def wait_until(cond: Callable[[], T], what: str, timeout: float = 120.0, every: float = 0.3) -> T:
-    """``cond()``'s first truthy value, polling every ``every`` s; an AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
 
 def make_topic(config: dict[str, Any], topic: str, assignment: list[list[int]], megabytes: float = 0.0) -> None:
     """Create ``topic`` with this replica assignment, wait until every partition has a leader, then write

@@ -7,30 +7,16 @@ import os
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
 from airflow_kafka_reassign.kafka import readiness
-from airflow_kafka_reassign.sandbox import Sandbox
+from airflow_kafka_reassign.sandbox import Sandbox, wait_until
 
 T = TypeVar("T")
 CLI = [sys.executable, "-m", "airflow_kafka_reassign.sandbox"]
-
-
-def wait_for(condition: Callable[[], T], what: str, timeout: float = 60.0) -> T:
-    """Poll ``condition`` until it returns something truthy (bounded; not a timing check)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def cli(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -67,7 +53,7 @@ def test_stop_and_start_a_broker_only_node(sandbox: Sandbox) -> None:
     sandbox.stop_broker(5)
     try:
         assert not sandbox.is_alive(5)
-        wait_for(
+        wait_until(
             lambda: 5 not in readiness.live_broker_ids(sandbox.client_config()),
             "broker 5 to leave the cluster metadata",
         )

@@ -157,7 +157,7 @@ def wait_for(cond, what: str, af: Airflow, timeout: float = 240.0, every: float 
     """:func:`wait_until`, with the scheduler's and the triggerers' log tails when it times out."""
     try:
         return wait_until(cond, what, timeout, every)
-    except AssertionError as e:
+    except TimeoutError as e:
         raise AssertionError(f"{e}\n--- scheduler\n{af.tail('scheduler')}"
                              f"\n--- triggerers\n{af.tail('triggerer-1')}\n{af.tail('triggerer-2')}") from None
 
