@@ -84,7 +84,10 @@ def write_plan_fragments(fragments: Sequence[tuple[str, str, str, str]], out: st
     """The four plan files from each move's JSON fragments (plan, rollback, Kafka plan, Kafka
     rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`), in plan
     order. What the Spark job's driver does, so a million replicas' moves never become
-    pydantic objects on one machine; :func:`write_metrics` completes the directory."""
+    pydantic objects on one machine; :func:`write_metrics` completes the directory.
+
+    A "fragment" may also be several moves' fragments joined with ``,`` (the Spark job sends
+    one per topic): the files are the same. It must not be empty."""
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     (d / METRICS_FILE).unlink(missing_ok=True)

@@ -42,6 +42,7 @@ import os
 import pickle
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,18 @@ EXIT_BAD_INPUT = 2
 
 def _dump(obj: object) -> bytes:
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _dump_chunk(fragments: list[tuple[str, str, str, str]]) -> bytes:
+    """A topic's moves for the driver: per plan file, its fragments joined (a fragment of the
+    file itself, see :func:`write_plan_fragments`), compressed. JSON compresses about 8x: the
+    driver receives and unpickles 5 MB per million replicas instead of 40 MB of 4-tuples."""
+    chunk = tuple(",".join(f[k] for f in fragments) for k in range(4))
+    return zlib.compress(_dump((len(fragments), chunk)), 1)
+
+
+def _load_chunk(payload: bytes) -> tuple[int, tuple[str, str, str, str]]:
+    return pickle.loads(zlib.decompress(payload))  # type: ignore[no-any-return]
 
 
 def _batch(kinds: list[str], topics: list[str], payloads: list[bytes]) -> pa.RecordBatch:
@@ -201,7 +214,7 @@ def finish_topics(
         for b, c in leader_counts(x.rows).items():
             originals[b] = originals.get(b, 0) + c
         if fragments:
-            yield "fragments", topic, _dump(fragments)
+            yield "fragments", topic, _dump_chunk(fragments)
     yield "metrics", "", _dump((before, after, totals, originals))
 
 
@@ -474,13 +487,13 @@ def run(
 
     changes_b = sc.broadcast(changes)
     finished = placed.filter(lambda r: r[0] == "placed").mapPartitions(_finish_on_records(ctx_b, changes_b)).collect()
-    fragments_by_topic: list[tuple[str, list[tuple[str, str, str, str]]]] = []
+    chunks_by_topic: list[tuple[str, tuple[int, tuple[str, str, str, str]]]] = []
     before, after = new_accumulators(ctx)
     totals = MoveTotals()
     originals: dict[int, int] = {}
     for kind, topic, payload in finished:
         if kind == "fragments":
-            fragments_by_topic.append((topic, pickle.loads(payload)))
+            chunks_by_topic.append((topic, _load_chunk(payload)))
         else:
             b, a, t, o = pickle.loads(payload)
             before.merge(b)
@@ -492,8 +505,9 @@ def run(
     clock.lap("finish")
 
     result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
-    fragments_by_topic.sort(key=lambda x: x[0])
-    fragments = [f for _, frags in fragments_by_topic for f in frags]
+    chunks_by_topic.sort(key=lambda x: x[0])
+    moved = sum(n for _, (n, _) in chunks_by_topic)
+    chunks = [chunk for _, (_, chunk) in chunks_by_topic]
     job = {
         "master": sc.master,
         "default_parallelism": sc.defaultParallelism,
@@ -501,10 +515,10 @@ def run(
         "input": input_layout,
         "stages_s": clock.stages,
     }
-    write_plan_fragments(fragments, out)
+    write_plan_fragments(chunks, out)  # a topic's joined fragments are a fragment of the file
     clock.lap("write")
     job["planning_s"] = clock.total
-    doc = write_metrics(result, out, partitions_moved=len(fragments), snapshot=snapshot, job=job)
+    doc = write_metrics(result, out, partitions_moved=moved, snapshot=snapshot, job=job)
     print(f"[plan_job] planning {clock.total:.2f}s (from the Spark session up to the plan written)", file=sys.stderr)
     return doc
 
