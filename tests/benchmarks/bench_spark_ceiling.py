@@ -1,0 +1,58 @@
+"""What ``local[2]`` can gain over ``local[1]`` on this machine at best: prints numbers, asserts nothing.
+
+The plan job's speed-up (``bench_spark_plan.py --compare``) is measured against this ceiling:
+the same spark-submit and conf, but perfectly parallel Python work (``spark_ceiling_job.py``)
+with no driver step at all, as many tasks as the plan job, and the CPU the plan job's
+executor tasks spend at 1M replicas (about 10 s in Python, split over 3 stages). It prints,
+for ``local[1]`` and ``local[2]``, the wall time of each job and the speed-ups: with the
+Python workers' start (the first job, as in any job's first stage) and without.
+
+    .venv/bin/python tests/benchmarks/bench_spark_ceiling.py              # 10 s of CPU in 3 stages
+    .venv/bin/python tests/benchmarks/bench_spark_ceiling.py --cpu 20 --stages 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from airflow_kafka_reassign.spark.submit import default_conf, spark_submit_binary, submit_env
+
+JOB = Path(__file__).with_name("spark_ceiling_job.py")
+
+
+def run(master: str, cpu: float, stages: int) -> dict:
+    cmd = [spark_submit_binary(), "--master", master, "--driver-memory", "2g"]
+    for k, v in default_conf().items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [str(JOB), str(cpu), str(stages)]
+    proc = subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"ceiling job failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpu", type=float, default=10.0, help="seconds of Python CPU in all (default 10)")
+    ap.add_argument("--stages", type=int, default=3, help="jobs the CPU is split over (default 3)")
+    args = ap.parse_args()
+    print(f"ceiling: perfectly parallel Python tasks, {args.cpu:g} s of CPU in {args.stages} job(s), no driver work; "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    one, two = run("local[1]", args.cpu, args.stages), run("local[2]", args.cpu, args.stages)
+    for r in (one, two):
+        print(f"  {r['master']:<9} {r['tasks']} tasks per job: jobs {r['jobs_s']} s, total {sum(r['jobs_s']):.2f} s", flush=True)
+    total = sum(one["jobs_s"]) / sum(two["jobs_s"])
+    print(f"  speed-up local[1] / local[2]: {total:.2f}x with the Python workers' start", flush=True)
+    if args.stages > 1:
+        warm = sum(one["jobs_s"][1:]) / sum(two["jobs_s"][1:])
+        print(f"  speed-up without the first job (workers running): {warm:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The Spark application of ``bench_spark_ceiling.py``: perfectly parallel CPU work, no driver work.
+
+``spark-submit spark_ceiling_job.py SECONDS STAGES``: ``STAGES`` jobs, each of ``4 x parallelism``
+tasks (the plan job's task count) that burn ``SECONDS / tasks`` of CPU in Python and return a
+few bytes. Prints one JSON line: the wall time of each job, measured on the driver from the
+Spark session on (the first job includes starting the Python workers, as the plan job's first
+stage does).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+
+
+def burn(seconds: float) -> int:
+    start, x = time.process_time(), 0
+    while time.process_time() - start < seconds:
+        for i in range(10_000):
+            x += i
+    return x
+
+
+def main() -> None:
+    from pyspark.sql import SparkSession
+
+    total, stages = float(sys.argv[1]), int(sys.argv[2])
+    spark = SparkSession.builder.appName("akr-spark-ceiling").getOrCreate()
+    sc = spark.sparkContext
+    tasks = 4 * sc.defaultParallelism
+    per_task = total / stages / tasks
+
+    def run(_: Iterator[int]) -> Iterator[int]:
+        yield burn(per_task)
+
+    jobs = []
+    for _ in range(stages):
+        t0 = time.perf_counter()
+        sc.parallelize(range(tasks), tasks).mapPartitions(run).collect()
+        jobs.append(round(time.perf_counter() - t0, 3))
+    print(json.dumps({"master": sc.master, "tasks": tasks, "cpu_s": total, "jobs_s": jobs}), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
