@@ -25,7 +25,9 @@ How the work is spread (see core/planner/staged.py for the steps):
   ``sortWithinPartitions``, cached);
 * ``prepare`` runs per topic on the executors (checks, planner input, aggregates); the
   driver gets one small :class:`~airflow_kafka_reassign.core.planner.types.TopicLoad` per topic
-  and runs the global quota step;
+  and computes the brokers' targets; from two groups' worth of replicas (the request's
+  ``quota_group_replicas``) it only splits each broker's room between groups of topics, and
+  the executors settle each group's quotas (``quotas``; else the driver does it all);
 * ``place`` runs the per-topic placement on the executors with the quotas broadcast; the
   driver gets the final replica sets it needs to balance preferred leaders globally;
 * ``finish`` applies the leader changes, serialises the moves into the plan files' JSON and
@@ -64,6 +66,7 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     merge_named,
     plan_context,
 )
+from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     LeaderInput,
     MoveTotals,
@@ -78,6 +81,7 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     stage_place,
     stage_prepare,
 )
+from airflow_kafka_reassign.core.planner.types import BrokerLayout  # noqa: E402
 from airflow_kafka_reassign.exceptions import ConfigurationError  # noqa: E402
 
 PAYLOAD_SCHEMA = "kind string, topic string, payload binary"
@@ -242,6 +246,16 @@ def _on_splits(stage: Any, data_b: Any, *broadcasts: Any):  # noqa: ANN202
         data = data_b.value if data_b is not None else None
         for path, row_groups in splits:
             yield from stage(*values, topic_groups(read_row_groups(path, row_groups, data)))
+
+    return run
+
+
+def _quota_groups_on(sc: Any, n_parts: int):  # noqa: ANN202 (a closure over the SparkContext)
+    """The quota step's groups of topics (:func:`~airflow_kafka_reassign.core.planner.quotas.solve_quota_group`)
+    as tasks, results in group order: the driver keeps only the split of the brokers' room."""
+
+    def run(groups: list[QuotaGroup], layout: BrokerLayout) -> list[list[tuple[int, ...]] | None]:
+        return sc.parallelize(groups, min(len(groups), n_parts)).map(lambda g: solve_quota_group(g, layout)).collect()
 
     return run
 
@@ -461,7 +475,7 @@ def run(
             input_layout = "shuffled"
             prepared = _loads(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
     clock.lap("prepare")
-    step = driver_quotas(ctx, prepared)  # completes ctx: broadcast it again
+    step = driver_quotas(ctx, prepared, _quota_groups_on(sc, n_parts))  # completes ctx: broadcast it again
     del prepared
     ctx_b = sc.broadcast(ctx)
     clock.lap("quotas")
@@ -513,6 +527,7 @@ def run(
         "default_parallelism": sc.defaultParallelism,
         "partitions": n_parts,
         "input": input_layout,
+        "quota_groups": step.quota_groups,
         "stages_s": clock.stages,
     }
     write_plan_fragments(chunks, out)  # a topic's joined fragments are a fragment of the file

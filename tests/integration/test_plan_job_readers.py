@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -29,18 +28,19 @@ from airflow_kafka_reassign.core.snapshot_io import partitions_table, read_snaps
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
 
+ADD_BROKERS = '{"goal": "add-brokers"}'
 
-def run_job(snapshot: Path | str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+
+def run_job(snapshot: Path | str, out: Path, *extra: str, request: str = ADD_BROKERS) -> subprocess.CompletedProcess[str]:
     cmd = [spark_submit_binary(), "--master", "local[2]"]
     for k, v in default_conf().items():
         cmd += ["--conf", f"{k}={v}"]
-    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out),
-            "--request-json", json.dumps({"goal": "add-brokers"}), *extra]
+    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out), "--request-json", request, *extra]
     return subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, timeout=600)
 
 
-def submit(snapshot: Path | str, out: Path, *extra: str) -> dict:
-    done = run_job(snapshot, out, *extra)
+def submit(snapshot: Path | str, out: Path, *extra: str, request: str = ADD_BROKERS) -> dict:
+    done = run_job(snapshot, out, *extra, request=request)
     assert done.returncode == 0, done.stderr[-4000:]
     return read_metrics(out)
 
@@ -48,7 +48,7 @@ def submit(snapshot: Path | str, out: Path, *extra: str) -> dict:
 @pytest.fixture(scope="module")
 def snapshots(tmp_path_factory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("readers")
-    snap = to_snapshot(synthetic_cluster(brokers=12, racks=3, new_brokers=2, replicas=30_000, seed=11))
+    snap = to_snapshot(synthetic_cluster(brokers=10, racks=3, new_brokers=2, replicas=30_000, seed=11))
     ours = write_snapshot(snap, base / "ours")
     other = base / "other"
     shutil.copytree(ours, other)
@@ -71,6 +71,18 @@ def test_every_reader_gives_the_same_plan_as_the_in_process_stages(snapshots, tm
     expected = plan_staged(read_snapshot(ours), PlanRequest(goal="add-brokers"))
     assert plans["row-groups"].decode() == expected.plan.model_dump_json()
     assert runs["row-groups"]["summary"]["replica_moves"] == expected.replica_moves
+    assert runs["row-groups"]["job"]["quota_groups"] == 0  # 30k replicas: all topics at once
+
+
+def test_the_quota_step_per_group_runs_on_the_executors_and_gives_the_in_process_plan(snapshots, tmp_path):
+    ours, _ = snapshots
+    request = PlanRequest(goal="add-brokers", quota_group_replicas=4_000)
+    metrics = submit(ours, tmp_path / "plan", request=request.model_dump_json())
+    assert metrics["job"]["quota_groups"] == 7  # 30k replicas in groups of about 4k
+    expected = plan_staged(read_snapshot(ours), request)
+    assert (tmp_path / "plan" / "plan.json").read_text() == expected.plan.model_dump_json()
+    assert metrics["after"]["replica_max_min"] <= 1 and metrics["after"]["rack_violations"] == 0
+    assert metrics["summary"]["replica_moves"] <= 1.05 * metrics["summary"]["lower_bound"]
 
 
 def test_unknown_brokers_are_named_by_their_first_partition_across_tasks(snapshots, tmp_path):

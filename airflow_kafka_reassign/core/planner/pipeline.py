@@ -13,7 +13,7 @@ from airflow_kafka_reassign.core.planner.goals import PlanRequest, PlanResult, S
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
 from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
-from airflow_kafka_reassign.core.planner.quotas import compute_quotas
+from airflow_kafka_reassign.core.planner.quotas import GROUP_REPLICAS, compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicMove, TopicParams, TopicPartitions
 
@@ -25,11 +25,14 @@ def plan_topics(
     max_leader_spread: int = 2,
     max_topic_spread: int = 2,
     leaders: bool = True,
+    group_replicas: int = GROUP_REPLICAS,
 ) -> tuple[list[TopicMove], list[str]]:
     """Global step, every per-topic step, then the leader fix-up, on plain data."""
     layout = scope.layout
     loads = [t.load(layout) for t in scope.topics]
-    quota_plan = compute_quotas(loads, layout, scope.fixed_load, max_topic_spread=max_topic_spread)
+    quota_plan = compute_quotas(
+        loads, layout, scope.fixed_load, max_topic_spread=max_topic_spread, group_replicas=group_replicas
+    )
     warnings = list(quota_plan.warnings)
     by_topic: list[list[TopicMove]] = []
     for t in scope.topics:
@@ -122,6 +125,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         max_leader_spread=request.max_leader_spread,
         max_topic_spread=request.max_topic_spread,
         leaders=request.balance_leaders,
+        group_replicas=request.quota_group_replicas,
     )
     moves.sort(key=lambda m: (m.topic, m.partition))
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves))

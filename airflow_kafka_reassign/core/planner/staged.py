@@ -47,7 +47,7 @@ from airflow_kafka_reassign.core.planner.goals import (
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
-from airflow_kafka_reassign.core.planner.quotas import compute_quotas
+from airflow_kafka_reassign.core.planner.quotas import MapGroups, compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -117,13 +117,16 @@ class QuotaStep:
     fixed_leaders: dict[int, int]
     excluded_in_flight: list[TopicPartition]
     warnings: list[str]
+    #: groups of topics the quota step settled on their own (0: all at once)
+    quota_groups: int = 0
 
 
-def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared]) -> QuotaStep:
+def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared], map_groups: MapGroups | None = None) -> QuotaStep:
     """Merge ``prepare``'s outputs, raise the first error (topics in name order), run the global step.
 
     Completes ``ctx`` (broker checks that need every replica, replica sizes present): the
-    ``place`` stage must get this updated context.
+    ``place`` stage must get this updated context. ``map_groups`` runs the quota step's
+    groups of topics (:func:`~.quotas.compute_quotas`; the Spark job: as tasks).
     """
     items = sorted(prepared, key=lambda x: x.topic)
     for x in items:
@@ -140,7 +143,10 @@ def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared]) -> QuotaSte
     scope = merge_preps(ctx, preps)
     loads = [x.load for x in items if x.load is not None]
     request = ctx.request
-    quota_plan = compute_quotas(loads, ctx.layout, scope.fixed_load, max_topic_spread=request.max_topic_spread)
+    quota_plan = compute_quotas(
+        loads, ctx.layout, scope.fixed_load, max_topic_spread=request.max_topic_spread,
+        group_replicas=request.quota_group_replicas, map_groups=map_groups,
+    )
     params = {"balance": True, "fix_racks": True, "use_sizes": request.use_sizes}
     return QuotaStep(
         quotas=dict(quota_plan.quotas),
@@ -149,6 +155,7 @@ def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared]) -> QuotaSte
         fixed_leaders=scope.fixed_leaders,
         excluded_in_flight=scope.excluded_in_flight,
         warnings=[*scope.warnings, *quota_plan.warnings],
+        quota_groups=quota_plan.groups,
     )
 
 
