@@ -105,7 +105,7 @@ def show(replicas: int, master: str, r: dict) -> None:
     stages = " ".join(f"{k} {v:.1f}" for k, v in job["stages_s"].items())
     print(
         f"{replicas:>9,} replicas {master:<9} | spark-submit {r['wall_s']:6.1f}s  planning {job['planning_s']:6.1f}s "
-        f"({job.get('input')}, {job['partitions']} tasks) "
+        f"({job.get('input')}, {job['partitions']} tasks, {job.get('quota_groups', 0)} quota groups) "
         f"[{stages}] | peak {r['peak_mb']:6.0f} MB (process tree)\n"
         f"{'':>19} moves {s['replica_moves']:,} / bound {s['lower_bound']:,} = {m['moves_ratio']}; "
         f"leader changes {s['leader_changes']:,} / fewest {s['leader_changes_lower_bound']:,}; "
@@ -129,19 +129,22 @@ def main() -> None:
     for n in args.sizes:
         snap = snapshot_dir(n)
         masters = ["local[1]", "local[2]"] if args.compare else [args.master]
-        planning, jobs = {}, {}
+        planning, jobs, grouped = {}, {}, {}
         for master in masters:
             with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
                 r = run_plan(f"file://{snap}" if args.file_uri else snap, master, Path(tmp) / "plan", args.reader)
             show(n, master, r)
             planning[master] = r["metrics"]["job"]["planning_s"]
             jobs[master] = r["metrics"]["job"]["stages_s"]
+            grouped[master] = r["metrics"]["job"].get("quota_groups", 0) > 0
         if args.compare:
             one, two = planning["local[1]"], planning["local[2]"]
             print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x", flush=True)
-            # the stages with executor tasks (their driver-side collect included) and the driver's own steps
-            tasks = [sum(jobs[m].get(k, 0.0) for k in ("prepare", "place", "finish")) for m in masters]
-            driver = [sum(jobs[m].get(k, 0.0) for k in ("read", "quotas", "leaders", "write")) for m in masters]
+            # the stages with executor tasks (their driver-side collect included) and the driver's own steps;
+            # the quota step has executor tasks when it ran per group of topics (job.quota_groups)
+            tasks = [sum(v for k, v in jobs[m].items() if k in ("prepare", "place", "finish") or (k == "quotas" and grouped[m]))
+                     for m in masters]
+            driver = [sum(jobs[m].values()) - t for m, t in zip(masters, tasks, strict=True)]
             print(f"{'':>19} stages with executor tasks {tasks[0]:.1f}s / {tasks[1]:.1f}s = {tasks[0] / tasks[1]:.2f}x; "
                   f"driver-only steps {driver[0]:.1f}s / {driver[1]:.1f}s", flush=True)
 
