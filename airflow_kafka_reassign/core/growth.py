@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -578,8 +579,13 @@ def grow_partitions(
     validate_only: bool = False,
     heal_targets_path: str | os.PathLike[str] | None = None,
     log: Callable[[str, str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> GrowthOutcome:
     """Snapshot, decide, create (one request for every valid topic), and report per topic.
+
+    A topic the request names but the snapshot lacks may have been created a moment ago and
+    not be known to every broker yet: the snapshot is taken again (``SNAPSHOT_RETRIES`` times,
+    ``SNAPSHOT_RETRY_S`` apart, with ``sleep``) before such a topic is refused as unknown.
 
     ``validate_only=True`` sends the request with Kafka's validate-only flag: the full check
     against the cluster, nothing created, no file written. New under-replicated partitions
@@ -593,7 +599,7 @@ def grow_partitions(
             "under-replicated are recorded for the heal step; set it to a path the heal task can read"
         )
     emit = log or (lambda level, message: None)
-    snapshot = admin.snapshot()
+    snapshot = _snapshot_naming(admin, request.targets, sleep)
     plan = plan_growth(snapshot, request)
     for w in plan.warnings:
         emit("warning", w)
@@ -620,6 +626,23 @@ def grow_partitions(
         update_heal_targets(path, remove=lost)
     recorded = str(path) if (path is not None and outcome.heal_targets and not validate_only) else None
     return outcome.model_copy(update={"heal_targets_path": recorded})
+
+
+#: How often, and how far apart, a snapshot missing a requested topic is taken again.
+SNAPSHOT_RETRIES = 3
+SNAPSHOT_RETRY_S = 1.0
+
+
+def _snapshot_naming(admin: ClusterAdmin, names: Iterable[str], sleep: Callable[[float], None]) -> ClusterSnapshot:
+    """The cluster's snapshot, taken again while it lacks one of ``names`` (see :func:`grow_partitions`)."""
+    wanted = set(names)
+    snapshot = admin.snapshot()
+    for _ in range(SNAPSHOT_RETRIES):
+        if wanted <= {t.name for t in snapshot.topics}:
+            break
+        sleep(SNAPSHOT_RETRY_S)
+        snapshot = admin.snapshot()
+    return snapshot
 
 
 # ------------------------------------------------------------------------------ heal targets file

@@ -9,6 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from airflow_kafka_reassign.core.growth import (
+    SNAPSHOT_RETRIES,
+    SNAPSHOT_RETRY_S,
     GrowthRequest,
     assess_heal,
     grow_partitions,
@@ -54,7 +56,7 @@ def test_internal_topics_are_refused_in_a_batch_while_the_normal_topic_grows():
 
 def test_a_coordinator_topic_that_does_not_exist_yet_is_refused_as_internal():
     fake = cluster(orders=[[1, 2]])
-    t = grow_partitions(fake, GrowthRequest(targets={"__transaction_state": 60})).topics[0]
+    t = grow_partitions(fake, GrowthRequest(targets={"__transaction_state": 60}), sleep=lambda _: None).topics[0]
     assert t.refusal == "internal-topic" and t.partitions_before is None
 
 
@@ -148,8 +150,32 @@ def test_repeating_a_finished_growth_is_a_no_op():
 
 def test_an_unknown_topic_is_refused_and_the_others_proceed():
     fake = cluster(orders=[[1, 2]])
-    out = by_topic(grow_partitions(fake, GrowthRequest(targets={"orders": 2, "nope": 3})))
+    waits: list[float] = []
+    out = by_topic(grow_partitions(fake, GrowthRequest(targets={"orders": 2, "nope": 3}), sleep=waits.append))
     assert out["nope"].refusal == "unknown-topic" and out["orders"].status == "created"
+    assert waits == [SNAPSHOT_RETRY_S] * SNAPSHOT_RETRIES  # it looked again before refusing
+
+
+def test_a_topic_created_a_moment_ago_is_found_on_a_second_look():
+    """A new topic not yet known to every broker is missing from a snapshot (its configs could
+    not be read): growth takes the snapshot again instead of refusing it as unknown."""
+    fake = cluster(orders=[[1, 2]], fresh=[[2, 3]])
+    full = fake.snapshot
+    looks: list[int] = []
+
+    def first_without_fresh(**kwargs):
+        snap = full(**kwargs)
+        looks.append(1)
+        if len(looks) == 1:
+            return snap.model_copy(update={"topics": tuple(t for t in snap.topics if t.name != "fresh"),
+                                           "partitions": tuple(p for p in snap.partitions if p.topic != "fresh")})
+        return snap
+
+    fake.snapshot = first_without_fresh  # type: ignore[method-assign]
+    waits: list[float] = []
+    out = by_topic(grow_partitions(fake, GrowthRequest(targets={"fresh": 3}), sleep=waits.append))
+    assert out["fresh"].status == "created" and len(partitions_of(fake, "fresh")) == 3
+    assert waits == [SNAPSHOT_RETRY_S] and len(looks) == 2
 
 
 # -- placement ------------------------------------------------------------------------------------
