@@ -8,7 +8,9 @@ only small aggregates crossing from the per-topic stages to the driver:
    topic's planner input (:func:`~.goals.prepare_topic`) and returns its aggregates
    (:class:`~.types.TopicLoad`, fixed load, the first error);
 2. ``quotas`` (driver): :func:`driver_quotas` merges them and runs the global step
-   (:func:`~.quotas.compute_quotas`);
+   (:func:`~.quotas.compute_quotas`); on large inputs the driver only splits the brokers'
+   room between groups of topics and each group is settled on its own (executors, through
+   ``map_groups``);
 3. ``place`` (per topic, executors): :func:`stage_place` runs :func:`~.topic.plan_topic` with
    the topic's quotas and returns the topic's outcome: its moves, the final replica sets the
    leader step needs, the lower bound's per-topic facts and final counts;
