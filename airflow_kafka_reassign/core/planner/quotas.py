@@ -263,13 +263,13 @@ def compute_quotas(
     rack_total = integer_shares(total, tight_lo, tight_hi, sizes)
     grouped = _grouped_quotas(ctx, layout, rack_total, group_replicas, map_groups or _map_here)
     if grouped is not None:
-        targets = ctx.targets(rack_total)
+        group_quotas, targets, n_groups = grouped
         return QuotaPlan(
             brokers=tuple(brokers),
-            quotas={ld.topic: grouped[0][t] for t, ld in enumerate(loads)},
+            quotas={ld.topic: group_quotas[t] for t, ld in enumerate(loads)},
             broker_targets=dict(zip(brokers, targets, strict=True)),
-            broker_loads=dict(zip(brokers, targets, strict=True)),
-            groups=len(grouped[1]),
+            broker_loads=dict(zip(brokers, targets, strict=True)),  # every group met its share
+            groups=n_groups,
         )
     quotas, targets, loads_b = ctx.assign(rack_total, 1)
     if max(loads_b) - min(loads_b) > 1 and max_topic_spread > 1:
@@ -421,10 +421,10 @@ def split_capacity(remaining: Sequence[int], extras: Sequence[int]) -> list[list
 
 def _grouped_quotas(
     ctx: _Context, layout: BrokerLayout, rack_total: Sequence[int], group_replicas: int, map_groups: MapGroups
-) -> tuple[list[tuple[int, ...]], list[QuotaGroup]] | None:
-    """Steps 4 and 5 per group of topics: (quotas aligned with ``ctx.loads``, the groups), or
-    ``None`` where the step must see every topic at once (too few replicas, targets more than
-    1 apart, a group that cannot meet its share)."""
+) -> tuple[list[tuple[int, ...]], list[int], int] | None:
+    """Steps 3 to 5 per group of topics: (quotas aligned with ``ctx.loads``, the brokers'
+    targets, the number of groups), or ``None`` where the step must see every topic at once
+    (too few replicas, targets more than 1 apart, a group that cannot meet its share)."""
     loads = ctx.loads
     total = sum(ld.replicas for ld in loads)
     n_groups = total // group_replicas if group_replicas > 0 else 0
@@ -457,7 +457,7 @@ def _grouped_quotas(
             return None
         for t, q in zip(m, result, strict=True):
             out[t] = q
-    return out, groups
+    return out, targets, len(groups)
 
 
 def _assign_extras(
