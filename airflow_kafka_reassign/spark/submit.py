@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: Exit code of the plan job when the input cannot give a sound plan (see plan_job.py).
@@ -93,6 +93,22 @@ def plan_job_args(snapshot: str, out: str, request_file: str, *, partitions: int
     return args
 
 
+def spark_submit_command(
+    app: str,
+    app_args: Sequence[str] = (),
+    *,
+    master: str = DEFAULT_MASTER,
+    conf: Mapping[str, str] | None = None,
+    options: Sequence[str] = (),
+) -> list[str]:
+    """The spark-submit command line of ``app`` with the plan job's conf (:func:`default_conf`
+    over ``conf``); ``options`` go before the conf (``--driver-memory 2g``, say)."""
+    cmd = [spark_submit_binary(), "--master", master, *options]
+    for k, v in default_conf(conf).items():
+        cmd += ["--conf", f"{k}={v}"]
+    return [*cmd, app, *app_args]
+
+
 def submit_plan(
     snapshot: str,
     out: str,
@@ -108,10 +124,9 @@ def submit_plan(
     Its output (spark-submit prints the Python driver's stderr on stdout) goes to this
     process's stderr unless ``capture``, so stdout stays free for the caller's own result.
     """
-    cmd = [spark_submit_binary(), "--master", master]
-    for k, v in default_conf(conf).items():
-        cmd += ["--conf", f"{k}={v}"]
-    cmd += [plan_job_path(), *plan_job_args(snapshot, out, request_file, partitions=partitions)]
+    cmd = spark_submit_command(
+        plan_job_path(), plan_job_args(snapshot, out, request_file, partitions=partitions), master=master, conf=conf
+    )
     env = {**os.environ, **submit_env()}
     if capture:
         return subprocess.run(cmd, env=env, text=True, capture_output=True, check=False)

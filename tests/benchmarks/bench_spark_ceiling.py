@@ -20,16 +20,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airflow_kafka_reassign.spark.submit import default_conf, spark_submit_binary, submit_env
+from airflow_kafka_reassign.spark.submit import spark_submit_command, submit_env
 
 JOB = Path(__file__).with_name("spark_ceiling_job.py")
 
 
 def run(master: str, cpu: float, stages: int) -> dict:
-    cmd = [spark_submit_binary(), "--master", master, "--driver-memory", "2g"]
-    for k, v in default_conf().items():
-        cmd += ["--conf", f"{k}={v}"]
-    cmd += [str(JOB), str(cpu), str(stages)]
+    cmd = spark_submit_command(str(JOB), [str(cpu), str(stages)], master=master, options=["--driver-memory", "2g"])
     proc = subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:

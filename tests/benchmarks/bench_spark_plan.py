@@ -34,7 +34,7 @@ import psutil
 from airflow_kafka_reassign.core.plan_io import read_metrics
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
-from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
+from airflow_kafka_reassign.spark.submit import plan_job_args, plan_job_path, spark_submit_command, submit_env
 
 ROOT = Path(os.environ.get("AKR_BENCH_DIR", "/tmp/akr-bench"))
 
@@ -81,11 +81,10 @@ class TreeMemory:
 def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto") -> dict:
     request = out.parent / "request.json"
     request.write_text(json.dumps({"goal": "add-brokers"}))
-    cmd = [spark_submit_binary(), "--master", master, "--driver-memory", "2g"]
-    for k, v in default_conf().items():
-        cmd += ["--conf", f"{k}={v}"]
-    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out), "--request", str(request),
-            "--reader", reader]
+    cmd = spark_submit_command(
+        plan_job_path(), [*plan_job_args(str(snapshot), str(out), str(request)), "--reader", reader],
+        master=master, options=["--driver-memory", "2g"],
+    )
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env={**os.environ, **submit_env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)

@@ -26,16 +26,14 @@ from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.staged import plan_staged
 from airflow_kafka_reassign.core.snapshot_io import partitions_table, read_snapshot, write_snapshot
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
-from airflow_kafka_reassign.spark.submit import default_conf, plan_job_path, spark_submit_binary, submit_env
+from airflow_kafka_reassign.spark.submit import plan_job_path, spark_submit_command, submit_env
 
 ADD_BROKERS = '{"goal": "add-brokers"}'
 
 
 def run_job(snapshot: Path | str, out: Path, *extra: str, request: str = ADD_BROKERS) -> subprocess.CompletedProcess[str]:
-    cmd = [spark_submit_binary(), "--master", "local[2]"]
-    for k, v in default_conf().items():
-        cmd += ["--conf", f"{k}={v}"]
-    cmd += [plan_job_path(), "--snapshot", str(snapshot), "--out", str(out), "--request-json", request, *extra]
+    args = ["--snapshot", str(snapshot), "--out", str(out), "--request-json", request, *extra]
+    cmd = spark_submit_command(plan_job_path(), args, master="local[2]")
     return subprocess.run(cmd, env={**os.environ, **submit_env()}, capture_output=True, text=True, timeout=600)
 
 
