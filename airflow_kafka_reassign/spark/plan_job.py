@@ -70,6 +70,7 @@ from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_g
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     LeaderInput,
     MoveTotals,
+    Placed,
     Prepared,
     driver_leaders,
     driver_quotas,
@@ -190,9 +191,11 @@ def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[Partiti
 
 
 def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
-    """Stage 3 over one task's topics: per topic its :class:`Placed` (stays on the executors)
-    and :class:`LeaderInput` (for the driver), then the task's share of the lower bound."""
+    """Stage 3 over one task's topics: per topic its :class:`Placed` (stays on the executors),
+    then for the driver one :class:`LeaderInput` of all the task's topics and the task's
+    share of the lower bound."""
     bound = new_bound(ctx)
+    views: list[Placed] = []
     for topic, rows in groups:
         assert not isinstance(rows, str)  # prepare raised already
         placed = stage_place(ctx, step, topic, rows)
@@ -200,7 +203,8 @@ def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, lis
             bound.merge(placed.bound)
             placed.bound = None
         yield "placed", topic, _dump(placed)
-        yield "leaders", topic, _dump(LeaderInput.of(placed))
+        views.append(placed)
+    yield "leaders", "", _dump(LeaderInput.of(views))
     yield "bound", "", _dump(bound)
 
 

@@ -15,7 +15,9 @@ only small aggregates crossing from the per-topic stages to the driver:
    the topic's quotas and returns the topic's outcome: its moves, the final replica sets the
    leader step needs, the lower bound's per-topic facts and final counts;
 4. ``leaders`` (driver): :func:`driver_leaders` balances preferred leaders over every
-   partition (:func:`~.leaders.balance_leaders`) and returns the changes per topic;
+   partition (:func:`~.leaders.balance_leaders_flat`) and returns the changes per topic; it
+   reads :class:`LeaderInput` batches (one per task, flat numpy arrays: no Python object per
+   partition crosses to the driver);
 5. ``finish`` (per topic, executors): :func:`stage_finish` applies the leader changes, writes
    the moves as JSON fragments of every plan file, and accumulates the before/after metrics;
 6. ``result`` (driver): :func:`driver_result` adds up the metrics and the lower bound.
@@ -28,8 +30,13 @@ Spark job is tested against (same snapshot and request, same plan as
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.planner.goals import (
@@ -46,7 +53,7 @@ from airflow_kafka_reassign.core.planner.goals import (
     plan_context,
     prepare_topic,
 )
-from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
+from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
 from airflow_kafka_reassign.core.planner.quotas import MapGroups, compute_quotas
@@ -182,10 +189,6 @@ class Placed:
     #: the topic's share of the lower bound
     bound: BoundPart | None = None
 
-    def leader_view(self) -> tuple[list[tuple[int, ...]], list[int], list[bool]]:
-        """(final replicas, original leaders, movable) of the planned partitions, for ``leaders``."""
-        return self.final, [c[0] for c in self.current], [not f for f in self.frozen]
-
 
 def stage_place(
     ctx: PrepareContext,
@@ -227,45 +230,94 @@ def stage_place(
 
 @dataclass
 class LeaderInput:
-    """What ``leaders`` needs of one topic (the driver collects this, not the rows)."""
+    """What ``leaders`` needs of some topics' planned partitions, in flat arrays (a Spark
+    task sends one for all its topics: the driver collects this, not the rows, and reads it
+    without building a Python object per partition)."""
 
-    topic: str
-    balance: bool
-    partitions: list[int]
-    final: list[tuple[int, ...]]
-    original: list[int]
-    movable: list[bool]
+    topics: list[str]
+    balance: list[bool]
+    #: planned partitions per topic
+    counts: list[int]
+    #: per planned partition, topic by topic: its number, how many replicas it has, its
+    #: preferred leader before the plan, whether leader balance may reorder it
+    partitions: npt.NDArray[np.int32]
+    lens: npt.NDArray[np.int32]
+    original: npt.NDArray[np.int32]
+    movable: npt.NDArray[np.bool_]
+    #: every planned partition's replicas after the per-topic step, one after the other
+    final: npt.NDArray[np.int32]
 
     @classmethod
-    def of(cls, placed: Placed) -> LeaderInput:
-        final, original, movable = placed.leader_view()
-        return cls(placed.topic, placed.balance, placed.partitions, final, original, movable)
+    def of(cls, placed: Iterable[Placed]) -> LeaderInput:
+        xs = list(placed)
+        n = sum(len(x.partitions) for x in xs)
+        lens = np.fromiter((len(r) for x in xs for r in x.final), dtype=np.int32, count=n)
+        return cls(
+            topics=[x.topic for x in xs],
+            balance=[x.balance for x in xs],
+            counts=[len(x.partitions) for x in xs],
+            partitions=np.fromiter((p for x in xs for p in x.partitions), dtype=np.int32, count=n),
+            lens=lens,
+            original=np.fromiter((c[0] for x in xs for c in x.current), dtype=np.int32, count=n),
+            movable=np.fromiter((not f for x in xs for f in x.frozen), dtype=bool, count=n),
+            final=np.fromiter((b for x in xs for r in x.final for b in r), dtype=np.int32, count=int(lens.sum())),
+        )
 
 
 def driver_leaders(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[LeaderInput]) -> dict[str, dict[int, tuple[int, ...]]]:
-    """Leader balance over every planned partition: topic -> {partition: reordered replicas}."""
+    """Leader balance over every planned partition: topic -> {partition: reordered replicas}.
+
+    Partitions are taken topic by topic in name order, whichever input holds them, so the
+    result does not depend on how the topics were split between tasks."""
     request = ctx.request
     if not (ctx.balance and request.balance_leaders):
         return {}
-    replicas: list[tuple[int, ...]] = []
-    original: list[int] = []
-    movable: list[bool] = []
-    where: list[tuple[str, int]] = []
+    xs = sorted((x for x in inputs if x.topics), key=lambda x: x.topics[0])
+    topics = [t for x in xs for t in x.topics]
+    if all(a < b for a, b in zip(topics, topics[1:], strict=False)):
+        # the usual case (each task's topics are consecutive by name): whole arrays
+        parts = [(x, 0, len(x.topics)) for x in xs]
+    else:  # topic by topic, in name order
+        parts = sorted(((x, j, j + 1) for x in xs for j in range(len(x.topics))), key=lambda v: v[0].topics[v[1]])
     fixed = dict(step.fixed_leaders)
-    for x in sorted(inputs, key=lambda x: x.topic):
-        if not x.balance:
-            for reps in x.final:
-                fixed[reps[0]] = fixed.get(reps[0], 0) + 1
-            continue
-        replicas.extend(x.final)
-        original.extend(x.original)
-        movable.extend(x.movable)
-        where.extend((x.topic, p) for p in x.partitions)
-    changes = balance_leaders(replicas, original, ctx.layout.brokers, fixed, movable, spread=request.max_leader_spread)
+    arrays: dict[str, list[Any]] = {"final": [], "lens": [], "original": [], "movable": []}
+    balanced: list[tuple[str, npt.NDArray[np.int32], int]] = []  # topic, its partitions from an offset
+    starts: list[int] = []  # index of each balanced topic's first partition
+    n = 0
+    for x, j0, j1 in parts:
+        p_ends = np.cumsum(x.counts, dtype=np.int64)
+        p0, p1 = (int(p_ends[j0 - 1]) if j0 else 0), int(p_ends[j1 - 1])
+        r_offsets = np.concatenate([[0], np.cumsum(x.lens[p0:p1], dtype=np.int64)])
+        r0 = int(np.sum(x.lens[:p0], dtype=np.int64))
+        final = x.final[r0:r0 + int(r_offsets[-1])]
+        keep = np.repeat(np.asarray(x.balance[j0:j1], dtype=bool), x.counts[j0:j1])
+        if not keep.all():  # topics not balanced: their leaders count as fixed
+            heads = final[r_offsets[:-1][~keep]]
+            for b, c in zip(*np.unique(heads, return_counts=True), strict=True):
+                fixed[int(b)] = fixed.get(int(b), 0) + int(c)
+            final = final[np.repeat(keep, x.lens[p0:p1])]
+        q = p0
+        for j in range(j0, j1):
+            if x.balance[j] and x.counts[j]:
+                balanced.append((x.topics[j], x.partitions, q))
+                starts.append(n)
+                n += x.counts[j]
+            q += x.counts[j]
+        arrays["final"].append(final)
+        arrays["lens"].append(x.lens[p0:p1][keep])
+        arrays["original"].append(x.original[p0:p1][keep])
+        arrays["movable"].append(x.movable[p0:p1][keep])
+    if not balanced:
+        return {}
+    flat, lens, original, movable = (np.concatenate(arrays[k]) for k in ("final", "lens", "original", "movable"))
+    changes = balance_leaders_flat(
+        flat, lens, original, ctx.layout.brokers, fixed, movable, spread=request.max_leader_spread
+    )
     out: dict[str, dict[int, tuple[int, ...]]] = {}
     for i, reps in changes.items():
-        topic, p = where[i]
-        out.setdefault(topic, {})[p] = reps
+        j = bisect_right(starts, i) - 1
+        topic, partitions, offset = balanced[j]
+        out.setdefault(topic, {})[int(partitions[offset + i - starts[j]])] = reps
     return out
 
 
@@ -431,8 +483,7 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
     groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
     step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
     placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
-    inputs = [LeaderInput.of(x) for x in placed]
-    changes = driver_leaders(ctx, step, inputs)
+    changes = driver_leaders(ctx, step, [LeaderInput.of(placed)])
     before, after = new_accumulators(ctx)
     moves: list[TopicMove] = []
     originals: dict[int, int] = {}

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import random
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
 from airflow_kafka_reassign.core.models import ReassignmentPlan
-from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.planner.staged import move_fragments, plan_staged
+from airflow_kafka_reassign.core.planner import PlanRequest, balance_leaders, plan_reassignment
+from airflow_kafka_reassign.core.planner.staged import LeaderInput, Placed, driver_leaders, move_fragments, plan_staged
 from airflow_kafka_reassign.core.planner.types import TopicMove
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
 
@@ -72,3 +74,66 @@ def test_fragments_are_the_pydantic_json() -> None:
     assert '{"version":1,"moves":[' + ",".join(f[1] for f in frags) + "]}" == plan.rollback().model_dump_json()
     assert '{"version":1,"partitions":[' + ",".join(f[2] for f in frags) + "]}" == plan.to_kafka_json()
     assert '{"version":1,"partitions":[' + ",".join(f[3] for f in frags) + "]}" == plan.rollback().to_kafka_json()
+
+
+def _placed_topics(seed: int, topics: int = 12) -> list[Placed]:
+    """Placed topics as ``place`` leaves them: some partitions' leaders already changed, a
+    dead broker (99) in some lists, frozen partitions, a topic not balanced."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(topics):
+        x = Placed(f"t{k:02d}", rows=[])
+        x.balance = k != 3
+        n = rng.randint(0, 40)
+        x.partitions = list(range(n))
+        x.final = [tuple(rng.sample([0, 1, 2, 3, 4, 5, 99], rng.choice((1, 2, 3)))) for _ in range(n)]
+        x.final = [(0, *[b for b in r if b != 0][:2]) if rng.random() < 0.5 else r for r in x.final]  # skewed to 0
+        x.current = [(r[0],) if rng.random() < 0.7 else (rng.randrange(6),) for r in x.final]
+        x.frozen = [rng.random() < 0.1 for _ in range(n)]
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_driver_leaders_does_not_depend_on_how_topics_are_split_between_tasks(seed: int) -> None:
+    """``leaders`` takes partitions topic by topic in name order whatever the tasks sent,
+    one input per task, per topic, or in any order; it gives the list-based fix-up's result."""
+    placed = _placed_topics(seed)
+    ctx = SimpleNamespace(request=PlanRequest(), balance=True, layout=SimpleNamespace(brokers=list(range(6))))
+    step = SimpleNamespace(fixed_leaders={0: 2, 5: 1})
+    whole = driver_leaders(ctx, step, [LeaderInput.of(placed)])  # type: ignore[arg-type]
+    per_topic = [LeaderInput.of([x]) for x in placed]
+    random.Random(seed).shuffle(per_topic)
+    assert driver_leaders(ctx, step, per_topic) == whole  # type: ignore[arg-type]
+    shuffled = placed[:]
+    random.Random(seed + 1).shuffle(shuffled)  # inputs whose topics are not in name order
+    assert driver_leaders(ctx, step, [LeaderInput.of(shuffled[:5]), LeaderInput.of(shuffled[5:])]) == whole  # type: ignore[arg-type]
+    # the same as balance_leaders over Python lists, with the unbalanced topic's leaders fixed
+    fixed = dict(step.fixed_leaders)
+    replicas, original, movable, where = [], [], [], []
+    for x in placed:
+        if not x.balance:
+            for r in x.final:
+                fixed[r[0]] = fixed.get(r[0], 0) + 1
+            continue
+        replicas += x.final
+        original += [c[0] for c in x.current]
+        movable += [not f for f in x.frozen]
+        where += [(x.topic, p) for p in x.partitions]
+    expected: dict[str, dict[int, tuple[int, ...]]] = {}
+    for i, reps in balance_leaders(replicas, original, range(6), fixed, movable).items():
+        expected.setdefault(where[i][0], {})[where[i][1]] = reps
+    assert whole == expected
+    assert whole  # something to balance
+
+
+def test_balance_leaders_with_large_broker_ids() -> None:
+    """Broker ids far apart (no lookup table) give the same reordering as small ones."""
+    rng = random.Random(5)
+    small = [tuple(rng.sample(range(5), 3)) for _ in range(80)]
+    small = [(0, *[b for b in r if b != 0][:2]) if i % 3 else r for i, r in enumerate(small)]
+    big = [tuple(10**9 + 7 * b for b in r) for r in small]
+    a = balance_leaders(small, [r[0] for r in small], range(5))
+    b = balance_leaders(big, [r[0] for r in big], [10**9 + 7 * x for x in range(5)])
+    assert a
+    assert {i: tuple((x - 10**9) // 7 for x in r) for i, r in b.items()} == a
