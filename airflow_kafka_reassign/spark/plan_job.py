@@ -47,7 +47,9 @@ import pickle
 import sys
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,7 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     LeaderInput,
+    LeaderView,
     MoveTotals,
     Placed,
     Prepared,
@@ -80,11 +83,13 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     leader_counts,
     new_accumulators,
     new_bound,
+    place_grouped,
+    quotas_at_once,
     stage_finish,
     stage_place,
     stage_prepare,
 )
-from airflow_kafka_reassign.core.planner.types import BrokerLayout  # noqa: E402
+from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicParams  # noqa: E402
 from airflow_kafka_reassign.exceptions import ConfigurationError  # noqa: E402
 
 PAYLOAD_SCHEMA = "kind string, topic string, payload binary"
@@ -193,20 +198,41 @@ def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[Partiti
 
 
 def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
-    """Stage 3 over one task's topics: per topic its :class:`Placed` (stays on the executors),
-    then for the driver one :class:`LeaderInput` of all the task's topics and the task's
-    share of the lower bound."""
+    """Stage 3 over one task's topics, with the quotas in ``step``: see :func:`emit_placed`."""
+    return emit_placed(ctx, (stage_place(ctx, step, topic, _valid(rows)) for topic, rows in groups))
+
+
+def place_grouped_topics(
+    ctx: PrepareContext, params: TopicParams, quota_groups: list[QuotaGroup],
+    groups: Iterable[tuple[str, list[PartitionRow] | str]],
+) -> Iterator[Out]:
+    """Stage 3 over one task's topics when the quota step left their groups to it
+    (:func:`~airflow_kafka_reassign.core.planner.staged.place_grouped`): see :func:`emit_placed`;
+    a single ``("miss", "", b"")`` if one of the groups cannot meet its share."""
+    placed = place_grouped(ctx, params, quota_groups, ((topic, _valid(rows)) for topic, rows in groups))
+    if placed is None:
+        yield "miss", "", b""
+        return
+    yield from emit_placed(ctx, placed)
+
+
+def _valid(rows: list[PartitionRow] | str) -> list[PartitionRow]:
+    assert not isinstance(rows, str)  # prepare raised already
+    return rows
+
+
+def emit_placed(ctx: PrepareContext, placed: Iterable[Placed]) -> Iterator[Out]:
+    """Per topic its :class:`Placed` (stays on the executors), then for the driver one
+    :class:`LeaderInput` of all the task's topics and the task's share of the lower bound."""
     bound = new_bound(ctx)
-    views: list[Placed] = []
-    for topic, rows in groups:
-        assert not isinstance(rows, str)  # prepare raised already
-        placed = stage_place(ctx, step, topic, rows)
-        if placed.bound is not None:
-            bound.merge(placed.bound)
-            placed.bound = None
-        yield "placed", topic, _dump(placed)
-        views.append(placed)
-    yield "leaders", "", _dump(LeaderInput.of(views))
+    views: list[LeaderView] = []
+    for x in placed:
+        if x.bound is not None:
+            bound.merge(x.bound)
+            x.bound = None
+        yield "placed", x.topic, _dump(x)
+        views.append(LeaderInput.view(x))
+    yield "leaders", "", _dump(LeaderInput.of_views(views))
     yield "bound", "", _dump(bound)
 
 
@@ -288,6 +314,20 @@ def _solve_group(group: QuotaGroup, layout: BrokerLayout) -> list[tuple[int, ...
         return solve_quota_group(group, layout)
 
 
+def _on_group_splits(ctx_b: Any, data_b: Any, params: TopicParams):  # noqa: ANN202
+    """:func:`place_grouped_topics` as an RDD function over :data:`GroupSplit` tasks."""
+
+    def run(splits: Iterator[GroupSplit]) -> Iterator[Out]:
+        with no_cyclic_gc():
+            ctx = ctx_b.value
+            data = data_b.value if data_b is not None else None
+            for path, row_groups, lo, hi, quota_groups in splits:
+                batches = topics_between(read_row_groups(path, row_groups, data), lo, hi)
+                yield from place_grouped_topics(ctx, params, quota_groups, topic_groups(batches))
+
+    return run
+
+
 def _finish_on_records(ctx_b: Any, changes_b: Any):  # noqa: ANN202
     def run(records: Iterator[Out]) -> Iterator[Out]:
         with no_cyclic_gc():
@@ -342,12 +382,21 @@ def fetch_partitions_file(spark: Any, base: str) -> bytes | None:
         return None
 
 
-def row_group_splits(base: str, n_parts: int, data: bytes | None = None) -> list[tuple[str, list[int]]] | None:
-    """``partitions.parquet``'s row groups cut into about ``n_parts`` runs of similar row counts,
-    for executors to read directly with pyarrow (from the local file, or from ``data``: the
-    file's bytes); ``None`` (read through Spark instead) when there is no such file, or its
-    row-group statistics do not show topics in ascending order with none spanning two groups
-    (a file written otherwise than by ``write_snapshot``)."""
+@dataclass(frozen=True)
+class RowGroups:
+    """``partitions.parquet``'s row groups as the executors read them: the file (``""``: its
+    bytes are broadcast) and per row group its first and last topic and its rows."""
+
+    path: str
+    topics: list[tuple[str, str] | None]  # None: an empty row group
+    rows: list[int]
+
+
+def row_group_index(base: str, data: bytes | None = None) -> RowGroups | None:
+    """:class:`RowGroups` of the snapshot (the local file, or ``data``: the file's bytes);
+    ``None`` (read through Spark instead) when there is no such file, or its row-group
+    statistics do not show topics in ascending order with none spanning two groups (a file
+    written otherwise than by ``write_snapshot``)."""
     import pyarrow.parquet as pq
 
     path = "" if data is not None else local_partitions_file(base)
@@ -358,33 +407,85 @@ def row_group_splits(base: str, n_parts: int, data: bytes | None = None) -> list
         col = md.schema.names.index("topic")
     except (OSError, ValueError, pa.ArrowException):
         return None
+    topics: list[tuple[str, str] | None] = []
     rows: list[int] = []
     last: str | None = None
     for i in range(md.num_row_groups):
         group = md.row_group(i)
         stats = group.column(col).statistics
+        rows.append(group.num_rows)
         if group.num_rows == 0:
-            rows.append(0)
+            topics.append(None)
             continue
         if stats is None or not stats.has_min_max or (last is not None and not stats.min > last):
             return None
+        topics.append((stats.min, stats.max))
         last = stats.max
-        rows.append(group.num_rows)
     if not rows:
         return None
-    # a row group goes to the split its middle row falls in: runs of similar row counts
-    total = sum(rows)
-    splits: list[tuple[str, list[int]]] = []
+    return RowGroups(path, topics, rows)
+
+
+def _runs(sizes: Sequence[int], n_parts: int) -> list[list[int]]:
+    """Indices of ``sizes`` cut into about ``n_parts`` consecutive runs of similar totals (an
+    item goes to the run its middle falls in)."""
+    total = sum(sizes)
+    runs: list[list[int]] = []
     before = 0
-    last_split = -1
-    for i, n in enumerate(rows):
+    last = -1
+    for i, n in enumerate(sizes):
         k = (2 * before + n) * n_parts // max(1, 2 * total)
-        if k != last_split:
-            splits.append((path, []))
-            last_split = k
-        splits[-1][1].append(i)
+        if k != last:
+            runs.append([])
+            last = k
+        runs[-1].append(i)
         before += n
-    return splits
+    return runs
+
+
+def row_group_splits(index: RowGroups, n_parts: int) -> list[tuple[str, list[int]]]:
+    """The row groups cut into about ``n_parts`` runs of similar row counts, for executors to
+    read directly with pyarrow."""
+    return [(index.path, run) for run in _runs(index.rows, n_parts)]
+
+
+GroupSplit = tuple[str, list[int], "str | None", "str | None", list[QuotaGroup]]
+"""A task of the place stage when it settles quota groups: (file, row groups, its topics from
+(inclusive), to (exclusive; ``None``: no bound), its quota groups)."""
+
+
+def group_splits(index: RowGroups, groups: Sequence[QuotaGroup], n_parts: int) -> list[GroupSplit]:
+    """Consecutive quota groups packed into about ``n_parts`` tasks of similar replica counts,
+    each with the row groups holding its range of topics. Ranges are cut where a task's first
+    group starts, so every topic of the file (in a group or not) is in exactly one task."""
+    runs = _runs([sum(ld.replicas for ld in g.loads) for g in groups], n_parts)
+    starts = [min(ld.topic for ld in groups[run[0]].loads) for run in runs]
+    out: list[GroupSplit] = []
+    for k, run in enumerate(runs):
+        lo = starts[k] if k else None
+        hi = starts[k + 1] if k + 1 < len(runs) else None
+        row_groups = [
+            i for i, t in enumerate(index.topics)
+            if t is not None and (lo is None or t[1] >= lo) and (hi is None or t[0] < hi)
+        ]
+        out.append((index.path, row_groups, lo, hi, [groups[g] for g in run]))
+    return out
+
+
+def topics_between(batches: Iterable[pa.RecordBatch], lo: str | None, hi: str | None) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batches`` (sorted by topic) whose topic is in ``[lo, hi)`` (``None``: no bound)."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        col = batch.column("topic")
+        if (lo is None or col[0].as_py() >= lo) and (hi is None or col[batch.num_rows - 1].as_py() < hi):
+            yield batch
+            continue
+        topics = col.to_pylist()
+        i = bisect_left(topics, lo) if lo is not None else 0
+        j = bisect_left(topics, hi) if hi is not None else len(topics)
+        if i < j:
+            yield batch.slice(i, j - i)
 
 
 def split_topics(prepared: Iterable[Prepared]) -> list[str]:
@@ -468,18 +569,19 @@ def _run(
     if dupes:
         raise ValueError(f"snapshot: broker {dupes[0]} is listed twice")
     n_parts = partitions or max(2, 4 * sc.defaultParallelism)
-    splits: list[tuple[str, list[int]]] | None = None
+    index: RowGroups | None = None
     data: bytes | None = None
     if reader in ("auto", "broadcast"):
         local = local_partitions_file(base)
         if reader == "auto" and local is not None and str(sc.master).startswith("local"):
-            splits = row_group_splits(base, n_parts)  # the tasks open the driver's own file
+            index = row_group_index(base)  # the tasks open the driver's own file
         else:
             # a cluster (its executors may not see the driver's files) or a URI: the driver reads
             # the file whole (2 MB per million replicas) and broadcasts its bytes
             data = read_local_file(local) if local is not None else fetch_partitions_file(spark, base)
             if data is not None:
-                splits = row_group_splits(base, n_parts, data)
+                index = row_group_index(base, data)
+    splits = row_group_splits(index, n_parts) if index is not None else None
     # the checks that need every replica's broker, and whether sizes are known, come back
     # with the first per-topic stage (check_named in driver_quotas)
     ctx = plan_context(brokers, topics, None, request, any_sizes=False)
@@ -511,18 +613,34 @@ def _run(
             input_layout = "shuffled"
             prepared = _loads(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
     clock.lap("prepare")
-    step = driver_quotas(ctx, prepared, _quota_groups_on(sc, n_parts))  # completes ctx: broadcast it again
+    # completes ctx: broadcast it again. Reading row groups, the quota groups (if any) are
+    # settled by the place stage's tasks, each before placing its groups' topics
+    step = driver_quotas(ctx, prepared, _quota_groups_on(sc, n_parts), defer_groups=source is not None)
     del prepared
     ctx_b = sc.broadcast(ctx)
     clock.lap("quotas")
 
-    quotas_b = sc.broadcast((step.quotas, step.params))
-    if source is not None:
-        placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
-    else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
-        placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
-    placed = placed.cache()  # the Placed payloads stay on the executors for finish
-    side = placed.filter(lambda r: r[0] != "placed").collect()
+    placed: Any = None
+    groups_in_place = bool(step.pending)
+    if step.pending:
+        assert index is not None
+        tasks = group_splits(index, step.pending, n_parts)
+        placed = sc.parallelize(tasks, len(tasks)).mapPartitions(_on_group_splits(ctx_b, data_b, step.params)).cache()
+        side = placed.filter(lambda r: r[0] != "placed").collect()
+        if any(kind == "miss" for kind, _, _ in side):
+            print("[plan_job] a group of topics could not meet its share of the brokers' room: "
+                  "quotas over every topic at once", file=sys.stderr, flush=True)
+            placed.unpersist()
+            placed, groups_in_place = None, False
+            step = quotas_at_once(ctx, step)
+    if placed is None:
+        quotas_b = sc.broadcast((step.quotas, step.params))
+        if source is not None:
+            placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
+        else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
+            placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
+        placed = placed.cache()  # the Placed payloads stay on the executors for finish
+        side = placed.filter(lambda r: r[0] != "placed").collect()
     if df is not None:
         df.unpersist()
     inputs, bound = [], new_bound(ctx)
@@ -564,6 +682,7 @@ def _run(
         "partitions": n_parts,
         "input": input_layout,
         "quota_groups": step.quota_groups,
+        "quota_groups_in_place": groups_in_place,
         "stages_s": clock.stages,
     }
     write_plan_fragments(chunks, out)  # a topic's joined fragments are a fragment of the file

@@ -104,7 +104,8 @@ def show(replicas: int, master: str, r: dict) -> None:
     stages = " ".join(f"{k} {v:.1f}" for k, v in job["stages_s"].items())
     print(
         f"{replicas:>9,} replicas {master:<9} | spark-submit {r['wall_s']:6.1f}s  planning {job['planning_s']:6.1f}s "
-        f"({job.get('input')}, {job['partitions']} tasks, {job.get('quota_groups', 0)} quota groups) "
+        f"({job.get('input')}, {job['partitions']} tasks, {job.get('quota_groups', 0)} quota groups"
+        f"{' in place' if job.get('quota_groups_in_place') else ''}) "
         f"[{stages}] | peak {r['peak_mb']:6.0f} MB (process tree)\n"
         f"{'':>19} moves {s['replica_moves']:,} / bound {s['lower_bound']:,} = {m['moves_ratio']}; "
         f"leader changes {s['leader_changes']:,} / fewest {s['leader_changes_lower_bound']:,}; "
@@ -135,12 +136,14 @@ def main() -> None:
             show(n, master, r)
             planning[master] = r["metrics"]["job"]["planning_s"]
             jobs[master] = r["metrics"]["job"]["stages_s"]
-            grouped[master] = r["metrics"]["job"].get("quota_groups", 0) > 0
+            job = r["metrics"]["job"]
+            grouped[master] = job.get("quota_groups", 0) > 0 and not job.get("quota_groups_in_place", False)
         if args.compare:
             one, two = planning["local[1]"], planning["local[2]"]
             print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x", flush=True)
             # the stages with executor tasks (their driver-side collect included) and the driver's own steps;
-            # the quota step has executor tasks when it ran per group of topics (job.quota_groups)
+            # the quota step has executor tasks of its own when it ran per group of topics (job.quota_groups)
+            # in a stage of its own (not in the place stage's tasks: job.quota_groups_in_place)
             tasks = [sum(v for k, v in jobs[m].items() if k in ("prepare", "place", "finish") or (k == "quotas" and grouped[m]))
                      for m in masters]
             driver = [sum(jobs[m].values()) - t for m, t in zip(masters, tasks, strict=True)]

@@ -72,11 +72,12 @@ def test_every_reader_gives_the_same_plan_as_the_in_process_stages(snapshots, tm
     assert runs["row-groups"]["job"]["quota_groups"] == 0  # 30k replicas: all topics at once
 
 
-def test_the_quota_step_per_group_runs_on_the_executors_and_gives_the_in_process_plan(snapshots, tmp_path):
+def test_the_quota_groups_settled_in_the_place_tasks_give_the_in_process_plan(snapshots, tmp_path):
     ours, _ = snapshots
     request = PlanRequest(goal="add-brokers", quota_group_replicas=4_000)
     metrics = submit(ours, tmp_path / "plan", request=request.model_dump_json())
     assert metrics["job"]["quota_groups"] == 7  # 30k replicas in groups of about 4k
+    assert metrics["job"]["quota_groups_in_place"]  # settled by the place stage's tasks
     expected = plan_staged(read_snapshot(ours), request)
     assert (tmp_path / "plan" / "plan.json").read_text() == expected.plan.model_dump_json()
     assert metrics["after"]["replica_max_min"] <= 1 and metrics["after"]["rack_violations"] == 0

@@ -39,10 +39,11 @@ Algorithm (``n`` = a topic's replicas after the plan, ``B`` live brokers, ``K`` 
 **Per group of topics.** Steps 4 and 5 are most of the work (2.5 s of 2.7 s at a million
 replicas). From two groups' worth of replicas (``GROUP_REPLICAS``, 65,536 by default) they run
 per group of consecutive topics (by name, about equal replicas: fixed by the data, so plans
-never depend on how many tasks run them): each broker's room above the bases is split between
+never depend on how many tasks run them; as many groups as fit, rounded up to a power of two
+so that they share out evenly over the usual 2, 4, 8... cores): each broker's room above the bases is split between
 the groups in proportion to their extras, rounded so that every group's and every broker's
 total stays exact (:func:`split_capacity`), and each group hands out its extras on its own
-(:func:`solve_quota_group`; the Spark job runs the groups as tasks). Measured on five 1M
+(:func:`solve_quota_group`; the Spark job settles them in the tasks that place their topics). Measured on five 1M
 scenarios (``tests/benchmarks/bench_grouped_quotas.py``): moves within 0.999-1.002x of the
 step over all topics at once, brokers max-min 1, no group missing its share. If the brokers'
 targets are more than 1 apart (racks of unequal size, fixed load: where wider quotas may be
@@ -91,6 +92,11 @@ class QuotaPlan:
     warnings: tuple[str, ...] = ()
     #: Groups of topics whose extras were handed out on their own (0: all topics at once).
     groups: int = 0
+    #: With ``compute_quotas(defer_groups=True)``: the groups whose extras the caller still has
+    #: to hand out, :func:`solve_quota_group` each, before placing their topics (which have no
+    #: entry in ``quotas``). If any returns ``None``, ``compute_quotas(group_replicas=0)`` gives
+    #: the quotas instead (every topic at once, as when a group misses here).
+    pending: tuple[QuotaGroup, ...] = ()
 
     def quota_map(self, topic: str) -> dict[int, int]:
         return dict(zip(self.brokers, self.quotas[topic], strict=True))
@@ -214,6 +220,7 @@ def compute_quotas(
     max_topic_spread: int = 2,
     group_replicas: int = GROUP_REPLICAS,
     map_groups: MapGroups | None = None,
+    defer_groups: bool = False,
 ) -> QuotaPlan:
     """The global step: quotas of every topic on every live broker (see the module doc).
 
@@ -224,7 +231,9 @@ def compute_quotas(
     and 5 run per group of topics (:func:`solve_quota_group`), through ``map_groups`` (the
     Spark job runs them as tasks; default: one after the other, here). The result does not
     depend on how they are run; if a group cannot meet its share exactly, or the brokers'
-    targets are more than 1 apart, every topic is handled at once instead.
+    targets are more than 1 apart, every topic is handled at once instead. ``defer_groups``:
+    the groups are returned unsolved in :attr:`QuotaPlan.pending` (the Spark job solves each
+    in the task that places its topics).
     """
     brokers = layout.brokers
     nb = len(brokers)
@@ -261,7 +270,18 @@ def compute_quotas(
     tight_hi = [rack_fixed[g] + sum(sizes[g] * sh.base[g] + sh.extra_max[g] for sh in shares) for g in range(k_racks)]
     ctx = _Context(loads, shares, brokers, rk, fixed, base_b, current, sizes)
     rack_total = integer_shares(total, tight_lo, tight_hi, sizes)
-    grouped = _grouped_quotas(ctx, layout, rack_total, group_replicas, map_groups or _map_here)
+    made = _quota_groups(ctx, rack_total, group_replicas)
+    if made is not None and defer_groups:
+        groups, _, targets = made
+        return QuotaPlan(
+            brokers=tuple(brokers),
+            quotas={},
+            broker_targets=dict(zip(brokers, targets, strict=True)),
+            broker_loads=dict(zip(brokers, targets, strict=True)),  # once every group meets its share
+            groups=len(groups),
+            pending=tuple(groups),
+        )
+    grouped = _grouped_quotas(loads, layout, made, map_groups or _map_here) if made is not None else None
     if grouped is not None:
         group_quotas, targets, n_groups = grouped
         return QuotaPlan(
@@ -419,17 +439,18 @@ def split_capacity(remaining: Sequence[int], extras: Sequence[int]) -> list[list
     return cap
 
 
-def _grouped_quotas(
-    ctx: _Context, layout: BrokerLayout, rack_total: Sequence[int], group_replicas: int, map_groups: MapGroups
-) -> tuple[list[tuple[int, ...]], list[int], int] | None:
-    """Steps 3 to 5 per group of topics: (quotas aligned with ``ctx.loads``, the brokers'
-    targets, the number of groups), or ``None`` where the step must see every topic at once
-    (too few replicas, targets more than 1 apart, a group that cannot meet its share)."""
+def _quota_groups(
+    ctx: _Context, rack_total: Sequence[int], group_replicas: int
+) -> tuple[list[QuotaGroup], list[list[int]], list[int]] | None:
+    """Steps 3 to 5 per group of topics, up to handing out the extras: (the groups, their
+    topics as indices into ``ctx.loads``, the brokers' targets), or ``None`` where the step
+    must see every topic at once (too few replicas, targets more than 1 apart)."""
     loads = ctx.loads
     total = sum(ld.replicas for ld in loads)
     n_groups = total // group_replicas if group_replicas > 0 else 0
     if n_groups < 2:
         return None
+    n_groups = 1 << (n_groups - 1).bit_length()  # a power of two: groups share out evenly over 2, 4, 8... cores
     targets = ctx.targets(rack_total)
     remaining = [t - b for t, b in zip(targets, ctx.base_b, strict=True)]
     if max(targets) - min(targets) > 1 or min(remaining) < 0:
@@ -450,6 +471,18 @@ def _grouped_quotas(
         QuotaGroup(tuple(loads[t] for t in m), tuple(ctx.shares[t] for t in m), tuple(cap[g]))
         for g, m in enumerate(members)
     ]
+    return groups, members, targets
+
+
+def _grouped_quotas(
+    loads: Sequence[TopicLoad],
+    layout: BrokerLayout,
+    made: tuple[list[QuotaGroup], list[list[int]], list[int]],
+    map_groups: MapGroups,
+) -> tuple[list[tuple[int, ...]], list[int], int] | None:
+    """The groups of :func:`_quota_groups` solved: (quotas aligned with ``loads``, the brokers'
+    targets, the number of groups), or ``None`` if a group cannot meet its share."""
+    groups, members, targets = made
     results = map_groups(groups, layout)
     out: list[tuple[int, ...]] = [()] * len(loads)
     for m, result in zip(members, results, strict=True):

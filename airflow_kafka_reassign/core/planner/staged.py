@@ -9,8 +9,9 @@ only small aggregates crossing from the per-topic stages to the driver:
    (:class:`~.types.TopicLoad`, fixed load, the first error);
 2. ``quotas`` (driver): :func:`driver_quotas` merges them and runs the global step
    (:func:`~.quotas.compute_quotas`); on large inputs the driver only splits the brokers'
-   room between groups of topics and each group is settled on its own (executors, through
-   ``map_groups``);
+   room between groups of topics and each group is settled on its own (executors: through
+   ``map_groups``, or, with ``defer_groups``, by the ``place`` task of its topics:
+   :func:`place_grouped`);
 3. ``place`` (per topic, executors): :func:`stage_place` runs :func:`~.topic.plan_topic` with
    the topic's quotas and returns the topic's outcome: its moves, the final replica sets the
    leader step needs, the lower bound's per-topic facts and final counts;
@@ -31,8 +32,8 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -56,7 +57,7 @@ from airflow_kafka_reassign.core.planner.goals import (
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
-from airflow_kafka_reassign.core.planner.quotas import MapGroups, compute_quotas
+from airflow_kafka_reassign.core.planner.quotas import MapGroups, QuotaGroup, compute_quotas, solve_quota_group
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -128,14 +129,21 @@ class QuotaStep:
     warnings: list[str]
     #: groups of topics the quota step settled on their own (0: all at once)
     quota_groups: int = 0
+    #: with ``defer_groups``: the groups ``place`` has to solve first (their topics are not in
+    #: ``quotas``; :func:`place_grouped`), and every topic's load for :func:`quotas_at_once`
+    pending: tuple[QuotaGroup, ...] = ()
+    loads: list[TopicLoad] = field(default_factory=list)
 
 
-def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared], map_groups: MapGroups | None = None) -> QuotaStep:
+def driver_quotas(
+    ctx: PrepareContext, prepared: Iterable[Prepared], map_groups: MapGroups | None = None, *, defer_groups: bool = False
+) -> QuotaStep:
     """Merge ``prepare``'s outputs, raise the first error (topics in name order), run the global step.
 
     Completes ``ctx`` (broker checks that need every replica, replica sizes present): the
     ``place`` stage must get this updated context. ``map_groups`` runs the quota step's
-    groups of topics (:func:`~.quotas.compute_quotas`; the Spark job: as tasks).
+    groups of topics (:func:`~.quotas.compute_quotas`; the Spark job: as tasks);
+    ``defer_groups`` leaves them to ``place`` instead (:attr:`QuotaStep.pending`).
     """
     items = sorted(prepared, key=lambda x: x.topic)
     for x in items:
@@ -154,7 +162,7 @@ def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared], map_groups:
     request = ctx.request
     quota_plan = compute_quotas(
         loads, ctx.layout, scope.fixed_load, max_topic_spread=request.max_topic_spread,
-        group_replicas=request.quota_group_replicas, map_groups=map_groups,
+        group_replicas=request.quota_group_replicas, map_groups=map_groups, defer_groups=defer_groups,
     )
     params = {"balance": True, "fix_racks": True, "use_sizes": request.use_sizes}
     return QuotaStep(
@@ -165,7 +173,39 @@ def driver_quotas(ctx: PrepareContext, prepared: Iterable[Prepared], map_groups:
         excluded_in_flight=scope.excluded_in_flight,
         warnings=[*scope.warnings, *quota_plan.warnings],
         quota_groups=quota_plan.groups,
+        pending=quota_plan.pending,
+        loads=loads if quota_plan.pending else [],
     )
+
+
+def quotas_at_once(ctx: PrepareContext, step: QuotaStep) -> QuotaStep:
+    """``step`` with every topic's quotas from the quota step over all topics at once: what
+    ``place`` falls back to when one of the pending groups cannot meet its share (the same
+    quotas as :func:`driver_quotas` without ``defer_groups`` then gives)."""
+    request = ctx.request
+    quota_plan = compute_quotas(
+        step.loads, ctx.layout, step.fixed_load, max_topic_spread=request.max_topic_spread, group_replicas=0
+    )
+    return replace(
+        step, quotas=dict(quota_plan.quotas), warnings=[*step.warnings, *quota_plan.warnings], quota_groups=0,
+        pending=(), loads=[],
+    )
+
+
+def place_grouped(
+    ctx: PrepareContext, params: TopicParams, groups: Sequence[QuotaGroup], topics: Iterable[tuple[str, Sequence[PartitionLike]]]
+) -> Iterator[Placed] | None:
+    """``place`` for topics whose quota groups (pending in :class:`QuotaStep`) are among
+    ``groups``: each group's extras handed out (:func:`~.quotas.solve_quota_group`), then
+    every topic placed. ``None`` (nothing placed) if a group cannot meet its share: the caller
+    then takes :func:`quotas_at_once`."""
+    quotas: dict[str, tuple[int, ...]] = {}
+    for group in groups:
+        result = solve_quota_group(group, ctx.layout)
+        if result is None:
+            return None
+        quotas.update(zip((ld.topic for ld in group.loads), result, strict=True))
+    return (stage_place(ctx, (quotas, params), topic, rows) for topic, rows in topics)
 
 
 # -- 3. place (per topic) ------------------------------------------------------------------
@@ -249,19 +289,31 @@ class LeaderInput:
 
     @classmethod
     def of(cls, placed: Iterable[Placed]) -> LeaderInput:
-        xs = list(placed)
-        n = sum(len(x.partitions) for x in xs)
-        lens = np.fromiter((len(r) for x in xs for r in x.final), dtype=np.int32, count=n)
+        return cls.of_views([cls.view(x) for x in placed])
+
+    @staticmethod
+    def view(x: Placed) -> LeaderView:
+        """What :meth:`of_views` needs of a placed topic (keeps less alive than the topic)."""
+        return x.topic, x.balance, x.partitions, x.final, [c[0] for c in x.current], x.frozen
+
+    @classmethod
+    def of_views(cls, views: Sequence[LeaderView]) -> LeaderInput:
+        n = sum(len(v[2]) for v in views)
+        lens = np.fromiter((len(r) for v in views for r in v[3]), dtype=np.int32, count=n)
         return cls(
-            topics=[x.topic for x in xs],
-            balance=[x.balance for x in xs],
-            counts=[len(x.partitions) for x in xs],
-            partitions=np.fromiter((p for x in xs for p in x.partitions), dtype=np.int32, count=n),
+            topics=[v[0] for v in views],
+            balance=[v[1] for v in views],
+            counts=[len(v[2]) for v in views],
+            partitions=np.fromiter((p for v in views for p in v[2]), dtype=np.int32, count=n),
             lens=lens,
-            original=np.fromiter((c[0] for x in xs for c in x.current), dtype=np.int32, count=n),
-            movable=np.fromiter((not f for x in xs for f in x.frozen), dtype=bool, count=n),
-            final=np.fromiter((b for x in xs for r in x.final for b in r), dtype=np.int32, count=int(lens.sum())),
+            original=np.fromiter((b for v in views for b in v[4]), dtype=np.int32, count=n),
+            movable=np.fromiter((not f for v in views for f in v[5]), dtype=bool, count=n),
+            final=np.fromiter((b for v in views for r in v[3] for b in r), dtype=np.int32, count=int(lens.sum())),
         )
+
+
+LeaderView = tuple[str, bool, list[int], list[tuple[int, ...]], list[int], list[bool]]
+"""(topic, balanced, planned partitions, their final replicas, original leaders, frozen flags)."""
 
 
 def driver_leaders(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[LeaderInput]) -> dict[str, dict[int, tuple[int, ...]]]:

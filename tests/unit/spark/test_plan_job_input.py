@@ -10,7 +10,13 @@ import pyarrow.parquet as pq
 from airflow_kafka_reassign.core.models import PartitionState
 from airflow_kafka_reassign.core.snapshot_io import PARTITIONS_SCHEMA, partitions_table, write_partitions
 from airflow_kafka_reassign.core.synthetic import synthetic_snapshot
-from airflow_kafka_reassign.spark.plan_job import read_row_groups, row_group_splits, topic_groups
+from airflow_kafka_reassign.spark.plan_job import (
+    read_row_groups,
+    row_group_index,
+    row_group_splits,
+    topic_groups,
+    topics_between,
+)
 
 
 def batch(rows: list[dict]) -> pa.RecordBatch:
@@ -54,16 +60,20 @@ def test_splits_cover_the_row_groups_in_order_in_runs_of_similar_size(tmp_path):
     snap = synthetic_snapshot(brokers=6, racks=3, topics=40, seed=3)
     write_partitions(partitions_table(snap), tmp_path / "partitions.parquet", rows=50)
     groups = pq.ParquetFile(tmp_path / "partitions.parquet").metadata.num_row_groups
-    splits = row_group_splits(str(tmp_path), 4)
-    assert splits is not None and len(splits) == 4
+    index = row_group_index(str(tmp_path))
+    assert index is not None
+    splits = row_group_splits(index, 4)
+    assert len(splits) == 4
     assert [g for _, gs in splits for g in gs] == list(range(groups))
     sizes = [sum(b.num_rows for b in read_row_groups(path, gs)) for path, gs in splits]
     assert sum(sizes) == len(snap.partitions) and max(sizes) - min(sizes) <= 0.5 * max(sizes)
     # a URI (file:// too) is read through Spark: the driver passes the file's bytes
-    assert row_group_splits(f"file://{tmp_path}", 2) is None
+    assert row_group_index(f"file://{tmp_path}") is None
     data = (tmp_path / "partitions.parquet").read_bytes()
-    from_bytes = row_group_splits(f"file://{tmp_path}", 4, data)
-    assert from_bytes is not None and [gs for _, gs in from_bytes] == [gs for _, gs in splits]
+    index_of_bytes = row_group_index(f"file://{tmp_path}", data)
+    assert index_of_bytes is not None and index_of_bytes.path == ""
+    from_bytes = row_group_splits(index_of_bytes, 4)
+    assert [gs for _, gs in from_bytes] == [gs for _, gs in splits]
     assert sum(b.num_rows for _, gs in from_bytes for b in read_row_groups("", gs, data)) == len(snap.partitions)
 
 
@@ -71,6 +81,18 @@ def test_no_splits_when_topics_overlap_row_groups_or_the_snapshot_is_not_local(t
     parts = [PartitionState(topic=t, partition=p, replicas=(1, 2)) for p in range(4) for t in ("a", "b")]
     table = partitions_table(synthetic_snapshot(brokers=3, topics=1, seed=1).model_copy(update={"partitions": tuple(parts)}))
     pq.write_table(table, tmp_path / "partitions.parquet", row_group_size=3)  # a, b, a, b, ... in groups of 3
-    assert row_group_splits(str(tmp_path), 2) is None
-    assert row_group_splits("s3a://bucket/snap", 2) is None
-    assert row_group_splits(str(tmp_path / "missing"), 2) is None
+    assert row_group_index(str(tmp_path)) is None
+    assert row_group_index("s3a://bucket/snap") is None
+    assert row_group_index(str(tmp_path / "missing")) is None
+
+
+def test_topics_between_keeps_the_rows_of_a_range_of_topics():
+    rows = [{"topic": t, "partition": p, "replicas": [1]} for t in "abcde" for p in range(3)]
+    batches = [batch(rows[:7]), batch(rows[7:])]  # b's rows in both batches
+    def topics(lo, hi):
+        return [(t, [r.partition for r in rs]) for t, rs in topic_groups(topics_between(batches, lo, hi))]
+    assert topics(None, None) == [(t, [0, 1, 2]) for t in "abcde"]
+    assert topics("b", "d") == [("b", [0, 1, 2]), ("c", [0, 1, 2])]
+    assert topics(None, "b") == [("a", [0, 1, 2])]
+    assert topics("bb", None) == [(t, [0, 1, 2]) for t in "cde"]
+    assert topics("x", None) == []
