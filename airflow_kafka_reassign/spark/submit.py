@@ -70,8 +70,10 @@ def default_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     The driver JVM lives for seconds and does little of the work (the Python processes do):
     it runs with the client compiler only and the serial collector, which spend less CPU
     beside the Python workers (on 2 cores, ``spark-submit`` of a 1M-replica plan 1.4-2.2 s
-    faster, see docs/performance.md). Executors on a cluster keep the JVM's defaults.
-    ``extra`` replaces any of these keys whole.
+    faster, see docs/performance.md). Executors on a cluster keep the JVM's defaults. The
+    Python workers start under :mod:`airflow_kafka_reassign.spark.daemon` (PySpark's daemon,
+    with PySpark's cached bytecode where pip installed it). ``extra`` replaces any of these
+    keys whole.
     """
     quiet = f"-Dlog4j2.configurationFile=file:{log4j_config_path()}"
     conf = {
@@ -81,6 +83,8 @@ def default_conf(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "spark.driver.extraJavaOptions": f"{quiet} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
         "spark.executor.extraJavaOptions": quiet,
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+        # PySpark from its installed package, not recompiled from Spark's zip every job
+        "spark.python.daemon.module": "airflow_kafka_reassign.spark.daemon",
     }
     conf.update(extra or {})
     return conf
