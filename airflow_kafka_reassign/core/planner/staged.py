@@ -336,12 +336,14 @@ def driver_leaders(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[Leader
     balanced: list[tuple[str, npt.NDArray[np.int32], int]] = []  # topic, its partitions from an offset
     starts: list[int] = []  # index of each balanced topic's first partition
     n = 0
+    # per input, once: where each topic's partitions and each partition's replicas start
+    p_starts = {id(x): np.concatenate([[0], np.cumsum(x.counts, dtype=np.int64)]).tolist() for x in xs}
+    r_starts = {id(x): np.concatenate([[0], np.cumsum(x.lens, dtype=np.int64)]) for x in xs}
     for x, j0, j1 in parts:
-        p_ends = np.cumsum(x.counts, dtype=np.int64)
-        p0, p1 = (int(p_ends[j0 - 1]) if j0 else 0), int(p_ends[j1 - 1])
-        r_offsets = np.concatenate([[0], np.cumsum(x.lens[p0:p1], dtype=np.int64)])
-        r0 = int(np.sum(x.lens[:p0], dtype=np.int64))
-        final = x.final[r0:r0 + int(r_offsets[-1])]
+        p0, p1 = p_starts[id(x)][j0], p_starts[id(x)][j1]
+        r_offsets = r_starts[id(x)][p0:p1 + 1]
+        final = x.final[int(r_offsets[0]):int(r_offsets[-1])]
+        r_offsets = r_offsets - r_offsets[0]
         keep = np.repeat(np.asarray(x.balance[j0:j1], dtype=bool), x.counts[j0:j1])
         if not keep.all():  # topics not balanced: their leaders count as fixed
             heads = final[r_offsets[:-1][~keep]]
