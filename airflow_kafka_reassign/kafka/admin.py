@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
@@ -72,6 +73,12 @@ from airflow_kafka_reassign.exceptions import (
     UnsupportedBrokerError,
 )
 from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python, validate_client_config
+
+#: Named topics missing from the metadata are looked for again this many times, this far apart,
+#: before :meth:`KafkaClusterAdmin.snapshot` refuses them (a topic just created may not have
+#: reached the broker that answers yet).
+NAMED_TOPIC_RETRIES = 3
+NAMED_TOPIC_RETRY_S = 1.0
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -272,6 +279,13 @@ class KafkaClusterAdmin:
         md = ck.list_topics(timeout=self._timeout_s)
         wanted = set(topics) if topics is not None else set(md.topics)
         missing = sorted(wanted - set(md.topics))
+        for _ in range(NAMED_TOPIC_RETRIES if topics is not None else 0):
+            if not missing:
+                break
+            # a topic created a moment ago may not be in this broker's metadata yet
+            time.sleep(NAMED_TOPIC_RETRY_S)
+            md = ck.list_topics(timeout=self._timeout_s)
+            missing = sorted(wanted - set(md.topics))
         if topics is not None and missing:
             raise ConfigurationError(
                 f"topic(s) {', '.join(missing)} do not exist in the cluster at {self._bootstrap}"
