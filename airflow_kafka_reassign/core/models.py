@@ -45,7 +45,7 @@ class TopicPartition(NamedTuple):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 def check_replica_list(

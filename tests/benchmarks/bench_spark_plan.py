@@ -4,12 +4,15 @@ For synthetic snapshots of 250k / 500k / 1M / 2M replicas (100 brokers in 3 rack
 and 3, uneven topic sizes, a scale-out to 110 brokers) it prints per size: spark-submit wall
 time, the planning stage (from the Spark session up to the plan written: metrics.json's
 ``job.planning_s``) and its stages, the peak memory of the whole process tree (JVM and
-Python workers, summed), moves / lower bound and the balance after. ``--compare`` also plans
-the 1M snapshot on ``local[1]`` and ``local[2]`` and prints the planning-stage speed-up.
+Python workers, summed), moves / lower bound and the balance after. ``--compare`` plans each
+size on ``local[1]`` and ``local[2]`` and prints the planning-stage speed-up; ``--repeat N``
+runs N such pairs one after the other and prints the medians (on a shared 2-core machine one
+run's ratio varies by more than 0.1x).
 
     .venv/bin/python tests/benchmarks/bench_spark_plan.py                    # 250k 500k 1M 2M on local[2]
     .venv/bin/python tests/benchmarks/bench_spark_plan.py 250000 --master 'local[1]'
     .venv/bin/python tests/benchmarks/bench_spark_plan.py --compare 1000000  # local[1] vs local[2]
+    .venv/bin/python tests/benchmarks/bench_spark_plan.py --compare 1000000 --repeat 5  # 5 interleaved pairs, medians
     .venv/bin/python tests/benchmarks/bench_spark_plan.py 1000000 --reader spark          # Spark's reader
     .venv/bin/python tests/benchmarks/bench_spark_plan.py 1000000 --reader broadcast --file-uri
 
@@ -22,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,6 +124,8 @@ def main() -> None:
     ap.add_argument("sizes", nargs="*", type=int, default=[250_000, 500_000, 1_000_000, 2_000_000])
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--compare", action="store_true", help="local[1] vs local[2] on each size")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="with --compare: this many local[1]/local[2] pairs, interleaved; medians reported")
     ap.add_argument("--reader", choices=("auto", "broadcast", "spark"), default="auto", help="plan_job.py --reader")
     ap.add_argument("--file-uri", action="store_true", help="pass the snapshot as a file:// URI (read through Spark)")
     args = ap.parse_args()
@@ -129,26 +135,38 @@ def main() -> None:
     for n in args.sizes:
         snap = snapshot_dir(n)
         masters = ["local[1]", "local[2]"] if args.compare else [args.master]
-        planning, jobs, grouped = {}, {}, {}
-        for master in masters:
-            with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
-                r = run_plan(f"file://{snap}" if args.file_uri else snap, master, Path(tmp) / "plan", args.reader)
-            show(n, master, r)
-            planning[master] = r["metrics"]["job"]["planning_s"]
-            jobs[master] = r["metrics"]["job"]["stages_s"]
-            job = r["metrics"]["job"]
-            grouped[master] = job.get("quota_groups", 0) > 0 and not job.get("quota_groups_in_place", False)
+        planning: dict[str, list[float]] = {m: [] for m in masters}
+        tasks: dict[str, list[float]] = {m: [] for m in masters}
+        driver: dict[str, list[float]] = {m: [] for m in masters}
+        for _ in range(args.repeat if args.compare else 1):
+            for master in masters:  # interleaved: a slow spell of the machine hits both masters alike
+                with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+                    r = run_plan(f"file://{snap}" if args.file_uri else snap, master, Path(tmp) / "plan", args.reader)
+                show(n, master, r)
+                job = r["metrics"]["job"]
+                planning[master].append(job["planning_s"])
+                # the stages with executor tasks (their driver-side collect included) and the driver's own
+                # steps; the quota step has executor tasks of its own when it ran per group of topics
+                # (job.quota_groups) in a stage of its own (not in the place stage's tasks: job.quota_groups_in_place)
+                grouped = job.get("quota_groups", 0) > 0 and not job.get("quota_groups_in_place", False)
+                t = sum(v for k, v in job["stages_s"].items()
+                        if k in ("prepare", "place", "finish") or (k == "quotas" and grouped))
+                tasks[master].append(t)
+                driver[master].append(sum(job["stages_s"].values()) - t)
+            if args.compare:
+                one, two = planning["local[1]"][-1], planning["local[2]"][-1]
+                print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x",
+                      flush=True)
         if args.compare:
-            one, two = planning["local[1]"], planning["local[2]"]
-            print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x", flush=True)
-            # the stages with executor tasks (their driver-side collect included) and the driver's own steps;
-            # the quota step has executor tasks of its own when it ran per group of topics (job.quota_groups)
-            # in a stage of its own (not in the place stage's tasks: job.quota_groups_in_place)
-            tasks = [sum(v for k, v in jobs[m].items() if k in ("prepare", "place", "finish") or (k == "quotas" and grouped[m]))
-                     for m in masters]
-            driver = [sum(jobs[m].values()) - t for m, t in zip(masters, tasks, strict=True)]
-            print(f"{'':>19} stages with executor tasks {tasks[0]:.1f}s / {tasks[1]:.1f}s = {tasks[0] / tasks[1]:.2f}x; "
-                  f"driver-only steps {driver[0]:.1f}s / {driver[1]:.1f}s", flush=True)
+            one, two = (statistics.median(planning[m]) for m in masters)
+            t1, t2 = (statistics.median(tasks[m]) for m in masters)
+            d1, d2 = (statistics.median(driver[m]) for m in masters)
+            runs = len(planning["local[1]"])
+            pairs = sorted(a / b for a, b in zip(planning["local[1]"], planning["local[2]"], strict=True))
+            print(f"{'':>19} medians of {runs} run(s): planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = "
+                  f"speed-up {one / two:.2f}x (per pair: {', '.join(f'{x:.2f}' for x in pairs)})\n"
+                  f"{'':>19} stages with executor tasks {t1:.1f}s / {t2:.1f}s = {t1 / t2:.2f}x; "
+                  f"driver-only steps {d1:.1f}s / {d2:.1f}s", flush=True)
 
 
 if __name__ == "__main__":
