@@ -129,44 +129,45 @@ def main() -> None:
     ap.add_argument("--reader", choices=("auto", "broadcast", "spark"), default="auto", help="plan_job.py --reader")
     ap.add_argument("--file-uri", action="store_true", help="pass the snapshot as a file:// URI (read through Spark)")
     args = ap.parse_args()
+    if args.repeat < 1 or (args.repeat > 1 and not args.compare):
+        ap.error("--repeat takes a count of 1 or more, and only with --compare (pairs of local[1] and local[2] runs)")
     ROOT.mkdir(parents=True, exist_ok=True)
     print(f"plan job (spark-submit), goal add-brokers, 100 brokers in 3 racks + 10; python {sys.version.split()[0]}, "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
     for n in args.sizes:
         snap = snapshot_dir(n)
         masters = ["local[1]", "local[2]"] if args.compare else [args.master]
-        planning: dict[str, list[float]] = {m: [] for m in masters}
-        tasks: dict[str, list[float]] = {m: [] for m in masters}
-        driver: dict[str, list[float]] = {m: [] for m in masters}
-        for _ in range(args.repeat if args.compare else 1):
+        jobs: dict[str, list[dict]] = {m: [] for m in masters}  # metrics.json's "job" per run
+        for _ in range(args.repeat):
             for master in masters:  # interleaved: a slow spell of the machine hits both masters alike
                 with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
                     r = run_plan(f"file://{snap}" if args.file_uri else snap, master, Path(tmp) / "plan", args.reader)
                 show(n, master, r)
-                job = r["metrics"]["job"]
-                planning[master].append(job["planning_s"])
-                # the stages with executor tasks (their driver-side collect included) and the driver's own
-                # steps; the quota step has executor tasks of its own when it ran per group of topics
-                # (job.quota_groups) in a stage of its own (not in the place stage's tasks: job.quota_groups_in_place)
-                grouped = job.get("quota_groups", 0) > 0 and not job.get("quota_groups_in_place", False)
-                t = sum(v for k, v in job["stages_s"].items()
-                        if k in ("prepare", "place", "finish") or (k == "quotas" and grouped))
-                tasks[master].append(t)
-                driver[master].append(sum(job["stages_s"].values()) - t)
+                jobs[master].append(r["metrics"]["job"])
             if args.compare:
-                one, two = planning["local[1]"][-1], planning["local[2]"][-1]
+                one, two = (jobs[m][-1]["planning_s"] for m in masters)
                 print(f"{'':>19} planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = speed-up {one / two:.2f}x",
                       flush=True)
         if args.compare:
-            one, two = (statistics.median(planning[m]) for m in masters)
-            t1, t2 = (statistics.median(tasks[m]) for m in masters)
-            d1, d2 = (statistics.median(driver[m]) for m in masters)
-            runs = len(planning["local[1]"])
-            pairs = sorted(a / b for a, b in zip(planning["local[1]"], planning["local[2]"], strict=True))
-            print(f"{'':>19} medians of {runs} run(s): planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = "
+            planning = [[j["planning_s"] for j in jobs[m]] for m in masters]
+            one, two = (statistics.median(x) for x in planning)
+            t1, t2 = (statistics.median(executor_stages_s(j) for j in jobs[m]) for m in masters)
+            d1, d2 = (statistics.median(sum(j["stages_s"].values()) - executor_stages_s(j) for j in jobs[m])
+                      for m in masters)
+            pairs = sorted(a / b for a, b in zip(*planning, strict=True))
+            print(f"{'':>19} medians of {args.repeat} pair(s): planning stage local[1] {one:.1f}s / local[2] {two:.1f}s = "
                   f"speed-up {one / two:.2f}x (per pair: {', '.join(f'{x:.2f}' for x in pairs)})\n"
                   f"{'':>19} stages with executor tasks {t1:.1f}s / {t2:.1f}s = {t1 / t2:.2f}x; "
                   f"driver-only steps {d1:.1f}s / {d2:.1f}s", flush=True)
+
+
+def executor_stages_s(job: dict) -> float:
+    """The seconds of a run's stages with executor tasks (their driver-side collect included);
+    the rest of ``stages_s`` is the driver's own steps. The quota step has executor tasks of its
+    own when it ran per group of topics (``quota_groups``) in a stage of its own (not inside the
+    place stage's tasks: ``quota_groups_in_place``)."""
+    grouped = job.get("quota_groups", 0) > 0 and not job.get("quota_groups_in_place", False)
+    return sum(v for k, v in job["stages_s"].items() if k in ("prepare", "place", "finish") or (k == "quotas" and grouped))
 
 
 if __name__ == "__main__":
