@@ -80,22 +80,36 @@ def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None 
     return d
 
 
-def write_plan_fragments(fragments: Sequence[tuple[str, str, str, str]], out: str | Path) -> Path:
-    """The four plan files from each move's JSON fragments (plan, rollback, Kafka plan, Kafka
-    rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`), in plan
-    order. What the Spark job's driver does, so a million replicas' moves never become
-    pydantic objects on one machine; :func:`write_metrics` completes the directory.
+def write_plan_fragments(fragments: Sequence[tuple[bytes, bytes, bytes, bytes]], out: str | Path) -> Path:
+    """The four plan files from each move's JSON fragments as UTF-8 (plan, rollback, Kafka
+    plan, Kafka rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`),
+    in plan order. What the Spark job's driver does, so a million replicas' moves never become
+    pydantic objects (or even strings) on one machine; :func:`write_metrics` completes the
+    directory.
 
     A "fragment" may also be several moves' fragments joined with ``,`` (the Spark job sends
-    one per topic): the files are the same. It must not be empty."""
+    one per task): the files are the same. Empty fragments are skipped."""
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     (d / METRICS_FILE).unlink(missing_ok=True)
     (d / ERROR_FILE).unlink(missing_ok=True)
-    heads = ('{"version":1,"moves":[', '{"version":1,"moves":[', '{"version":1,"partitions":[', '{"version":1,"partitions":[')
+    heads = (b'{"version":1,"moves":[', b'{"version":1,"moves":[', b'{"version":1,"partitions":[',
+             b'{"version":1,"partitions":[')
     names = (PLAN_FILE, ROLLBACK_FILE, KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE)
     for k in (2, 3, 0, 1):
-        _write(d / names[k], heads[k] + ",".join(f[k] for f in fragments) + "]}")
+        path = d / names[k]
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("wb") as f:
+            f.write(heads[k])
+            first = True
+            for fragment in fragments:
+                if fragment[k]:
+                    if not first:
+                        f.write(b",")
+                    f.write(fragment[k])
+                    first = False
+            f.write(b"]}")
+        os.replace(tmp, path)
     return d
 
 

@@ -1,0 +1,52 @@
+"""How the Spark plan job's driver puts the ``finish`` tasks' moves into the plan files,
+without Spark: each task sends its topics' JSON fragments as bytes per file, and the files
+come out in topic order whatever the tasks' order (the job itself runs in
+tests/integration/test_plan_job_readers.py)."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_kafka_reassign.core.plan_io import write_plan_fragments
+from airflow_kafka_reassign.core.planner.staged import move_fragments
+from airflow_kafka_reassign.core.planner.types import TopicMove
+from airflow_kafka_reassign.spark.plan_job import file_parts, plan_file_parts
+
+
+def moves(topic: str, n: int) -> tuple[str, list[tuple[str, str, str, str]]]:
+    return topic, [move_fragments(TopicMove(topic, p, (1, 2), (2, 3), 0)) for p in range(n)]
+
+
+def plan_order(path) -> list[tuple[str, int]]:
+    return [(m["topic"], m["partition"]) for m in json.loads(path.read_text(encoding="utf-8"))["moves"]]
+
+
+def test_tasks_in_any_order_give_the_files_in_topic_order(tmp_path):
+    # task order reversed, as a collect may give them; "é" checks the offsets count bytes
+    tasks = [file_parts([moves("c", 1), moves("d", 2)]), file_parts([moves("a", 2), moves("bé", 3)])]
+    moved, parts = plan_file_parts(tasks)
+    assert moved == 8
+    assert len(parts) == 2  # ranges apart: each task's bytes whole
+    write_plan_fragments(parts, tmp_path)
+    expected = [("a", 0), ("a", 1), ("bé", 0), ("bé", 1), ("bé", 2), ("c", 0), ("d", 0), ("d", 1)]
+    assert plan_order(tmp_path / "plan.json") == expected
+    assert plan_order(tmp_path / "rollback.json") == expected
+    kafka = json.loads((tmp_path / "reassignment.json").read_text(encoding="utf-8"))["partitions"]
+    assert [(p["topic"], p["partition"], p["replicas"]) for p in kafka][:2] == [("a", 0, [2, 3]), ("a", 1, [2, 3])]
+
+
+def test_interleaved_tasks_are_cut_topic_by_topic(tmp_path):
+    # a shuffled input: each task holds topics from all over the name range
+    tasks = [file_parts([moves("a", 1), moves("c", 2)]), file_parts([moves("b", 2), moves("d", 1)]), file_parts([])]
+    moved, parts = plan_file_parts(tasks)
+    assert moved == 6
+    assert len(parts) == 4
+    write_plan_fragments(parts, tmp_path)
+    assert plan_order(tmp_path / "plan.json") == [("a", 0), ("b", 0), ("b", 1), ("c", 0), ("c", 1), ("d", 0)]
+    assert json.loads((tmp_path / "rollback-kafka.json").read_text(encoding="utf-8"))["partitions"][0]["replicas"] == [1, 2]
+
+
+def test_no_moves_give_empty_files(tmp_path):
+    assert plan_file_parts([]) == (0, [])
+    write_plan_fragments([], tmp_path)
+    assert json.loads((tmp_path / "plan.json").read_text(encoding="utf-8")) == {"version": 1, "moves": []}
