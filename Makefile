@@ -14,11 +14,16 @@ export SPARK_LOCAL_IP := 127.0.0.1
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
 
+# --compile-bytecode: the installed packages' bytecode is written once here, as pip does by
+# default (uv does not). Without it, where PYTHONDONTWRITEBYTECODE is set (this machine), every
+# Python process compiles PySpark, pydantic, Airflow, ... again: each Spark job's Python
+# workers took 0.5 s longer to start (docs/performance.md).
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --frozen --extra dev
+	$(UV) sync --frozen --extra dev --compile-bytecode
 	touch $@
 
-setup: $(VENV)/.synced  ## the environment in .venv, from uv.lock
+setup: $(VENV)/.synced  ## the environment in .venv, from uv.lock (and this package's bytecode)
+	@$(PY) -m compileall -q airflow_kafka_reassign >/dev/null
 
 demo: setup  ## the main job end to end on a local sandbox Kafka cluster
 	$(PY) -m airflow_kafka_reassign.demo
