@@ -122,7 +122,8 @@ def test_kip860_guard_refuses_only_the_rf_change_in_one_request(sandbox, admin, 
     assert by[rf_change].error_code == "INVALID_REPLICATION_FACTOR"
     assert by[valid].ok
     wait_until(lambda: not admin.list_reassignments(), what="the valid move to finish")
-    assert _described(sandbox, unique_topic) == [(1, 2), (4, 5)]
+    # the controller lists the move as done a moment before every broker's metadata shows it
+    wait_until(lambda: _described(sandbox, unique_topic) == [(1, 2), (4, 5)], what="the move in the brokers' metadata")
 
     allowed = admin.alter_reassignments({rf_change: [1, 2, 3]}, allow_replication_factor_change=True)
     assert allowed.failed == ()
