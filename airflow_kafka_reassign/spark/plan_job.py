@@ -216,15 +216,17 @@ Out = tuple[str, str, bytes]
 
 
 def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
-    """Stage 1 over one task's topics: a :class:`Prepared` per topic. Which partition first
-    names each broker is merged over the task's topics and sent once, with its last topic
-    (the driver only needs the minimum per broker: half the bytes otherwise)."""
+    """Stage 1 over one task's topics: a :class:`Prepared` per topic, all in one record (one
+    pickle: the classes and field names once, not per topic). Which partition first names each
+    broker is merged over the task's topics and sent once, with its last topic (the driver only
+    needs the minimum per broker: half the bytes otherwise)."""
     outs = [Prepared(topic, invalid=rows) if isinstance(rows, str) else stage_prepare(ctx, topic, rows)
             for topic, rows in groups]
     named = merge_named(x.named for x in outs)
     for i, x in enumerate(outs):
         x.named = named if i == len(outs) - 1 else {}
-        yield "prepared", x.topic, _dump(x)
+    if outs:
+        yield "prepared", outs[0].topic, _dump(outs)
 
 
 def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
@@ -532,8 +534,9 @@ def split_topics(prepared: Iterable[Prepared]) -> list[str]:
     return sorted(twice)
 
 
-def _loads(records: Iterable[Out]) -> list[Any]:
-    return [pickle.loads(payload) for _, _, payload in records]
+def _prepared(records: Iterable[Out]) -> list[Prepared]:
+    """The :class:`Prepared` of every topic from ``prepare``'s records (a list per task)."""
+    return [x for _, _, payload in records for x in pickle.loads(payload)]
 
 
 class _Clock:
@@ -630,7 +633,7 @@ def _run(
         data_b = sc.broadcast(data) if data is not None else None
         source = sc.parallelize(splits, len(splits))
         input_layout = "row-groups" if data is None else "row-groups-broadcast"
-        prepared = _loads(source.mapPartitions(_on_splits(prepare_topics, data_b, ctx_b)).collect())
+        prepared = _prepared(source.mapPartitions(_on_splits(prepare_topics, data_b, ctx_b)).collect())
         if split_topics(prepared):
             source = None
     if source is None:
@@ -638,14 +641,14 @@ def _run(
         spark.conf.set("spark.sql.files.minPartitionNum", str(n_parts))
         spark.conf.set("spark.sql.files.openCostInBytes", "8192")
         df, input_layout = spark.read.parquet(f"{base}/partitions.parquet").select(*_ROW_COLUMNS), "splits"
-        prepared = _loads(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
+        prepared = _prepared(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
         split = split_topics(prepared)
         if split:
             print(f"[plan_job] {len(split)} topic(s) span splits of partitions.parquet (first: {split[0]!r}): "
                   "shuffling by topic", file=sys.stderr, flush=True)
             df = df.repartition(n_parts, "topic").sortWithinPartitions("topic", "partition").cache()
             input_layout = "shuffled"
-            prepared = _loads(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
+            prepared = _prepared(df.mapInArrow(_on_batches(prepare_topics, ctx_b), PAYLOAD_SCHEMA).collect())
     clock.lap("prepare")
     # completes ctx: broadcast it again. Reading row groups, the quota groups (if any) are
     # settled by the place stage's tasks, each before placing its groups' topics

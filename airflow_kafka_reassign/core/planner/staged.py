@@ -70,6 +70,7 @@ class Prepared:
     """What the driver needs of one topic after ``prepare``."""
 
     topic: str
+    #: ``None`` when the topic leaves nothing for :func:`merge_preps` (or failed)
     prep: TopicPrep | None = None
     load: TopicLoad | None = None
     #: rows the request's heal targets name (checked on the driver)
@@ -111,7 +112,9 @@ def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]
         return Prepared(topic, heal_rows=heal_rows, error=str(e), named=named, any_sizes=any_sizes)
     load = prep.planned.load(ctx.layout) if prep.planned is not None else None
     prep.planned = None  # stays on the executor; the driver only needs the aggregates
-    return Prepared(topic, prep=prep, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes)
+    # most topics leave nothing for merge_preps (no fixed load, warning or exclusion): not sent
+    kept = None if prep == TopicPrep(topic) else prep
+    return Prepared(topic, prep=kept, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes)
 
 
 # -- 2. quotas (driver) ----------------------------------------------------------------------

@@ -13,10 +13,13 @@ from airflow_kafka_reassign.core.planner.staged import driver_quotas, quotas_at_
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.spark.plan_job import (
+    _prepared,
     group_splits,
     place_grouped_topics,
+    prepare_topics,
     read_row_groups,
     row_group_index,
+    row_group_splits,
     topic_groups,
     topics_between,
 )
@@ -72,3 +75,16 @@ def test_a_group_that_misses_its_share_sends_back_to_quotas_over_all_topics(tmp_
     at_once = quotas_at_once(ctx, step)
     no_groups = driver_quotas(replace(ctx, request=REQUEST.model_copy(update={"quota_group_replicas": 0})), prepared)
     assert at_once.quotas == no_groups.quotas and at_once.quota_groups == 0 and not at_once.pending
+
+
+def test_a_prepare_task_sends_its_topics_in_one_record_and_the_driver_gets_the_same_quotas(tmp_path):
+    ctx, prepared, index, rows = _setup(tmp_path)
+    records = []
+    splits = row_group_splits(index, 3)
+    for path, row_groups in splits:
+        records += list(prepare_topics(ctx, topic_groups(read_row_groups(path, row_groups))))
+    assert [kind for kind, _, _ in records] == ["prepared"] * len(splits)
+    received = _prepared(records)
+    assert [x.topic for x in received] == sorted(rows)
+    assert any(x.prep is None for x in received)  # topics with nothing to merge send no TopicPrep
+    assert driver_quotas(ctx, received) == driver_quotas(ctx, prepared)
