@@ -23,7 +23,7 @@ $(VENV)/.synced: $(UV) pyproject.toml uv.lock
 	touch $@
 
 setup: $(VENV)/.synced  ## the environment in .venv, from uv.lock (and this package's bytecode)
-	@$(PY) -m compileall -q airflow_kafka_reassign >/dev/null
+	@$(PY) -m compileall -q airflow_kafka_reassign
 
 demo: setup  ## the main job end to end on a local sandbox Kafka cluster
 	$(PY) -m airflow_kafka_reassign.demo
