@@ -43,8 +43,14 @@ ERROR_FILE = "error.txt"
 
 
 def _write(path: Path, text: str) -> None:
+    _write_bytes(path, [text.encode()])
+
+
+def _write_bytes(path: Path, chunks: Sequence[bytes]) -> None:
+    """``chunks`` one after the other into ``path``, through a temporary file and a rename."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with tmp.open("wb") as f:
+        f.writelines(chunks)
     os.replace(tmp, path)
 
 
@@ -97,19 +103,7 @@ def write_plan_fragments(fragments: Sequence[tuple[bytes, bytes, bytes, bytes]],
              b'{"version":1,"partitions":[')
     names = (PLAN_FILE, ROLLBACK_FILE, KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE)
     for k in (2, 3, 0, 1):
-        path = d / names[k]
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("wb") as f:
-            f.write(heads[k])
-            first = True
-            for fragment in fragments:
-                if fragment[k]:
-                    if not first:
-                        f.write(b",")
-                    f.write(fragment[k])
-                    first = False
-            f.write(b"]}")
-        os.replace(tmp, path)
+        _write_bytes(d / names[k], [heads[k], b",".join(f[k] for f in fragments if f[k]), b"]}"])
     return d
 
 
