@@ -46,6 +46,7 @@ Example (with the in-memory fake; the operators pass a real ``KafkaClusterAdmin`
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -57,9 +58,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment, ThrottleBackup
+from airflow_kafka_reassign.core.store import Store, as_store
 from airflow_kafka_reassign.core.throttle import (
     BROKER_THROTTLE_KEYS,
     FOLLOWER_REPLICAS,
@@ -78,6 +81,12 @@ OnDeadline = Literal["finish", "cancel"]
 RUN_DIR = "run"
 #: The throttle backup in ``state_dir``: the values that existed before this plan throttled.
 THROTTLE_BACKUP_FILE = "throttle-backup.json"
+#: The run's journal in ``state_dir``: one object per step that changed something (what it
+#: submitted, what was refused, the throttles it set), named so that they list in time order.
+JOURNAL_DIR = "journal"
+#: Where the run state lives: a :class:`~airflow_kafka_reassign.core.store.Store` (a local
+#: directory, object storage) or a local path.
+StateLocation = Store | Path
 #: A move that looks stale is observed once more after this delay before it is refused:
 #: describe (metadata) can lag the controller for a moment after a reassignment completes.
 SETTLE_RECHECK_S = 1.0
@@ -88,6 +97,7 @@ _ALTER_REASSIGNMENTS_KEY = 45
 _RF_GUARD_MIN_VERSION = 1
 
 _log = logging.getLogger(__name__)
+_JOURNAL_SEQ = itertools.count()
 
 
 def _sleep(seconds: float) -> None:
@@ -408,32 +418,48 @@ _RF_GUARD_CLIENT_LIMITS = (
 # -- throttles ----------------------------------------------------------------------------------
 
 
-def backup_path(state_dir: Path) -> Path:
-    return Path(state_dir) / THROTTLE_BACKUP_FILE
+def backup_path(state_dir: StateLocation) -> str:
+    """Where the throttle backup of a run is (a path or URI, for messages)."""
+    return f"{as_store(state_dir).uri.rstrip('/')}/{THROTTLE_BACKUP_FILE}"
 
 
-def read_backup(state_dir: Path | None) -> ThrottleBackup | None:
+def read_backup(state_dir: StateLocation | None) -> ThrottleBackup | None:
     """The throttle backup of a run (``None`` when there is none)."""
     if state_dir is None:
         return None
-    path = backup_path(state_dir)
-    if not path.is_file():
-        return None
-    return ThrottleBackup.model_validate_json(path.read_bytes())
+    data = as_store(state_dir).read(THROTTLE_BACKUP_FILE)
+    return None if data is None else ThrottleBackup.model_validate_json(data)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _write_backup(state_dir: StateLocation, backup: ThrottleBackup) -> None:
+    as_store(state_dir).write(THROTTLE_BACKUP_FILE, backup.model_dump_json(indent=1).encode())
 
 
-def _write_backup(state_dir: Path, backup: ThrottleBackup) -> None:
-    _write_atomic(backup_path(state_dir), backup.model_dump_json(indent=1))
+def journal(state_dir: StateLocation | None, event: dict[str, Any], *, log: logging.Logger | None = None) -> None:
+    """Add one entry to the run's journal (``<state>/journal/``); a failure to write it is a warning.
+
+    The journal is the run's record (what each try submitted and decided, for people and the report);
+    the cluster stays the authority on what is done and in flight, so a journal write that fails
+    never stops a run that holds its lease."""
+    if state_dir is None:
+        return
+    at = datetime.now(UTC)
+    name = f"{JOURNAL_DIR}/{at.strftime('%Y%m%dT%H%M%S.%fZ')}-{os.getpid()}-{next(_JOURNAL_SEQ):06d}.json"
+    try:
+        as_store(state_dir).write(name, json.dumps({"at": at.isoformat(), **event}, sort_keys=True).encode())
+    except Exception as e:  # noqa: BLE001 (the record is best effort; see above)
+        (log or _log).warning("could not write the run journal entry %s: %s", name, e)
+
+
+def read_journal(state_dir: StateLocation) -> list[dict[str, Any]]:
+    """The run's journal entries, oldest first."""
+    store = as_store(state_dir)
+    out = []
+    for name in store.list(JOURNAL_DIR):
+        data = store.read(name)
+        if data is not None:
+            out.append(json.loads(data))
+    return out
 
 
 def desired_throttles(
@@ -494,7 +520,7 @@ def sync_throttles(
     moving: Iterable[Move],
     rate: int | None,
     *,
-    state_dir: Path | None,
+    state_dir: StateLocation | None,
     dry_run: bool = False,
     log: logging.Logger | None = None,
 ) -> bool:
@@ -539,7 +565,7 @@ def sync_throttles(
     return True
 
 
-def restore_throttles(admin: ClusterAdmin, state_dir: Path | None, *, log: logging.Logger | None = None) -> bool:
+def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
     """Put every throttle config this run touched back to its value before the run, exactly,
     check it, and delete the backup. Returns whether there was anything to restore."""
     log = log or _log
@@ -558,7 +584,9 @@ def restore_throttles(admin: ClusterAdmin, state_dir: Path | None, *, log: loggi
                 f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
                 f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
             )
-    backup_path(state_dir).unlink(missing_ok=True)
+    as_store(state_dir).delete(THROTTLE_BACKUP_FILE)
+    journal(state_dir, {"event": "throttles-restored", "brokers": sorted(backup.brokers),
+                        "topics": sorted(backup.topics)}, log=log)
     log.info("throttle configs restored exactly as before on brokers %s and topics %s",
              sorted(backup.brokers), sorted(backup.topics))
     return True
@@ -652,13 +680,14 @@ def step(
     limits: ExecutionLimits,
     options: ExecutionOptions,
     *,
-    state_dir: Path | None = None,
+    state_dir: StateLocation | None = None,
     submit: bool = True,
     log: logging.Logger | None = None,
     known_failed: Mapping[TopicPartition, str] | None = None,
     settle_s: float = SETTLE_RECHECK_S,
     sleep: Callable[[float], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    lease: LeaseKeeper | None = None,
 ) -> ExecutionStatus:
     """One retry-safe iteration: observe, reconcile throttles, submit what fits.
 
@@ -674,6 +703,9 @@ def step(
         refused (describe can lag the controller right after a reassignment completes).
     :param should_stop: asked right before anything is written; ``True`` (a kill arrived while
         observing) submits nothing and leaves the throttles as they are.
+    :param lease: the plan's lease (core/lease.py), confirmed (and renewed) right before anything
+        is written; :class:`~airflow_kafka_reassign.core.lease.LeaseLostError` when another run
+        took it over, and then nothing is written.
     """
     log = log or _log
     if options.throttle_bytes_per_sec and state_dir is None and not options.dry_run:
@@ -734,9 +766,18 @@ def step(
 
     if should_stop is not None and should_stop():
         return status
+    if lease is not None:
+        lease.confirm()
     sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log)
     if batch:
         _submit(admin, batch, options, status, log)
+        journal(state_dir, {
+            "event": "submitted",
+            "holder": lease.lease.holder if lease is not None else None,
+            "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in batch if m.tp in status.submitted],
+            "refused": {str(tp): why for tp, why in status.failed.items() if tp in {m.tp for m in batch}},
+            "throttle_bytes_per_sec": rate,
+        }, log=log)
         refused = [m for m in batch if m.tp in status.failed]
         for m in batch:
             status.pending.remove(m.tp)
@@ -791,19 +832,23 @@ def finish(
     plan: ReassignmentPlan,
     options: ExecutionOptions,
     *,
-    state_dir: Path | None,
+    state_dir: StateLocation | None,
     elect: bool | None = None,
     log: logging.Logger | None = None,
+    lease: LeaseKeeper | None = None,
 ) -> dict[str, Any]:
     """Restore the throttles exactly as they were before the run; elect preferred leaders.
 
     ``elect`` defaults to ``options.elect_leaders``; it elects the preferred leader of every
-    done move whose leader is not its first target replica. Returns a small summary.
+    done move whose leader is not its first target replica. Returns a small summary. With
+    ``lease``, it is confirmed first (a run that lost it restores nothing).
     """
     log = log or _log
     out: dict[str, Any] = {"throttles_restored": False}
     if options.dry_run:
         return out
+    if lease is not None:
+        lease.confirm()
     out["throttles_restored"] = restore_throttles(admin, state_dir, log=log)
     if elect if elect is not None else options.elect_leaders:
         obs = _observe(admin, {m.topic for m in plan.moves})
@@ -986,7 +1031,7 @@ def run(
     limits: ExecutionLimits,
     options: ExecutionOptions,
     *,
-    state_dir: Path | None,
+    state_dir: StateLocation | None,
     deadline: datetime | None = None,
     on_deadline: OnDeadline = "finish",
     poll_interval_s: float = 5.0,
@@ -998,6 +1043,7 @@ def run(
     sleep: Callable[[float], None] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     settle_s: float = SETTLE_RECHECK_S,
+    lease: LeaseKeeper | None = None,
 ) -> RunResult:
     """Execute ``plan`` to the end (or the deadline): pre-flight, then :func:`step` until done.
 
@@ -1013,6 +1059,10 @@ def run(
     With ``wait=False`` it returns after the first submission (a sensor keeps stepping); pass
     ``finish_at_end=False`` with it so that the throttles stay for the moves in flight.
 
+    With ``lease`` (core/lease.py) every step confirms the plan's lease before it writes; a run
+    whose lease was taken over stops at once and restores nothing (the new holder drives the
+    plan and its throttles): :class:`~airflow_kafka_reassign.core.lease.LeaseLostError`.
+
     With ``options.dry_run`` it stops after the pre-flight and one dry step that logs the exact
     requests of the first batch.
     """
@@ -1021,6 +1071,7 @@ def run(
     known: dict[TopicPartition, str] = {}
     result = RunResult(status=ExecutionStatus(total=len(plan)))
     done_cleanly = False
+    lost = False
     try:
         if deadline is not None and deadline.tzinfo is None:
             raise ConfigurationError(f"deadline {deadline.isoformat()} has no time zone; give an aware datetime")
@@ -1049,7 +1100,7 @@ def run(
                 if on_deadline == "cancel" and status.in_flight:
                     result.cancel = cancel(admin, plan, log=log, sleep=sleep)
             status = step(admin, plan, limits, options, state_dir=state_dir, submit=not past, log=log,
-                          known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop)
+                          known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop, lease=lease)
             result.steps += 1
             result.status = status
             known.update(status.failed)
@@ -1059,12 +1110,15 @@ def run(
                 break
             (sleep or _sleep)(poll_interval_s)
         done_cleanly = True
+    except LeaseLostError:
+        lost = True
+        raise
     finally:
         result.elapsed_s = time.monotonic() - started
-        if finish_at_end or not done_cleanly or result.stopped:
+        if not lost and (finish_at_end or not done_cleanly or result.stopped):
             try:
                 elect = done_cleanly and not result.stopped and options.elect_leaders
-                result.finish = finish(admin, plan, options, state_dir=state_dir, elect=elect, log=log)
+                result.finish = finish(admin, plan, options, state_dir=state_dir, elect=elect, log=log, lease=lease)
             except Exception:
                 if done_cleanly:
                     raise
@@ -1078,17 +1132,17 @@ def run(
 # -- the rollback plan --------------------------------------------------------------------------
 
 
-def write_rollback_if_missing(plan_dir: Path, plan: ReassignmentPlan, status: ExecutionStatus,
-                              *, log: logging.Logger | None = None) -> Path | None:
+def write_rollback_if_missing(plan_dir: StateLocation, plan: ReassignmentPlan, status: ExecutionStatus,
+                              *, log: logging.Logger | None = None) -> str | None:
     """Write ``rollback.json`` (and Kafka's ``rollback-kafka.json``) into ``plan_dir`` unless present.
 
     Every move goes back to its expected current replicas, or, for a move read from a plain
     Kafka file (no ``current_replicas``), to the replicas the cluster has now, before anything
-    is submitted. Returns the path written, or ``None`` when a rollback plan already existed.
+    is submitted. Returns where it was written, or ``None`` when a rollback plan already existed.
     """
     log = log or _log
-    path = Path(plan_dir) / ROLLBACK_FILE
-    if path.is_file():
+    store = as_store(plan_dir)
+    if store.read(ROLLBACK_FILE) is not None:
         return None
     moves = []
     for m in plan.moves:
@@ -1102,7 +1156,8 @@ def write_rollback_if_missing(plan_dir: Path, plan: ReassignmentPlan, status: Ex
                           current_replicas=m.target_replicas,
                           allow_rf_change=len(current) != len(m.target_replicas)))
     rollback = ReassignmentPlan(moves=tuple(moves))
-    _write_atomic(Path(plan_dir) / KAFKA_ROLLBACK_FILE, rollback.to_kafka_json())
-    _write_atomic(path, rollback.model_dump_json())
-    log.info("rollback plan written to %s (%d moves)", path, len(moves))
-    return path
+    store.write(KAFKA_ROLLBACK_FILE, rollback.to_kafka_json().encode())
+    store.write(ROLLBACK_FILE, rollback.model_dump_json().encode())
+    where = f"{store.uri.rstrip('/')}/{ROLLBACK_FILE}"
+    log.info("rollback plan written to %s (%d moves)", where, len(moves))
+    return where

@@ -18,7 +18,9 @@ Layout (``format_version`` 1; see docs/formats.md)::
 
 ``plan.json`` and ``rollback.json`` are written last-but-one and ``metrics.json`` last, each
 through a temporary file and a rename, so a reader that finds ``metrics.json`` finds a whole
-plan. Local paths only; operators copy to and from object storage.
+plan. The writers work on a local directory (the planner's driver); the readers take a local
+path or any :class:`~airflow_kafka_reassign.core.store.Store` (object storage, through
+``airflow_kafka_reassign.storage``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from airflow_kafka_reassign.core.models import ReassignmentPlan
 from airflow_kafka_reassign.core.planner.goals import PlanResult
+from airflow_kafka_reassign.core.store import Store, as_store
 
 FORMAT_VERSION = 1
 PLAN_FILE = "plan.json"
@@ -124,34 +127,39 @@ def write_metrics(
     return doc
 
 
-def _require(d: Path, name: str) -> Path:
-    path = d / name
-    if not path.is_file():
+PlanLocation = Store | str | Path
+
+
+def _require(location: PlanLocation, name: str) -> bytes:
+    store = as_store(location)
+    data = store.read(name)
+    if data is None:
+        base = store.uri.rstrip("/")
         raise FileNotFoundError(
-            f"{path} does not exist: {d} is not a complete plan directory (it needs {PLAN_FILE}, "
-            f"{ROLLBACK_FILE} and {METRICS_FILE}); run PlanReassignment or `airflow-kafka-reassign plan` again"
+            f"{base}/{name} does not exist: {base} is not a complete plan directory (it needs {PLAN_FILE}, "
+            f"{ROLLBACK_FILE} and {METRICS_FILE}); give the plan_uri that PlanReassignment pushed to XCom, or run "
+            "PlanReassignment or `airflow-kafka-reassign plan` again"
         )
-    return path
+    return data
 
 
-def read_plan(plan_dir: str | Path) -> ReassignmentPlan:
-    """The plan of a plan directory (``plan.json``), validated (a hand-edited file fails with the partition named)."""
-    d = Path(plan_dir)
-    _require(d, METRICS_FILE)
-    return ReassignmentPlan.model_validate_json(_require(d, PLAN_FILE).read_bytes())
+def read_plan(plan_dir: PlanLocation) -> ReassignmentPlan:
+    """The plan of a plan directory (``plan.json``), validated (a hand-edited file fails with the partition named).
+
+    ``plan_dir`` is a local path or any :class:`~airflow_kafka_reassign.core.store.Store` (object storage)."""
+    _require(plan_dir, METRICS_FILE)
+    return ReassignmentPlan.model_validate_json(_require(plan_dir, PLAN_FILE))
 
 
-def read_rollback(plan_dir: str | Path) -> ReassignmentPlan:
-    d = Path(plan_dir)
-    return ReassignmentPlan.model_validate_json(_require(d, ROLLBACK_FILE).read_bytes())
+def read_rollback(plan_dir: PlanLocation) -> ReassignmentPlan:
+    return ReassignmentPlan.model_validate_json(_require(plan_dir, ROLLBACK_FILE))
 
 
-def read_metrics(plan_dir: str | Path) -> dict[str, Any]:
-    d = Path(plan_dir)
-    data: dict[str, Any] = json.loads(_require(d, METRICS_FILE).read_text(encoding="utf-8"))
+def read_metrics(plan_dir: PlanLocation) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(_require(plan_dir, METRICS_FILE))
     if data.get("format_version") != FORMAT_VERSION:
         raise ValueError(
-            f"{d / METRICS_FILE} has format_version {data.get('format_version')!r}; this version reads "
-            f"{FORMAT_VERSION}: plan again with this version"
+            f"{as_store(plan_dir).uri.rstrip('/')}/{METRICS_FILE} has format_version {data.get('format_version')!r}; "
+            f"this version reads {FORMAT_VERSION}: plan again with this version"
         )
     return data

@@ -22,24 +22,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_kafka_reassign.core.execution import (
-    RUN_DIR,
     cancel,
     rebase_rollback,
     restore_throttles,
     run,
 )
+from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
+from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.execute import _ExecutionParams, parse_deadline
-from airflow_kafka_reassign.triggers.reassignment import resolve_plan_dir
+from airflow_kafka_reassign.plan_access import plan_store
+from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, open_store, run_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -58,7 +59,12 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         moved partition back to the replicas it had before the plan), with the limits, throttle
         and guards below, and wait for it (until ``deadline``).
     :param dry_run: log what would be cancelled (and the rollback's first requests); change nothing.
-    :param state_dir: the run's state folder (default ``<plan dir>/run``). Templated.
+    :param state_dir: the run's state folder (default ``<plan>/run``). Templated.
+    :param storage_conn_id: the connection of the plan's object storage (as for ExecuteReassignment).
+    :param storage_timeout_s: bound on each request to the plan's storage.
+    :param lease_ttl_s: the plan's lease (as for ExecuteReassignment): a cancel of a plan that
+        another DAG run drives is refused until its lease expires; ``cancel_all`` without a plan
+        takes none.
 
     ``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
     ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``,
@@ -94,11 +100,17 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         poll_interval: float = 5.0,
         state_dir: str | None = None,
         kafka_timeout_s: float = 30.0,
+        storage_conn_id: str | None = None,
+        storage_timeout_s: float = DEFAULT_TIMEOUT_S,
+        lease_ttl_s: float = DEFAULT_TTL_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.plan_uri = plan_uri
         self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
+        self.storage_timeout_s = storage_timeout_s
+        self.lease_ttl_s = lease_ttl_s
         self.cancel_all = cancel_all
         self.rollback = rollback
         self._init_execution(
@@ -117,45 +129,57 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         return KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s).get_admin()
 
     def execute(self, context: Context) -> dict[str, Any]:
+        timeout = float(self.storage_timeout_s)
         try:
-            plan_dir = resolve_plan_dir(str(self.plan_uri)) if self.plan_uri else None
-            if plan_dir is None and not self.cancel_all:
+            store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id,
+                               timeout_s=timeout) if self.plan_uri else None
+            if store is None and not self.cancel_all:
                 raise ConfigurationError("give plan_uri (cancel that plan's moves) or cancel_all=True (cancel every "
                                          "reassignment in the cluster)")
-            if plan_dir is None and self.rollback:
+            if store is None and self.rollback:
                 raise ConfigurationError("rollback=True needs plan_uri: the rollback plan is its rollback.json")
-            plan = read_plan(plan_dir) if plan_dir is not None else None
-            rollback_plan = read_rollback(plan_dir) if plan_dir is not None and self.rollback else None
+            plan = read_plan(store) if store is not None else None
+            rollback_plan = read_rollback(store) if store is not None and self.rollback else None
             limits, options = self.execution_params()
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
-        except (ConfigurationError, FileNotFoundError, ValueError) as e:
+            state: Store | None = (
+                run_state(store, self.state_dir, conn_id=self.storage_conn_id, timeout_s=timeout)
+                if store is not None
+                else open_store(self.state_dir, conn_id=self.storage_conn_id, timeout_s=timeout)
+                if self.state_dir else None
+            )
+        except (ConfigurationError, StoreError, FileNotFoundError, ValueError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
-        state_dir: Path | None = Path(self.state_dir) if self.state_dir else (
-            plan_dir / RUN_DIR if plan_dir is not None else None)
+        lease = (self._take_lease(state, context, float(self.lease_ttl_s))
+                 if state is not None and store is not None and not options.dry_run else None)
 
         admin = self._admin()
         try:
             result = cancel(admin, plan, cancel_all=bool(self.cancel_all), dry_run=options.dry_run, log=self.log)
-            restored = False if options.dry_run else restore_throttles(admin, state_dir, log=self.log)
-            summary: dict[str, Any] = {"plan_uri": str(plan_dir) if plan_dir else None, **result.summary(),
+            if lease is not None:
+                lease.confirm()
+            restored = False if options.dry_run else restore_throttles(admin, state, log=self.log)
+            summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(),
                                        "throttles_restored": restored, "rollback": None}
             rolled = None
             if rollback_plan is not None and not self._stop_requested:
                 topics = sorted({m.topic for m in rollback_plan.moves})
                 live = {p.tp: p.replicas for p in admin.snapshot(topics=topics).partitions}
                 rollback_plan = rebase_rollback(rollback_plan, plan, live)
-                self.log.info("rolling back: %d move(s) of %s", len(rollback_plan), plan_dir)
-                self._running = (rollback_plan, options, state_dir) if state_dir else None
+                self.log.info("rolling back: %d move(s) of %s", len(rollback_plan), store.uri if store else None)
+                self._running = (rollback_plan, options, state) if state is not None else None
                 try:
-                    rolled = run(admin, rollback_plan, limits, options, state_dir=state_dir, deadline=deadline,
-                                 poll_interval_s=float(self.poll_interval), should_stop=self._should_stop, log=self.log)
+                    rolled = run(admin, rollback_plan, limits, options, state_dir=state, deadline=deadline,
+                                 poll_interval_s=float(self.poll_interval), should_stop=self._should_stop, log=self.log,
+                                 lease=lease)
                 finally:
                     self._running = None
                 summary["rollback"] = rolled.summary()
-        except GuardRefusedError as e:
+        except (GuardRefusedError, LeaseLostError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         finally:
             admin.close()
+            self._release_lease()
 
         problems = []
         if result.failed:

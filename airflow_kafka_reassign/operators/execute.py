@@ -19,9 +19,12 @@ The task is thin: it reads the plan directory, builds a
 or the deadline, throttles restored exactly). It pushes a small summary to XCom and fails
 (without retry) when a guard refused the plan or some of its moves, after everything else ran.
 
-Retry-safe: all state is derived from the cluster and the plan, plus the throttle backup in
-``<plan dir>/run``; a retried or re-run task resumes, never submits a move twice, and restores
-throttles a killed try left behind.
+Retry-safe and worker-independent: all state is derived from the cluster and the plan, plus the
+run state in ``<plan>/run`` (the throttle backup, the lease, the journal), on the plan's storage
+(object storage for distributed workers: ``plan_uri="s3://..."`` with ``storage_conn_id``). A
+retried or re-run task, on any worker, resumes, never submits a move twice, and restores
+throttles a killed try left behind. The plan's lease (core/lease.py) refuses a second run of the
+same plan from another DAG run while this one drives it.
 """
 
 from __future__ import annotations
@@ -29,14 +32,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_kafka_reassign.core.execution import (
-    RUN_DIR,
     ExecutionLimits,
     ExecutionOptions,
     RunResult,
@@ -44,11 +45,14 @@ from airflow_kafka_reassign.core.execution import (
     run,
     write_rollback_if_missing,
 )
+from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan
+from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._params import as_bool
-from airflow_kafka_reassign.triggers.reassignment import resolve_plan_dir
+from airflow_kafka_reassign.plan_access import lease_identity, plan_store
+from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, run_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -115,7 +119,28 @@ class _ExecutionParams:
         self.elect_leaders = elect_leaders
         self.dry_run = dry_run
         self._stop_requested = False
-        self._running: tuple[ReassignmentPlan, ExecutionOptions, Path] | None = None
+        self._running: tuple[ReassignmentPlan, ExecutionOptions, Store] | None = None
+        self._lease: LeaseKeeper | None = None
+
+    def _take_lease(self, state: Store, context: Any, ttl_s: float) -> LeaseKeeper:
+        holder, scope = lease_identity(context, self.task_id)  # type: ignore[attr-defined]
+        try:
+            self._lease = LeaseKeeper.take(state, holder=holder, scope=scope, ttl_s=ttl_s,
+                                           log=self.log)  # type: ignore[attr-defined]
+        except StoreError as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e  # type: ignore[attr-defined]
+        except LeaseHeldError as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e  # type: ignore[attr-defined]
+        return self._lease
+
+    def _release_lease(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            try:
+                lease.release()
+            except Exception:  # noqa: BLE001 (it expires by itself)
+                self.log.warning("could not release the plan's lease; it expires by itself",  # type: ignore[attr-defined]
+                                 exc_info=True)
 
     def execution_params(self) -> tuple[ExecutionLimits, ExecutionOptions]:
         """The engine's limits and options from the operator's arguments (validated)."""
@@ -149,7 +174,7 @@ class _ExecutionParams:
         try:
             admin = admin_factory()
             try:
-                finish(admin, plan, options, state_dir=state_dir, elect=False, log=log)
+                finish(admin, plan, options, state_dir=state_dir, elect=False, log=log, lease=self._lease)
             finally:
                 admin.close()
         except Exception:  # noqa: BLE001 (a kill must not fail; the next run restores from the backup)
@@ -159,8 +184,14 @@ class _ExecutionParams:
 class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     """Execute a reassignment plan: pre-flight guards, batches, throttles, deadline, rollback plan.
 
-    :param plan_uri: the plan directory PlanReassignment wrote (local path or ``file://``; its
-        ``plan.json`` works too), usually ``"{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"``. Templated.
+    :param plan_uri: the plan directory PlanReassignment wrote (its ``plan.json`` works too), usually
+        ``"{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"``: a local path (one machine, or a disk all
+        workers share) or an object-storage URI (``s3://bucket/...``). Templated.
+    :param storage_conn_id: the Airflow connection of the plan's object storage (for S3 the amazon
+        provider's ``aws`` connection; ``endpoint_url`` in its extra for an S3-compatible store).
+    :param storage_timeout_s: bound on each request to the plan's storage.
+    :param lease_ttl_s: how long the plan's lease lasts without renewal (renewed while the task runs;
+        a run of another DAG run is refused until then).
     :param kafka_config_id: the ``kafka`` connection of the cluster. Templated.
     :param max_moves: concurrent reassignments in the cluster (``None``: no limit).
     :param max_moves_per_broker: concurrent reassignments touching (adding or removing a replica on)
@@ -186,7 +217,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     :param poll_interval: seconds between two iterations.
     :param wait_for_completion: ``False`` submits the first batch and returns, leaving the
         throttles in place for ``WaitForReassignmentSensor(submit_pending=True)`` to continue.
-    :param state_dir: where the throttle backup lives (default ``<plan dir>/run``). Templated.
+    :param state_dir: where the run state lives (default ``<plan>/run``; a path or a URI). Templated.
     :param kafka_timeout_s: bound on every request to the cluster.
 
     XCom (``return_value``): ``{"plan_uri", "moves", "done", "in_flight", "pending", "stale",
@@ -224,11 +255,17 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         wait_for_completion: bool = True,
         state_dir: str | None = None,
         kafka_timeout_s: float = 30.0,
+        storage_conn_id: str | None = None,
+        storage_timeout_s: float = DEFAULT_TIMEOUT_S,
+        lease_ttl_s: float = DEFAULT_TTL_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.plan_uri = plan_uri
         self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
+        self.storage_timeout_s = storage_timeout_s
+        self.lease_ttl_s = lease_ttl_s
         self._init_execution(
             max_moves=max_moves, max_moves_per_broker=max_moves_per_broker, order=order,
             throttle_bytes_per_sec=throttle_bytes_per_sec,
@@ -248,45 +285,52 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
-            plan_dir = resolve_plan_dir(str(self.plan_uri))
-            plan = read_plan(plan_dir)
+            store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id,
+                               timeout_s=float(self.storage_timeout_s))
+            plan = read_plan(store)
+            state = run_state(store, self.state_dir, conn_id=self.storage_conn_id,
+                              timeout_s=float(self.storage_timeout_s))
             limits, options = self.execution_params()
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
             if self.on_deadline not in ("finish", "cancel"):
                 raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {self.on_deadline!r}")
-        except (ConfigurationError, FileNotFoundError, ValueError) as e:
+        except (ConfigurationError, StoreError, FileNotFoundError, ValueError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
-        state_dir = Path(self.state_dir) if self.state_dir else plan_dir / RUN_DIR
         self.log.info(
             "Executing %s: %d moves; max_moves=%s max_moves_per_broker=%s order=%s throttle=%s B/s rf_guard=%s "
-            "deadline=%s (then %s)%s", plan_dir, len(plan), limits.max_moves, limits.max_moves_per_broker, limits.order,
-            options.throttle_bytes_per_sec, options.rf_guard, deadline.isoformat() if deadline else None,
-            self.on_deadline, " DRY RUN" if options.dry_run else "",
+            "deadline=%s (then %s)%s", store.uri, len(plan), limits.max_moves, limits.max_moves_per_broker,
+            limits.order, options.throttle_bytes_per_sec, options.rf_guard,
+            deadline.isoformat() if deadline else None, self.on_deadline, " DRY RUN" if options.dry_run else "",
         )
+        lease = None if options.dry_run else self._take_lease(state, context, float(self.lease_ttl_s))
         admin = self._admin()
-        self._running = (plan, options, state_dir)
+        self._running = (plan, options, state)
         try:
             result = run(
                 admin, plan, limits, options,
-                state_dir=state_dir,
+                state_dir=state,
                 deadline=deadline,
                 on_deadline=self.on_deadline,  # type: ignore[arg-type]
                 poll_interval_s=float(self.poll_interval),
-                before_first_submit=lambda status: write_rollback_if_missing(plan_dir, plan, status, log=self.log),
+                before_first_submit=lambda status: write_rollback_if_missing(store, plan, status, log=self.log),
                 should_stop=self._should_stop,
                 finish_at_end=bool(self.wait_for_completion),
                 wait=bool(self.wait_for_completion),
                 log=self.log,
+                lease=lease,
             )
-        except GuardRefusedError as e:
+        except (GuardRefusedError, LeaseLostError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
+        except StoreError as e:
+            raise AirflowException(f"task {self.task_id}: {e}") from e
         finally:
             self._running = None
             admin.close()
-        return self._conclude(context, result, plan_dir)
+            self._release_lease()
+        return self._conclude(context, result, store.uri)
 
-    def _conclude(self, context: Context, result: RunResult, plan_dir: Path) -> dict[str, Any]:
-        summary = {"plan_uri": str(plan_dir), "dry_run": bool(self.dry_run), **result.summary()}
+    def _conclude(self, context: Context, result: RunResult, plan_uri: str) -> dict[str, Any]:
+        summary = {"plan_uri": plan_uri, "dry_run": bool(self.dry_run), **result.summary()}
         status = result.status
         self.log.info("Result: %s", status.progress_line())
         problem = None

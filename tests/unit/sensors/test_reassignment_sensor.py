@@ -22,9 +22,10 @@ from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPart
 from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.plan_access import WaitSpec, plan_store
 from airflow_kafka_reassign.sensors.reassignment import STATE_KEY, WaitForReassignmentSensor
 from airflow_kafka_reassign.testing import FakeClusterAdmin
-from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger, WaitSpec, resolve_plan_dir
+from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger
 
 MB = 1_000_000
 
@@ -106,7 +107,7 @@ class TI:
 
 def test_init_only_stores_and_validates_arguments(plan_dir):
     op = sensor("{{ ti.xcom_pull('plan')['plan_uri'] }}", timeout=100, stuck_after=30)
-    assert op.plan_uri.startswith("{{") and set(op.template_fields) == {"plan_uri", "kafka_config_id"}
+    assert op.plan_uri.startswith("{{") and set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir"}
     assert op.wait_timeout_s == 100 and op.timeout > 100  # the base class's check is a later backstop
     with pytest.raises(ConfigurationError, match="leave, cancel, rollback"):
         sensor(plan_dir, on_timeout="ignore")
@@ -128,12 +129,16 @@ def test_deferrable_defaults_to_the_airflow_setting(monkeypatch, plan_dir):
 
 
 def test_plan_uri_forms(plan_dir):
-    assert resolve_plan_dir(str(plan_dir / "plan.json")) == plan_dir
-    assert resolve_plan_dir(f"file://{plan_dir}") == plan_dir
-    with pytest.raises(ConfigurationError, match="only local plan directories"):
-        resolve_plan_dir("s3://bucket/plan")
-    with pytest.raises(ConfigurationError, match="does not exist"):
-        resolve_plan_dir(str(plan_dir / "nope"))
+    assert plan_store(str(plan_dir / "plan.json")).uri == str(plan_dir)
+    assert plan_store(f"file://{plan_dir}").uri == str(plan_dir)
+    assert plan_store(f"{plan_dir}/").uri == str(plan_dir)
+    with pytest.raises(ConfigurationError, match="does not exist on this machine.*object storage"):
+        plan_store(str(plan_dir / "nope"))
+    (plan_dir / "metrics.json").unlink()
+    with pytest.raises(ConfigurationError, match="no plan there"):
+        plan_store(str(plan_dir))
+    with pytest.raises(ConfigurationError, match="plan_uri is empty"):
+        plan_store("  ")
 
 
 # -- poke mode -----------------------------------------------------------------------------------------------

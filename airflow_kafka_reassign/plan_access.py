@@ -1,0 +1,227 @@
+"""Where a plan is and who drives it: what the operators, the sensor and the trigger share.
+
+* :func:`plan_store` opens the plan directory of a ``plan_uri`` through the storage layer
+  (``airflow_kafka_reassign.storage``: a local path, or object storage with ``storage_conn_id``),
+  failing with the URI and the fix named when there is no plan there or the store cannot be used.
+* :func:`lease_identity` names the task that takes a plan's lease (core/lease.py): the tasks of
+  one DAG run share a scope (a retry or the next task takes over at once), any other run waits
+  for the lease to expire.
+* :class:`WaitSpec` is everything a wait needs, JSON-serialisable: the sensor builds it and the
+  trigger (in the triggerer, which shares no disk with the workers) rebuilds it from its kwargs.
+
+No Airflow import at module level beyond what the hook needs, and none of the trigger module:
+operators import this, not ``triggers/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
+from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseKeeper
+from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
+from airflow_kafka_reassign.core.progress import (
+    DEFAULT_WINDOW_S,
+    Progress,
+    ReassignmentWatch,
+    SubmitOutcome,
+    Submitter,
+    TrackerState,
+    final_message,
+)
+from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, open_plan, run_state
+
+if TYPE_CHECKING:
+    from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
+    from airflow_kafka_reassign.core.ports import ClusterAdmin
+
+Which = Literal["plan", "rollback"]
+
+
+def plan_store(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Store:
+    """The plan directory of ``plan_uri`` (see :func:`airflow_kafka_reassign.storage.open_plan`).
+
+    Storage failures become :class:`~airflow_kafka_reassign.exceptions.ConfigurationError` too: the
+    message names the URI and the fix, and retrying the task with the same settings would not help
+    more than the bounded retries the store already made."""
+    try:
+        return open_plan(plan_uri, conn_id=conn_id, timeout_s=timeout_s)
+    except StoreError as e:
+        raise ConfigurationError(str(e)) from None
+
+
+def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str, str]:
+    """``(holder, scope)`` of the lease a task takes: scope = the DAG run, holder = the task try and worker."""
+    ti = (context or {}).get("ti")
+    dag_id = getattr(ti, "dag_id", None) or "-"
+    run_id = getattr(ti, "run_id", None) or (context or {}).get("run_id") or f"pid-{os.getpid()}"
+    try_number = getattr(ti, "try_number", None)
+    map_index = getattr(ti, "map_index", -1)
+    task = task_id if map_index in (None, -1) else f"{task_id}[{map_index}]"
+    holder = (f"dag {dag_id} / run {run_id} / task {task}" + (f" / try {try_number}" if try_number else "")
+              + f" on {socket.gethostname()} (pid {os.getpid()})")
+    return holder, f"{dag_id}/{run_id}"
+
+
+#: The logger the execution engine logs to while the sensor submits: its INFO lines (the exact requests,
+#: throttle changes) are kept out of the task log, so each poke stays ONE line; warnings and errors pass.
+STEP_LOGGER = "airflow_kafka_reassign.sensors.submit"
+#: Consecutive polls that may fail to reach the cluster before the wait fails.
+MAX_UNREACHABLE_POLLS = 3
+
+Which = Literal["plan", "rollback"]
+
+
+#: The adapter logs each AlterPartitionReassignments it sends at INFO; while the sensor submits, the progress
+#: line's "+N submitted" says it instead.
+ADAPTER_LOGGER = "airflow_kafka_reassign.kafka.admin"
+
+
+def _step_logger() -> logging.Logger:
+    log = logging.getLogger(STEP_LOGGER)
+    log.setLevel(logging.WARNING)
+    return log
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """INFO of logger ``name`` off for the duration (warnings and errors still pass)."""
+    log = logging.getLogger(name)
+    before = log.level
+    if before == logging.NOTSET or before < logging.WARNING:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """Everything a wait needs, JSON-serialisable (the trigger's kwargs carry it as a dict).
+
+    ``limits`` and ``options`` are the keyword arguments of
+    :class:`~airflow_kafka_reassign.core.execution.ExecutionLimits` /
+    :class:`~airflow_kafka_reassign.core.execution.ExecutionOptions`, used when ``submit_pending`` is on and for
+    finishing (throttles, leader election) and the timeout policies.
+    """
+
+    plan_uri: str
+    which: Which = "plan"
+    kafka_config_id: str = "kafka_default"
+    kafka_timeout_s: float = 30.0
+    stuck_after_s: float = 600.0
+    timeout_s: float | None = None
+    measure_bytes: bool = True
+    window_s: float = DEFAULT_WINDOW_S
+    submit_pending: bool = False
+    limits: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    storage_conn_id: str | None = None
+    storage_timeout_s: float = DEFAULT_TIMEOUT_S
+    state_dir: str | None = None
+    lease_holder: str | None = None
+    lease_scope: str | None = None
+    lease_ttl_s: float = DEFAULT_TTL_S
+
+    def __post_init__(self) -> None:
+        if self.which not in ("plan", "rollback"):
+            raise ConfigurationError(f"which must be 'plan' or 'rollback', not {self.which!r}")
+        self.execution()  # validate the limits and options now, not at the first poke
+
+    @cached_property
+    def plan_store(self) -> Store:
+        """The plan directory (local or object storage), checked to hold a plan."""
+        return plan_store(self.plan_uri, conn_id=self.storage_conn_id, timeout_s=self.storage_timeout_s)
+
+    @cached_property
+    def state(self) -> Store:
+        """Where the run state lives (throttle backup, lease, journal): ``state_dir`` or ``<plan>/run``."""
+        try:
+            return run_state(self.plan_store, self.state_dir, conn_id=self.storage_conn_id,
+                             timeout_s=self.storage_timeout_s)
+        except StoreError as e:
+            raise ConfigurationError(str(e)) from None
+
+    def load_plan(self) -> ReassignmentPlan:
+        return read_plan(self.plan_store) if self.which == "plan" else read_rollback(self.plan_store)
+
+    def take_lease(self, log: logging.Logger | None = None) -> LeaseKeeper | None:
+        """The plan's lease for this wait's task (``None`` when the spec names no holder: a bare watch)."""
+        if not self.lease_holder or not self.lease_scope:
+            return None
+        return LeaseKeeper.take(self.state, holder=self.lease_holder, scope=self.lease_scope, ttl_s=self.lease_ttl_s,
+                                log=log)
+
+    def execution(self) -> tuple[ExecutionLimits, ExecutionOptions]:
+        try:
+            return ExecutionLimits(**self.limits), ExecutionOptions(**self.options)
+        except TypeError as e:
+            raise ConfigurationError(f"invalid execution limits or options: {e}") from None
+
+    def submitter(self, plan: ReassignmentPlan) -> Submitter | None:
+        """Calls :func:`~airflow_kafka_reassign.core.execution.step` on every poke (with ``submit_pending``)."""
+        if not self.submit_pending:
+            return None
+        limits, options = self.execution()
+        state = self.state
+        known: dict[TopicPartition, str] = {}
+        log = _step_logger()
+        leases: list[LeaseKeeper | None] = []
+
+        def submit(admin: ClusterAdmin) -> SubmitOutcome:
+            if not leases:  # taken at the first submission, in the process that submits (worker or triggerer)
+                leases.append(self.take_lease(log))
+            with _quiet(ADAPTER_LOGGER):
+                status = step(admin, plan, limits, options, state_dir=state, submit=True, log=log,
+                              known_failed=known, lease=leases[0])
+            known.update(status.failed)
+            return SubmitOutcome(submitted=len(status.submitted), refused=dict(status.failed), blocked=status.blocked)
+
+        return submit
+
+    def watch(self, *, started_at: float, state: TrackerState | None = None,
+              plan: ReassignmentPlan | None = None) -> ReassignmentWatch:
+        plan = plan if plan is not None else self.load_plan()
+        return ReassignmentWatch(
+            plan, started_at=started_at, stuck_after_s=self.stuck_after_s, timeout_s=self.timeout_s,
+            measure_bytes=self.measure_bytes, window_s=self.window_s, state=state, submitter=self.submitter(plan),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_admin(spec: WaitSpec) -> ClusterAdmin:
+    """A cluster admin from the spec's Airflow connection (tests replace this)."""
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+
+    return KafkaReassignHook(kafka_config_id=spec.kafka_config_id, timeout_s=spec.kafka_timeout_s).get_admin()
+
+
+def log_progress(log: logging.Logger | Any, progress: Progress, watch: ReassignmentWatch, last_blocked: str | None) -> str | None:
+    """Log a poke: ONE line, plus a warning when moves are stuck or submission is blocked (when that changes)."""
+    log.info("%s", progress.line())
+    if progress.warn:
+        log.warning("%s", progress.stuck_message())
+    if watch.blocked and watch.blocked != last_blocked:
+        log.warning("no move is submitted: %s", watch.blocked)
+    return watch.blocked
+
+
+def event_payload(progress: Progress, spec: WaitSpec) -> dict[str, Any]:
+    """The trigger event (and the sensor's conclusion input) for a finished wait."""
+    return {
+        "status": progress.status,
+        "message": final_message(progress),
+        "summary": progress.summary(plan_uri=spec.plan_uri, which=spec.which),
+    }
