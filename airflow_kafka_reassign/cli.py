@@ -6,6 +6,11 @@ Examples (against the sandbox: ``python -m airflow_kafka_reassign.sandbox up``):
     airflow-kafka-reassign plan --snapshot /tmp/snap --goal remove-brokers --brokers 4 --out /tmp/plan
     airflow-kafka-reassign metrics --snapshot /tmp/snap --plan /tmp/plan
 
+Every ``--out``, ``--snapshot`` and ``--plan`` may be an object-storage URI (``s3://bucket/...``):
+it is read or written through the same storage layer as the operators
+(``airflow_kafka_reassign.storage``), with the Airflow connection ``--storage-conn-id`` when
+given, else the file system's own defaults (for S3 the ``AWS_*`` environment variables).
+
 ``plan`` submits the Spark job (``spark-submit``, ``--master local[*]`` by default; any
 master URL works) unless ``--no-spark`` plans in this process. Security settings go in a
 file (``--command-config``, librdkafka ``key=value`` lines like Kafka's own tools), never on
@@ -15,12 +20,15 @@ the command line. Exit codes: 0 done, 2 bad input (the reason on stderr), 1 othe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_reassign.core.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 
 EXIT_BAD_INPUT = 2
@@ -47,6 +55,25 @@ def _kv_file(path: str) -> dict[str, str]:
     return out
 
 
+@contextlib.contextmanager
+def _writable(uri: str, args: argparse.Namespace) -> Iterator[Path]:
+    """A local directory for ``uri``: itself, or a temporary one uploaded to it at the end."""
+    from airflow_kafka_reassign.storage import is_local, local_path, upload_dir
+
+    if is_local(uri):
+        yield local_path(uri)
+        return
+    with tempfile.TemporaryDirectory(prefix="akr-out-") as tmp:
+        yield Path(tmp)
+        upload_dir(Path(tmp), uri, conn_id=args.storage_conn_id)
+
+
+def _readable(uri: str, args: argparse.Namespace) -> Path:
+    from airflow_kafka_reassign.storage import fetch_dir
+
+    return fetch_dir(uri, conn_id=args.storage_conn_id)
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from airflow_kafka_reassign.core.snapshot_io import write_snapshot
     from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -58,7 +85,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         snapshot = admin.snapshot(include_sizes=args.sizes)
     finally:
         admin.close()
-    out = write_snapshot(snapshot, args.out)
+    with _writable(args.out, args) as local:
+        write_snapshot(snapshot, local)
+    out = args.out
     print(
         f"snapshot of {len(snapshot.brokers)} brokers, {len(snapshot.topics)} topics, "
         f"{len(snapshot.partitions)} partitions -> {out}"
@@ -102,24 +131,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from airflow_kafka_reassign.spark.submit import submit_plan
 
     request = build_request(args)
-    out = Path(args.out)
-    if args.no_spark:
-        result = plan_reassignment(read_snapshot(args.snapshot), request)
-        write_plan_dir(result, out, snapshot=str(args.snapshot))
-    else:
-        with tempfile.TemporaryDirectory(prefix="akr-request-") as tmp:
-            request_file = Path(tmp) / "request.json"
-            request_file.write_text(request.model_dump_json(), encoding="utf-8")
-            conf = dict(kv.split("=", 1) for kv in args.conf or [])
-            done = submit_plan(str(args.snapshot), str(out), str(request_file), master=args.master, conf=conf,
-                               partitions=args.partitions)
-        if done.returncode == JOB_BAD_INPUT and (out / ERROR_FILE).is_file():
-            raise ConfigurationError((out / ERROR_FILE).read_text(encoding="utf-8").strip())
-        if done.returncode != 0:
-            print(f"error: the Spark plan job failed (exit code {done.returncode}); see its output above", file=sys.stderr)
-            return 1
-    summary = read_metrics(out)["summary"]
-    print(json.dumps({"plan": str(out), **{k: summary[k] for k in (
+    snapshot_dir = _readable(args.snapshot, args)
+    with _writable(args.out, args) as out:
+        if args.no_spark:
+            result = plan_reassignment(read_snapshot(snapshot_dir), request)
+            write_plan_dir(result, out, snapshot=str(args.snapshot))
+        else:
+            with tempfile.TemporaryDirectory(prefix="akr-request-") as tmp:
+                request_file = Path(tmp) / "request.json"
+                request_file.write_text(request.model_dump_json(), encoding="utf-8")
+                conf = dict(kv.split("=", 1) for kv in args.conf or [])
+                done = submit_plan(str(snapshot_dir), str(out), str(request_file), master=args.master, conf=conf,
+                                   partitions=args.partitions)
+            if done.returncode == JOB_BAD_INPUT and (out / ERROR_FILE).is_file():
+                raise ConfigurationError((out / ERROR_FILE).read_text(encoding="utf-8").strip())
+            if done.returncode != 0:
+                print(f"error: the Spark plan job failed (exit code {done.returncode}); see its output above",
+                      file=sys.stderr)
+                return 1
+        summary = read_metrics(out)["summary"]
+    print(json.dumps({"plan": str(args.out), **{k: summary[k] for k in (
         "goal", "partitions_moved", "replica_moves", "lower_bound", "bytes_to_move", "leader_changes",
         "leader_changes_lower_bound")}, "warnings": summary["warnings"]}, indent=1))
     return 0
@@ -130,10 +161,13 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from airflow_kafka_reassign.core.plan_io import read_plan
     from airflow_kafka_reassign.core.planner import compute_metrics
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.storage import is_local, open_plan
 
-    snapshot = read_snapshot(args.snapshot)
+    snapshot = read_snapshot(_readable(args.snapshot, args))
     plan_path = Path(args.plan)
-    if plan_path.is_dir():
+    if not is_local(args.plan):
+        plan = read_plan(open_plan(args.plan, conn_id=args.storage_conn_id))
+    elif plan_path.is_dir():
         plan = read_plan(plan_path)
     else:
         current = {p.tp: p.target_replicas for p in snapshot.partitions}
@@ -153,6 +187,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="airflow-kafka-reassign", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--storage-conn-id", help="Airflow connection of the object storage that s3://... paths use")
     sub = ap.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("snapshot", help="snapshot a cluster into a snapshot directory (docs/formats.md)")
@@ -196,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigurationError, ValueError, FileNotFoundError) as e:
+    except (ConfigurationError, ValueError, FileNotFoundError, StoreError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KafkaReassignError as e:

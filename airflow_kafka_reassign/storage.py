@@ -31,6 +31,7 @@ a credential, and come within ``timeout_s`` (connect and read timeouts, few retr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -60,9 +61,14 @@ def local_path(uri: str | os.PathLike[str]) -> Path:
 
 
 def _s3_options(timeout_s: float) -> dict[str, Any]:
-    """botocore settings (merged into the connection's ``config_kwargs``) that bound every request."""
+    """botocore settings (merged into the connection's ``config_kwargs``) that bound every request:
+    connect and read timeouts, and two sends at most (``total_max_attempts`` counts the first)."""
     return {"connect_timeout": min(timeout_s, 10.0), "read_timeout": timeout_s,
-            "retries": {"max_attempts": 2, "mode": "standard"}}
+            "retries": {"total_max_attempts": 2, "mode": "standard"}}
+
+
+#: Stores (scheme, endpoint, bucket) already found to enforce conditional writes, in this process.
+_CONDITIONAL_OK: set[tuple[str, str, str]] = set()
 
 
 def _filesystem(scheme: str, conn_id: str | None, timeout_s: float) -> Any:
@@ -150,7 +156,10 @@ class ObjectStore:
     @property
     def fs(self) -> Any:
         if self._fs is None:
-            self._fs = _filesystem(self.scheme, self.conn_id, self.timeout_s)
+            fs = _filesystem(self.scheme, self.conn_id, self.timeout_s)
+            if hasattr(fs, "retries"):  # s3fs retries on its own too (5 by default): keep the bound
+                fs.retries = min(int(fs.retries), 2)
+            self._fs = fs
         return self._fs
 
     @property
@@ -167,9 +176,10 @@ class ObjectStore:
 
     def _bucket_missing(self) -> bool:
         try:
-            return not self.fs.exists(self.bucket)
-        except Exception:  # noqa: BLE001 (only a hint for the message)
-            return False
+            self.check()
+        except StoreError as e:
+            return "does not exist" in str(e)
+        return False
 
     def read(self, name: str) -> bytes | None:
         got = self.read_versioned(name)
@@ -203,21 +213,49 @@ class ObjectStore:
         except Exception as e:
             raise self._fail("write", name, e) from None
 
+    def _put_if(self, key: str, data: bytes, version: str | None) -> bool:
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        try:
+            self.fs.pipe_file(key, bytes(data), **condition)
+        except Exception as e:
+            low = f"{type(e).__name__} {e} {e.__cause__!r} {getattr(e, 'response', '')}".lower()
+            if any(k in low for k in ("precondition", "412", "conditionalrequestconflict", "409", "nosuchkey")):
+                return False
+            raise self._fail("write", key[len(self._root) + 1:], e) from None
+        return True
+
+    def _check_conditional_writes(self) -> None:
+        """Once per store and process: refuse a store that accepts a conditional write it must refuse.
+
+        The lease is only as safe as the store's compare-and-set; a store that ignores
+        ``If-None-Match`` (S3Proxy before 4.0, some S3-compatible servers) would let two workers
+        both take it. Fail closed, with the reason."""
+        ident = (self.scheme, str(getattr(self.fs, "endpoint_url", "") or ""), self.bucket)
+        if ident in _CONDITIONAL_OK:
+            return
+        probe = f"{self._root}/.akr-conditional-write-probe"
+        self._put_if(probe, b"1", None)
+        try:
+            refused = not self._put_if(probe, b"2", None)
+        finally:
+            with contextlib.suppress(Exception):  # a leftover probe object is harmless
+                self.fs.rm_file(probe)
+        if not refused:
+            raise StoreError(
+                f"the object store of {self._uri} ignores conditional writes (a PUT with If-None-Match: * over an "
+                "existing object succeeded): the plan's lease could be taken by two workers at once, so it is not "
+                "used. Put plans on a store with conditional writes (AWS S3, Google Cloud Storage, Azure Blob, "
+                "MinIO, S3Proxy 4.x), or on a disk that every worker mounts"
+            )
+        _CONDITIONAL_OK.add(ident)
+
     def write_if(self, name: str, data: bytes, version: str | None) -> bool:
         key = self._key(name)
         if self._s3:
-            condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
-            try:
-                self.fs.pipe_file(key, bytes(data), **condition)
-            except Exception as e:
-                low = f"{type(e).__name__} {e} {e.__cause__}".lower()
-                if "precondition" in low or "412" in low or "conditionalrequestconflict" in low or "409" in low:
-                    return False
-                raise self._fail("write", name, e) from None
-            # A store that ignored the condition is caught here as far as it can be: the object
-            # must now hold exactly our bytes.
-            return self.read(name) == bytes(data)
-        # Stores without conditional writes: check, write, check again (a narrow race; see docs/storage.md).
+            self._check_conditional_writes()
+            return self._put_if(key, data, version)
+        # Other stores (gs://, abfs://, ...) through fsspec, which has no portable conditional write:
+        # check, write, check again. A narrow race remains; docs/storage.md says so.
         current = self.read_versioned(name)
         if (current[1] if current else None) != version:
             return False
@@ -250,14 +288,18 @@ class ObjectStore:
                            fs=self._fs)
 
     def check(self) -> None:
-        """Fail now, with the fix named, when the store cannot be reached or the bucket is missing."""
+        """Fail now, with the fix named, when the store cannot be reached, refuses the credentials or
+        has no such bucket."""
         try:
-            exists = self.fs.exists(self.bucket)
+            if self._s3:
+                self.fs.call_s3("head_bucket", Bucket=self.bucket)
+            else:
+                self.fs.ls(self.bucket)
+        except FileNotFoundError:
+            raise StoreError(f"could not use {self._uri}: the bucket {self.bucket!r} does not exist (or this "
+                             "connection may not see it): create it, or fix the bucket in the URI") from None
         except Exception as e:
             raise self._fail("reach", "", e) from None
-        if not exists:
-            raise StoreError(f"could not use {self._uri}: the bucket {self.bucket!r} does not exist (or this "
-                             "connection may not see it): create it, or fix the bucket in the URI")
 
 
 def open_store(uri: str | os.PathLike[str], *, conn_id: str | None = None,

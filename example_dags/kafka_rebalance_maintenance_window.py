@@ -34,6 +34,15 @@ from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSenso
 
 KAFKA_CONN_ID = "kafka_default"
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
+#: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
+#: Airflow Variable ``akr_plan_storage`` to an object-storage prefix (``s3://kafka-plans/airflow``)
+#: and ``akr_storage_conn_id`` to its connection (an ``aws`` connection); unset, plans stay on the
+#: worker's disk under $AIRFLOW_HOME (one machine only). See docs/storage.md.
+PLAN_STORAGE = (
+    "{% set base = var.value.get('akr_plan_storage', '') %}"
+    "{{ (base.rstrip('/') ~ '/' ~ dag.dag_id ~ '/' ~ run_id) if base else '' }}"
+)
+STORAGE_CONN_ID = "{{ var.value.get('akr_storage_conn_id', '') }}"
 
 # [START rebalance_window]
 with DAG(
@@ -63,6 +72,8 @@ with DAG(
 ) as dag:
     plan = PlanReassignmentOperator(
         task_id="plan",
+        output_uri=PLAN_STORAGE,
+        storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         goal="rebalance",
         topic_include="{{ params.topic_include }}",
@@ -73,6 +84,7 @@ with DAG(
 
     execute = ExecuteReassignmentOperator(
         task_id="execute",
+        storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         plan_uri=PLAN_URI,
         throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
@@ -84,6 +96,7 @@ with DAG(
 
     wait = WaitForReassignmentSensor(
         task_id="wait",
+        storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         plan_uri=PLAN_URI,
         poke_interval=30,

@@ -76,7 +76,7 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
     doing everything it could) when a cancel failed or the rollback refused a move.
     """
 
-    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir")
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id")
     ui_color = "#f8d7da"
 
     def __init__(
@@ -131,7 +131,7 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         timeout = float(self.storage_timeout_s)
         try:
-            store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id,
+            store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id or None,
                                timeout_s=timeout) if self.plan_uri else None
             if store is None and not self.cancel_all:
                 raise ConfigurationError("give plan_uri (cancel that plan's moves) or cancel_all=True (cancel every "
@@ -143,9 +143,9 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
             limits, options = self.execution_params()
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
             state: Store | None = (
-                run_state(store, self.state_dir, conn_id=self.storage_conn_id, timeout_s=timeout)
+                run_state(store, self.state_dir, conn_id=self.storage_conn_id or None, timeout_s=timeout)
                 if store is not None
-                else open_store(self.state_dir, conn_id=self.storage_conn_id, timeout_s=timeout)
+                else open_store(self.state_dir, conn_id=self.storage_conn_id or None, timeout_s=timeout)
                 if self.state_dir else None
             )
         except (ConfigurationError, StoreError, FileNotFoundError, ValueError) as e:

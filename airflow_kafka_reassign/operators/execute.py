@@ -229,7 +229,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     # The limits, the throttle and dry_run are templated so that DAG Params can set them
     # ("{{ params.throttle_bytes_per_sec }}"); the allow_* overrides are not: they belong in code.
     template_fields: Sequence[str] = (
-        "plan_uri", "kafka_config_id", "deadline", "state_dir",
+        "plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id",
         "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "dry_run",
     )
     ui_color = "#fde8d0"
@@ -285,10 +285,10 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
-            store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id,
+            store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id or None,
                                timeout_s=float(self.storage_timeout_s))
             plan = read_plan(store)
-            state = run_state(store, self.state_dir, conn_id=self.storage_conn_id,
+            state = run_state(store, self.state_dir, conn_id=self.storage_conn_id or None,
                               timeout_s=float(self.storage_timeout_s))
             limits, options = self.execution_params()
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))

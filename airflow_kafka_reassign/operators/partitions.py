@@ -19,7 +19,9 @@ Example (see docs/partitions.md)::
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -36,6 +38,7 @@ from airflow_kafka_reassign.core.growth import (
 from airflow_kafka_reassign.core.plan_io import write_plan_dir
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.storage import is_local, local_path, upload_dir
 
 
 class PartitionGrowthFailedError(KafkaReassignError):
@@ -216,11 +219,13 @@ class PlanHealOperator(BaseOperator):
     healed and missing partitions are removed from the file.
 
     :param heal_targets_path: the heal-targets file (templated).
-    :param plan_dir: where to write the plan directory (templated; local path).
+    :param plan_dir: where to write the plan directory (templated): a local path, or an
+        object-storage URI (``s3://...``) for distributed workers.
+    :param storage_conn_id: the Airflow connection of that object storage (templated).
     :param kafka_config_id: the ``kafka`` connection (templated).
     """
 
-    template_fields: Sequence[str] = ("heal_targets_path", "plan_dir", "kafka_config_id")
+    template_fields: Sequence[str] = ("heal_targets_path", "plan_dir", "kafka_config_id", "storage_conn_id")
     ui_color = "#c9e4c5"
 
     def __init__(
@@ -232,11 +237,13 @@ class PlanHealOperator(BaseOperator):
         rack_aware: bool = True,
         prune_healed: bool = True,
         timeout_s: float = 30.0,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.heal_targets_path = heal_targets_path
         self.plan_dir = plan_dir
+        self.storage_conn_id = storage_conn_id
         self.kafka_config_id = kafka_config_id
         self.rack_aware = rack_aware
         self.prune_healed = prune_healed
@@ -277,7 +284,12 @@ class PlanHealOperator(BaseOperator):
             )
         for w in result.warnings:
             self.log.warning("%s", w)
-        write_plan_dir(result, self.plan_dir)
+        if is_local(self.plan_dir):
+            write_plan_dir(result, local_path(self.plan_dir))
+        else:
+            with tempfile.TemporaryDirectory(prefix="akr-heal-") as tmp:
+                write_plan_dir(result, tmp)
+                upload_dir(Path(tmp), str(self.plan_dir), conn_id=self.storage_conn_id or None)
         summary["plan_dir"] = str(self.plan_dir)
         summary["replica_moves"] = result.replica_moves
         self.log.info("heal plan: %d partition(s), %d replica move(s), written to %s", moves, result.replica_moves,

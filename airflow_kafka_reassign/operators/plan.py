@@ -25,8 +25,13 @@ The task:
    downstream tasks.
 
 ``<output>`` is ``output_uri`` rendered per run (default
-``$AIRFLOW_HOME/kafka_reassign/{dag_id}/{run_id}/{task_id}``); an object-storage URI
-(``s3://...``) is written locally first and uploaded (``storage_conn_id``).
+``$AIRFLOW_HOME/kafka_reassign/{dag_id}/{run_id}/{task_id}``). With distributed workers (Celery,
+Kubernetes: no disk shared between tasks and the triggerer) give an object-storage URI
+(``s3://bucket/prefix/{{ dag.dag_id }}/{{ run_id }}``) and its connection (``storage_conn_id``):
+the task checks the store first (before the cluster is touched), writes in a temporary
+directory, uploads everything (``metrics.json`` last, so a reader never sees half a plan) and
+deletes the temporary directory; the downstream tasks read the plan from there
+(docs/storage.md).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,6 +51,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._params import as_bool
@@ -56,7 +63,7 @@ from airflow_kafka_reassign.spark.submit import (
     spark_submit_binary,
     submit_env,
 )
-from airflow_kafka_reassign.storage import is_local, local_path, upload_dir
+from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, ObjectStore, is_local, local_path, upload_dir
 
 #: Connection id the operator defines (in this task's environment only) for the local master.
 LOCAL_SPARK_CONN_ID = "akr_spark_local"
@@ -98,7 +105,11 @@ class PlanReassignmentOperator(BaseOperator):
         topics now; topics left out keep their replicas on the removed brokers (a warning says how
         many). Without it such a plan is refused. Templated (``"{{ params.partial_drain }}"``).
     :param request: extra :class:`~airflow_kafka_reassign.core.planner.PlanRequest` fields.
-    :param output_uri: where the snapshot and plan go (templated; see module doc).
+    :param output_uri: where the snapshot and plan go: a path or an object-storage URI (templated;
+        see the module doc).
+    :param storage_conn_id: the Airflow connection of that object storage (for S3 the amazon
+        provider's ``aws`` connection; ``endpoint_url`` in its extra for an S3-compatible store).
+    :param storage_timeout_s: bound on each request to the object storage.
     :param spark_conn_id: a ``spark`` connection (master URL, deploy mode); ``None`` runs on
         ``spark_master`` without any connection.
     :param spark_conf: extra Spark conf.
@@ -107,7 +118,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "goal", "brokers", "topic_include", "topic_exclude", "rf_changes", "heal_targets", "output_uri",
-        "spark_master", "partial_drain",
+        "spark_master", "partial_drain", "storage_conn_id",
     )
     ui_color = "#e8f0fe"
 
@@ -127,6 +138,7 @@ class PlanReassignmentOperator(BaseOperator):
         request: Mapping[str, Any] | None = None,
         output_uri: str | None = None,
         storage_conn_id: str | None = None,
+        storage_timeout_s: float = DEFAULT_TIMEOUT_S,
         spark_conn_id: str | None = None,
         spark_master: str = DEFAULT_MASTER,
         spark_conf: Mapping[str, str] | None = None,
@@ -149,6 +161,7 @@ class PlanReassignmentOperator(BaseOperator):
         self.request = dict(request or {})
         self.output_uri = output_uri
         self.storage_conn_id = storage_conn_id
+        self.storage_timeout_s = storage_timeout_s
         self.spark_conn_id = spark_conn_id
         self.spark_master = spark_master
         self.spark_conf = dict(spark_conf or {})
@@ -224,7 +237,19 @@ class PlanReassignmentOperator(BaseOperator):
         request = self.build_request()
         location = self.output_location(context)
         remote = not is_local(location)
+        if remote:
+            try:  # before the cluster is touched: a wrong URI, bucket or credential fails here
+                ObjectStore(location, conn_id=self.storage_conn_id or None, timeout_s=float(self.storage_timeout_s)).check()
+            except StoreError as e:
+                raise ConfigurationError(f"task {self.task_id}: output_uri: {e}") from None
         work = Path(tempfile.mkdtemp(prefix="akr-plan-")) if remote else local_path(location)
+        try:
+            return self._plan(context, request, location, work, remote)
+        finally:
+            if remote:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _plan(self, context: Context, request: PlanRequest, location: str, work: Path, remote: bool) -> dict[str, Any]:
         snapshot_dir, plan_dir = work / "snapshot", work / "plan"
         work.mkdir(parents=True, exist_ok=True)
 
@@ -246,7 +271,11 @@ class PlanReassignmentOperator(BaseOperator):
         metrics = read_metrics(plan_dir)
         report = self._write_report(plan_dir, snapshot)
         if remote:
-            upload_dir(work, location, conn_id=self.storage_conn_id)
+            try:
+                upload_dir(work, location, conn_id=self.storage_conn_id or None, timeout_s=float(self.storage_timeout_s))
+            except StoreError as e:
+                raise ConfigurationError(f"task {self.task_id}: uploading the plan: {e}") from None
+            self.log.info("Uploaded the snapshot and the plan to %s", location)
         base = location.rstrip("/") if remote else str(work)
         summary = metrics["summary"]
         out = {

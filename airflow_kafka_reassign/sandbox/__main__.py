@@ -2,9 +2,11 @@
 
 Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
 
-    up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--kafka-version V] [--timeout 120]
-        start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids)
-    down --dir DIR                     stop every node (idempotent)
+    up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--kafka-version V] [--timeout 120] [--object-store]
+        start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids);
+        with --object-store also an S3-compatible store (S3Proxy) in DIR/objectstore: its
+        endpoint, bucket and the path of its credentials file (mode 600) under "object_store"
+    down --dir DIR                     stop every node and the object store (idempotent)
     status --dir DIR                   JSON: each node alive or not
     stop-broker --dir DIR ID           graceful stop of one node, waits for the exit
     start-broker --dir DIR ID          start it again, waits until it is registered
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 
 from airflow_kafka_reassign.sandbox.cluster import Sandbox, SandboxError
 from airflow_kafka_reassign.sandbox.maven import VERSION_ENV, KafkaFetchError
+from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--sasl", action="store_true", help="add a SASL_PLAINTEXT SCRAM-SHA-512 listener")
     up.add_argument("--kafka-version", help=f"Kafka >= 4.1 (default: ${VERSION_ENV} or newest 4.x)")
     up.add_argument("--timeout", type=float, default=120.0, help="readiness timeout in s (120)")
+    up.add_argument("--object-store", action="store_true",
+                    help="also start an S3-compatible object store (S3Proxy from Maven Central) in DIR/objectstore")
 
     down = command("down", "stop every node (idempotent)")
     down.add_argument("--timeout", type=float, default=20.0, help="SIGKILL after this many s")
@@ -93,8 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 kafka_version=args.kafka_version,
                 timeout=args.timeout,
             )
+            if args.object_store:
+                info["object_store"] = ObjectStoreSandbox(os.path.join(args.dir, "objectstore")).up()
             print(json.dumps(info), flush=True)
         elif args.command == "down":
+            ObjectStoreSandbox(os.path.join(args.dir, "objectstore")).down()
             Sandbox(args.dir).down(timeout=args.timeout)
         elif args.command == "status":
             print(json.dumps(Sandbox.load(args.dir).status()), flush=True)

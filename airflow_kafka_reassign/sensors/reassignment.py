@@ -110,7 +110,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     rollback policy.
     """
 
-    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir")
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id")
     ui_color = "#e8f4e4"
 
     def __init__(
@@ -185,7 +185,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             stuck_after_s=self.stuck_after_s or 600.0, timeout_s=self.wait_timeout_s,
             measure_bytes=self.measure_bytes, window_s=self.eta_window_s or DEFAULT_WINDOW_S,
             submit_pending=self.submit_pending, limits=dict(self.limits), options=dict(self.options),
-            storage_conn_id=self.storage_conn_id, storage_timeout_s=float(self.storage_timeout_s),
+            storage_conn_id=self.storage_conn_id or None, storage_timeout_s=float(self.storage_timeout_s),
             state_dir=str(self.state_dir) if self.state_dir else None, lease_holder=holder, lease_scope=scope,
         )
 

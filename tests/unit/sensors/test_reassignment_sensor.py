@@ -107,7 +107,8 @@ class TI:
 
 def test_init_only_stores_and_validates_arguments(plan_dir):
     op = sensor("{{ ti.xcom_pull('plan')['plan_uri'] }}", timeout=100, stuck_after=30)
-    assert op.plan_uri.startswith("{{") and set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir"}
+    assert op.plan_uri.startswith("{{")
+    assert set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir", "storage_conn_id"}
     assert op.wait_timeout_s == 100 and op.timeout > 100  # the base class's check is a later backstop
     with pytest.raises(ConfigurationError, match="leave, cancel, rollback"):
         sensor(plan_dir, on_timeout="ignore")
