@@ -1,0 +1,374 @@
+"""Plans and run state on a REAL S3-compatible store (S3Proxy from Maven Central, started once per session).
+
+What production Airflow looks like: the workers and the triggerer share no disk, so everything a task needs
+from another one travels through the object store (and the cluster). Here each DAG run or task runs in its own
+process with its own working directory, temporary directory and AIRFLOW_HOME (one metadata database, as in
+production); the directories of one are deleted before the next starts, so nothing can be read from them.
+
+* the decommission example DAG, unchanged, with plans on S3 (the ``akr_plan_storage`` Variable);
+* the execute task SIGKILLed mid-run on "worker A", A's directories deleted, retried on "worker B": it resumes
+  from the cluster and the store, submits nothing twice, and every throttle config ends exactly as before;
+* a second run of the same plan from another DAG run is refused while the first holds the plan's lease;
+* a deferrable wait, its trigger reading the plan from the store only;
+* bad input: a wrong secret, a missing bucket, an unreachable endpoint, a plan URI with no plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from kafka_helpers import make_topic, replicas, throttles, wait_until
+
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
+from airflow_kafka_reassign.storage import ObjectStore, upload_dir
+
+STORAGE_CONN_ID = "akr_plans"
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+
+RUNNER = '''
+import json, sys, importlib.util
+from datetime import datetime
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dag = next(v for v in vars(module).values() if type(v).__name__ == "DAG")
+when = datetime.fromisoformat(sys.argv[2])
+run = dag.test(run_after=when, logical_date=when, run_conf=json.loads(sys.argv[3]))  # the same run_id: a retry
+with create_session() as session:
+    tis = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+    rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id).all()
+    xcom = {f"{r.task_id}.{r.key}": XComModel.deserialize_value(r) for r in rows}
+print("DAG-RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id, "tis": tis, "xcom": xcom}, default=str))
+'''
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory):
+    store = ObjectStoreSandbox(tmp_path_factory.mktemp("object-store"))
+    store.up()
+    try:
+        yield store
+    finally:
+        store.down()
+
+
+@pytest.fixture(scope="session")
+def s3_env(airflow_home, object_store, tmp_path_factory):
+    """The session's Airflow environment plus the ``akr_plans`` aws connection to the store."""
+    return {**airflow_home, f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}": object_store.airflow_connection(),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": _db_url(airflow_home)}
+
+
+def _db_url(env):
+    out = subprocess.run([str(Path(sys.executable).with_name("airflow")), "config", "get-value", "database",
+                          "sql_alchemy_conn"], env=env, capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.strip()
+
+
+class Worker:
+    """A process with its own working, temporary and AIRFLOW_HOME directories (one metadata database)."""
+
+    def __init__(self, base: Path, name: str, env: dict[str, str]) -> None:
+        self.root = base / name
+        self.cwd, self.tmp, self.home = self.root / "cwd", self.root / "tmp", self.root / "airflow-home"
+        for d in (self.cwd, self.tmp, self.home):
+            d.mkdir(parents=True)
+        self.env = {**env, "TMPDIR": str(self.tmp), "AIRFLOW_HOME": str(self.home),
+                    "AKR_OUTPUT_DIR": str(self.root / "must-stay-unused"), "PYTHONUNBUFFERED": "1"}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = base / f"{name}.log"
+
+    def start(self, dag_file: Path, logical_date: str, conf: dict | None = None) -> Worker:
+        self._out = self.log_path.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(dag_file), logical_date, json.dumps(conf or {})],
+                                     cwd=self.cwd, env=self.env, stdout=self._out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        return self
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def result(self, timeout: float = 600) -> dict:
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout)
+        finally:
+            self._out.close()
+        lines = [line for line in self.log.splitlines() if line.startswith("DAG-RESULT ")]
+        assert lines, f"no result (exit {self.proc.returncode}):\n{self.log[-4000:]}"
+        return json.loads(lines[-1].removeprefix("DAG-RESULT "))
+
+    def wait_for_log(self, text: str, count: int = 1, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while self.log.count(text) < count:
+            assert self.proc is not None and self.proc.poll() is None, f"ended before {text!r}:\n{self.log[-4000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} x{count} in {timeout:g} s:\n{self.log[-4000:]}"
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, 9)
+        self.proc.wait(30)
+        self._out.close()
+
+    def remove_local_dirs(self) -> None:
+        """What a worker that is gone leaves: nothing. ``must-stay-unused`` must never have been created."""
+        assert not (self.root / "must-stay-unused").exists(), "a task wrote plan files to the worker's disk"
+        leftovers = sorted(p.name for p in self.tmp.iterdir() if p.name.startswith("akr-"))
+        shutil.rmtree(self.root)
+        assert not leftovers, f"the task left local plan files behind: {leftovers}"
+
+
+def s3_keys(store: ObjectStoreSandbox, prefix: str) -> list[str]:
+    data = Path(store.state["data_dir"]) / store.bucket
+    return sorted(str(p.relative_to(data)) for p in (data / prefix).rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def admin(sandbox):
+    a = KafkaClusterAdmin(sandbox.client_config(), timeout_s=30)
+    wait_until(lambda: not a.list_reassignments(), what="no reassignment in flight", timeout=180)
+    yield a
+    a.close()
+
+
+def write_dag(env: dict[str, str], dag_id: str, body: str) -> Path:
+    path = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{dag_id}.py"
+    path.write_text(textwrap.dedent(f'''
+        from datetime import datetime
+        from airflow.sdk import DAG
+        from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+        from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
+
+        with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    ''') + textwrap.indent(textwrap.dedent(body), "    "))
+    return path
+
+
+def put_plan(object_store: ObjectStoreSandbox, prefix: str, plan: ReassignmentPlan, tmp: Path) -> str:
+    local = tmp / "plan-src"
+    local.mkdir()
+    (local / "plan.json").write_text(plan.model_dump_json())
+    (local / "rollback.json").write_text(plan.rollback().model_dump_json())
+    (local / "metrics.json").write_text(json.dumps({"format_version": 1}))
+    uri = f"s3://{object_store.bucket}/{prefix}/plan"
+    os.environ[f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}"] = object_store.airflow_connection()
+    try:
+        upload_dir(local, uri, conn_id=STORAGE_CONN_ID)
+    finally:
+        os.environ.pop(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", None)
+    shutil.rmtree(local)
+    return uri
+
+
+def moves(topic: str, *spec: tuple[tuple[int, ...], tuple[int, ...]]) -> ReassignmentPlan:
+    return ReassignmentPlan(moves=tuple(Move(topic=topic, partition=i, current_replicas=c, target_replicas=t)
+                                        for i, (c, t) in enumerate(spec)))
+
+
+# -- the example DAG with plans on S3 ------------------------------------------------------------------------
+
+def test_decommission_example_with_plans_on_s3_reads_nothing_from_a_worker_disk(
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    for i in range(2):
+        make_topic(config, f"{unique_topic}-{i}", [[1, 2, 3], [2, 3, 4], [3, 4, 5], [4, 5, 1]], megabytes=0.3)
+    before = throttles(admin, [f"{unique_topic}-{i}" for i in range(2)])
+    dag = Path(s3_env["AIRFLOW__CORE__DAGS_FOLDER"]) / "kafka_decommission_brokers.py"
+    shutil.copyfile(EXAMPLES / dag.name, dag)
+    env = {**s3_env, "AIRFLOW_VAR_AKR_PLAN_STORAGE": f"s3://{object_store.bucket}/airflow",
+           "AIRFLOW_VAR_AKR_STORAGE_CONN_ID": STORAGE_CONN_ID}
+    worker = Worker(tmp_path, "worker", env)
+    started = time.monotonic()
+    result = worker.start(dag, "2026-11-24T01:00:00+00:00", {
+        "broker_ids": [5], "dry_run": False, "throttle_bytes_per_sec": 5_000_000,
+        "topic_include": [f"{unique_topic}-.*"], "partial_drain": True}).result()
+    elapsed = time.monotonic() - started
+    assert result["state"] == "success", worker.log[-5000:]
+    plan_uri = result["xcom"]["plan.return_value"]["plan_uri"]
+    assert plan_uri.startswith(f"s3://{object_store.bucket}/airflow/kafka_decommission_brokers/")
+    worker.remove_local_dirs()  # no plan file was ever on the worker's disk
+    prefix = plan_uri.removeprefix(f"s3://{object_store.bucket}/").removesuffix("/plan")
+    keys = s3_keys(object_store, prefix)
+    for name in ("plan/plan.json", "plan/rollback.json", "plan/metrics.json", "snapshot/partitions.parquet"):
+        assert name in [k.removeprefix(prefix + "/") for k in keys], keys
+    assert any("/run/journal/" in k for k in keys) and any(k.endswith("/run/lease.json") for k in keys)
+    for i in range(2):
+        assert all(5 not in r for r in replicas(admin, f"{unique_topic}-{i}"))
+    assert throttles(admin, [f"{unique_topic}-{i}" for i in range(2)]) == before
+    print(f"\ndecommission example with plans on S3: {elapsed:.1f} s")
+
+
+# -- kill on worker A, retry on worker B -----------------------------------------------------------------------
+
+def test_execute_killed_on_one_worker_resumes_on_another_from_the_store_only(
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
+    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [2, 3], [3, 4]], megabytes=2)
+    before = throttles(admin, [unique_topic])
+    plan = moves(unique_topic, ((1, 2), (3, 2)), ((2, 3), (4, 3)), ((3, 4), (5, 4)))
+    plan_uri = put_plan(object_store, f"kill-{unique_topic}", plan, tmp_path)
+    dag = write_dag(s3_env, "akr_s3_kill", f'''
+        ExecuteReassignmentOperator(
+            task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, max_moves=1,
+            order="plan", throttle_bytes_per_sec=100_000, poll_interval=1,
+        )
+    ''')
+    a = Worker(tmp_path, "worker-a", s3_env).start(dag, "2026-11-24T02:00:00+00:00")
+    a.wait_for_log("submitting 1 move", count=2)  # the second move of three is in flight, throttled
+    a.kill()
+    a.remove_local_dirs()
+    assert throttles(admin, [unique_topic]) != before  # a kill -9 leaves them: the retry restores them
+    state_keys = s3_keys(object_store, f"kill-{unique_topic}/plan/run")
+    assert f"kill-{unique_topic}/plan/run/throttle-backup.json" in state_keys
+
+    b = Worker(tmp_path, "worker-b", s3_env).start(dag, "2026-11-24T02:00:00+00:00")  # the same DAG run: a retry
+    result = b.result()
+    assert result["state"] == "success", b.log[-4000:]
+    assert "took over the plan's lease" in b.log
+    submitted = [json.loads(k) for k in _journal(object_store, f"kill-{unique_topic}/plan/run")]
+    sent = [TopicPartition(t, p) for entry in submitted for t, p, _ in entry.get("submitted", [])]
+    assert sorted(sent) == sorted(plan.partitions), sent  # each partition submitted exactly once, over both workers
+    assert replicas(admin, unique_topic) == [(3, 2), (4, 3), (5, 4)]
+    assert throttles(admin, [unique_topic]) == before  # exactly as before the run
+    assert f"kill-{unique_topic}/plan/run/throttle-backup.json" not in s3_keys(object_store, f"kill-{unique_topic}")
+    b.remove_local_dirs()
+
+
+def _journal(store: ObjectStoreSandbox, prefix: str) -> list[str]:
+    data = Path(store.state["data_dir"]) / store.bucket / prefix / "journal"
+    return [p.read_text() for p in sorted(data.iterdir())] if data.is_dir() else []
+
+
+# -- one driver per plan ------------------------------------------------------------------------------------
+
+def test_a_second_dag_run_of_the_same_plan_is_refused_naming_the_holder(
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
+    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [2, 3]], megabytes=2)
+    before = throttles(admin, [unique_topic])
+    plan = moves(unique_topic, ((1, 2), (3, 2)), ((2, 3), (4, 3)))
+    plan_uri = put_plan(object_store, f"lease-{unique_topic}", plan, tmp_path)
+    dag = write_dag(s3_env, "akr_s3_lease", f'''
+        ExecuteReassignmentOperator(
+            task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, max_moves=1,
+            order="plan", throttle_bytes_per_sec=200_000, poll_interval=1, retries=0,
+        )
+    ''')
+    first = Worker(tmp_path, "first", s3_env).start(dag, "2026-11-24T03:00:00+00:00")
+    first.wait_for_log("submitting 1 move")
+    second = Worker(tmp_path, "second", s3_env).start(dag, "2026-11-24T04:00:00+00:00")  # another DAG run
+    refused = second.result()
+    assert refused["state"] == "failed" and refused["tis"]["execute"] == "failed"
+    assert "another run drives this plan: dag akr_s3_lease / run" in second.log
+    assert "2026-11-24T03:00:00" in second.log.split("another run drives this plan")[1][:200]  # the holder's run
+    assert "when the lease has expired and is taken over" in second.log
+    assert "submitting" not in second.log  # nothing sent by the refused run
+    done = first.result()
+    assert done["state"] == "success", first.log[-4000:]
+    assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
+    assert throttles(admin, [unique_topic]) == before
+
+
+# -- the deferrable wait reads only the store ----------------------------------------------------------------
+
+def test_deferrable_wait_reads_the_plan_and_run_state_from_the_store(
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
+    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [2, 3]], megabytes=1)
+    before = throttles(admin, [unique_topic])
+    plan = moves(unique_topic, ((1, 2), (3, 2)), ((2, 3), (4, 3)))
+    plan_uri = put_plan(object_store, f"defer-{unique_topic}", plan, tmp_path)
+    dag = write_dag(s3_env, "akr_s3_defer", f'''
+        execute = ExecuteReassignmentOperator(
+            task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r},
+            throttle_bytes_per_sec=500_000, wait_for_completion=False,
+        )
+        wait = WaitForReassignmentSensor(
+            task_id="wait", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, deferrable=True,
+            poke_interval=1, timeout=300,
+        )
+        execute >> wait
+    ''')
+    worker = Worker(tmp_path, "worker", s3_env)
+    result = worker.start(dag, "2026-11-24T05:00:00+00:00").result()
+    assert result["state"] == "success", worker.log[-4000:]
+    summary = result["xcom"]["wait.return_value"]
+    assert summary["done"] == 2 and summary["finish"]["throttles_restored"]
+    assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
+    assert throttles(admin, [unique_topic]) == before
+    worker.remove_local_dirs()
+
+
+# -- bad input -----------------------------------------------------------------------------------------------
+
+def _conn(object_store: ObjectStoreSandbox, **change) -> str:
+    doc = json.loads(object_store.airflow_connection())
+    if "password" in change:
+        doc["password"] = change["password"]
+    if "endpoint_url" in change:
+        doc["extra"]["endpoint_url"] = change["endpoint_url"]
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("case", ["wrong-secret", "missing-bucket", "unreachable", "no-plan"])
+def test_bad_storage_input_fails_fast_naming_the_uri_never_the_secret(
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path, case):
+    make_topic(sandbox.client_config(), unique_topic, [[1, 2]])
+    plan_uri = put_plan(object_store, f"bad-{unique_topic}", moves(unique_topic, ((1, 2), (3, 2))), tmp_path)
+    conn = object_store.airflow_connection()
+    if case == "wrong-secret":
+        conn = _conn(object_store, password="not-the-secret-" + "x" * 20)
+    elif case == "missing-bucket":
+        plan_uri = plan_uri.replace(object_store.bucket, "no-such-bucket")
+    elif case == "unreachable":
+        conn = _conn(object_store, endpoint_url="http://127.0.0.1:9")
+    else:
+        plan_uri = plan_uri.replace("/plan", "/nothing-here")
+    env = {**s3_env, f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}": conn}
+    dag = write_dag(env, f"akr_s3_bad_{case.replace('-', '_')}", f'''
+        ExecuteReassignmentOperator(task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r},
+                                    storage_timeout_s=5, retries=0)
+    ''')
+    worker = Worker(tmp_path, "worker", env)
+    started = time.monotonic()
+    result = worker.start(dag, "2026-11-24T06:00:00+00:00").result()
+    elapsed = time.monotonic() - started
+    assert result["state"] == "failed", worker.log[-3000:]
+    expected = {
+        "wrong-secret": "access denied",
+        "missing-bucket": "the bucket 'no-such-bucket' does not exist",
+        "unreachable": "the object store did not answer: check the endpoint",
+        "no-plan": "no plan there",
+    }[case]
+    assert expected in worker.log, worker.log[-3000:]
+    assert plan_uri.rsplit("/", 1)[0] in worker.log  # the URI is named
+    _, secret = object_store.credentials()
+    assert secret not in worker.log and "not-the-secret" not in worker.log
+    assert "submitting" not in worker.log and admin.list_reassignments() == {}
+    print(f"\n{case}: the task failed after {elapsed:.1f} s")
+    worker.remove_local_dirs()
+
+
+def test_object_store_adapter_against_the_real_store(object_store, monkeypatch):
+    monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", object_store.airflow_connection())
+    store = ObjectStore(f"s3://{object_store.bucket}/adapter/run", conn_id=STORAGE_CONN_ID, timeout_s=10)
+    store.write("a.json", b"1")
+    assert store.read("a.json") == b"1" and store.read("missing") is None
+    assert not store.write_if("a.json", b"2", None)  # exists: If-None-Match refused (412)
+    data, version = store.read_versioned("a.json")
+    assert store.write_if("a.json", b"3", version) and not store.write_if("a.json", b"4", version)  # stale ETag
+    assert store.read("a.json") == b"3" and store.list() == ["a.json"]
+    store.delete("a.json")
+    assert store.list() == []
