@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup chromium demo ui ui-stop test unit integration bench lint docs clean
+.PHONY: setup chromium demo ui ui-stop test unit integration bench lint docs clean compat compat-spark
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -51,6 +51,11 @@ integration: setup chromium
 
 bench: setup  ## benchmarks: print numbers, assert nothing about time
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+compat-spark: setup  ## the plan job on PySpark 3.5 and this environment's 4.x: the same plan, byte for byte
+	$(PY) tests/compat/spark_lines.py
+
+compat: compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
 
 docs: setup  ## the docs site in site/ (mkdocs, warnings are errors)
 	$(VENV)/bin/mkdocs build --strict -d site

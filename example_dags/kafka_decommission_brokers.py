@@ -43,6 +43,7 @@ from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSenso
 
 KAFKA_CONN_ID = "kafka_default"
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
+# [START plan_storage]
 #: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
 #: Airflow Variable ``akr_plan_storage`` to an object-storage prefix (``s3://kafka-plans/airflow``)
 #: and ``akr_storage_conn_id`` to its connection (an ``aws`` connection); unset, plans stay on the
@@ -52,6 +53,7 @@ PLAN_STORAGE = (
     "{{ (base.rstrip('/') ~ '/' ~ dag.dag_id ~ '/' ~ run_id) if base else '' }}"
 )
 STORAGE_CONN_ID = "{{ var.value.get('akr_storage_conn_id', '') }}"
+# [END plan_storage]
 
 # [START decommission_params]
 PARAMS = {

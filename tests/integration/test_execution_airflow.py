@@ -35,7 +35,10 @@ from airflow.utils.session import create_session
 spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-run = module.dag.test(logical_date=datetime.fromisoformat(sys.argv[2]))
+when = datetime.fromisoformat(sys.argv[2])
+# run_after fixes the run_id: running the file again is a retry of the same DAG run (as Airflow's retries are),
+# which takes over the plan's lease at once
+run = module.dag.test(run_after=when, logical_date=when)
 with create_session() as session:
     tis = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
     rows = session.query(XComModel).filter_by(dag_id=module.dag.dag_id, run_id=run.run_id).all()
