@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup chromium demo ui ui-stop test unit integration bench lint docs clean compat compat-spark
+.PHONY: setup chromium demo ui ui-stop test unit integration bench lint docs clean compat compat-spark compat-airflow
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -55,7 +55,10 @@ bench: setup  ## benchmarks: print numbers, assert nothing about time
 compat-spark: setup  ## the plan job on PySpark 3.5 and this environment's 4.x: the same plan, byte for byte
 	$(PY) tests/compat/spark_lines.py
 
-compat: compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
+compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0): unit tests, DagBag
+	$(PY) tests/compat/airflow_line.py
+
+compat: compat-airflow compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
 
 docs: setup  ## the docs site in site/ (mkdocs, warnings are errors)
 	$(VENV)/bin/mkdocs build --strict -d site

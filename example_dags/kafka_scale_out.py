@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import DAG, Param, task
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator

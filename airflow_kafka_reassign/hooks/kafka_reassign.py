@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook
+from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.config import is_secret_key, redact, validate_client_config

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_kafka_reassign.core.execution import (
     cancel,

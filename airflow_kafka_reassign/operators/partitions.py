@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_kafka_reassign.core.growth import (
     GrowthOutcome,

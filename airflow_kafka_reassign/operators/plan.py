@@ -45,8 +45,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
@@ -311,7 +311,8 @@ class PlanReassignmentOperator(BaseOperator):
     def _write_report(self, plan_dir: Path, snapshot: Any) -> str | None:
         try:
             from airflow_kafka_reassign.report import write_report
-        except ImportError:
+        except ImportError as e:
+            self.log.warning("No plan report: it needs matplotlib (pip install 'airflow-kafka-reassign[report]'): %s", e)
             return None
         try:
             path = Path(write_report(plan_dir, snapshot))

@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.configuration import conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, cancel, finish, step
 from airflow_kafka_reassign.core.plan_io import read_rollback

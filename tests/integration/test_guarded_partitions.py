@@ -117,7 +117,7 @@ def test_override_on_validate_only_logs_the_warning_and_changes_nothing(config, 
 
 
 def test_compacted_refused_shrink_refused_and_a_repeat_is_a_no_op(config, connection, topics):
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.providers.common.compat.sdk import AirflowFailException
 
     compacted = new_topic(config, topics, f"t-compact-{uuid.uuid4().hex[:8]}", [[1, 2]],
                           configs={"cleanup.policy": "compact"})

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from kafka_helpers import TI, delete_topics, make_coordinator_topics_exist, replicas_of, wait_until
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run

@@ -118,7 +118,8 @@ def airflow_cli(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subproces
 
 
 def parse_json_output(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
-    return json.loads(result.stdout[result.stdout.index("[") :])
+    # Airflow < 3.1 logs "[date] {file} INFO - ..." lines on stdout before the JSON
+    return json.loads(next(line for line in result.stdout.splitlines() if line.startswith("[{") or line == "[]"))
 
 
 def assert_no_complaint_about_us(result: subprocess.CompletedProcess[str]) -> None:

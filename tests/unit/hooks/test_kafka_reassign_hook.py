@@ -83,7 +83,7 @@ def test_class_attributes_reuse_the_apache_kafka_connection_type():
 
 
 def test_is_an_airflow_sdk_hook():
-    from airflow.sdk import BaseHook
+    from airflow.providers.common.compat.sdk import BaseHook
 
     assert issubclass(KafkaReassignHook, BaseHook)
 
@@ -143,9 +143,16 @@ def test_extra_as_json_string_like_the_ui_stores_it(monkeypatch):
     ids=["invalid-json", "json-list", "json-string", "no-bootstrap", "no-extra"],
 )
 def test_bad_extra_raises_configuration_error_naming_the_connection(monkeypatch, extra, expected):
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException
+
     set_conn(monkeypatch, "kafka_broken", extra)
-    with pytest.raises(ConfigurationError) as e:
+    with pytest.raises((ConfigurationError, AirflowNotFoundException)) as e:
         KafkaReassignHook(kafka_config_id="kafka_broken").get_client_config()
+    if e.type is AirflowNotFoundException:
+        # Airflow < 3.2: the connection backend itself refuses an extra that is not a JSON object
+        import airflow
+        assert tuple(map(int, airflow.__version__.split(".")[:2])) < (3, 2) and not isinstance(extra, dict | None)
+        return
     assert "'kafka_broken'" in str(e.value)
     assert expected in str(e.value)
     assert "bootstrap.servers" in str(e.value)  # every message shows the fix
@@ -158,7 +165,7 @@ def test_unsupported_security_is_refused_naming_the_connection(monkeypatch):
 
 
 def test_missing_connection_raises_airflow_not_found():
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
     with pytest.raises(AirflowNotFoundException):
         KafkaReassignHook(kafka_config_id="no_such_kafka_conn").get_client_config()

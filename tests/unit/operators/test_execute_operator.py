@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from airflow_kafka_reassign.core.execution import THROTTLE_BACKUP_FILE
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition

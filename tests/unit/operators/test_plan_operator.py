@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowSkipException
 
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest
