@@ -49,9 +49,11 @@ when = datetime.fromisoformat(sys.argv[2])
 run = dag.test(run_after=when, logical_date=when, run_conf=json.loads(sys.argv[3]))  # the same run_id: a retry
 with create_session() as session:
     tis = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+    durations = {ti.task_id: ti.duration for ti in run.get_task_instances(session=session)}
     rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id).all()
     xcom = {f"{r.task_id}.{r.key}": XComModel.deserialize_value(r) for r in rows}
-print("DAG-RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id, "tis": tis, "xcom": xcom}, default=str))
+print("DAG-RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id, "tis": tis, "xcom": xcom,
+                                  "durations": durations}, default=str))
 '''
 
 
@@ -182,23 +184,36 @@ def moves(topic: str, *spec: tuple[tuple[int, ...], tuple[int, ...]]) -> Reassig
 
 # -- the example DAG with plans on S3 ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("storage", ["s3", "local"])
 def test_decommission_example_with_plans_on_s3_reads_nothing_from_a_worker_disk(
-        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path, storage):
+    """The same example DAG with plans on S3 and (for comparison, its task durations printed) on local disk."""
     config = sandbox.client_config()
     for i in range(2):
         make_topic(config, f"{unique_topic}-{i}", [[1, 2, 3], [2, 3, 4], [3, 4, 5], [4, 5, 1]], megabytes=0.3)
     before = throttles(admin, [f"{unique_topic}-{i}" for i in range(2)])
     dag = Path(s3_env["AIRFLOW__CORE__DAGS_FOLDER"]) / "kafka_decommission_brokers.py"
     shutil.copyfile(EXAMPLES / dag.name, dag)
-    env = {**s3_env, "AIRFLOW_VAR_AKR_PLAN_STORAGE": f"s3://{object_store.bucket}/airflow",
-           "AIRFLOW_VAR_AKR_STORAGE_CONN_ID": STORAGE_CONN_ID}
+    env = dict(s3_env)
+    if storage == "s3":
+        env.update({"AIRFLOW_VAR_AKR_PLAN_STORAGE": f"s3://{object_store.bucket}/airflow",
+                    "AIRFLOW_VAR_AKR_STORAGE_CONN_ID": STORAGE_CONN_ID})
     worker = Worker(tmp_path, "worker", env)
+    if storage == "local":
+        worker.env["AKR_OUTPUT_DIR"] = str(tmp_path / "local-plans")
     started = time.monotonic()
-    result = worker.start(dag, "2026-11-24T01:00:00+00:00", {
+    result = worker.start(dag, "2026-11-24T01:00:00+00:00" if storage == "s3" else "2026-11-24T01:30:00+00:00", {
         "broker_ids": [5], "dry_run": False, "throttle_bytes_per_sec": 5_000_000,
         "topic_include": [f"{unique_topic}-.*"], "partial_drain": True}).result()
     elapsed = time.monotonic() - started
     assert result["state"] == "success", worker.log[-5000:]
+    for i in range(2):
+        assert all(5 not in r for r in replicas(admin, f"{unique_topic}-{i}"))
+    assert throttles(admin, [f"{unique_topic}-{i}" for i in range(2)]) == before
+    times = {k: round(float(result["durations"][k]), 1) for k in ("plan", "execute", "wait")}
+    print(f"\ndecommission example, plans on {storage}: {elapsed:.1f} s in all; task durations {times}")
+    if storage == "local":
+        return
     plan_uri = result["xcom"]["plan.return_value"]["plan_uri"]
     assert plan_uri.startswith(f"s3://{object_store.bucket}/airflow/kafka_decommission_brokers/")
     worker.remove_local_dirs()  # no plan file was ever on the worker's disk
@@ -207,10 +222,6 @@ def test_decommission_example_with_plans_on_s3_reads_nothing_from_a_worker_disk(
     for name in ("plan/plan.json", "plan/rollback.json", "plan/metrics.json", "snapshot/partitions.parquet"):
         assert name in [k.removeprefix(prefix + "/") for k in keys], keys
     assert any("/run/journal/" in k for k in keys) and any(k.endswith("/run/lease.json") for k in keys)
-    for i in range(2):
-        assert all(5 not in r for r in replicas(admin, f"{unique_topic}-{i}"))
-    assert throttles(admin, [f"{unique_topic}-{i}" for i in range(2)]) == before
-    print(f"\ndecommission example with plans on S3: {elapsed:.1f} s")
 
 
 # -- kill on worker A, retry on worker B -----------------------------------------------------------------------
