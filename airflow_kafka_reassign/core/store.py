@@ -86,7 +86,29 @@ def _tag(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class LocalStore:
+class _ContentVersions:
+    """Version tags from the content (a SHA-256), and compare-and-set on them, for stores that
+    serialise their own writers (:class:`LocalStore` under a lock, :class:`MemoryStore`)."""
+
+    def read(self, name: str) -> bytes | None:
+        raise NotImplementedError
+
+    def write(self, name: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def read_versioned(self, name: str) -> tuple[bytes, str] | None:
+        data = self.read(name)
+        return None if data is None else (data, _tag(data))
+
+    def _write_if_unchanged(self, name: str, data: bytes, version: str | None) -> bool:
+        current = self.read_versioned(name)
+        if (current[1] if current else None) != version:
+            return False
+        self.write(name, data)
+        return True
+
+
+class LocalStore(_ContentVersions):
     """A :class:`Store` in a local directory (created on first write)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -136,10 +158,6 @@ class LocalStore:
             if p.is_file() and p.name != LOCK_NAME and not (p.name.startswith(".") and p.name.endswith(".tmp"))
         )
 
-    def read_versioned(self, name: str) -> tuple[bytes, str] | None:
-        data = self.read(name)
-        return None if data is None else (data, _tag(data))
-
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -152,11 +170,7 @@ class LocalStore:
 
     def write_if(self, name: str, data: bytes, version: str | None) -> bool:
         with self._locked():
-            current = self.read_versioned(name)
-            if (current[1] if current else None) != version:
-                return False
-            self.write(name, data)
-            return True
+            return self._write_if_unchanged(name, data, version)
 
     def child(self, name: str) -> LocalStore:
         return LocalStore(self.root / _check_name(name))
@@ -169,7 +183,7 @@ def as_store(location: Store | str | os.PathLike[str]) -> Store:
     return location
 
 
-class MemoryStore:
+class MemoryStore(_ContentVersions):
     """A :class:`Store` in memory, for unit tests (and a model of the semantics every adapter keeps)."""
 
     def __init__(self, uri: str = "memory://", objects: dict[str, bytes] | None = None) -> None:
@@ -197,16 +211,8 @@ class MemoryStore:
         base = self._prefix + (prefix.rstrip("/") + "/" if prefix else "")
         return sorted(k[len(self._prefix):] for k in self.objects if k.startswith(base))
 
-    def read_versioned(self, name: str) -> tuple[bytes, str] | None:
-        data = self.read(name)
-        return None if data is None else (data, _tag(data))
-
     def write_if(self, name: str, data: bytes, version: str | None) -> bool:
-        current = self.read_versioned(name)
-        if (current[1] if current else None) != version:
-            return False
-        self.write(name, data)
-        return True
+        return self._write_if_unchanged(name, data, version)
 
     def child(self, name: str) -> MemoryStore:
         out = MemoryStore(f"{self._uri.rstrip('/')}/{_check_name(name)}", self.objects)
