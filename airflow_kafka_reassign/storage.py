@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE
-from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError, _check_name, as_store
+from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError, _check_name
 
 #: The run-state folder of a plan (the default ``state_dir``).
 RUN_DIR = "run"
@@ -370,7 +370,7 @@ def fetch_dir(uri: str | os.PathLike[str], *, conn_id: str | None = None, cache:
     if is_local(uri):
         return local_path(uri)
     text = os.fspath(uri)
-    src = as_store(open_store(text, conn_id=conn_id, timeout_s=timeout_s))
+    src = open_store(text, conn_id=conn_id, timeout_s=timeout_s)
     root = cache or Path(tempfile.mkdtemp(prefix="akr-fetch-"))
     dest = root / hashlib.sha256(text.encode()).hexdigest()[:16]
     for name in src.list():
