@@ -182,8 +182,21 @@ class ObjectStore:
         return False
 
     def read(self, name: str) -> bytes | None:
-        got = self.read_versioned(name)
-        return None if got is None else got[0]
+        if not self._s3:
+            got = self.read_versioned(name)
+            return None if got is None else got[0]
+        key = self._key(name)
+        try:
+            return bytes(self.fs.cat_file(key))  # one GET (read_versioned adds a HEAD for the ETag)
+        except FileNotFoundError:
+            if self._bucket_missing():
+                raise StoreError(f"could not read {self._uri}/{name}: the bucket {self.bucket!r} does not exist: "
+                                 "create it, or fix the bucket in the URI") from None
+            return None
+        except Exception as e:
+            if "nosuchkey" in f"{type(e).__name__} {e}".lower():
+                return None
+            raise self._fail("read", name, e) from None
 
     def read_versioned(self, name: str) -> tuple[bytes, str] | None:
         key = self._key(name)

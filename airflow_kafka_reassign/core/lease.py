@@ -150,11 +150,13 @@ class LeaseKeeper:
         return held, current[1]
 
     def confirm(self) -> None:
-        """Check that the lease is still ours; renew it once a third of its time has passed."""
+        """Check that the lease is still ours (one read: a takeover by a later try of the same DAG run
+        is seen at the next write, not only at the next renewal); renew it once a third of its time
+        has passed."""
         t = self._now()
+        _, version = self._current()
         if t < self.lease.renewed_at + timedelta(seconds=self.ttl_s / 3):
             return
-        _, version = self._current()
         renewed = self.lease.model_copy(update={"renewed_at": t, "expires_at": t + timedelta(seconds=self.ttl_s)})
         if not self.store.write_if(LEASE_FILE, renewed.dump(), version):
             self._current()  # raises when taken over

@@ -132,6 +132,14 @@ def test_keeper_renews_and_stops_when_taken_over(store):
     assert Lease.model_validate_json(store.read(LEASE_FILE)).holder == "b"
 
 
+def test_a_takeover_by_a_later_try_is_seen_at_the_next_write(store):
+    clock = Clock()
+    first = LeaseKeeper.take(store, holder="try 1", scope="d/r1", now=clock)
+    acquire(store, holder="try 2", scope="d/r1", now=clock)  # a retry while try 1 still runs (a zombie)
+    with pytest.raises(LeaseLostError, match="taken over by try 2"):
+        first.confirm()  # long before a renewal is due
+
+
 def test_release_lets_the_next_run_in_at_once(store):
     clock = Clock()
     keeper = LeaseKeeper.take(store, holder="a", scope="d/r1", now=clock)
