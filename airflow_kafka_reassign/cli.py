@@ -124,36 +124,58 @@ def build_request(args: argparse.Namespace) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
     from airflow_kafka_reassign.core.planner import plan_reassignment
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
-    from airflow_kafka_reassign.spark.submit import EXIT_BAD_INPUT as JOB_BAD_INPUT
-    from airflow_kafka_reassign.spark.submit import submit_plan
 
     request = build_request(args)
-    snapshot_dir = _readable(args.snapshot, args)
-    with _writable(args.out, args) as out:
-        if args.no_spark:
-            result = plan_reassignment(read_snapshot(snapshot_dir), request)
+    if args.no_spark:
+        with _writable(args.out, args) as out:
+            result = plan_reassignment(read_snapshot(_readable(args.snapshot, args)), request)
             write_plan_dir(result, out, snapshot=str(args.snapshot))
-        else:
-            with tempfile.TemporaryDirectory(prefix="akr-request-") as tmp:
-                request_file = Path(tmp) / "request.json"
-                request_file.write_text(request.model_dump_json(), encoding="utf-8")
-                conf = dict(kv.split("=", 1) for kv in args.conf or [])
-                done = submit_plan(str(snapshot_dir), str(out), str(request_file), master=args.master, conf=conf,
-                                   partitions=args.partitions)
-            if done.returncode == JOB_BAD_INPUT and (out / ERROR_FILE).is_file():
-                raise ConfigurationError((out / ERROR_FILE).read_text(encoding="utf-8").strip())
-            if done.returncode != 0:
-                print(f"error: the Spark plan job failed (exit code {done.returncode}); see its output above",
-                      file=sys.stderr)
-                return 1
-        summary = read_metrics(out)["summary"]
+            summary = read_metrics(out)["summary"]
+    else:
+        summary = _plan_on_spark(args, request)
+        if summary is None:
+            return 1
     print(json.dumps({"plan": str(args.out), **{k: summary[k] for k in (
         "goal", "partitions_moved", "replica_moves", "lower_bound", "bytes_to_move", "leader_changes",
         "leader_changes_lower_bound")}, "warnings": summary["warnings"]}, indent=1))
     return 0
+
+
+def _plan_on_spark(args: argparse.Namespace, request: Any) -> dict[str, Any] | None:
+    """The plan job on ``--master``: it reads the snapshot and writes the plan where they are (paths,
+    or object-storage URIs its driver reads with the credentials of ``--storage-conn-id`` or its own
+    environment); the summary of metrics.json, ``None`` when the job failed (its output says why)."""
+    from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
+    from airflow_kafka_reassign.spark.submit import EXIT_BAD_INPUT as JOB_BAD_INPUT
+    from airflow_kafka_reassign.spark.submit import submit_plan
+    from airflow_kafka_reassign.storage import is_local, job_environment, local_path, open_store
+
+    def where(uri: str) -> str:
+        return str(local_path(uri).resolve()) if is_local(uri) else uri
+
+    environment: dict[str, str] = {}
+    for uri in (args.snapshot, args.out):
+        if not is_local(uri):
+            environment.update(job_environment(uri, conn_id=args.storage_conn_id))
+    plan_store = open_store(args.out, conn_id=args.storage_conn_id)
+    with tempfile.TemporaryDirectory(prefix="akr-request-") as tmp:
+        request_file = Path(tmp) / "request.json"
+        request_file.write_text(request.model_dump_json(), encoding="utf-8")
+        conf = dict(kv.split("=", 1) for kv in args.conf or [])
+        done = submit_plan(where(args.snapshot), where(args.out), str(request_file), master=args.master, conf=conf,
+                           partitions=args.partitions, environment=environment)
+    if done.returncode == JOB_BAD_INPUT:
+        error = plan_store.read(ERROR_FILE)
+        if error is not None:
+            raise ConfigurationError(error.decode("utf-8", "replace").strip())
+    if done.returncode != 0:
+        print(f"error: the Spark plan job failed (exit code {done.returncode}); see its output above", file=sys.stderr)
+        return None
+    summary: dict[str, Any] = read_metrics(plan_store)["summary"]
+    return summary
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:

@@ -394,3 +394,40 @@ def fetch_dir(uri: str | os.PathLike[str], *, conn_id: str | None = None, cache:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     return dest
+
+
+def job_environment(uri: str, *, conn_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, str]:
+    """Environment variables that let the Spark plan job's driver read and write ``uri`` itself
+    (spark/job_storage.py): for S3 with a connection, its credentials (resolved by the amazon
+    provider: keys, an assumed role, ...), region and endpoint as the standard ``AWS_*``
+    variables. Secrets: for a process environment only, never a command line or a log.
+
+    ``{}`` plus the timeout for other schemes and without a connection: the driver then uses its own
+    default credentials (the same environment in client deploy mode)."""
+    env = {"AKR_STORAGE_TIMEOUT_S": f"{timeout_s:g}"}
+    scheme = urlparse(os.fspath(uri)).scheme
+    if scheme not in ("s3", "s3a", "s3n") or not conn_id:
+        return env
+    try:
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    except ImportError as e:
+        raise StoreError(f"s3:// storage needs the amazon provider: pip install 'airflow-kafka-reassign[s3]' ({e})") from None
+    try:
+        hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+        credentials = hook.get_credentials()
+        config = hook.conn_config
+    except Exception as e:
+        raise StoreError(f"could not use {uri}: the credentials of connection {conn_id!r}: {_describe(e)}") from None
+    if credentials is not None and credentials.access_key and credentials.secret_key:
+        env["AWS_ACCESS_KEY_ID"] = credentials.access_key
+        env["AWS_SECRET_ACCESS_KEY"] = credentials.secret_key
+        if credentials.token:
+            env["AWS_SESSION_TOKEN"] = credentials.token
+    region = config.region_name
+    if region:
+        env["AWS_REGION"] = env["AWS_DEFAULT_REGION"] = str(region)
+    service_endpoint = getattr(config, "get_service_endpoint_url", None)  # older providers: endpoint_url only
+    endpoint = service_endpoint("s3") if service_endpoint else config.endpoint_url
+    if endpoint:
+        env["AWS_ENDPOINT_URL_S3"] = str(endpoint)
+    return env

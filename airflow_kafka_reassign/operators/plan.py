@@ -28,30 +28,32 @@ The task:
 ``$AIRFLOW_HOME/kafka_reassign/{dag_id}/{run_id}/{task_id}``). With distributed workers (Celery,
 Kubernetes: no disk shared between tasks and the triggerer) give an object-storage URI
 (``s3://bucket/prefix/{{ dag.dag_id }}/{{ run_id }}``) and its connection (``storage_conn_id``):
-the task checks the store first (before the cluster is touched), writes in a temporary
-directory, uploads everything (``metrics.json`` last, so a reader never sees half a plan) and
-deletes the temporary directory; the downstream tasks read the plan from there
-(docs/storage.md).
+the task checks the store first (before the cluster is touched), uploads the snapshot and the
+request there, and the plan job reads them and writes the plan there itself (its driver may run
+on another machine; the connection's credentials reach it through spark-submit's environment,
+never its command line), ``metrics.json`` last, so a reader never sees half a plan; the
+downstream tasks read the plan from there (docs/storage.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
-from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
+from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.store import StoreError
+from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._params import as_bool
@@ -63,7 +65,15 @@ from airflow_kafka_reassign.spark.submit import (
     spark_submit_binary,
     submit_env,
 )
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, ObjectStore, is_local, local_path, upload_dir
+from airflow_kafka_reassign.storage import (
+    DEFAULT_TIMEOUT_S,
+    ObjectStore,
+    is_local,
+    job_environment,
+    local_path,
+    open_store,
+    upload_dir,
+)
 
 #: Connection id the operator defines (in this task's environment only) for the local master.
 LOCAL_SPARK_CONN_ID = "akr_spark_local"
@@ -76,6 +86,23 @@ def _safe(part: str) -> str:
 def default_output_root() -> Path:
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
     return Path(os.environ.get("AKR_OUTPUT_DIR", str(Path(home) / "kafka_reassign")))
+
+
+@contextlib.contextmanager
+def _environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """``extra`` in this process's environment while the block runs (spark-submit inherits it), then
+    the environment as it was: secrets never go to SparkSubmitHook's ``env_vars``, which it turns into
+    ``--conf`` arguments on YARN and Kubernetes."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _as_list(value: Any, name: str) -> list[Any]:
@@ -203,7 +230,11 @@ class PlanReassignmentOperator(BaseOperator):
         dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(self, "dag_id", None) or "dag"
         return str(default_output_root() / _safe(dag_id) / _safe(str(run_id)) / _safe(self.task_id))
 
-    def spark_submit(self, snapshot: Path, plan: Path, request_file: Path) -> None:
+    def spark_submit(self, snapshot: str, plan: str, request_file: str, *, plan_store: Store | None = None,
+                     environment: Mapping[str, str] | None = None) -> None:
+        """Submit the plan job: ``snapshot``, ``plan`` and ``request_file`` are paths or URIs the
+        driver reads and writes; ``environment`` (the storage credentials) goes into spark-submit's
+        process environment only, never its command line (docs/storage.md)."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         conn_id = self.spark_conn_id
@@ -217,16 +248,17 @@ class PlanReassignmentOperator(BaseOperator):
             conn_id=conn_id,
             spark_binary=spark_submit_binary(),
             name=f"kafka-reassign-plan-{self.task_id}",
-            application_args=plan_job_args(str(snapshot), str(plan), str(request_file), partitions=self.spark_partitions),
+            application_args=plan_job_args(snapshot, plan, request_file, partitions=self.spark_partitions),
             env_vars=submit_env(),
         )
         self._spark_hook = hook
         try:
-            hook.submit(plan_job_path())
+            with _environment(environment or {}):
+                hook.submit(plan_job_path())
         except Exception:
-            error = plan / ERROR_FILE
-            if error.is_file():
-                raise ConfigurationError(error.read_text(encoding="utf-8").strip()) from None
+            error = (plan_store or LocalStore(Path(plan))).read(ERROR_FILE)
+            if error is not None:
+                raise ConfigurationError(error.decode("utf-8", "replace").strip()) from None
             raise
         finally:
             self._spark_hook = None
@@ -266,16 +298,13 @@ class PlanReassignmentOperator(BaseOperator):
         )
         request_file = work / "request.json"
         request_file.write_text(request.model_dump_json(indent=1), encoding="utf-8")
-        self.spark_submit(snapshot_dir, plan_dir, request_file)
+        if not remote:
+            self.spark_submit(str(snapshot_dir), str(plan_dir), str(request_file))
+            metrics = read_metrics(plan_dir)
+            report = self._write_report(plan_dir, snapshot)
+        else:
+            metrics, report = self._plan_on_storage(location.rstrip("/"), work, snapshot)
 
-        metrics = read_metrics(plan_dir)
-        report = self._write_report(plan_dir, snapshot)
-        if remote:
-            try:
-                upload_dir(work, location, conn_id=self.storage_conn_id or None, timeout_s=float(self.storage_timeout_s))
-            except StoreError as e:
-                raise ConfigurationError(f"task {self.task_id}: uploading the plan: {e}") from None
-            self.log.info("Uploaded the snapshot and the plan to %s", location)
         base = location.rstrip("/") if remote else str(work)
         summary = metrics["summary"]
         out = {
@@ -307,6 +336,37 @@ class PlanReassignmentOperator(BaseOperator):
             context["ti"].xcom_push(key="plan", value=out)
             raise AirflowSkipException("the plan moves nothing: skipping the downstream tasks")
         return out
+
+    def _plan_on_storage(self, base: str, work: Path, snapshot: Any) -> tuple[dict[str, Any], str | None]:
+        """The snapshot and the request uploaded to ``base``; the plan job reads them from there and
+        writes the plan to ``base/plan`` itself (its driver may run on another machine); the report
+        is made from the plan read back and uploaded next to it."""
+        conn_id, timeout_s = self.storage_conn_id or None, float(self.storage_timeout_s)
+        try:
+            upload_dir(work / "snapshot", f"{base}/snapshot", conn_id=conn_id, timeout_s=timeout_s)
+            open_store(base, conn_id=conn_id, timeout_s=timeout_s).write(
+                "request.json", (work / "request.json").read_bytes())
+            environment = job_environment(base, conn_id=conn_id, timeout_s=timeout_s)
+        except StoreError as e:
+            raise ConfigurationError(f"task {self.task_id}: output_uri: {e}") from None
+        self.log.info("Uploaded the snapshot to %s/snapshot; the plan job reads it from there", base)
+        plan_store = open_store(f"{base}/plan", conn_id=conn_id, timeout_s=timeout_s)
+        self.spark_submit(f"{base}/snapshot", f"{base}/plan", f"{base}/request.json", plan_store=plan_store,
+                          environment=environment)
+        try:
+            metrics = read_metrics(plan_store)
+            local = work / "plan"
+            local.mkdir(parents=True, exist_ok=True)
+            for name in (PLAN_FILE, METRICS_FILE):  # what the report reads
+                data = plan_store.read(name)
+                if data is not None:
+                    (local / name).write_bytes(data)
+            report = self._write_report(local, snapshot)
+            if report is not None:
+                upload_dir(local / "report", f"{base}/plan/report", conn_id=conn_id, timeout_s=timeout_s)
+        except StoreError as e:
+            raise ConfigurationError(f"task {self.task_id}: reading the plan back from {base}/plan: {e}") from None
+        return metrics, report
 
     def _write_report(self, plan_dir: Path, snapshot: Any) -> str | None:
         try:

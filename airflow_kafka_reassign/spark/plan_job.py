@@ -5,9 +5,11 @@ Usage (what PlanReassignmentOperator and ``airflow-kafka-reassign plan`` submit)
     spark-submit --master 'local[*]' airflow_kafka_reassign/spark/plan_job.py \\
         --snapshot SNAPSHOT_DIR --out PLAN_DIR --request REQUEST.json
 
-``SNAPSHOT_DIR``: a snapshot directory (docs/formats.md) at any path or URI Spark reads
-(local, ``file://``, ``hdfs://``, ``s3a://`` with the Hadoop AWS jars); ``PLAN_DIR``: a local
-directory on the driver's machine where the plan directory is written (core/plan_io.py);
+``SNAPSHOT_DIR``: a snapshot directory (docs/formats.md): a path, an object-storage URI
+(``s3://``, ``gs://``, ``abfs://``: read by the driver with pyarrow, see spark/job_storage.py) or
+a URI Spark's own file systems read (``hdfs://``, ``s3a://`` with the Hadoop AWS jars);
+``PLAN_DIR``: where the plan directory is written (core/plan_io.py): a path on the driver's
+machine, or an object-storage URI (uploaded by the driver, ``metrics.json`` last);
 ``REQUEST.json``: a :class:`~airflow_kafka_reassign.core.planner.PlanRequest` as JSON
 (``--request-json '{...}'`` passes it inline). Exit code 0 with a plan, 2 when the input
 cannot give a sound plan (the reason on stderr and in ``PLAN_DIR/error.txt``), 1 on any
@@ -45,6 +47,7 @@ import gc
 import os
 import pickle
 import sys
+import tempfile
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
@@ -90,6 +93,14 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
 )
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicParams  # noqa: E402
 from airflow_kafka_reassign.exceptions import ConfigurationError  # noqa: E402
+from airflow_kafka_reassign.spark.job_storage import (  # noqa: E402
+    JobStorageError,
+    check_local_snapshot,
+    is_remote,
+    publish,
+    read_file,
+    stage_snapshot,
+)
 
 PAYLOAD_SCHEMA = "kind string, topic string, payload binary"
 EXIT_BAD_INPUT = 2
@@ -581,21 +592,24 @@ def read_small_tables(spark: Any, base: str) -> tuple[list[Broker], list[TopicSt
 
 def run(
     spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None = None,
-    reader: str = "auto",
+    reader: str = "auto", snapshot_name: str | None = None,
 ) -> dict[str, Any]:
     """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content.
 
     ``reader``: ``auto`` (executors read the row groups with pyarrow: on a ``local[...]``
     master from the snapshot's file, otherwise from its bytes, read whole by the driver, from
     the local file or through Spark for a URI, and broadcast), ``broadcast`` (the latter, on any
-    master) or ``spark`` (Spark's DataFrame reader).
+    master) or ``spark`` (Spark's DataFrame reader). ``snapshot_name``: what metrics.json names
+    as the snapshot (its URI when ``snapshot`` is a local copy of it).
     """
     with no_cyclic_gc():
-        return _run(spark, snapshot, out, request, partitions=partitions, reader=reader)
+        return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
+                    snapshot_name=snapshot_name or snapshot)
 
 
 def _run(
-    spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None, reader: str
+    spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None, reader: str,
+    snapshot_name: str,
 ) -> dict[str, Any]:
     clock = _Clock()
     sc = spark.sparkContext
@@ -723,7 +737,7 @@ def _run(
     write_plan_fragments(chunks, out)  # a task's joined fragments are a fragment of the file
     clock.lap("write")
     job["planning_s"] = clock.total
-    doc = write_metrics(result, out, partitions_moved=moved, snapshot=snapshot, job=job)
+    doc = write_metrics(result, out, partitions_moved=moved, snapshot=snapshot_name, job=job)
     print(f"[plan_job] planning {clock.total:.2f}s (from the Spark session up to the plan written)", file=sys.stderr)
     return doc
 
@@ -731,9 +745,10 @@ def _run(
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="plan_job.py", description="Plan Kafka partition reassignments on Spark.")
     ap.add_argument("--snapshot", required=True, help="snapshot directory (path or URI Spark reads)")
-    ap.add_argument("--out", required=True, help="local plan directory to write")
+    ap.add_argument("--out", required=True,
+                    help="plan folder to write: a path on the driver, or an object-storage URI (s3://, gs://, abfs://)")
     group = ap.add_mutually_exclusive_group()
-    group.add_argument("--request", help="PlanRequest as a JSON file")
+    group.add_argument("--request", help="PlanRequest as a JSON file (a path or an object-storage URI)")
     group.add_argument("--request-json", help="PlanRequest as inline JSON")
     ap.add_argument("--partitions", type=int, help="tasks of the per-topic stages (default 4 x parallelism)")
     ap.add_argument("--reader", choices=("auto", "broadcast", "spark"), default="auto",
@@ -745,6 +760,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def load_request(args: argparse.Namespace) -> PlanRequest:
+    if args.request and is_remote(args.request):
+        return PlanRequest.model_validate_json(read_file(args.request))
     if args.request:
         return PlanRequest.model_validate_json(Path(args.request).read_text(encoding="utf-8"))
     if args.request_json:
@@ -754,29 +771,51 @@ def load_request(args: argparse.Namespace) -> PlanRequest:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
     try:
         request = load_request(args)
     except (OSError, ValueError) as e:
         print(f"plan_job: the request is not valid: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from pyspark.sql import SparkSession
+    with tempfile.TemporaryDirectory(prefix="akr-plan-job-") as tmp:
+        return _main(args, request, Path(tmp))
 
-    spark = SparkSession.builder.appName(args.app_name).getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
+
+def _main(args: argparse.Namespace, request: PlanRequest, tmp: Path) -> int:
+    """Plan; a snapshot or plan folder on object storage goes through ``tmp`` (job_storage.py)."""
+    remote_out = is_remote(args.out)
+    out = tmp / "plan" if remote_out else Path(args.out)
+    snapshot = args.snapshot
+    spark: Any = None
     try:
-        doc = run(spark, args.snapshot, out, request, partitions=args.partitions, reader=args.reader)
+        # the input checked (and fetched from object storage) before Spark starts: bad input fails in a second
+        if is_remote(snapshot) and not snapshot.startswith(("hdfs://", "s3a://", "viewfs://")):
+            snapshot = str(stage_snapshot(snapshot, tmp / "snapshot"))
+            print(f"[plan_job] snapshot read from {args.snapshot}", file=sys.stderr, flush=True)
+        elif not is_remote(snapshot):
+            check_local_snapshot(snapshot)
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName(args.app_name).getOrCreate()
+        spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
+        doc = run(spark, snapshot, out, request, partitions=args.partitions, reader=args.reader,
+                  snapshot_name=args.snapshot)
+        if remote_out:
+            publish(out, args.out)
     except (ConfigurationError, ValueError) as e:
         out.mkdir(parents=True, exist_ok=True)
         (out / ERROR_FILE).write_text(f"{e}\n", encoding="utf-8")
+        if remote_out:
+            with contextlib.suppress(JobStorageError):
+                publish(out, args.out)  # error.txt only: no plan file was written
         print(f"plan_job: no plan: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     summary = doc["summary"]
     print(
         f"[plan_job] {summary['partitions_moved']} partitions to move, {summary['replica_moves']} replica moves "
-        f"(lower bound {summary['lower_bound']}), {summary['leader_changes']} leader changes -> {out}",
+        f"(lower bound {summary['lower_bound']}), {summary['leader_changes']} leader changes -> {args.out}",
         file=sys.stderr,
     )
     return 0

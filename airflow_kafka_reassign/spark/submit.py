@@ -122,16 +122,18 @@ def submit_plan(
     conf: Mapping[str, str] | None = None,
     partitions: int | None = None,
     capture: bool = False,
+    environment: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the plan job with spark-submit in a subprocess; returns the completed process.
 
     Its output (spark-submit prints the Python driver's stderr on stdout) goes to this
     process's stderr unless ``capture``, so stdout stays free for the caller's own result.
+    ``environment``: more variables for the job (storage credentials: never on its command line).
     """
     cmd = spark_submit_command(
         plan_job_path(), plan_job_args(snapshot, out, request_file, partitions=partitions), master=master, conf=conf
     )
-    env = {**os.environ, **submit_env()}
+    env = {**os.environ, **submit_env(), **(environment or {})}
     if capture:
         return subprocess.run(cmd, env=env, text=True, capture_output=True, check=False)
     return subprocess.run(cmd, env=env, text=True, stdout=sys.stderr, check=False)

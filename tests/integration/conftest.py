@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_reassign.sandbox import Sandbox
+from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
 LOG_TAIL_LINES = 60
@@ -126,3 +127,16 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> 
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env
+
+
+# -- a real S3-compatible store ------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectStoreSandbox]:
+    """S3Proxy from Maven Central serving one bucket from a temporary directory, for the session."""
+    store = ObjectStoreSandbox(tmp_path_factory.mktemp("object-store"))
+    store.up()
+    try:
+        yield store
+    finally:
+        store.down()

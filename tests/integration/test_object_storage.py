@@ -58,16 +58,6 @@ print("DAG-RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id,
 
 
 @pytest.fixture(scope="session")
-def object_store(tmp_path_factory):
-    store = ObjectStoreSandbox(tmp_path_factory.mktemp("object-store"))
-    store.up()
-    try:
-        yield store
-    finally:
-        store.down()
-
-
-@pytest.fixture(scope="session")
 def s3_env(airflow_home, object_store, tmp_path_factory):
     """The session's Airflow environment plus the ``akr_plans`` aws connection to the store."""
     return {**airflow_home, f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}": object_store.airflow_connection(),

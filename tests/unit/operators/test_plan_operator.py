@@ -50,8 +50,9 @@ def cluster(monkeypatch):
     monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
     submitted: list[tuple[Path, Path, PlanRequest]] = []
 
-    def fake_submit(self, snapshot: Path, plan: Path, request_file: Path) -> None:
-        request = PlanRequest.model_validate_json(request_file.read_text())
+    def fake_submit(self, snapshot: str, plan: str, request_file: str, **_: object) -> None:
+        snapshot, plan = Path(snapshot), Path(plan)
+        request = PlanRequest.model_validate_json(Path(request_file).read_text())
         submitted.append((snapshot, plan, request))
         write_plan_dir(plan_staged(read_snapshot(snapshot), request), plan, snapshot=str(snapshot))
 
@@ -106,7 +107,8 @@ def test_the_jobs_bad_input_message_becomes_the_task_error(monkeypatch, tmp_path
     admin = FakeClusterAdmin.build({1: None, 2: None}, {"orders": [[1, 2]]})
     monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
 
-    def failing_submit(self, snapshot: Path, plan: Path, request_file: Path) -> None:
+    def failing_submit(self, snapshot: str, plan: str, request_file: str, **_: object) -> None:
+        plan = Path(plan)
         plan.mkdir(parents=True)
         (plan / ERROR_FILE).write_text("removing broker(s) [1, 2] would leave no broker\n")
         raise ConfigurationError((plan / ERROR_FILE).read_text().strip())
