@@ -10,28 +10,20 @@ is stale, rebuilds it from its serialised kwargs, and the task still succeeds.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
 import textwrap
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deployment import Airflow, airflow_deployment
 from kafka_helpers import make_topic, wait_until, write_plan_dir
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
-AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 DAG_ID = "wait_deferrable"
 
 DAG = '''
@@ -53,104 +45,16 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=Fal
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Airflow:
-    """A throw-away Airflow deployment: metadata DB, API server, scheduler, triggerer(s), each its own process."""
-
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.home, self.env = home, env
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        out = open(self.home / f"{name}.out", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([AIRFLOW, *args], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs[name] = proc
-        return proc
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(name)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        proc.wait(timeout=60)
-
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            proc = self.procs[name]
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-            if proc.poll() is None:
-                self.kill(name)
-            else:
-                self.procs.pop(name)
-
-    def cli(self, *args: str, timeout: float = 180) -> str:
-        proc = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
-        assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        return proc.stdout
-
-    def query(self, sql: str, *params: object) -> list[tuple]:
-        with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
-            return db.execute(sql, params).fetchall()
-
-    def tail(self, name: str, chars: int = 3000) -> str:
-        path = self.home / f"{name}.out"
-        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
-
-
 @pytest.fixture
 def deployment(tmp_path: Path, sandbox) -> Iterator[Airflow]:
-    home = tmp_path / "airflow"
-    (home / "dags").mkdir(parents=True)
-    port = free_port()
     env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         # a killed triggerer's triggers are adopted once its heartbeat is this old
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
     }
-    env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
-    af = Airflow(home, env)
-    af.cli("db", "migrate", timeout=300)
-    af.start("api-server", "api-server", "--port", str(port), "--workers", "1")
-    af.start("scheduler", "scheduler")
-    af.start("triggerer-1", "triggerer")
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"the API server did not start:\n{af.tail('api-server')}"
-            time.sleep(1)
+    with airflow_deployment(tmp_path / "airflow", env) as af:
         yield af
-    finally:
-        af.stop_all()
 
 
 def wait_for(cond, what: str, af: Airflow, timeout: float = 240.0, every: float = 1.0):
