@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +18,7 @@ from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
 from airflow_kafka_reassign.sandbox import wait_until
+from airflow_kafka_reassign.storage import upload_dir
 
 #: The session sandbox's brokers (tests/integration/conftest.py).
 BROKERS = [1, 2, 3, 4, 5]
@@ -103,3 +106,20 @@ def delete_topics(config, names: list[str]) -> None:
         admin = AdminClient(dict(config))  # keep the handle alive until the futures are done
         for fut in admin.delete_topics(names, operation_timeout=30).values():
             fut.result(60)
+
+
+def put_plan(object_store: Any, prefix: str, plan: ReassignmentPlan, tmp: Path, conn_id: str = "akr_plans") -> str:
+    """``plan`` (and its rollback) uploaded as a plan folder to the sandbox store under ``prefix``; its URI."""
+    local = tmp / "plan-src"
+    local.mkdir()
+    (local / "plan.json").write_text(plan.model_dump_json())
+    (local / "rollback.json").write_text(plan.rollback().model_dump_json())
+    (local / "metrics.json").write_text(json.dumps({"format_version": 1}))
+    uri = f"s3://{object_store.bucket}/{prefix}/plan"
+    os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = object_store.airflow_connection()
+    try:
+        upload_dir(local, uri, conn_id=conn_id)
+    finally:
+        os.environ.pop(f"AIRFLOW_CONN_{conn_id.upper()}", None)
+    shutil.rmtree(local)
+    return uri

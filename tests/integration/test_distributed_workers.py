@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pytest
 from deployment import Airflow, airflow_deployment
-from kafka_helpers import make_topic, replicas, throttles, wait_until
+from kafka_helpers import make_topic, put_plan, replicas, throttles, wait_until
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
-from airflow_kafka_reassign.storage import upload_dir
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parents[1] / "example_dags"
@@ -140,15 +139,7 @@ def test_deferrable_wait_runs_in_a_triggerer_with_its_own_directories(
         Move(topic=unique_topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
         Move(topic=unique_topic, partition=1, current_replicas=(2, 3), target_replicas=(4, 3)),
     ))
-    local = tmp_path / "plan"
-    local.mkdir()
-    (local / "plan.json").write_text(plan.model_dump_json())
-    (local / "rollback.json").write_text(plan.rollback().model_dump_json())
-    (local / "metrics.json").write_text(json.dumps({"format_version": 1}))
-    plan_uri = f"s3://{object_store.bucket}/defer-{unique_topic}/plan"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", object_store.airflow_connection())
-        upload_dir(local, plan_uri, conn_id=STORAGE_CONN_ID)
+    plan_uri = put_plan(object_store, f"defer-{unique_topic}", plan, tmp_path)
     dag_id = "akr_distributed_defer"
     (af.home / "dags" / f"{dag_id}.py").write_text(textwrap.dedent(f'''
         from datetime import datetime

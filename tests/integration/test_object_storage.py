@@ -9,7 +9,7 @@ production); the directories of one are deleted before the next starts, so nothi
 * the execute task SIGKILLed mid-run on "worker A", A's directories deleted, retried on "worker B": it resumes
   from the cluster and the store, submits nothing twice, and every throttle config ends exactly as before;
 * a second run of the same plan from another DAG run is refused while the first holds the plan's lease;
-* a deferrable wait, its trigger reading the plan from the store only;
+* (a deferrable wait whose trigger reads the plan from the store only: test_distributed_workers.py);
 * bad input: a wrong secret, a missing bucket, an unreachable endpoint, a plan URI with no plan.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -25,12 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka_helpers import make_topic, replicas, throttles, wait_until
+from kafka_helpers import make_topic, put_plan, replicas, throttles, wait_until
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
-from airflow_kafka_reassign.storage import ObjectStore, upload_dir
+from airflow_kafka_reassign.storage import ObjectStore
 
 STORAGE_CONN_ID = "akr_plans"
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
@@ -151,22 +152,6 @@ def write_dag(env: dict[str, str], dag_id: str, body: str) -> Path:
     return path
 
 
-def put_plan(object_store: ObjectStoreSandbox, prefix: str, plan: ReassignmentPlan, tmp: Path) -> str:
-    local = tmp / "plan-src"
-    local.mkdir()
-    (local / "plan.json").write_text(plan.model_dump_json())
-    (local / "rollback.json").write_text(plan.rollback().model_dump_json())
-    (local / "metrics.json").write_text(json.dumps({"format_version": 1}))
-    uri = f"s3://{object_store.bucket}/{prefix}/plan"
-    os.environ[f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}"] = object_store.airflow_connection()
-    try:
-        upload_dir(local, uri, conn_id=STORAGE_CONN_ID)
-    finally:
-        os.environ.pop(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", None)
-    shutil.rmtree(local)
-    return uri
-
-
 def moves(topic: str, *spec: tuple[tuple[int, ...], tuple[int, ...]]) -> ReassignmentPlan:
     return ReassignmentPlan(moves=tuple(Move(topic=topic, partition=i, current_replicas=c, target_replicas=t)
                                         for i, (c, t) in enumerate(spec)))
@@ -272,8 +257,13 @@ def test_a_second_dag_run_of_the_same_plan_is_refused_naming_the_holder(
     ''')
     first = Worker(tmp_path, "first", s3_env).start(dag, "2026-11-24T03:00:00+00:00")
     first.wait_for_log("submitting 1 move")
-    second = Worker(tmp_path, "second", s3_env).start(dag, "2026-11-24T04:00:00+00:00")  # another DAG run
-    refused = second.result()
+    # the first run is frozen while it holds the lease, so the second surely meets it however slowly it starts
+    os.killpg(first.proc.pid, signal.SIGSTOP)
+    try:
+        second = Worker(tmp_path, "second", s3_env).start(dag, "2026-11-24T04:00:00+00:00")  # another DAG run
+        refused = second.result()
+    finally:
+        os.killpg(first.proc.pid, signal.SIGCONT)
     assert refused["state"] == "failed" and refused["tis"]["execute"] == "failed"
     assert "another run drives this plan: dag akr_s3_lease / run" in second.log
     assert "2026-11-24T03:00:00" in second.log.split("another run drives this plan")[1][:200]  # the holder's run
@@ -283,35 +273,6 @@ def test_a_second_dag_run_of_the_same_plan_is_refused_naming_the_holder(
     assert done["state"] == "success", first.log[-4000:]
     assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
     assert throttles(admin, [unique_topic]) == before
-
-
-# -- the deferrable wait reads only the store ----------------------------------------------------------------
-
-def test_deferrable_wait_reads_the_plan_and_run_state_from_the_store(
-        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
-    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [2, 3]], megabytes=1)
-    before = throttles(admin, [unique_topic])
-    plan = moves(unique_topic, ((1, 2), (3, 2)), ((2, 3), (4, 3)))
-    plan_uri = put_plan(object_store, f"defer-{unique_topic}", plan, tmp_path)
-    dag = write_dag(s3_env, "akr_s3_defer", f'''
-        execute = ExecuteReassignmentOperator(
-            task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r},
-            throttle_bytes_per_sec=500_000, wait_for_completion=False,
-        )
-        wait = WaitForReassignmentSensor(
-            task_id="wait", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, deferrable=True,
-            poke_interval=1, timeout=300,
-        )
-        execute >> wait
-    ''')
-    worker = Worker(tmp_path, "worker", s3_env)
-    result = worker.start(dag, "2026-11-24T05:00:00+00:00").result()
-    assert result["state"] == "success", worker.log[-4000:]
-    summary = result["xcom"]["wait.return_value"]
-    assert summary["done"] == 2 and summary["finish"]["throttles_restored"]
-    assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
-    assert throttles(admin, [unique_topic]) == before
-    worker.remove_local_dirs()
 
 
 # -- bad input -----------------------------------------------------------------------------------------------
