@@ -55,7 +55,7 @@ bench: setup  ## benchmarks: print numbers, assert nothing about time
 compat-spark: setup  ## the plan job on PySpark 3.5 and this environment's 4.x: the same plan, byte for byte
 	$(PY) tests/compat/spark_lines.py
 
-compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0): unit tests, DagBag
+compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0): unit tests, DagBag, one example DAG on a sandbox
 	$(PY) tests/compat/airflow_line.py
 
 compat: compat-airflow compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
