@@ -306,10 +306,17 @@ def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
 
 
 def _moved(m: Move, current: Sequence[int]) -> Move:
-    """``m`` with ``current_replicas`` set to what the cluster has (validated)."""
+    """``m`` with ``current_replicas`` set to what the cluster has.
+
+    ``m`` itself when nothing differs (the usual case: no copy per move per step); otherwise
+    built without re-validation, since both lists are sound already (the plan's target was
+    validated when the plan was read, the live replicas come from the cluster)."""
     cur = tuple(current)
-    return Move(topic=m.topic, partition=m.partition, target_replicas=m.target_replicas,
-                current_replicas=cur, allow_rf_change=len(cur) != len(m.target_replicas))
+    rf_change = len(cur) != len(m.target_replicas)
+    if cur == m.current_replicas and rf_change == m.allow_rf_change:
+        return m
+    return Move.model_construct(topic=m.topic, partition=m.partition, target_replicas=m.target_replicas,
+                                current_replicas=cur, allow_rf_change=rf_change)
 
 
 def rf_refusal(m: Move, live_rf: int, options: ExecutionOptions) -> str | None:
@@ -634,7 +641,7 @@ def select_batch(
 
 
 def _request_json(moves: Sequence[Move]) -> str:
-    return ReassignmentPlan(moves=tuple(moves)).to_kafka_json()
+    return ReassignmentPlan.model_construct(moves=tuple(moves)).to_kafka_json()  # sound moves: no re-validation
 
 
 def _submit(
@@ -771,21 +778,22 @@ def step(
     sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log)
     if batch:
         _submit(admin, batch, options, status, log)
+        # sets, not the status's lists: every lookup below is O(1), so a step is linear in the moves
+        sent = set(status.submitted)
+        in_batch = {m.tp for m in batch}
+        ok = [m for m in batch if m.tp in sent]
         journal(state_dir, {
             "event": "submitted",
             "holder": lease.lease.holder if lease is not None else None,
-            "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in batch if m.tp in status.submitted],
-            "refused": {str(tp): why for tp, why in status.failed.items() if tp in {m.tp for m in batch}},
+            "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in ok],
+            "refused": {str(tp): why for tp, why in status.failed.items() if tp in in_batch},
             "throttle_bytes_per_sec": rate,
         }, log=log)
         refused = [m for m in batch if m.tp in status.failed]
-        for m in batch:
-            status.pending.remove(m.tp)
-            if m.tp in status.submitted:
-                status.in_flight.append(m.tp)
+        status.pending = [tp for tp in status.pending if tp not in in_batch]
+        status.in_flight.extend(m.tp for m in ok)
         status.in_flight.sort()
         if refused and rate:
-            ok = [m for m in batch if m.tp in status.submitted]
             sync_throttles(admin, [*in_flight, *ok], rate, state_dir=state_dir, log=log)
     if options.elect_leaders:
         _elect(admin, [tp for tp in status.done if obs.partitions[tp].leader != status.moves[tp].target_replicas[0]],

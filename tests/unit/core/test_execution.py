@@ -142,6 +142,23 @@ def test_a_plan_topic_deleted_since_planning_fails_by_name(monkeypatch):
     assert s.submitted == [tp("t", 0)]
 
 
+# -- scale: a step is linear in the moves --------------------------------------------------------------
+
+
+def test_one_step_submits_100k_moves_on_the_fake():
+    # no timing here (tests/benchmarks/bench_step.py measures it): every move goes out, exactly once
+    n = 100_000
+    topics = {f"t{i:03d}": [[1 + p % 3, 4 + p % 3] for p in range(1000)] for i in range(n // 1000)}
+    f = FakeClusterAdmin.build(brokers=RACKS, topics=topics)
+    plan = ReassignmentPlan.model_construct(moves=tuple(
+        Move.model_construct(topic=t, partition=p, current_replicas=tuple(r), target_replicas=(r[0], 1 + (p + 1) % 3))
+        for t, parts in topics.items() for p, r in enumerate(parts)))
+    s = quiet_step(f, plan)
+    assert len(s.submitted) == n and len(set(s.submitted)) == n and len(f.inflight) == n
+    assert s.pending == [] and len(s.in_flight) == n
+    assert len(f.alter_requests) == 1 and len(f.alter_requests[0][0]) == n
+
+
 # -- pre-flight: stale, strict, foreign ---------------------------------------------------------------
 
 
