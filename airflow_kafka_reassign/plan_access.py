@@ -185,7 +185,13 @@ class WaitSpec:
                 status = step(admin, plan, limits, options, state_dir=state, submit=True, log=log,
                               known_failed=known, lease=leases[0])
             known.update(status.failed)
-            return SubmitOutcome(submitted=len(status.submitted), refused=dict(status.failed), blocked=status.blocked)
+            refused = dict(status.failed)
+            if status.plan_errors and status.blocked:
+                # the plan is refused whole: its pending moves are never sent, so the wait does not wait for them
+                # (it ends "blocked", naming them, once the moves in flight are done)
+                refused.update(dict.fromkeys(status.pending, "not sent: the whole plan is refused for its plan "
+                                                             "errors (see the warning)"))
+            return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=status.blocked)
 
         return submit
 

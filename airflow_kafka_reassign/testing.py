@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.models import (
@@ -117,9 +118,10 @@ class FakeClusterAdmin:
                 topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
                 leader=live[0] if live else None, adding_replicas=adding, removing_replicas=removing,
             ))
+        counts = Counter(tp.topic for tp in self.replicas)
         topic_states = tuple(
             self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
-                                              "partition_count": sum(1 for tp in self.replicas if tp.topic == n)})
+                                              "partition_count": counts[n]})
             for n in names
         )
         live_brokers = tuple(b for b in self.brokers if b.id not in self.down)
@@ -166,13 +168,14 @@ class FakeClusterAdmin:
             raise UnsupportedBrokerError("fake broker: AlterPartitionReassignments v0 only; nothing was sent")
         self.alter_requests.append(({tp: tuple(r) for tp, r in targets.items()}, allow_replication_factor_change))
         results = []
+        registered = {x.id for x in self.brokers}
         for tp, target in targets.items():
             tp = TopicPartition(*tp)
             target = check_replica_list(target, what="target replicas", where=f"partition {tp}")
             error = None
             if tp not in self.replicas:
                 error = ("UNKNOWN_TOPIC_OR_PARTITION", f"partition {tp} does not exist")
-            elif any(b not in {x.id for x in self.brokers} for b in target):
+            elif any(b not in registered for b in target):
                 error = ("INVALID_REPLICA_ASSIGNMENT", f"unknown broker in {list(target)}")
             else:
                 current_target = self.inflight[tp][1] if tp in self.inflight else self.replicas[tp]

@@ -76,6 +76,7 @@ from airflow_kafka_reassign.exceptions import ConfigurationError
 
 Order = Literal["plan", "smallest-first", "largest-first"]
 OnDeadline = Literal["finish", "cancel"]
+OnPlanError = Literal["refuse", "skip"]
 
 #: The run-state folder inside a plan directory (the default ``state_dir``).
 RUN_DIR = "run"
@@ -153,7 +154,18 @@ class ExecutionOptions:
         view just before sending; racy, chosen explicitly).
     :param allow_concurrent_reassignments: proceed while reassignments this plan did not start
         are in flight (they count against the limits; partitions they move are refused as stale).
-    :param strict: refuse the whole plan when any move is stale or refused.
+    :param on_plan_error: what a *plan error* does: a pending move whose target replicas name a
+        broker that is not a live broker of the cluster, a move of a topic or partition that no
+        longer exists, or of a topic whose partition count differs from the plan's snapshot
+        (``ReassignmentPlan.partition_counts``). ``"refuse"`` (default): the whole plan is
+        refused before anything is sent (no throttle, no reassignment). ``"skip"``: those moves
+        are refused by name and the other moves run.
+    :param allow_offline_brokers: target replicas may name a broker that the cluster does not list
+        as alive (a registered broker that is down): such moves are sent and wait for the broker
+        (the controller refuses a broker id it has never registered, per move); offline brokers
+        get no throttle (setting one would wait for them). Without it they are plan errors.
+    :param strict: refuse the whole plan when any move is refused, stale ones included (implies
+        ``on_plan_error="refuse"``; combining it with ``"skip"`` is a configuration error).
     :param throttle_bytes_per_sec: replication throttle on the brokers and replicas involved.
     :param elect_leaders: elect the preferred leader of each moved partition once it is done.
     :param dry_run: validate everything, log the exact requests, change nothing.
@@ -162,6 +174,8 @@ class ExecutionOptions:
     allow_replication_factor_change: bool = False
     rf_guard: Literal["broker", "client"] = "broker"
     allow_concurrent_reassignments: bool = False
+    on_plan_error: OnPlanError = "refuse"
+    allow_offline_brokers: bool = False
     strict: bool = False
     throttle_bytes_per_sec: int | None = None
     elect_leaders: bool = False
@@ -170,6 +184,16 @@ class ExecutionOptions:
     def __post_init__(self) -> None:
         if self.rf_guard not in ("broker", "client"):
             raise ConfigurationError(f"rf_guard must be 'broker' or 'client', not {self.rf_guard!r}")
+        if self.on_plan_error not in ("refuse", "skip"):
+            raise ConfigurationError(
+                f"on_plan_error must be 'refuse' (the whole plan, before anything is sent) or 'skip' (only the "
+                f"moves in error; the others run), not {self.on_plan_error!r}"
+            )
+        if self.strict and self.on_plan_error == "skip":
+            raise ConfigurationError(
+                "strict=True refuses the whole plan when any move is refused, on_plan_error='skip' runs the other "
+                "moves: choose one (strict=True already refuses the plan on a plan error)"
+            )
         rate = self.throttle_bytes_per_sec
         if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0):
             raise ConfigurationError(
@@ -208,7 +232,10 @@ class ExecutionStatus:
     lagging: list[TopicPartition] = field(default_factory=list)
     #: dry run: what would have been submitted now
     would_submit: list[TopicPartition] = field(default_factory=list)
-    #: why no new move may be submitted (foreign moves, strict, an RF guard the brokers lack)
+    #: plan errors, one line per problem (a broker, a topic): what each names and how many moves
+    #: it concerns; their moves are in ``failed`` (see ``ExecutionOptions.on_plan_error``)
+    plan_errors: list[str] = field(default_factory=list)
+    #: why no new move may be submitted (plan errors, foreign moves, strict, an RF guard the brokers lack)
     blocked: str | None = None
     #: preferred-leader elections run by this call (partition -> error, None when elected)
     elections: dict[TopicPartition, str | None] = field(default_factory=dict)
@@ -274,6 +301,8 @@ class ExecutionStatus:
             }
         if self.failed:
             out["failed_partitions"] = {str(tp): self.failed[tp] for tp in sorted(self.failed)[:SUMMARY_SAMPLE]}
+        if self.plan_errors:
+            out["plan_errors"] = self.plan_errors[:SUMMARY_SAMPLE]
         if self.foreign:
             out["foreign_partitions"] = _names(self.foreign)
         if self.remaining:
@@ -290,10 +319,15 @@ class ExecutionStatus:
 class _Observation:
     reassignments: dict[TopicPartition, InFlightReassignment]
     partitions: dict[TopicPartition, PartitionState]
+    #: the brokers the cluster lists as alive (DescribeCluster)
+    brokers: frozenset[int] = frozenset()
+    #: the plan's topics that exist, with their partition count now
+    topics: dict[str, int] = field(default_factory=dict)
 
 
 def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
-    """The controller's in-flight reassignments (all of them) and the live state of ``topics``."""
+    """The controller's in-flight reassignments (all of them), the live brokers and the live
+    state of ``topics``."""
     reassignments = admin.list_reassignments()
     try:
         snap = admin.snapshot(topics=sorted(topics))
@@ -302,14 +336,26 @@ def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
         snap = admin.snapshot()
     wanted = set(topics)
     parts = {p.tp: p for p in snap.partitions if p.topic in wanted}
-    return _Observation(reassignments=reassignments, partitions=parts)
+    counts = Counter(tp.topic for tp in parts)
+    present = {t.name: t.partition_count or counts[t.name] for t in snap.topics if t.name in wanted}
+    for topic, n in counts.items():  # a snapshot without topic records still shows the partitions
+        present.setdefault(topic, n)
+    return _Observation(reassignments=reassignments, partitions=parts,
+                        brokers=frozenset(b.id for b in snap.brokers), topics=present)
 
 
 def _moved(m: Move, current: Sequence[int]) -> Move:
-    """``m`` with ``current_replicas`` set to what the cluster has (validated)."""
+    """``m`` with ``current_replicas`` set to what the cluster has.
+
+    ``m`` itself when nothing differs (the usual case: no copy per move per step); otherwise
+    built without re-validation, since both lists are sound already (the plan's target was
+    validated when the plan was read, the live replicas come from the cluster)."""
     cur = tuple(current)
-    return Move(topic=m.topic, partition=m.partition, target_replicas=m.target_replicas,
-                current_replicas=cur, allow_rf_change=len(cur) != len(m.target_replicas))
+    rf_change = len(cur) != len(m.target_replicas)
+    if cur == m.current_replicas and rf_change == m.allow_rf_change:
+        return m
+    return Move.model_construct(topic=m.topic, partition=m.partition, target_replicas=m.target_replicas,
+                                current_replicas=cur, allow_rf_change=rf_change)
 
 
 def rf_refusal(m: Move, live_rf: int, options: ExecutionOptions) -> str | None:
@@ -343,6 +389,7 @@ def _classify(
 ) -> ExecutionStatus:
     status = ExecutionStatus(total=len(plan), reassignments=dict(obs.reassignments))
     plan_moves = plan.by_partition()
+    missing: list[TopicPartition] = []
     for tp, listed in obs.reassignments.items():
         planned = plan_moves.get(tp)
         if planned is None or listed.target_replicas != planned.target_replicas:
@@ -359,7 +406,7 @@ def _classify(
             continue
         live = obs.partitions.get(tp)
         if live is None:
-            status.failed[tp] = f"partition {tp} does not exist in the cluster"
+            missing.append(tp)
             continue
         replicas = live.replicas
         if replicas == m.target_replicas:
@@ -377,9 +424,102 @@ def _classify(
                 status.pending.append(tp)
         else:
             status.stale[tp] = (m.current_replicas, replicas)
+    status.plan_errors, refused = check_plan(plan, obs, status, missing, options)
+    if refused:
+        status.failed.update(refused)
+        status.pending = [tp for tp in status.pending if tp not in refused]
     for items in (status.done, status.in_flight, status.pending, status.lagging, status.foreign):
         items.sort()
     return status
+
+
+def _sample(tps: Sequence[TopicPartition], limit: int = 5) -> str:
+    shown = ", ".join(str(tp) for tp in sorted(tps)[:limit])
+    return shown + (f" and {len(tps) - limit} more" if len(tps) > limit else "")
+
+
+def _ids(brokers: Iterable[int]) -> str:
+    return ", ".join(str(b) for b in sorted(brokers)) or "none"
+
+
+def check_plan(
+    plan: ReassignmentPlan,
+    obs: _Observation,
+    status: ExecutionStatus,
+    missing: Sequence[TopicPartition],
+    options: ExecutionOptions,
+) -> tuple[list[str], dict[TopicPartition, str]]:
+    """The plan errors: ``(one line per problem, {move: why it is refused})``.
+
+    Checked on every step, so they are found before anything is sent: moves of a topic or a
+    partition that does not exist (``missing``); pending moves of a topic whose partition count
+    differs from ``plan.partition_counts`` (the plan's snapshot); pending moves whose target
+    replicas name a broker that the cluster does not list as alive (unless
+    ``options.allow_offline_brokers``). Moves done or in flight are not plan errors: nothing
+    more is sent for them. Each line names the topic with both counts, or the broker with the
+    live ones, a sample of the moves, and the fix.
+    """
+    problems: list[str] = []
+    refused: dict[TopicPartition, str] = {}
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in missing:
+        by_topic.setdefault(tp.topic, []).append(tp)
+    for topic, tps in sorted(by_topic.items()):
+        have = obs.topics.get(topic)
+        if have is None:
+            why = f"topic {topic} does not exist in the cluster (deleted since planning?)"
+            problems.append(f"{why}: {len(tps)} move(s) name it ({_sample(tps)})")
+            refused.update(dict.fromkeys(tps, f"refused: {why}; plan again"))
+        else:
+            problems.append(f"partition(s) {_sample(tps)} do not exist: topic {topic} has {have} partition(s)")
+            for tp in tps:
+                refused[tp] = f"refused: partition {tp} does not exist: topic {topic} has {have} partition(s); plan again"
+    counts = plan.partition_counts or {}
+    pending = [tp for tp in status.pending if tp not in refused]
+    if counts:
+        grown: dict[str, list[TopicPartition]] = {}
+        for tp in pending:
+            want, have = counts.get(tp.topic), obs.topics.get(tp.topic)
+            if want is not None and have is not None and want != have:
+                grown.setdefault(tp.topic, []).append(tp)
+        for topic, tps in sorted(grown.items()):
+            why = (f"topic {topic} has {obs.topics[topic]} partitions in the cluster, the plan's snapshot had "
+                   f"{counts[topic]} (partitions were added, or the topic was re-created, since planning)")
+            problems.append(f"{why}: {len(tps)} pending move(s) of it ({_sample(tps)})")
+            refused.update(dict.fromkeys(tps, f"refused: {why}; plan again"))
+    if not options.allow_offline_brokers:
+        absent: dict[int, list[TopicPartition]] = {}
+        for tp in pending:
+            if tp in refused:
+                continue
+            for b in status.moves[tp].target_replicas:
+                if b not in obs.brokers:
+                    absent.setdefault(b, []).append(tp)
+        holders = {b for p in obs.partitions.values() for b in p.replicas} if absent else set()
+        live = _ids(obs.brokers)
+        for b, tps in sorted(absent.items()):
+            state = ("is down: partitions list it among their replicas, but the cluster does not list it as alive"
+                     if b in holders else "does not exist in the cluster (or is down)")
+            targets = ", ".join(f"{tp} -> {list(status.moves[tp].target_replicas)}" for tp in sorted(tps)[:3])
+            problems.append(f"broker {b} {state} (live brokers: {live}); the target replicas of "
+                            f"{len(tps)} pending move(s) name it ({targets}{' ...' if len(tps) > 3 else ''})")
+            for tp in tps:
+                refused.setdefault(tp, f"refused: target replicas {list(status.moves[tp].target_replicas)} name "
+                                       f"broker {b}, which is not a live broker of the cluster (live: {live}); "
+                                       "plan again")
+    return problems, refused
+
+
+def plan_refusal(problems: Sequence[str], options: ExecutionOptions) -> str:
+    """The one message that refuses a whole plan for its plan errors: each named, and the fixes."""
+    shown = "; ".join(problems[:10]) + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
+    offline = any(p.startswith("broker ") for p in problems) and not options.allow_offline_brokers
+    return (
+        f"the whole plan is refused, nothing more is sent for it: {len(problems)} plan error(s): {shown}. "
+        "Plan again from the current cluster (a new snapshot and plan); on_plan_error='skip' runs the other moves"
+        + ("; if a broker is only down, allow_offline_brokers=True sends the moves onto it to wait for it"
+           if offline else "")
+    )
 
 
 def _touched(adding: Iterable[int], removing: Iterable[int]) -> set[int]:
@@ -523,12 +663,15 @@ def sync_throttles(
     state_dir: StateLocation | None,
     dry_run: bool = False,
     log: logging.Logger | None = None,
+    live_brokers: Collection[int] | None = None,
 ) -> bool:
     """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
 
     The values of brokers and topics not yet covered by the backup are read and written to
     ``state_dir`` BEFORE anything is set, so a later run restores them even if this process
-    dies right after. Only differing keys are written.
+    dies right after. Only differing keys are written. With ``live_brokers``, a broker outside
+    it (down: moves onto it wait, see ``allow_offline_brokers``) gets no throttle: a config
+    request to it would only wait for it.
     """
     log = log or _log
     active = [m for m in moving if m.adding_replicas] if rate else []
@@ -542,6 +685,10 @@ def sync_throttles(
         )
     backup = backup or ThrottleBackup()
     new_brokers = brokers_involved(active) - set(backup.brokers)
+    if live_brokers is not None and new_brokers - set(live_brokers):
+        log.warning("broker(s) %s are not alive: no throttle is set on them (they copy nothing while down)",
+                    sorted(new_brokers - set(live_brokers)))
+        new_brokers &= set(live_brokers)
     new_topics = {m.topic for m in active} - set(backup.topics)
     if new_brokers or new_topics:
         fresh = admin.describe_throttles(sorted(new_brokers), sorted(new_topics))
@@ -634,7 +781,7 @@ def select_batch(
 
 
 def _request_json(moves: Sequence[Move]) -> str:
-    return ReassignmentPlan(moves=tuple(moves)).to_kafka_json()
+    return ReassignmentPlan.model_construct(moves=tuple(moves)).to_kafka_json()  # sound moves: no re-validation
 
 
 def _submit(
@@ -722,7 +869,9 @@ def step(
         obs = _observe(admin, topics)
         status = _classify(plan, obs, options, known_failed or {})
 
-    if status.foreign and not options.allow_concurrent_reassignments:
+    if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
+        status.blocked = plan_refusal(status.plan_errors, options)
+    elif status.foreign and not options.allow_concurrent_reassignments:
         status.blocked = (
             f"{len(status.foreign)} reassignment(s) are in flight that this plan did not start "
             f"({', '.join(_names(status.foreign, 10))}); wait for them to finish, cancel them "
@@ -754,7 +903,8 @@ def step(
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
     if options.dry_run:
-        sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, dry_run=True, log=log)
+        sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, dry_run=True, log=log,
+                       live_brokers=obs.brokers)
         if batch:
             status.would_submit = [m.tp for m in batch]
             for allow in (False, True):
@@ -768,25 +918,26 @@ def step(
         return status
     if lease is not None:
         lease.confirm()
-    sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log)
+    sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log, live_brokers=obs.brokers)
     if batch:
         _submit(admin, batch, options, status, log)
+        # sets, not the status's lists: every lookup below is O(1), so a step is linear in the moves
+        sent = set(status.submitted)
+        in_batch = {m.tp for m in batch}
+        ok = [m for m in batch if m.tp in sent]
         journal(state_dir, {
             "event": "submitted",
             "holder": lease.lease.holder if lease is not None else None,
-            "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in batch if m.tp in status.submitted],
-            "refused": {str(tp): why for tp, why in status.failed.items() if tp in {m.tp for m in batch}},
+            "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in ok],
+            "refused": {str(tp): why for tp, why in status.failed.items() if tp in in_batch},
             "throttle_bytes_per_sec": rate,
         }, log=log)
         refused = [m for m in batch if m.tp in status.failed]
-        for m in batch:
-            status.pending.remove(m.tp)
-            if m.tp in status.submitted:
-                status.in_flight.append(m.tp)
+        status.pending = [tp for tp in status.pending if tp not in in_batch]
+        status.in_flight.extend(m.tp for m in ok)
         status.in_flight.sort()
         if refused and rate:
-            ok = [m for m in batch if m.tp in status.submitted]
-            sync_throttles(admin, [*in_flight, *ok], rate, state_dir=state_dir, log=log)
+            sync_throttles(admin, [*in_flight, *ok], rate, state_dir=state_dir, log=log, live_brokers=obs.brokers)
     if options.elect_leaders:
         _elect(admin, [tp for tp in status.done if obs.partitions[tp].leader != status.moves[tp].target_replicas[0]],
                status, log)
@@ -808,13 +959,19 @@ def _elect(admin: ClusterAdmin, partitions: Sequence[TopicPartition], status: Ex
 def report_preflight(status: ExecutionStatus, log: logging.Logger | None = None) -> None:
     """Log what pre-flight found: stale moves with their diff, refusals, foreign reassignments."""
     log = log or _log
-    for tp, (expected, actual) in sorted(status.stale.items()):
+    for tp, (expected, actual) in sorted(status.stale.items())[:SUMMARY_SAMPLE]:
         r = status.reassignments.get(tp)
         extra = f" (being reassigned to {list(r.target_replicas)} by someone else)" if r else ""
         log.warning("stale move %s refused: the plan expects replicas %s, the cluster has %s%s",
                     tp, list(expected), list(actual), extra)
-    for tp, why in sorted(status.failed.items()):
+    if len(status.stale) > SUMMARY_SAMPLE:
+        log.warning("... and %d more stale move(s)", len(status.stale) - SUMMARY_SAMPLE)
+    for problem in status.plan_errors:
+        log.warning("plan error: %s", problem)
+    for tp, why in sorted(status.failed.items())[:SUMMARY_SAMPLE]:
         log.warning("move %s %s", tp, why)
+    if len(status.failed) > SUMMARY_SAMPLE:
+        log.warning("... and %d more refused move(s)", len(status.failed) - SUMMARY_SAMPLE)
     for tp in status.foreign:
         r = status.reassignments[tp]
         log.warning("foreign reassignment in flight: %s %s -> %s", tp, list(r.original_replicas),
@@ -998,7 +1155,7 @@ def rebase_rollback(
             continue
         moves.append(Move(topic=m.topic, partition=m.partition, current_replicas=now,
                           target_replicas=m.target_replicas, allow_rf_change=len(now) != len(m.target_replicas)))
-    return ReassignmentPlan(moves=tuple(moves))
+    return ReassignmentPlan(moves=tuple(moves), partition_counts=rollback.partition_counts)
 
 
 # -- the whole loop -----------------------------------------------------------------------------
@@ -1155,7 +1312,7 @@ def write_rollback_if_missing(plan_dir: StateLocation, plan: ReassignmentPlan, s
         moves.append(Move(topic=m.topic, partition=m.partition, target_replicas=current,
                           current_replicas=m.target_replicas,
                           allow_rf_change=len(current) != len(m.target_replicas)))
-    rollback = ReassignmentPlan(moves=tuple(moves))
+    rollback = ReassignmentPlan(moves=tuple(moves), partition_counts=plan.partition_counts)
     store.write(KAFKA_ROLLBACK_FILE, rollback.to_kafka_json().encode())
     store.write(ROLLBACK_FILE, rollback.model_dump_json().encode())
     where = f"{store.uri.rstrip('/')}/{ROLLBACK_FILE}"

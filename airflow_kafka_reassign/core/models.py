@@ -246,6 +246,13 @@ class ClusterSnapshot(_Frozen):
     def partition_map(self) -> dict[TopicPartition, PartitionState]:
         return {p.tp: p for p in self.partitions}
 
+    def partition_counts(self, topics: Iterable[str] | None = None) -> dict[str, int]:
+        """``{topic: partitions in this snapshot}`` (of ``topics`` only, when given), counted
+        from the partitions the snapshot holds: what a plan made from it records."""
+        counts = Counter(p.topic for p in self.partitions)
+        names = sorted(counts) if topics is None else sorted(set(topics))
+        return {t: counts[t] for t in names if counts[t]}
+
     def reassigning(self) -> tuple[PartitionState, ...]:
         return tuple(p for p in self.partitions if p.reassigning)
 
@@ -318,11 +325,18 @@ class ReassignmentPlan(_Frozen):
 
     Reads and writes Kafka's reassignment JSON exactly as ``kafka-reassign-partitions``
     accepts it (:meth:`from_kafka_json`, :meth:`to_kafka_json`), and a richer JSON of its
-    own (``model_dump_json``) that also keeps each move's expected current replicas.
+    own (``model_dump_json``) that also keeps each move's expected current replicas and
+    the partition count of every moved topic in the snapshot the plan was made from.
+
+    ``partition_counts`` (``{topic: partitions}``, optional): execution refuses the plan when
+    a moved topic's partition count in the cluster differs (partitions were added, or the
+    topic was re-created, since planning). ``None`` in plans written before it existed and
+    in plans read from Kafka's own format: the counts are then not checked.
     """
 
     version: int = KAFKA_REASSIGNMENT_JSON_VERSION
     moves: tuple[Move, ...] = ()
+    partition_counts: dict[str, int] | None = None
 
     @field_validator("version")
     @classmethod
@@ -337,6 +351,12 @@ class ReassignmentPlan(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> ReassignmentPlan:
         seen: set[TopicPartition] = set()
+        counts = self.partition_counts
+        for topic, n in (counts or {}).items():
+            if n < 1:
+                raise ValueError(
+                    f"partition_counts gives topic {topic!r} {n} partitions; a topic has at least one"
+                )
         for m in self.moves:
             if m.tp in seen:
                 raise ValueError(
@@ -344,6 +364,11 @@ class ReassignmentPlan(_Frozen):
                     "appear once"
                 )
             seen.add(m.tp)
+            if counts is not None and m.topic in counts and m.partition >= counts[m.topic]:
+                raise ValueError(
+                    f"partition {m.tp} is beyond the {counts[m.topic]} partition(s) that partition_counts "
+                    f"gives topic {m.topic!r}; the plan's moves and counts disagree: plan again"
+                )
         return self
 
     def __len__(self) -> int:
@@ -426,8 +451,8 @@ class ReassignmentPlan(_Frozen):
         return cls(version=data.get("version", KAFKA_REASSIGNMENT_JSON_VERSION), moves=tuple(moves))
 
     @classmethod
-    def from_moves(cls, moves: Iterable[Move]) -> ReassignmentPlan:
-        return cls(moves=tuple(moves))
+    def from_moves(cls, moves: Iterable[Move], partition_counts: dict[str, int] | None = None) -> ReassignmentPlan:
+        return cls(moves=tuple(moves), partition_counts=partition_counts)
 
     def rollback(self) -> ReassignmentPlan:
         """The plan that puts every moved partition back on its current replicas.
@@ -450,5 +475,6 @@ class ReassignmentPlan(_Frozen):
                     allow_rf_change=m.allow_rf_change,
                 )
                 for m in self.moves
-            )
+            ),
+            partition_counts=self.partition_counts,
         )

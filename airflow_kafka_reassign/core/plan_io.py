@@ -4,7 +4,8 @@ Layout (``format_version`` 1; see docs/formats.md)::
 
     PLAN_DIR/
       plan.json             the plan: every move with its expected current replicas, its
-                            target replicas and allow_rf_change (ReassignmentPlan JSON);
+                            target replicas and allow_rf_change, and each moved topic's
+                            partition count in the snapshot (ReassignmentPlan JSON);
                             the file ExecuteReassignment reads
       rollback.json         the rollback plan (every moved partition back to its current
                             replicas), same format
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +90,29 @@ def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None 
     return d
 
 
-def write_plan_fragments(fragments: Sequence[tuple[bytes, bytes, bytes, bytes]], out: str | Path) -> Path:
+def partition_counts_json(counts: Mapping[str, int] | None) -> bytes:
+    """``partition_counts`` as ``ReassignmentPlan.model_dump_json`` writes it (topics in the
+    mapping's order; ``null`` when not recorded)."""
+    if counts is None:
+        return b"null"
+    return json.dumps({t: int(n) for t, n in counts.items()}, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def write_plan_fragments(
+    fragments: Sequence[tuple[bytes, bytes, bytes, bytes]],
+    out: str | Path,
+    *,
+    partition_counts: Mapping[str, int] | None = None,
+) -> Path:
     """The four plan files from each move's JSON fragments as UTF-8 (plan, rollback, Kafka
     plan, Kafka rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`),
     in plan order. What the Spark job's driver does, so a million replicas' moves never become
     pydantic objects (or even strings) on one machine; :func:`write_metrics` completes the
     directory.
+
+    ``partition_counts`` (every moved topic's partition count in the snapshot, sorted by topic)
+    goes into ``plan.json`` and ``rollback.json``, as :class:`ReassignmentPlan` writes it; Kafka's
+    own files carry only the moves.
 
     A "fragment" may also be several moves' fragments joined with ``,`` (the Spark job sends
     one per task): the files are the same. Empty fragments are skipped."""
@@ -104,9 +122,11 @@ def write_plan_fragments(fragments: Sequence[tuple[bytes, bytes, bytes, bytes]],
     (d / ERROR_FILE).unlink(missing_ok=True)
     heads = (b'{"version":1,"moves":[', b'{"version":1,"moves":[', b'{"version":1,"partitions":[',
              b'{"version":1,"partitions":[')
+    ours = b'],"partition_counts":' + partition_counts_json(partition_counts) + b"}"
+    tails = (ours, ours, b"]}", b"]}")
     names = (PLAN_FILE, ROLLBACK_FILE, KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE)
     for k in (2, 3, 0, 1):
-        _write_bytes(d / names[k], [heads[k], b",".join(f[k] for f in fragments if f[k]), b"]}"])
+        _write_bytes(d / names[k], [heads[k], b",".join(f[k] for f in fragments if f[k]), tails[k]])
     return d
 
 

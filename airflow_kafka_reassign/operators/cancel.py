@@ -68,8 +68,9 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
 
     ``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
     ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``,
-    ``strict``, ``elect_leaders``, ``deadline`` and ``poll_interval`` apply to the rollback and
-    mean what they mean for ExecuteReassignment.
+    ``on_plan_error``, ``allow_offline_brokers``, ``strict``, ``elect_leaders``, ``deadline`` and
+    ``poll_interval`` apply to the rollback and mean what they mean for ExecuteReassignment (the
+    rollback is refused whole, before anything is sent, on a plan error by default).
 
     XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
     "not_reverted", "throttles_restored", "rollback": {...} | None}``. The task fails (after
@@ -93,6 +94,8 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         allow_replication_factor_change: bool = False,
         rf_guard: str = "broker",
         allow_concurrent_reassignments: bool = False,
+        on_plan_error: str = "refuse",
+        allow_offline_brokers: bool = False,
         strict: bool = False,
         elect_leaders: bool = False,
         dry_run: bool = False,
@@ -118,7 +121,8 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
             throttle_bytes_per_sec=throttle_bytes_per_sec,
             allow_replication_factor_change=allow_replication_factor_change, rf_guard=rf_guard,
             allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
-            elect_leaders=elect_leaders, dry_run=dry_run,
+            elect_leaders=elect_leaders, dry_run=dry_run, on_plan_error=on_plan_error,
+            allow_offline_brokers=allow_offline_brokers,
         )
         self.deadline = deadline
         self.poll_interval = poll_interval

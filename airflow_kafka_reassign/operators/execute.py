@@ -107,7 +107,7 @@ class _ExecutionParams:
     def _init_execution(self, *, max_moves: int | None, max_moves_per_broker: int | None, order: str,
                         throttle_bytes_per_sec: int | None, allow_replication_factor_change: bool, rf_guard: str,
                         allow_concurrent_reassignments: bool, strict: bool, elect_leaders: bool,
-                        dry_run: bool) -> None:
+                        dry_run: bool, on_plan_error: str = "refuse", allow_offline_brokers: bool = False) -> None:
         self.max_moves = max_moves
         self.max_moves_per_broker = max_moves_per_broker
         self.order = order
@@ -116,6 +116,8 @@ class _ExecutionParams:
         self.rf_guard = rf_guard
         self.allow_concurrent_reassignments = allow_concurrent_reassignments
         self.strict = strict
+        self.on_plan_error = on_plan_error
+        self.allow_offline_brokers = allow_offline_brokers
         self.elect_leaders = elect_leaders
         self.dry_run = dry_run
         self._stop_requested = False
@@ -155,6 +157,8 @@ class _ExecutionParams:
                 rf_guard=self.rf_guard,  # type: ignore[arg-type]
                 allow_concurrent_reassignments=bool(self.allow_concurrent_reassignments),
                 strict=bool(self.strict),
+                on_plan_error=self.on_plan_error,  # type: ignore[arg-type]
+                allow_offline_brokers=bool(self.allow_offline_brokers),
                 throttle_bytes_per_sec=as_int(self.throttle_bytes_per_sec),
                 elect_leaders=bool(self.elect_leaders),
                 dry_run=as_bool(self.dry_run, "dry_run"),
@@ -206,7 +210,17 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         ``"client"`` (older brokers: checked client-side just before sending; racy).
     :param allow_concurrent_reassignments: run although reassignments this plan did not start
         are in flight (they count against the limits).
-    :param strict: refuse the whole plan if any move is stale or refused.
+    :param on_plan_error: ``"refuse"`` (default) refuses the whole plan, before anything is sent
+        (no throttle, no reassignment), when a move names a broker the cluster does not list as
+        alive, a topic or partition that no longer exists, or a topic whose partition count
+        differs from the plan's snapshot; the task fails naming each problem. ``"skip"`` refuses
+        only those moves (by name; the task fails at the end) and runs the others.
+    :param allow_offline_brokers: let target replicas name a broker that is registered but down:
+        those moves are sent and wait for it (no throttle is set on it). Without it they are plan
+        errors.
+    :param strict: refuse the whole plan if any move is refused, stale moves included (a stale
+        move alone is otherwise refused by itself and the others run). Cannot be combined with
+        ``on_plan_error="skip"``.
     :param elect_leaders: elect the preferred leader of each moved partition once it is done.
     :param dry_run: validate everything and log the exact requests; change nothing.
     :param deadline: no new move after it: a datetime, a timedelta / seconds from the task's
@@ -246,6 +260,8 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         allow_replication_factor_change: bool = False,
         rf_guard: str = "broker",
         allow_concurrent_reassignments: bool = False,
+        on_plan_error: str = "refuse",
+        allow_offline_brokers: bool = False,
         strict: bool = False,
         elect_leaders: bool = False,
         dry_run: bool = False,
@@ -271,7 +287,8 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             throttle_bytes_per_sec=throttle_bytes_per_sec,
             allow_replication_factor_change=allow_replication_factor_change, rf_guard=rf_guard,
             allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
-            elect_leaders=elect_leaders, dry_run=dry_run,
+            elect_leaders=elect_leaders, dry_run=dry_run, on_plan_error=on_plan_error,
+            allow_offline_brokers=allow_offline_brokers,
         )
         self.deadline = deadline
         self.on_deadline = on_deadline
@@ -298,8 +315,9 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         self.log.info(
             "Executing %s: %d moves; max_moves=%s max_moves_per_broker=%s order=%s throttle=%s B/s rf_guard=%s "
-            "deadline=%s (then %s)%s", store.uri, len(plan), limits.max_moves, limits.max_moves_per_broker,
-            limits.order, options.throttle_bytes_per_sec, options.rf_guard,
+            "on_plan_error=%s deadline=%s (then %s)%s", store.uri, len(plan), limits.max_moves,
+            limits.max_moves_per_broker, limits.order, options.throttle_bytes_per_sec, options.rf_guard,
+            "refuse (strict)" if options.strict else options.on_plan_error,
             deadline.isoformat() if deadline else None, self.on_deadline, " DRY RUN" if options.dry_run else "",
         )
         lease = None if options.dry_run else self._take_lease(state, context, float(self.lease_ttl_s))

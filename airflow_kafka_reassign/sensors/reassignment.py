@@ -104,9 +104,11 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     :param kafka_timeout_s: bound on every request to the cluster.
 
     The execution parameters (``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
-    ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``elect_leaders``) mean
-    what they mean for ExecuteReassignment; they are used with ``submit_pending``, for finishing and for the
-    rollback policy.
+    ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``on_plan_error``,
+    ``allow_offline_brokers``, ``elect_leaders``) mean what they mean for ExecuteReassignment; they are used with
+    ``submit_pending``, for finishing and for the rollback policy. With ``submit_pending``, a plan refused for its
+    plan errors (``on_plan_error="refuse"``, the default) submits nothing, and the wait ends ``blocked`` (the task
+    fails naming the errors) once the moves already in flight are done.
     """
 
     template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id")
@@ -126,6 +128,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         allow_replication_factor_change: bool = False,
         rf_guard: str = "broker",
         allow_concurrent_reassignments: bool = False,
+        on_plan_error: str = "refuse",
+        allow_offline_brokers: bool = False,
         elect_leaders: bool = False,
         stuck_after: timedelta | float = 600,
         on_timeout: str = "leave",
@@ -153,6 +157,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             "allow_replication_factor_change": allow_replication_factor_change,
             "rf_guard": rf_guard,
             "allow_concurrent_reassignments": allow_concurrent_reassignments,
+            "on_plan_error": on_plan_error,
+            "allow_offline_brokers": allow_offline_brokers,
             "elect_leaders": elect_leaders,
         }
         self.stuck_after_s = _seconds(stuck_after, "stuck_after")

@@ -128,7 +128,8 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         group_replicas=request.quota_group_replicas,
     )
     moves.sort(key=lambda m: (m.topic, m.partition))
-    plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves))
+    plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves),
+                                            partition_counts=snapshot.partition_counts({m.topic for m in moves}))
 
     rack_of = scope.broker_racks
     balanced = {t.topic for t in scope.topics if t.balance}

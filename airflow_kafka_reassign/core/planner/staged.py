@@ -556,5 +556,10 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
         if x.bound is not None:
             bound.merge(x.bound)
     result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
-    plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))))
+    moved = {m.topic for m in moves}
+    plan = ReassignmentPlan.model_construct(
+        moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))),
+        # every partition of a moved topic is a row of its Placed (what the Spark job records too)
+        partition_counts={x.topic: len(x.rows) for x in sorted(placed, key=lambda x: x.topic) if x.topic in moved},
+    )
     return result.model_copy(update={"plan": plan})

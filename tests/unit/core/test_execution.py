@@ -123,23 +123,167 @@ def test_a_done_partition_whose_isr_misses_a_target_replica_is_lagging_not_done(
 def test_a_partition_that_does_not_exist_fails_by_name():
     f = fake(t=[[1, 2]])
     s = quiet_step(f, plan_of(mv("t", 7, (1, 2), (2, 3))))
-    assert "does not exist" in s.failed[tp("t", 7)]
+    assert "partition t-7 does not exist: topic t has 1 partition(s)" in s.failed[tp("t", 7)]
     assert s.complete and not s.ok and f.alter_requests == []
+
+
+def deleting(f: FakeClusterAdmin, monkeypatch, name: str = "gone") -> None:
+    """``name`` is absent from the cluster as the adapter reports it: a snapshot naming it is refused."""
+    real = f.snapshot
+
+    def snapshot(*, topics=None, include_sizes=False):
+        if topics is not None and name in topics:
+            raise ConfigurationError(f"topic(s) {name} do not exist in the cluster")
+        return real(topics=topics, include_sizes=include_sizes)
+
+    monkeypatch.setattr(f, "snapshot", snapshot)
 
 
 def test_a_plan_topic_deleted_since_planning_fails_by_name(monkeypatch):
     f = fake(t=[[1, 2]])
-    real = f.snapshot
-
-    def snapshot(*, topics=None, include_sizes=False):
-        if topics is not None and "gone" in topics:
-            raise ConfigurationError("topic(s) gone do not exist in the cluster")
-        return real(topics=topics, include_sizes=include_sizes)
-
-    monkeypatch.setattr(f, "snapshot", snapshot)
-    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3))))
-    assert "does not exist" in s.failed[tp("gone", 0)]
+    deleting(f, monkeypatch)
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3))),
+                   options=ExecutionOptions(on_plan_error="skip"))
+    assert "topic gone does not exist in the cluster" in s.failed[tp("gone", 0)]
     assert s.submitted == [tp("t", 0)]
+
+
+# -- pre-flight: plan errors refuse the whole plan before anything is sent -----------------------------
+
+
+def untouched(f: FakeClusterAdmin, state: Path | None = None) -> None:
+    """Nothing was sent: no reassignment, no throttle config, no throttle backup."""
+    assert f.alter_requests == [] and f.inflight == {}
+    assert f.broker_configs == {b: {} for b in RACKS}
+    assert all(not any(k.endswith("throttled.replicas") for k in c) for c in f.topic_configs.values())
+    assert state is None or not (state / THROTTLE_BACKUP_FILE).exists()
+
+
+def test_a_target_broker_the_cluster_does_not_have_refuses_the_whole_plan_before_anything_is_sent(tmp_path, caplog):
+    f = fake(t=[[1, 2], [2, 3], [3, 4]])
+    plan = plan_of(mv("t", 0, (1, 2), (1, 3)), mv("t", 1, (2, 3), (2, 99)), mv("t", 2, (3, 4), (99, 4)))
+    with caplog.at_level(logging.WARNING):
+        result = run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
+                     sleep=lambda s: None, settle_s=0)
+    untouched(f, tmp_path)
+    s = result.status
+    assert s.blocked.startswith("the whole plan is refused") and "broker 99 does not exist in the cluster" in s.blocked
+    assert "live brokers: 1, 2, 3, 4, 5, 6" in s.blocked and "t-1 -> [2, 99]" in s.blocked
+    assert "Plan again from the current cluster" in s.blocked and "on_plan_error='skip'" in s.blocked
+    assert "unreachable" not in s.blocked
+    assert set(s.failed) == {tp("t", 1), tp("t", 2)} and "name broker 99" in s.failed[tp("t", 1)]
+    assert s.pending == [tp("t", 0)] and not s.ok and result.steps == 2
+    assert "plan error: broker 99" in caplog.text
+    assert result.summary()["plan_errors"] == s.plan_errors and len(s.plan_errors) == 1
+
+
+def test_a_topic_grown_since_planning_refuses_the_whole_plan_naming_both_counts(tmp_path):
+    f = fake(t=[[1, 2], [2, 3], [3, 4]], u=[[1, 2]])  # t has 3 partitions now; the plan saw 2
+    plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 3)), mv("u", 0, (1, 2), (2, 3))),
+                            partition_counts={"t": 2, "u": 1})
+    result = run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
+                 sleep=lambda s: None, settle_s=0)
+    untouched(f, tmp_path)
+    blocked = result.status.blocked
+    assert "topic t has 3 partitions in the cluster, the plan's snapshot had 2" in blocked
+    assert "1 pending move(s) of it (t-0)" in blocked and "Plan again" in blocked
+    assert set(result.status.failed) == {tp("t", 0)} and result.status.pending == [tp("u", 0)]
+
+
+def test_a_deleted_topic_refuses_the_whole_plan_before_anything_is_sent(tmp_path, monkeypatch):
+    f = fake(t=[[1, 2]])
+    deleting(f, monkeypatch)
+    plan = plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3)), mv("gone", 1, (2, 3), (3, 4)))
+    result = run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
+                 sleep=lambda s: None, settle_s=0)
+    untouched(f, tmp_path)
+    assert "topic gone does not exist in the cluster (deleted since planning?): 2 move(s) name it (gone-0, gone-1)" \
+        in result.status.blocked
+
+
+def test_on_plan_error_skip_refuses_only_the_moves_in_error_and_runs_the_others():
+    f = fake(t=[[1, 2], [2, 3], [3, 4]], u=[[1, 2]])
+    plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 3)), mv("u", 0, (1, 2), (2, 99))),
+                            partition_counts={"t": 2, "u": 1})
+    result = run(f, plan, NO_LIMITS, ExecutionOptions(on_plan_error="skip"), state_dir=None,
+                 sleep=lambda s: f.complete(), settle_s=0)
+    s = result.status
+    assert submitted(f) == [] and s.blocked is None  # t grew and u names broker 99: both refused
+    assert set(s.failed) == {tp("t", 0), tp("u", 0)} and len(s.plan_errors) == 2
+    f2 = fake(t=[[1, 2], [2, 3]], u=[[1, 2]])
+    result = run(f2, plan, NO_LIMITS, ExecutionOptions(on_plan_error="skip"), state_dir=None,
+                 sleep=lambda s: f2.complete(), settle_s=0)
+    assert submitted(f2) == [tp("t", 0)] and f2.replicas[tp("t", 0)] == (1, 3)
+    assert result.status.complete and not result.status.ok and set(result.status.failed) == {tp("u", 0)}
+
+
+def test_strict_still_refuses_the_whole_plan_and_cannot_be_combined_with_skip():
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = plan_of(mv("t", 0, (1, 2), (1, 3)), mv("t", 1, (2, 3), (2, 99)))
+    s = quiet_step(f, plan, options=ExecutionOptions(strict=True))
+    assert "broker 99" in s.blocked and f.alter_requests == []
+    with pytest.raises(ConfigurationError, match="strict=True .* on_plan_error='skip'"):
+        ExecutionOptions(strict=True, on_plan_error="skip")
+    with pytest.raises(ConfigurationError, match="on_plan_error must be 'refuse'"):
+        ExecutionOptions(on_plan_error="ignore")  # type: ignore[arg-type]
+
+
+def test_a_broker_that_is_down_is_a_plan_error_unless_moves_onto_it_may_wait(tmp_path, caplog):
+    f = fake(t=[[1, 2], [6, 3]])
+    f.down.add(6)
+    plan = plan_of(mv("t", 0, (1, 2), (1, 6)))
+    s = quiet_step(f, plan, state_dir=tmp_path, options=ExecutionOptions(throttle_bytes_per_sec=1000))
+    assert "broker 6 is down" in s.blocked and "allow_offline_brokers=True" in s.blocked
+    untouched(f, tmp_path)
+    options = ExecutionOptions(throttle_bytes_per_sec=1000, allow_offline_brokers=True)
+    with caplog.at_level(logging.WARNING):
+        s = quiet_step(f, plan, state_dir=tmp_path, options=options)
+    assert s.submitted == [tp("t", 0)] and s.blocked is None
+    assert f.broker_configs[6] == {} and f.broker_configs[1][FOLLOWER_RATE] == "1000"  # none on the offline broker
+    assert "broker(s) [6] are not alive: no throttle is set on them" in caplog.text
+
+
+def test_moves_done_or_in_flight_are_not_plan_errors():
+    f = fake(t=[[1, 6], [2, 3]])
+    f.alter_reassignments({tp("t", 1): [2, 6]})
+    f.down.add(6)  # after the moves onto it were done or submitted: nothing more is sent for them
+    plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 6)), mv("t", 1, (2, 3), (2, 6))),
+                            partition_counts={"t": 2})
+    s = quiet_step(f, plan, submit=False)
+    assert s.plan_errors == [] and s.blocked is None
+    assert s.lagging == [tp("t", 0)] and s.in_flight == [tp("t", 1)]
+
+
+def test_a_plan_without_partition_counts_is_not_checked_for_them():
+    f = fake(t=[[1, 2], [2, 3], [3, 4]])
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (1, 3))))  # a plan from Kafka's format, or an older version
+    assert s.submitted == [tp("t", 0)] and s.plan_errors == []
+
+
+def test_the_rollback_plan_keeps_the_partition_counts(tmp_path):
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 3)),), partition_counts={"t": 2})
+    status = quiet_step(f, plan, submit=False)
+    write_rollback_if_missing(tmp_path, plan, status)
+    rollback = ReassignmentPlan.model_validate_json((tmp_path / ROLLBACK_FILE).read_bytes())
+    assert rollback.partition_counts == {"t": 2}
+
+
+# -- scale: a step is linear in the moves --------------------------------------------------------------
+
+
+def test_one_step_submits_100k_moves_on_the_fake():
+    # no timing here (tests/benchmarks/bench_step.py measures it): every move goes out, exactly once
+    n = 100_000
+    topics = {f"t{i:03d}": [[1 + p % 3, 4 + p % 3] for p in range(1000)] for i in range(n // 1000)}
+    f = FakeClusterAdmin.build(brokers=RACKS, topics=topics)
+    plan = ReassignmentPlan.model_construct(moves=tuple(
+        Move.model_construct(topic=t, partition=p, current_replicas=tuple(r), target_replicas=(r[0], 1 + (p + 1) % 3))
+        for t, parts in topics.items() for p, r in enumerate(parts)), partition_counts={t: 1000 for t in topics})
+    s = quiet_step(f, plan)
+    assert len(s.submitted) == n and len(set(s.submitted)) == n and len(f.inflight) == n
+    assert s.pending == [] and len(s.in_flight) == n and s.plan_errors == []
+    assert len(f.alter_requests) == 1 and len(f.alter_requests[0][0]) == n
 
 
 # -- pre-flight: stale, strict, foreign ---------------------------------------------------------------

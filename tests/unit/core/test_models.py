@@ -175,3 +175,40 @@ def test_rich_plan_json_round_trips():
         [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))]
     )
     assert ReassignmentPlan.model_validate_json(plan.model_dump_json()) == plan
+
+
+def test_plan_partition_counts_round_trip_and_plans_without_them_still_read():
+    move = Move(topic="t", partition=3, current_replicas=(1, 2), target_replicas=(3, 2))
+    plan = ReassignmentPlan.from_moves([move], partition_counts={"t": 4})
+    assert ReassignmentPlan.model_validate_json(plan.model_dump_json()) == plan
+    assert plan.rollback().partition_counts == {"t": 4}
+    older = json.dumps({"version": 1, "moves": [json.loads(move.model_dump_json())]})  # written before the field
+    assert ReassignmentPlan.model_validate_json(older).partition_counts is None
+
+
+@pytest.mark.parametrize(("counts", "message"), [
+    ({"t": 3}, "partition t-3 is beyond the 3 partition\\(s\\) that partition_counts gives topic 't'"),
+    ({"t": 0, "u": 2}, "partition_counts gives topic 't' 0 partitions"),
+])
+def test_plan_partition_counts_must_agree_with_the_moves(counts, message):
+    move = Move(topic="t", partition=3, current_replicas=(1, 2), target_replicas=(3, 2))
+    with pytest.raises(ValidationError, match=message):
+        ReassignmentPlan(moves=(move,), partition_counts=counts)
+
+
+def test_the_planner_records_the_partition_count_of_every_moved_topic():
+    from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
+
+    snapshot = ClusterSnapshot(
+        brokers=tuple(Broker(id=b, rack=f"r{b}") for b in (1, 2, 3, 4)),
+        topics=(TopicState(name="moved", partition_count=4, replication_factor=2),
+                TopicState(name="still", partition_count=1, replication_factor=2)),
+        partitions=(*(PartitionState(topic="moved", partition=p, replicas=(1, 2), isr=(1, 2)) for p in range(4)),
+                    PartitionState(topic="still", partition=0, replicas=(3, 4), isr=(3, 4))),
+    )
+    result = plan_reassignment(snapshot, PlanRequest())
+    moved = {m.topic for m in result.plan.moves}
+    assert "moved" in moved
+    expected = {"moved": 4, **({"still": 1} if "still" in moved else {})}  # the moved topics only, by name
+    assert result.plan.partition_counts == expected and list(expected) == sorted(moved)
+    assert snapshot.partition_counts(["still"]) == {"still": 1}

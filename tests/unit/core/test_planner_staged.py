@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.core.plan_io import partition_counts_json
 from airflow_kafka_reassign.core.planner import PlanRequest, balance_leaders, plan_reassignment
 from airflow_kafka_reassign.core.planner.staged import LeaderInput, Placed, driver_leaders, move_fragments, plan_staged
 from airflow_kafka_reassign.core.planner.types import TopicMove
@@ -68,10 +69,14 @@ def test_fragments_are_the_pydantic_json() -> None:
         TopicMove('we"ird\\tøpic', 0, (1, 2), (1, 2, 3)),
         TopicMove("a", 7, (5, 6, 7), (6, 5)),
     ]
-    plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves))
+    counts = {"a": 8, "orders": 4, 'we"ird\\tøpic': 1}
+    plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves), partition_counts=counts)
     frags = [move_fragments(m) for m in moves]
-    assert '{"version":1,"moves":[' + ",".join(f[0] for f in frags) + "]}" == plan.model_dump_json()
-    assert '{"version":1,"moves":[' + ",".join(f[1] for f in frags) + "]}" == plan.rollback().model_dump_json()
+    tail = '],"partition_counts":' + partition_counts_json(counts).decode() + "}"
+    assert '{"version":1,"moves":[' + ",".join(f[0] for f in frags) + tail == plan.model_dump_json()
+    assert '{"version":1,"moves":[' + ",".join(f[1] for f in frags) + tail == plan.rollback().model_dump_json()
+    unknown = plan.model_copy(update={"partition_counts": None})  # a plan without counts: null, as pydantic writes
+    assert unknown.model_dump_json().endswith('],"partition_counts":' + partition_counts_json(None).decode() + "}")
     assert '{"version":1,"partitions":[' + ",".join(f[2] for f in frags) + "]}" == plan.to_kafka_json()
     assert '{"version":1,"partitions":[' + ",".join(f[3] for f in frags) + "]}" == plan.rollback().to_kafka_json()
 

@@ -150,8 +150,32 @@ def test_a_foreign_reassignment_fails_the_task_before_anything_changes(tmp_path,
     assert cluster.broker_configs == {b: {} for b in RACKS}
 
 
+def test_a_plan_naming_a_broker_the_cluster_lacks_fails_the_task_before_anything_is_sent(tmp_path, cluster):
+    moves = [MOVES[0], Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(2, 99))]
+    plan_dir = write_plan(tmp_path / "plan", moves, rollback=False)
+    ti = TI()
+    with pytest.raises(AirflowFailException, match="the plan was refused: the whole plan is refused") as e:
+        op(plan_dir, throttle_bytes_per_sec=1000).execute({"ti": ti})
+    assert "broker 99 does not exist in the cluster" in str(e.value) and "Plan again" in str(e.value)
+    assert cluster.alter_requests == [] and cluster.broker_configs == {b: {} for b in RACKS}
+    assert not (plan_dir / ROLLBACK_FILE).exists() and not (plan_dir / "run" / THROTTLE_BACKUP_FILE).exists()
+    assert ti.pushed["summary"]["plan_errors"][0].startswith("broker 99")
+
+
+def test_on_plan_error_skip_runs_the_other_moves_and_fails_the_task_naming_the_refused_one(
+        tmp_path, cluster, monkeypatch):
+    completing(cluster, monkeypatch)
+    moves = [MOVES[0], Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(2, 99))]
+    plan_dir = write_plan(tmp_path / "plan", moves)
+    with pytest.raises(AirflowFailException, match="1 refused or failed move") as e:
+        op(plan_dir, on_plan_error="skip").execute({"ti": TI()})
+    assert "t-1" in str(e.value) and cluster.replicas[tp("t", 0)] == (3, 4)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"max_moves": 0}, "max_moves"),
+    ({"on_plan_error": "ignore"}, "on_plan_error"),
+    ({"strict": True, "on_plan_error": "skip"}, "strict=True"),
     ({"order": "random"}, "order"),
     ({"rf_guard": "off"}, "rf_guard"),
     ({"deadline": "soon"}, "deadline"),

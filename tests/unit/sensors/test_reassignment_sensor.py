@@ -242,6 +242,22 @@ def test_blocked_plan_fails_naming_the_partitions(fake, plan_dir):
         sensor(plan_dir).execute({})
 
 
+def test_submit_pending_refuses_a_plan_with_plan_errors_and_the_wait_ends_blocked(fake, tmp_path, capsys):
+    plan = ReassignmentPlan(moves=(
+        Move(topic="orders", partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
+        Move(topic="orders", partition=1, current_replicas=(1, 2), target_replicas=(99, 2)),
+    ))
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "plan.json").write_text(plan.model_dump_json())
+    (d / "metrics.json").write_text(json.dumps({"format_version": 1}))
+    with pytest.raises(AirflowFailException, match=r"2 of 2 move\(s\) cannot complete") as e:
+        sensor(d, submit_pending=True, throttle_bytes_per_sec=1000).execute({})
+    assert "name broker 99" in str(e.value)
+    assert fake.alter_requests == [] and fake.broker_configs == {b: {} for b in (1, 2, 3, 4)}
+    assert "broker 99 does not exist in the cluster" in "\n".join(task_log(capsys))  # the refusal, once
+
+
 def test_unreachable_cluster_is_tolerated_twice(fake, plan_dir, monkeypatch):
     from airflow_kafka_reassign.exceptions import ClusterUnreachableError
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 
+from airflow_kafka_reassign.core.models import ReassignmentPlan
 from airflow_kafka_reassign.core.plan_io import write_plan_fragments
 from airflow_kafka_reassign.core.planner.staged import move_fragments
 from airflow_kafka_reassign.core.planner.types import TopicMove
-from airflow_kafka_reassign.spark.plan_job import file_parts, plan_file_parts
+from airflow_kafka_reassign.spark.plan_job import file_parts, plan_file_parts, plan_partition_counts
 
 
 def moves(topic: str, n: int) -> tuple[str, list[tuple[str, str, str, str]]]:
@@ -48,5 +49,27 @@ def test_interleaved_tasks_are_cut_topic_by_topic(tmp_path):
 
 def test_no_moves_give_empty_files(tmp_path):
     assert plan_file_parts([]) == (0, [])
-    write_plan_fragments([], tmp_path)
-    assert json.loads((tmp_path / "plan.json").read_text(encoding="utf-8")) == {"version": 1, "moves": []}
+    write_plan_fragments([], tmp_path, partition_counts=plan_partition_counts([]))
+    assert json.loads((tmp_path / "plan.json").read_text(encoding="utf-8")) == {
+        "version": 1, "moves": [], "partition_counts": {}}
+
+
+def test_the_partition_counts_of_the_moved_topics_go_into_plan_and_rollback(tmp_path):
+    # each task knows the partition count of the topics it moves (every row of the topic)
+    tasks = [file_parts([moves("c", 1), moves("d", 2)], [6, 2]), file_parts([moves("a", 2)], [12])]
+    moved, parts = plan_file_parts(tasks)
+    counts = plan_partition_counts(tasks)
+    assert counts == {"a": 12, "c": 6, "d": 2} and list(counts) == ["a", "c", "d"]
+    write_plan_fragments(parts, tmp_path, partition_counts=counts)
+    for name in ("plan.json", "rollback.json"):
+        plan = ReassignmentPlan.model_validate_json((tmp_path / name).read_bytes())
+        assert plan.partition_counts == {"a": 12, "c": 6, "d": 2}
+        assert (tmp_path / name).read_text(encoding="utf-8") == plan.model_dump_json()  # pydantic's own bytes
+    assert "partition_counts" not in (tmp_path / "reassignment.json").read_text(encoding="utf-8")  # Kafka's format
+
+
+def test_a_task_without_counts_gives_a_plan_without_counts(tmp_path):
+    tasks = [file_parts([moves("a", 1)])]
+    assert plan_partition_counts(tasks) is None
+    write_plan_fragments(plan_file_parts(tasks)[1], tmp_path, partition_counts=None)
+    assert ReassignmentPlan.model_validate_json((tmp_path / "plan.json").read_bytes()).partition_counts is None

@@ -1,0 +1,137 @@
+"""Cost of the execution engine's step and of the sensor's poke, per move, on the in-memory fake (issue 18).
+
+    .venv/bin/python tests/benchmarks/bench_step.py [--moves 10000 50000 100000] [--pokes 10000 50000]
+
+Prints numbers only; asserts nothing about time. Before printing a figure it asserts that it measured what the figure
+says: every move submitted by the one step (and in flight on the fake, sent in one request), every partition of the
+poke observed in flight.
+
+* **step**: one :func:`~airflow_kafka_reassign.core.execution.step` of a plan of N pending moves, no limits (the
+  operator's default: everything at once): observe, classify, pre-flight (plan errors), order, submit. One replica
+  of every RF-2 partition moves; topics of 1,000 partitions; 6 brokers in 3 racks.
+* **poke**: one :meth:`~airflow_kafka_reassign.core.progress.ReassignmentWatch.poke` (what the sensor and the trigger
+  run every poke_interval) with N partitions in flight, sizes measured (bytes, throughput, ETA).
+
+CPU seconds of this process (``time.process_time``), best of ``--repeat``; "in the fake" is the part spent inside
+the fake's port methods (building its snapshot: validated pydantic partitions, unlike the Kafka adapter's), so
+"core" is what the engine itself costs. A cost linear in the moves shows as a flat µs per move across the sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.progress import ReassignmentWatch
+from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2", 6: "r3"}
+PER_TOPIC = 1000
+
+
+class Timed:
+    """The fake, with the CPU time spent in its port methods summed up."""
+
+    def __init__(self, fake: FakeClusterAdmin) -> None:
+        self.fake = fake
+        self.spent = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.fake, name)
+        if not callable(attr):
+            return attr
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return attr(*a, **kw)
+            finally:
+                self.spent += time.process_time() - t0
+
+        return timed
+
+
+def cluster(n: int) -> tuple[FakeClusterAdmin, ReassignmentPlan]:
+    """N RF-2 partitions on brokers 1-3 (topics of PER_TOPIC), and a plan moving each one's follower to 4-6."""
+    topics: dict[str, list[list[int]]] = {}
+    moves: list[Move] = []
+    for t in range((n + PER_TOPIC - 1) // PER_TOPIC):
+        name = f"bench-{t:04d}"
+        count = min(PER_TOPIC, n - t * PER_TOPIC)
+        topics[name] = [[1 + p % 3, 1 + (p + 1) % 3] for p in range(count)]
+        moves.extend(Move.model_construct(topic=name, partition=p, current_replicas=tuple(r),
+                                          target_replicas=(r[0], 4 + p % 3), allow_rf_change=False)
+                     for p, r in enumerate(topics[name]))
+    counts = {name: len(parts) for name, parts in topics.items()}
+    plan = ReassignmentPlan.model_construct(moves=tuple(moves), partition_counts=counts)
+    return FakeClusterAdmin.build(brokers=RACKS, topics=topics), plan
+
+
+def best(repeat: int, make: Callable[[], tuple[Timed, Callable[[Timed], Any]]],
+         check: Callable[[Timed, Any], None]) -> tuple[float, float]:
+    """(total, in the fake) CPU seconds of the fastest of ``repeat`` runs, each on a fresh cluster, each checked."""
+    runs = []
+    for _ in range(repeat):
+        admin, call = make()
+        t0 = time.process_time()
+        out = call(admin)
+        total = time.process_time() - t0
+        check(admin, out)
+        runs.append((total, admin.spent))
+    return min(runs)
+
+
+def bench_step(n: int, repeat: int) -> None:
+    def make() -> tuple[Timed, Callable[[Timed], Any]]:
+        fake, plan = cluster(n)
+        return Timed(fake), lambda admin: step(admin, plan, ExecutionLimits(), ExecutionOptions(), settle_s=0)  # type: ignore[arg-type]
+
+    def check(admin: Timed, status: Any) -> None:
+        # it measured what it says: n moves submitted, once each, in one request, all in flight now
+        assert status.plan_errors == [] and status.blocked is None, status.blocked
+        assert len(status.submitted) == n and len(set(status.submitted)) == n, len(status.submitted)
+        assert len(admin.fake.inflight) == n and len(admin.fake.alter_requests) == 1
+        assert len(admin.fake.alter_requests[0][0]) == n and status.pending == []
+
+    total, fake = best(repeat, make, check)
+    print(f"step   {n:>7,} moves submitted: {total:6.2f} s CPU, {total / n * 1e6:5.1f} µs/move "
+          f"(core {(total - fake) / n * 1e6:5.1f} µs/move, in the fake {fake / n * 1e6:5.1f})", flush=True)
+
+
+def bench_poke(n: int, repeat: int) -> None:
+    def make() -> tuple[Timed, Callable[[Timed], Any]]:
+        fake, plan = cluster(n)
+        fake.alter_reassignments({m.tp: m.target_replicas for m in plan.moves})
+        for m in plan.moves:
+            fake.sizes[TopicPartition(m.topic, m.partition)] = {b: 1_000_000 for b in m.current_replicas or ()}
+        watch = ReassignmentWatch(plan, started_at=0.0, stuck_after_s=600, settle_s=0)
+        return Timed(fake), lambda admin: watch.poke(admin, now=1.0)  # type: ignore[arg-type]
+
+    def check(admin: Timed, progress: Any) -> None:
+        obs = progress.observation
+        assert obs.moves == n and obs.in_flight == n and len(admin.fake.inflight) == n, obs.counts
+        assert obs.bytes_total == n * 1_000_000, obs.bytes_total  # every partition's sizes were read
+
+    total, fake = best(repeat, make, check)
+    print(f"poke   {n:>7,} partitions in flight: {total:6.2f} s CPU, {total / n * 1e6:5.1f} µs/partition "
+          f"(core {(total - fake) / n * 1e6:5.1f} µs/partition, in the fake {fake / n * 1e6:5.1f})", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--moves", type=int, nargs="*", default=[10_000, 50_000, 100_000])
+    ap.add_argument("--pokes", type=int, nargs="*", default=[10_000, 50_000])
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    for n in args.moves:
+        bench_step(n, args.repeat)
+    for n in args.pokes:
+        bench_poke(n, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
