@@ -14,7 +14,10 @@ given, else the file system's own defaults (for S3 the ``AWS_*`` environment var
 ``plan`` submits the Spark job (``spark-submit``, ``--master local[*]`` by default; any
 master URL works) unless ``--no-spark`` plans in this process. Security settings go in a
 file (``--command-config``, librdkafka ``key=value`` lines like Kafka's own tools), never on
-the command line. Exit codes: 0 done, 2 bad input (the reason on stderr), 1 other failures.
+the command line. Exit codes: 0 done, 2 bad input (the reason on stderr: a bad argument or file,
+a snapshot whose files do not hold the counts its snapshot.json records), 1 other failures (the
+reason on stderr), among them a cluster that did not give a complete snapshot within
+``--settle-timeout`` seconds: nothing is written then, and the error names what was missing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
 from airflow_kafka_reassign.core.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 
@@ -81,16 +85,18 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     config: dict[str, Any] = _kv_file(args.command_config) if args.command_config else {}
     config["bootstrap.servers"] = args.bootstrap_servers
     admin = KafkaClusterAdmin(config, timeout_s=args.timeout)
-    try:
-        snapshot = admin.snapshot(include_sizes=args.sizes)
+    try:  # complete or IncompleteSnapshotError (exit 1): nothing is written from a partial view
+        snapshot = admin.snapshot(include_sizes=args.sizes, settle_timeout_s=args.settle_timeout)
     finally:
         admin.close()
     with _writable(args.out, args) as local:
         write_snapshot(snapshot, local)
     out = args.out
+    check = snapshot.check
+    reads = f", complete after {check.attempts} read(s)" if check is not None and check.attempts else ""
     print(
         f"snapshot of {len(snapshot.brokers)} brokers, {len(snapshot.topics)} topics, "
-        f"{len(snapshot.partitions)} partitions -> {out}"
+        f"{len(snapshot.partitions)} partitions{reads} -> {out}"
     )
     return 0
 
@@ -217,7 +223,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--command-config", help="librdkafka key=value file with security settings")
     s.add_argument("--out", required=True, help="snapshot directory to write")
     s.add_argument("--sizes", action="store_true", help="also record replica sizes (DescribeLogDirs)")
-    s.add_argument("--timeout", type=float, default=30.0)
+    s.add_argument("--timeout", type=float, default=30.0, help="bound on each request to the cluster (s)")
+    s.add_argument("--settle-timeout", type=float, default=DEFAULT_SETTLE_S, metavar="SECONDS",
+                   help="how long to keep reading while the cluster's metadata settles (topics created a moment "
+                        f"ago not yet known to every broker) before failing with what is missing (default {DEFAULT_SETTLE_S:g})")
     s.set_defaults(func=cmd_snapshot)
 
     p = sub.add_parser("plan", help="plan a reassignment from a snapshot (Spark job)")

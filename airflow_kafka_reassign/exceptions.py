@@ -24,3 +24,16 @@ class GuardRefusedError(KafkaReassignError):
 
 class UnsupportedBrokerError(GuardRefusedError):
     """The brokers lack a feature a guard relies on (for example KIP-860 needs Kafka 4.1+)."""
+
+
+class IncompleteSnapshotError(KafkaReassignError):
+    """The cluster did not give a complete snapshot within the time budget (its metadata had not
+    settled: topics created or changed a moment ago not yet visible everywhere). Nothing was
+    written and no plan was made; retrying later can fix it.
+
+    ``missing`` maps each topic to what was missing of it (``""``: the whole cluster, for
+    example brokers whose metadata lagged behind the controller)."""
+
+    def __init__(self, message: str, missing: dict[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__(message)
+        self.missing: dict[str, tuple[str, ...]] = dict(missing or {})

@@ -5,7 +5,9 @@ AlterPartitionReassignments with KIP-860's AllowReplicationFactorChange semantic
 (including an already-reassigning partition compared by its target size), cancel back to the
 original replicas (KIP-455), dynamic throttle configs, CreatePartitions. Reassignments stay
 in flight until :meth:`FakeClusterAdmin.complete` is called (or at once with
-``auto_complete=True``).
+``auto_complete=True``). Snapshots are complete or fail as the adapter's do: :meth:`FakeClusterAdmin.hide`
+makes a topic's configs or partitions invisible for some reads, as while the cluster's metadata
+settles, and the snapshot reads again on the fake's own clock (no real waiting).
 
 It is a fake: nothing here proves that the real cluster behaves the same. The integration
 tests in ``tests/integration`` do that against a real multi-broker Kafka.
@@ -20,13 +22,14 @@ Example::
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
+from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
     PartitionState,
+    SnapshotCheck,
     TopicPartition,
     TopicState,
     check_replica_list,
@@ -72,6 +75,11 @@ class FakeClusterAdmin:
         self.calls: dict[str, int] = {}
         #: Every alter request as (targets, allow_replication_factor_change), for assertions.
         self.alter_requests: list[tuple[dict[TopicPartition, tuple[int, ...] | None], bool]] = []
+        #: Topics whose metadata has not settled (:meth:`hide`): (configs unreadable, partitions absent, reads left).
+        self.hidden: dict[str, tuple[bool, frozenset[int], int | None]] = {}
+        #: The fake's clock in seconds (:meth:`sleep`), and the reads its snapshots made (several while unsettled).
+        self.now = 0.0
+        self.snapshot_reads = 0
 
     @classmethod
     def build(
@@ -100,17 +108,70 @@ class FakeClusterAdmin:
                 _, target = self.inflight.pop(tp)
                 self.replicas[tp] = target
 
+    def hide(self, topic: str, *, configs: bool = False, partitions: Collection[int] = (),
+             reads: int | None = None) -> None:
+        """Make the cluster's metadata unsettled for ``topic``, as right after it was created or grown:
+        its configs unreadable (``configs``) and/or ``partitions`` absent from the metadata, for the
+        next ``reads`` reads of a snapshot (``None``: until :meth:`reveal`). As on a real cluster,
+        only a partition below the highest one visible can be told missing from the metadata alone:
+        hide the last ones and the topic looks smaller (the adapter waits for every broker to catch
+        up with the controller's metadata first, which this fake does not model)."""
+        self.hidden[topic] = (configs, frozenset(partitions), reads)
+
+    def reveal(self, topic: str | None = None) -> None:
+        """Undo :meth:`hide` (for ``topic``, or every topic)."""
+        if topic is None:
+            self.hidden.clear()
+        else:
+            self.hidden.pop(topic, None)
+
+    def sleep(self, seconds: float) -> None:
+        """The fake's clock: a snapshot's pauses between reads advance it, and take no time."""
+        self.now += seconds
+
     # -- the port ---------------------------------------------------------------------------
 
-    def snapshot(self, *, topics: Collection[str] | None = None, include_sizes: bool = False) -> ClusterSnapshot:
+    def snapshot(self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+                 settle_timeout_s: float | None = None) -> ClusterSnapshot:
+        """As the Kafka adapter: complete, or :class:`IncompleteSnapshotError` once
+        ``settle_timeout_s`` (of the fake's clock) is spent with a topic still :meth:`hide` -den."""
         self.calls["snapshot"] = self.calls.get("snapshot", 0) + 1
         names = sorted(topics if topics is not None else self.topics)
         missing = [n for n in names if n not in self.topics]
         if missing:  # as the adapter does
             raise ConfigurationError(f"topic(s) {', '.join(missing)} do not exist in the cluster")
+        budget = DEFAULT_SETTLE_S if settle_timeout_s is None else settle_timeout_s
+        snap, attempts, spent = settle(lambda: self._read(names), budget_s=budget, what="the fake cluster",
+                                       sleep=self.sleep, clock=lambda: self.now)
+        check = SnapshotCheck.of(snap, source="cluster", attempts=attempts, settle_s=spent)
+        return snap.model_copy(update={"check": check})
+
+    def _read(self, names: Sequence[str]) -> tuple[ClusterSnapshot | None, Gaps]:
+        """One read of the views a snapshot combines, checked as the adapter checks them."""
+        self.snapshot_reads += 1
+        unread: set[str] = set()
+        absent: set[TopicPartition] = set()
+        for topic, (configs, partitions, reads) in list(self.hidden.items()):
+            if configs:
+                unread.add(topic)
+            absent.update(TopicPartition(topic, p) for p in partitions)
+            if reads is not None:
+                if reads <= 1:
+                    del self.hidden[topic]
+                else:
+                    self.hidden[topic] = (configs, partitions, reads - 1)
+        wanted = set(names)
+        metadata: dict[str, dict[int, tuple[int, ...]]] = {n: {} for n in names}
+        for tp in self.replicas:
+            if tp.topic in wanted and tp not in absent:
+                metadata[tp.topic][tp.partition] = self._replica_view(tp)[0]
+        gaps = find_gaps({n: TopicMetadata(parts) for n, parts in metadata.items()},
+                         configs=wanted - unread, reassigning=set(self.inflight))
+        if gaps:
+            return None, gaps
         parts = []
         for tp in sorted(self.replicas):
-            if tp.topic not in names:
+            if tp.topic not in wanted or tp in absent:
                 continue
             replicas, adding, removing = self._replica_view(tp)
             live = tuple(b for b in replicas if b not in self.down)
@@ -118,14 +179,14 @@ class FakeClusterAdmin:
                 topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
                 leader=live[0] if live else None, adding_replicas=adding, removing_replicas=removing,
             ))
-        counts = Counter(tp.topic for tp in self.replicas)
         topic_states = tuple(
             self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
-                                              "partition_count": counts[n]})
+                                              "partition_count": len(metadata[n])})
             for n in names
         )
         live_brokers = tuple(b for b in self.brokers if b.id not in self.down)
-        return ClusterSnapshot(cluster_id="fake", brokers=live_brokers, topics=topic_states, partitions=tuple(parts))
+        return ClusterSnapshot(cluster_id="fake", brokers=live_brokers, topics=topic_states,
+                               partitions=tuple(parts)), gaps
 
     def _replica_view(self, tp: TopicPartition) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         if tp not in self.inflight:

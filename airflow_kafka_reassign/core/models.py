@@ -199,8 +199,53 @@ class PartitionState(_Frozen):
         return len(self.target_replicas)
 
 
+class SnapshotCheck(_Frozen):
+    """How a snapshot was checked complete: its counts, per topic and in all.
+
+    The Kafka adapter sets it on the snapshots it takes (``source="cluster"``: every partition of
+    every topic's partition count in the metadata, with configs and, when asked, sizes, consistent
+    with each other; see :mod:`airflow_kafka_reassign.core.completeness`). ``write_snapshot``
+    keeps it in snapshot.json under ``check`` (counted from the content, ``source="content"``, for
+    a snapshot built in memory), and every reader that plans checks the files against it.
+    """
+
+    #: ``cluster``: checked against the cluster when taken; ``content``: counted when written.
+    source: Literal["cluster", "content"] = "content"
+    topics: int = Field(ge=0)
+    partitions: int = Field(ge=0)
+    replicas: int = Field(ge=0)
+    #: Every partition carries the sizes of its replicas.
+    replica_sizes: bool = False
+    #: Partitions per topic (partition ids 0 to count - 1).
+    partition_counts: dict[str, int] = Field(default_factory=dict)
+    #: Reads of the cluster it took, and the seconds they spanned (``source="cluster"``).
+    attempts: int | None = None
+    settle_s: float | None = None
+
+    @classmethod
+    def of(cls, snapshot: ClusterSnapshot, **fields: Any) -> SnapshotCheck:
+        """The counts of ``snapshot``'s partitions (``fields``: the other fields)."""
+        counts = Counter(p.topic for p in snapshot.partitions)
+        return cls(
+            topics=len(counts),
+            partitions=len(snapshot.partitions),
+            replicas=sum(len(p.replicas) for p in snapshot.partitions),
+            replica_sizes=bool(snapshot.partitions) and all(p.replica_sizes is not None for p in snapshot.partitions),
+            partition_counts=dict(sorted(counts.items())),
+            **fields,
+        )
+
+    def same_counts(self, other: SnapshotCheck) -> bool:
+        return (self.topics, self.partitions, self.replicas, self.replica_sizes, self.partition_counts) == (
+            other.topics, other.partitions, other.replicas, other.replica_sizes, other.partition_counts)
+
+
 class ClusterSnapshot(_Frozen):
-    """Brokers, topics and partitions at one moment, plus what the controller was moving."""
+    """Brokers, topics and partitions at one moment, plus what the controller was moving.
+
+    ``check`` records how the snapshot was checked complete (:class:`SnapshotCheck`): set by the
+    Kafka adapter and by :func:`~airflow_kafka_reassign.core.snapshot_io.read_snapshot`.
+    """
 
     format_version: int = 1
     cluster_id: str | None = None
@@ -208,6 +253,7 @@ class ClusterSnapshot(_Frozen):
     brokers: tuple[Broker, ...]
     topics: tuple[TopicState, ...] = ()
     partitions: tuple[PartitionState, ...] = ()
+    check: SnapshotCheck | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSnapshot:

@@ -1,7 +1,7 @@
 """What the core needs from a Kafka cluster: the :class:`ClusterAdmin` port.
 
 The Kafka adapter (:mod:`airflow_kafka_reassign.kafka.admin`) implements it against a real
-cluster; unit tests use the in-memory fake in ``tests/fakes.py``. Everything crossing the port
+cluster; unit tests use the in-memory fake in ``airflow_kafka_reassign/testing.py``. Everything crossing the port
 is a core model or a small result record defined here, so the planner, guards and
 progress rules never see a Kafka client object.
 """
@@ -121,11 +121,20 @@ class ClusterAdmin(Protocol):
     """The admin operations the provider needs, in core terms."""
 
     def snapshot(
-        self, *, topics: Collection[str] | None = None, include_sizes: bool = False
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+        settle_timeout_s: float | None = None,
     ) -> ClusterSnapshot:
         """Brokers with racks, topics (internal flag, configs that matter), partitions, and
         the controller's in-flight reassignments merged in (adding/removing replicas).
-        ``include_sizes`` adds replica sizes from DescribeLogDirs."""
+        ``include_sizes`` adds replica sizes from DescribeLogDirs.
+
+        Complete or an error: every partition of every selected topic (``topics``; ``None``: all),
+        with its topic's configs and (``include_sizes``) its replicas' sizes. While the cluster's
+        views disagree it reads again for up to ``settle_timeout_s`` (``None``:
+        :data:`~airflow_kafka_reassign.core.completeness.DEFAULT_SETTLE_S`), then raises
+        :class:`~airflow_kafka_reassign.exceptions.IncompleteSnapshotError` naming what is missing;
+        a named topic that does not exist raises ``ConfigurationError``. The snapshot's ``check``
+        records its counts."""
         ...
 
     def list_reassignments(

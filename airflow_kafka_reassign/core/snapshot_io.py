@@ -3,7 +3,9 @@
 Layout (``format_version`` 1; see docs/formats.md)::
 
     SNAPSHOT_DIR/
-      snapshot.json        {"format_version": 1, "cluster_id": ..., "taken_at": ISO-8601}
+      snapshot.json        {"format_version": 1, "cluster_id": ..., "taken_at": ISO-8601,
+                            "check": {"source", "topics", "partitions", "replicas", "replica_sizes",
+                                      "partition_counts": {topic: n}, "attempts", "settle_s"}}
       brokers.parquet      id int32, rack string (null: no broker.rack)
       topics.parquet       name string, internal bool, partition_count int32,
                            replication_factor int32, configs map<string, string>
@@ -18,18 +20,31 @@ in one Parquet row group (:data:`ROW_GROUP_ROWS` rows or more per group), so eac
 Spark job reads holds whole topics and the job needs no shuffle (a file written otherwise still
 plans: the job then shuffles by topic). Reading validates the whole snapshot with the core
 models, so a hand-edited file with a bad replica list fails with the partition named.
+
+``check`` records the snapshot's counts (:class:`~airflow_kafka_reassign.core.models.SnapshotCheck`):
+:func:`write_snapshot` refuses a snapshot whose partitions do not cover each topic's partition count,
+and :func:`read_snapshot` (like the Spark plan job) refuses files that do not hold what it records
+(:func:`check_files`), naming the topic and the counts. A snapshot written before the record existed
+still reads, with a warning.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, TopicState
+from airflow_kafka_reassign.core.completeness import PartitionIds, compare_counts, id_ranges, mismatch_message
+from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, SnapshotCheck, TopicState
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
@@ -95,8 +110,50 @@ def write_partitions(table: pa.Table, path: str | Path, rows: int = ROW_GROUP_RO
             writer.write_table(table.slice(offset, length), row_group_size=max(1, length))
 
 
+def content_check(snapshot: ClusterSnapshot) -> SnapshotCheck:
+    """The counts of ``snapshot`` to record, after checking that it is whole: every topic's
+    partitions 0 to ``partition_count`` - 1, each once, no partition of a topic it does not list,
+    and, when the snapshot carries a :class:`SnapshotCheck`, the same counts. ``ValueError``
+    naming the topic otherwise: a partial snapshot is never written."""
+    ids: dict[str, list[int]] = defaultdict(list)
+    for p in snapshot.partitions:
+        ids[p.topic].append(p.partition)
+    problems = []
+    listed = {t.name: t.partition_count for t in snapshot.topics}
+    for name in sorted(set(ids) | set(listed)):
+        have = sorted(ids.get(name, ()))
+        want = listed.get(name)
+        if want is None:
+            problems.append(f"partitions of topic {name!r}, which is not in its topics")
+        elif have != list(range(want)):
+            absent = sorted(set(range(want)) - set(have))
+            extra = sorted(set(have) - set(range(want)))
+            what = [f"lacks partition(s) {id_ranges(absent)}"] if absent else []
+            what += [f"has partition(s) {id_ranges(extra)} beyond"] if extra else []
+            what += ["lists a partition twice"] if not what else []
+            problems.append(f"topic {name!r} of {want} partition(s) {' and '.join(what)}")
+    if problems:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise ValueError(f"refusing to write a partial snapshot: {'; '.join(problems[:5])}{more}")
+    counted = SnapshotCheck.of(snapshot)
+    if snapshot.check is None:
+        return counted
+    if not snapshot.check.same_counts(counted):
+        raise ValueError(
+            f"refusing to write a snapshot that no longer holds what its check records ({snapshot.check.partitions} "
+            f"partition(s) of {snapshot.check.topics} topic(s), {snapshot.check.replicas} replica(s); it holds "
+            f"{counted.partitions}, {counted.topics} and {counted.replicas}): it was changed after it was taken. "
+            "Take a new snapshot, or write the changed one with check=None (model_copy(update={'check': None}))"
+        )
+    return snapshot.check
+
+
 def write_snapshot(snapshot: ClusterSnapshot, directory: str | Path) -> Path:
-    """Write ``snapshot`` into ``directory`` (created); returns the directory."""
+    """Write ``snapshot`` into ``directory`` (created); returns the directory.
+
+    snapshot.json records the counts (:func:`content_check`: a snapshot that does not hold every
+    partition of its topics is refused with ``ValueError``)."""
+    check = content_check(snapshot)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"id": [b.id for b in snapshot.brokers], "rack": [b.rack for b in snapshot.brokers]},
@@ -110,23 +167,90 @@ def write_snapshot(snapshot: ClusterSnapshot, directory: str | Path) -> Path:
     }, schema=TOPICS_SCHEMA), out / "topics.parquet")
     write_partitions(partitions_table(snapshot), out / "partitions.parquet")
     meta = {"format_version": FORMAT_VERSION, "cluster_id": snapshot.cluster_id,
-            "taken_at": snapshot.taken_at.isoformat()}
+            "taken_at": snapshot.taken_at.isoformat(), "check": check.model_dump(mode="json")}
     (out / "snapshot.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out
 
 
-def read_snapshot(directory: str | Path) -> ClusterSnapshot:
-    """Read and validate a snapshot directory written by :func:`write_snapshot`."""
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    """snapshot.json of a snapshot directory (``ValueError`` when it is not one, or of another format)."""
     src = Path(directory)
     meta_path = src / "snapshot.json"
     if not meta_path.is_file():
         raise ValueError(f"{src} is not a snapshot directory: {meta_path.name} is missing")
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta: dict[str, Any] = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{meta_path} is not valid JSON ({e}); take a new snapshot") from None
     if meta.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{src}: snapshot format_version {meta.get('format_version')!r} is not supported "
             f"(this version reads {FORMAT_VERSION}); take a new snapshot"
         )
+    return meta
+
+
+def recorded_check(meta: dict[str, Any], where: str) -> SnapshotCheck | None:
+    """The :class:`SnapshotCheck` snapshot.json records; ``None`` (with a warning) for a snapshot
+    written before the record existed."""
+    raw = meta.get("check")
+    if raw is None:
+        log.warning("snapshot %s records no check of its partition counts (written by an older version): "
+                    "reading it unchecked; take a new snapshot to have it checked", where)
+        return None
+    try:
+        return SnapshotCheck.model_validate(raw)
+    except ValueError as e:
+        raise ValueError(f"snapshot {where}: snapshot.json's check is not valid ({e}); take a new snapshot") from None
+
+
+def partition_ids(table: pa.Table) -> tuple[dict[str, PartitionIds], int, bool]:
+    """Per topic of a partitions table (columns topic, partition, replicas, replica_sizes): its
+    :class:`PartitionIds`; the replicas in all; whether every row has sizes. Vectorised: a
+    million rows take a fraction of a second."""
+    grouped = table.select(["topic", "partition"]).group_by("topic").aggregate([
+        ("partition", "count"), ("partition", "count_distinct"), ("partition", "min"), ("partition", "max"),
+    ])
+    stats = {
+        t: PartitionIds(int(n), int(d), int(lo), int(hi))
+        for t, n, d, lo, hi in zip(
+            grouped.column("topic").to_pylist(), grouped.column("partition_count").to_pylist(),
+            grouped.column("partition_count_distinct").to_pylist(), grouped.column("partition_min").to_pylist(),
+            grouped.column("partition_max").to_pylist(), strict=True)
+    }
+    replicas = int(pc.sum(pc.list_value_length(table.column("replicas"))).as_py() or 0) if table.num_rows else 0
+    sizes = table.column("replica_sizes").null_count == 0 if "replica_sizes" in table.column_names else False
+    return stats, replicas, sizes
+
+
+def check_files(directory: str | Path, *, meta: dict[str, Any] | None = None) -> SnapshotCheck | None:
+    """Check a snapshot directory's Parquet files against the counts snapshot.json records: the
+    record, or ``None`` (a warning) when it has none. ``ValueError`` naming the topic and the
+    counts when they disagree (what the plan job turns into exit code 2)."""
+    src = Path(directory)
+    record = recorded_check(read_meta(src) if meta is None else meta, str(src))
+    if record is None:
+        return None
+    topics = pq.read_table(src / "topics.parquet", columns=["name", "partition_count"])
+    stats, replicas, sizes = partition_ids(
+        pq.read_table(src / "partitions.parquet", columns=["topic", "partition", "replicas", "replica_sizes"]))
+    problems = compare_counts(
+        record,
+        topics=dict(zip(topics.column("name").to_pylist(), topics.column("partition_count").to_pylist(), strict=True)),
+        partitions=stats, replicas=replicas, sizes_complete=sizes,
+    )
+    if problems:
+        raise ValueError(mismatch_message(str(src), problems))
+    return record
+
+
+def read_snapshot(directory: str | Path) -> ClusterSnapshot:
+    """Read and validate a snapshot directory written by :func:`write_snapshot`: every partition
+    with the models, and the files against the counts snapshot.json records (:func:`check_files`;
+    a snapshot without the record reads with a warning)."""
+    src = Path(directory)
+    meta = read_meta(src)
+    check = check_files(src, meta=meta)
     brokers = tuple(Broker(id=r["id"], rack=r["rack"]) for r in pq.read_table(src / "brokers.parquet").to_pylist())
     topics = tuple(
         TopicState(name=r["name"], internal=r["internal"], partition_count=r["partition_count"],
@@ -145,4 +269,5 @@ def read_snapshot(directory: str | Path) -> ClusterSnapshot:
         brokers=brokers,
         topics=topics,
         partitions=tuple(partitions),
+        check=check,
     )

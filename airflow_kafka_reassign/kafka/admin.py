@@ -48,11 +48,14 @@ from kafka import TopicPartition as KPTopicPartition
 from kafka import errors as kp_errors
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import AlterPartitionReassignmentsRequest
+from kafka.protocol.metadata import ApiVersionsRequest
 
+from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
     PartitionState,
+    SnapshotCheck,
     TopicPartition,
     TopicState,
     check_replica_list,
@@ -70,13 +73,14 @@ from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THR
 from airflow_kafka_reassign.exceptions import (
     ClusterUnreachableError,
     ConfigurationError,
+    IncompleteSnapshotError,
     UnsupportedBrokerError,
 )
 from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python, validate_client_config
 
-#: Named topics missing from the metadata are looked for again this many times, this far apart,
-#: before :meth:`KafkaClusterAdmin.snapshot` refuses them (a topic just created may not have
-#: reached the broker that answers yet).
+#: Named topics missing from the metadata are looked for again for this many times this long
+#: (3 s; within the snapshot's time budget) before :meth:`KafkaClusterAdmin.snapshot` refuses them
+#: (a topic just created may not have reached the broker that answers yet).
 NAMED_TOPIC_RETRIES = 3
 NAMED_TOPIC_RETRY_S = 1.0
 
@@ -170,6 +174,8 @@ class KafkaClusterAdmin:
         self._kp_lock = threading.Lock()
         self._last_alter_version: int | None = None
         self._sizes_warned: set[int] = set()
+        self._quorum_warned = False
+        self._barrier_warned: set[int] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -262,59 +268,161 @@ class KafkaClusterAdmin:
         versions = data.api_versions.get(api_key)
         return None if versions is None else int(versions[1])
 
+    def _applied_metadata_offsets(self, brokers: Sequence[int]) -> dict[int, int | None]:
+        """Each broker's applied metadata offset, from ApiVersions (v3+: ``FinalizedFeaturesEpoch``,
+        which KRaft brokers set to the offset of the metadata image they serve); ``None`` for a
+        broker that did not answer within :data:`BARRIER_TIMEOUT_S` (or reports none)."""
+        kp = self._kafka_python()
+        manager = kp._manager
+        timeout_ms = int(min(self._timeout_s, BARRIER_TIMEOUT_S) * 1000)
+
+        async def ask() -> dict[int, int | None]:
+            futures = {}
+            for b in brokers:
+                request = ApiVersionsRequest(client_software_name=manager.config["client_software_name"],
+                                             client_software_version=manager.config["client_software_version"],
+                                             min_version=3)
+                futures[b] = manager.send(request, node_id=b, request_timeout_ms=timeout_ms)
+            out: dict[int, int | None] = {}
+            for b, future in futures.items():
+                try:
+                    epoch = (await manager.wait_for(future, timeout_ms)).finalized_features_epoch
+                    out[b] = int(epoch) if epoch is not None and epoch >= 0 else None
+                except kp_errors.KafkaError as e:
+                    log.debug("ApiVersions to broker %s failed: %s: %s", b, type(e).__name__, e)
+                    out[b] = None
+            return out
+
+        result: dict[int, int | None] = manager.run(ask)
+        return result
+
+    def _metadata_high_watermark(self) -> int | None:
+        """The metadata log's high watermark (KRaft's DescribeQuorum), or ``None`` (a warning, once)
+        when the cluster does not answer it (no DESCRIBE on the cluster)."""
+        try:
+            quorum = self._kafka_python().describe_metadata_quorum()
+            part = quorum["topics"][0]["partitions"][0]
+            if part.get("error"):
+                raise kp_errors.KafkaError(part["error"])
+            return int(part["high_watermark"])
+        except (kp_errors.KafkaError, LookupError, TypeError, ValueError) as e:
+            if not self._quorum_warned:
+                log.warning("DescribeQuorum failed (%s: %s): a snapshot waits only until every broker has caught "
+                            "up with the most advanced one, not with the controller", type(e).__name__, e)
+                self._quorum_warned = True
+            return None
+
     def snapshot(
-        self, *, topics: Collection[str] | None = None, include_sizes: bool = False
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+        settle_timeout_s: float | None = None,
     ) -> ClusterSnapshot:
-        """Brokers, topics and partitions, with the controller's in-flight reassignments.
+        """Brokers, topics and partitions, with the controller's in-flight reassignments: complete, or an error.
 
-        Costs a constant number of batched requests, not one per partition: one Metadata
-        request for every partition's replicas, ISR and leader; DescribeConfigs for the
-        topics (sent first, awaited last); DescribeTopicPartitions only for ``__``-prefixed
-        topics, to read Kafka's internal flag; ListPartitionReassignments; and with
-        ``include_sizes`` one DescribeLogDirs per broker. A topic deleted (or not yet
-        propagated) between those requests is left out with a warning.
+        Every partition of every selected topic (``topics``; ``None``: all) is in the snapshot, with
+        its replicas, ISR and leader, its topic's configs and, with ``include_sizes``, the size of
+        every replica on a live broker, all consistent with each other
+        (:func:`~airflow_kafka_reassign.core.completeness.find_gaps`). While they are not (the
+        cluster's metadata settling after topics were created or grown: a topic whose configs the
+        answering broker does not know yet), it reads again, backing off, for up to
+        ``settle_timeout_s`` (default
+        :data:`~airflow_kafka_reassign.core.completeness.DEFAULT_SETTLE_S`), then raises
+        :class:`~airflow_kafka_reassign.exceptions.IncompleteSnapshotError` naming what is missing
+        per topic. Before reading it waits (within the same budget) until every live broker has
+        applied the cluster's metadata as it was when the snapshot began (:class:`_MetadataBarrier`:
+        each broker's applied offset from ApiVersions, against the metadata log's committed offset
+        from DescribeQuorum), so no broker answers with a view older than the snapshot: a topic
+        created before it is never missed because the answering broker had not applied it yet.
+        A named topic that does not exist raises ``ConfigurationError`` (once it has been missing
+        for :data:`NAMED_TOPIC_RETRIES` x :data:`NAMED_TOPIC_RETRY_S` seconds).
+
+        Costs a constant number of batched requests per read, not one per partition: until the
+        brokers have caught up, one DescribeQuorum and one ApiVersions per broker; then one
+        Metadata request for every partition's replicas, ISR and leader; DescribeConfigs for the
+        topics whose configs it lacks (sent first, awaited last); DescribeTopicPartitions only for
+        ``__``-prefixed topics, to read Kafka's internal flag; ListPartitionReassignments; and with
+        ``include_sizes`` one DescribeLogDirs per broker. The snapshot's ``check`` records the
+        counts, the reads it took and the seconds they spanned.
         """
+        budget = DEFAULT_SETTLE_S if settle_timeout_s is None else max(0.0, float(settle_timeout_s))
         cluster_id, brokers = self.describe_cluster_brokers()
+        live = {b.id for b in brokers}
         ck = self._confluent()
-        md = ck.list_topics(timeout=self._timeout_s)
-        wanted = set(topics) if topics is not None else set(md.topics)
-        missing = sorted(wanted - set(md.topics))
-        for _ in range(NAMED_TOPIC_RETRIES if topics is not None else 0):
-            if not missing:
-                break
-            # a topic created a moment ago may not be in this broker's metadata yet
-            time.sleep(NAMED_TOPIC_RETRY_S)
-            md = ck.list_topics(timeout=self._timeout_s)
-            missing = sorted(wanted - set(md.topics))
-        if topics is not None and missing:
-            raise ConfigurationError(
-                f"topic(s) {', '.join(missing)} do not exist in the cluster at {self._bootstrap}"
-            )
-        names = sorted(n for n in wanted if md.topics[n].error is None)
-        if not names:
-            return ClusterSnapshot(cluster_id=cluster_id, brokers=tuple(brokers))
-        config_futures = ck.describe_configs(
-            [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names], request_timeout=self._timeout_s
-        )
-        internal = self._internal_topics([n for n in names if n.startswith("__")])
-        inflight = self.list_reassignments()
-        sizes = self._replica_sizes() if include_sizes else None
-        configs = self._collect_configs(config_futures)
+        named = None if topics is None else set(topics)
+        if named is not None and not named:
+            return ClusterSnapshot(cluster_id=cluster_id, brokers=tuple(brokers), check=SnapshotCheck(
+                source="cluster", topics=0, partitions=0, replicas=0, attempts=1, settle_s=0.0))
+        barrier = _MetadataBarrier(self, live)
+        configs: dict[str, dict[str, str]] = {}
+        internal: dict[str, bool] = {}
+        missing: list[str] = []
+        missing_since: float | None = None
 
+        def unknown(names: Sequence[str]) -> ConfigurationError:
+            return ConfigurationError(f"topic(s) {', '.join(names)} do not exist in the cluster at {self._bootstrap}")
+
+        def attempt() -> tuple[ClusterSnapshot | None, Gaps]:
+            nonlocal missing, missing_since
+            behind = barrier.lagging()
+            if behind:
+                return None, Gaps(cluster=[behind])
+            md = ck.list_topics(timeout=self._timeout_s)
+            missing = sorted(named - set(md.topics)) if named is not None else []
+            if missing:
+                # a topic created a moment ago may not be in this broker's metadata yet: read again
+                # for a while (NAMED_TOPIC_RETRIES x NAMED_TOPIC_RETRY_S), then it does not exist
+                now = time.monotonic()
+                missing_since = now if missing_since is None else missing_since
+                if now - missing_since >= NAMED_TOPIC_RETRIES * NAMED_TOPIC_RETRY_S:
+                    raise unknown(missing)
+                return None, Gaps(cluster=[f"topic(s) {', '.join(missing)} not in the metadata"])
+            missing_since = None
+            names = sorted(named if named is not None else md.topics)
+            unread = [n for n in names if n not in configs and md.topics[n].error is None]
+            config_futures = ck.describe_configs(
+                [ConfigResource(ConfigResource.Type.TOPIC, n) for n in unread], request_timeout=self._timeout_s
+            ) if unread else {}
+            internal.update(self._internal_topics([n for n in names if n.startswith("__") and n not in internal]))
+            inflight = self.list_reassignments()
+            sizes = self._replica_sizes() if include_sizes else None
+            configs.update(self._collect_configs(config_futures))
+            view = {
+                n: TopicMetadata(
+                    {pid: (inflight[tp].replicas if (tp := TopicPartition(n, pid)) in inflight else p.replicas)
+                     for pid, p in md.topics[n].partitions.items()},
+                    None if md.topics[n].error is None else _error_name(md.topics[n].error),
+                )
+                for n in names
+            }
+            gaps = find_gaps(view, configs=configs, sizes=sizes, brokers=live, reassigning=inflight)
+            if gaps:
+                return None, gaps
+            return self._build_snapshot(cluster_id, brokers, md, names, configs, internal, inflight, sizes), gaps
+
+        what = f"the cluster at {self._bootstrap}" + (f" (topics {', '.join(sorted(named)[:5])}"
+                                                        f"{', ...' if len(named) > 5 else ''})" if named else "")
+        try:
+            snap, attempts, spent = settle(attempt, budget_s=budget, what=what)
+        except IncompleteSnapshotError:
+            if missing:  # still unknown when the budget ran out: it does not exist (as callers expect)
+                raise unknown(missing) from None
+            raise
+        check = SnapshotCheck.of(snap, source="cluster", attempts=attempts, settle_s=round(spent, 3))
+        return snap.model_copy(update={"check": check})
+
+    def _build_snapshot(
+        self, cluster_id: str | None, brokers: Sequence[Broker], md: Any, names: Sequence[str],
+        configs: Mapping[str, dict[str, str]], internal: Mapping[str, bool],
+        inflight: Mapping[TopicPartition, InFlightReassignment], sizes: Mapping[TopicPartition, dict[int, int]] | None,
+    ) -> ClusterSnapshot:
+        """The snapshot of ``names`` from views :func:`find_gaps` found complete."""
         topic_states: list[TopicState] = []
         partitions: list[PartitionState] = []
         for name in names:
-            if name not in configs:
-                log.warning(
-                    "topic %s is left out of the snapshot: its configs could not be read (deleted while the "
-                    "snapshot was taken, or created a moment ago and not yet known to every broker)", name,
-                )
-                continue
             parts = md.topics[name].partitions
             rfs = [len(p.replicas) for p in parts.values()]
             topic_states.append(TopicState(
                 name=name,
-                internal=name in internal,
+                internal=internal.get(name, False),
                 partition_count=len(parts),
                 replication_factor=max(set(rfs), key=rfs.count) if rfs else 0,
                 configs=configs[name],
@@ -343,19 +451,18 @@ class KafkaClusterAdmin:
             partitions=tuple(partitions),
         )
 
-    def _internal_topics(self, names: Sequence[str]) -> set[str]:
-        """The names among ``names`` that Kafka flags internal (DescribeTopicPartitions)."""
+    def _internal_topics(self, names: Sequence[str]) -> dict[str, bool]:
+        """Whether Kafka flags each of ``names`` internal (DescribeTopicPartitions)."""
         if not names:
-            return set()
+            return {}
         futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
-        out = set()
+        out = {}
         for name, fut in futures.items():
             try:
-                if self._wait(fut).is_internal:
-                    out.add(name)
+                out[name] = bool(self._wait(fut).is_internal)
             except KafkaException:
                 log.warning("could not describe topic %s; treating it as internal", name)
-                out.add(name)  # fail closed: guards refuse more, never less
+                out[name] = True  # fail closed: guards refuse more, never less
         return out
 
     def _collect_configs(self, futures: Mapping[Any, Future[Any]]) -> dict[str, dict[str, str]]:
@@ -649,6 +756,62 @@ class KafkaClusterAdmin:
         if resources:
             for fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).values():
                 self._wait(fut)
+
+
+class _MetadataBarrier:
+    """Whether every live broker has applied the cluster's metadata as it was when the snapshot
+    began, so that a topic created (or grown, or deleted) before the snapshot is seen as such by
+    whichever broker answers: no broker's view is older than the snapshot.
+
+    The target is the last committed offset of the metadata log then (KRaft's DescribeQuorum:
+    its high watermark, less one), or, when the cluster does not answer DescribeQuorum (no
+    DESCRIBE on the cluster), the most advanced broker's applied offset then. Each broker's applied
+    offset is what it reports in ApiVersions (``FinalizedFeaturesEpoch``, which KRaft brokers set
+    to the offset of the metadata image they serve). A broker that does not answer within
+    :data:`BARRIER_TIMEOUT_S` is not waited for (a warning: it answers no other request either)."""
+
+    def __init__(self, admin: KafkaClusterAdmin, brokers: Collection[int]) -> None:
+        self._admin = admin
+        self._brokers = sorted(brokers)
+        self._target: int | None = None
+        self._done = False
+
+    def lagging(self) -> str:
+        """``""`` once every live broker has caught up (or when it cannot be told), else what lags."""
+        if self._done or not self._brokers:
+            return ""
+        committed = self._admin._metadata_high_watermark() if self._target is None else None  # before the brokers'
+        offsets = self._admin._applied_metadata_offsets(self._brokers)
+        silent = sorted({b for b, o in offsets.items() if o is None} - self._admin._barrier_warned)
+        if silent:  # warned once per broker and client: a broker that is down would repeat it on every poll
+            log.warning("broker(s) %s did not answer ApiVersions within %g s (or report no metadata offset): "
+                        "snapshots do not wait for them to catch up with the cluster's metadata",
+                        silent, BARRIER_TIMEOUT_S)
+            self._admin._barrier_warned.update(silent)
+        if self._target is None:
+            answered = [o for o in offsets.values() if o is not None]
+            self._target = committed - 1 if committed is not None else max(answered, default=None)
+            if self._target is None or self._target < 0:  # no KRaft offsets at all: nothing to wait for
+                self._done = True
+                return ""
+        behind = metadata_lag(offsets, self._target)
+        self._done = not behind
+        return behind
+
+
+#: How long the snapshot waits for one broker's ApiVersions answer (its applied metadata offset).
+BARRIER_TIMEOUT_S = 10.0
+
+
+def metadata_lag(offsets: Mapping[int, int | None], target: int) -> str:
+    """What lags behind offset ``target`` of the metadata log, from each broker's applied offset
+    (``None``: it did not answer, and is not waited for): ``""`` when every broker has applied it."""
+    behind = {b: o for b, o in sorted(offsets.items()) if o is not None and o < target}
+    if not behind:
+        return ""
+    where = ", ".join(f"{b} at {o}" for b, o in behind.items())
+    return (f"broker(s) {', '.join(map(str, behind))} had not yet applied the cluster's metadata up to offset "
+            f"{target}, where it was when the snapshot began ({where})")
 
 
 def _sizes_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[TopicPartition, dict[int, int]]:

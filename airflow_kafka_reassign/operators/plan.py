@@ -15,7 +15,11 @@ The task:
 1. builds the :class:`~airflow_kafka_reassign.core.planner.PlanRequest` (a bad parameter fails
    here, before the cluster is touched);
 2. snapshots the cluster through :class:`~airflow_kafka_reassign.hooks.kafka_reassign.KafkaReassignHook`
-   into ``<output>/snapshot`` (docs/formats.md);
+   into ``<output>/snapshot`` (docs/formats.md): every partition of every topic, or the task fails
+   (:class:`~airflow_kafka_reassign.exceptions.IncompleteSnapshotError`, naming what is missing)
+   once ``snapshot_settle_timeout_s`` is spent waiting for the cluster's metadata to settle, before
+   anything is written or submitted, so no plan is ever made from a partial view (a task retry
+   takes a new snapshot);
 3. submits ``spark/plan_job.py`` with the Spark provider's ``SparkSubmitHook``: on the
    ``spark_conn_id`` connection's master when given, else on ``spark_master`` (``local[*]``)
    without any connection;
@@ -50,6 +54,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
+from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
@@ -141,6 +146,10 @@ class PlanReassignmentOperator(BaseOperator):
         ``spark_master`` without any connection.
     :param spark_conf: extra Spark conf.
     :param skip_if_empty: skip downstream tasks when the plan moves nothing.
+    :param kafka_timeout_s: bound on each request to the cluster.
+    :param snapshot_settle_timeout_s: how long the snapshot keeps reading while the cluster's
+        metadata settles (topics created or grown a moment ago not yet known to every broker)
+        before the task fails naming what is missing.
     """
 
     template_fields: Sequence[str] = (
@@ -172,6 +181,7 @@ class PlanReassignmentOperator(BaseOperator):
         spark_partitions: int | None = None,
         skip_if_empty: bool = False,
         kafka_timeout_s: float = 30.0,
+        snapshot_settle_timeout_s: float = DEFAULT_SETTLE_S,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -195,6 +205,7 @@ class PlanReassignmentOperator(BaseOperator):
         self.spark_partitions = spark_partitions
         self.skip_if_empty = skip_if_empty
         self.kafka_timeout_s = kafka_timeout_s
+        self.snapshot_settle_timeout_s = snapshot_settle_timeout_s
         self._spark_hook: Any = None
 
     # -- pieces (unit-tested on their own) --------------------------------------------------
@@ -287,14 +298,17 @@ class PlanReassignmentOperator(BaseOperator):
 
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
         admin = hook.get_admin()
-        try:
-            snapshot = admin.snapshot(include_sizes=request.use_sizes)
+        try:  # complete, or IncompleteSnapshotError: the task fails before anything is written or submitted
+            snapshot = admin.snapshot(include_sizes=request.use_sizes,
+                                      settle_timeout_s=float(self.snapshot_settle_timeout_s))
         finally:
             admin.close()
         write_snapshot(snapshot, snapshot_dir)
+        check = snapshot.check
         self.log.info(
-            "Snapshot: %d brokers, %d topics, %d partitions -> %s",
-            len(snapshot.brokers), len(snapshot.topics), len(snapshot.partitions), snapshot_dir,
+            "Snapshot: %d brokers, %d topics, %d partitions (complete after %s read(s)) -> %s",
+            len(snapshot.brokers), len(snapshot.topics), len(snapshot.partitions),
+            check.attempts if check is not None else "?", snapshot_dir,
         )
         request_file = work / "request.json"
         request_file.write_text(request.model_dump_json(indent=1), encoding="utf-8")

@@ -15,6 +15,14 @@ machine, or an object-storage URI (uploaded by the driver, ``metrics.json`` last
 cannot give a sound plan (the reason on stderr and in ``PLAN_DIR/error.txt``), 1 on any
 other failure.
 
+The snapshot's files are first checked against the counts its snapshot.json records
+(core/completeness.py: per topic, the partition count and ids 0 to count - 1 in
+partitions.parquet and topics.parquet; the topics, partitions and replicas in all): a snapshot
+that does not hold what it recorded (a partial copy, files from two snapshots) is refused with
+exit code 2, naming the topic and the counts; for a local folder (or one fetched from object
+storage) before Spark starts. A snapshot without the record (written by an older version) is
+planned with a warning. metrics.json's ``job.snapshot_check`` says which it was.
+
 How the work is spread (see core/planner/staged.py for the steps):
 
 * the partitions are read in parallel splits of whole topics: a snapshot written by this
@@ -44,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import os
 import pickle
 import sys
@@ -54,6 +63,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 # The application file is shipped on its own by spark-submit: make the package importable
 # when it is installed (the normal case) and when run from a source checkout.
@@ -62,6 +72,7 @@ if __package__ in (None, ""):
 
 import pyarrow as pa  # noqa: E402
 
+from airflow_kafka_reassign.core.completeness import PartitionIds, compare_counts, mismatch_message  # noqa: E402
 from airflow_kafka_reassign.core.models import Broker, TopicState  # noqa: E402
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_metrics, write_plan_fragments  # noqa: E402
 from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
@@ -94,6 +105,7 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicParams  # noqa: E402
 from airflow_kafka_reassign.exceptions import ConfigurationError  # noqa: E402
 from airflow_kafka_reassign.spark.job_storage import (  # noqa: E402
+    SNAPSHOT_META,
     JobStorageError,
     check_local_snapshot,
     is_remote,
@@ -584,6 +596,63 @@ class _Clock:
         return round(time.perf_counter() - self.t0, 3)
 
 
+def _unchecked(where: str, why: str) -> str:
+    print(f"[plan_job] warning: snapshot {where} {why}: its partition counts are not checked; take a new "
+          "snapshot to have them checked", file=sys.stderr, flush=True)
+    return "unchecked"
+
+
+def check_snapshot_files(base: str) -> str:
+    """A local snapshot folder (a path or ``file://``) against the counts its snapshot.json
+    records, with pyarrow on the driver: ``"checked"``, or ``"unchecked"`` (a warning) for a
+    snapshot that records none; ``ValueError`` naming the topic and the counts when they disagree."""
+    from airflow_kafka_reassign.core.snapshot_io import check_files, read_meta  # the driver only: not in workers
+
+    folder = Path(urlparse(base).path if base.startswith("file://") else base)
+    if not (folder / SNAPSHOT_META).is_file():
+        return _unchecked(base, f"has no {SNAPSHOT_META}")
+    meta = read_meta(folder)
+    if meta.get("check") is None:
+        return _unchecked(base, "records no check (written by an older version)")
+    check_files(folder, meta=meta)
+    return "checked"
+
+
+def check_snapshot_on_spark(spark: Any, base: str, topics: Sequence[TopicState]) -> str:
+    """:func:`check_snapshot_files` for a snapshot that only Spark's file systems read (``hdfs://``,
+    ``s3a://``): snapshot.json and the counts per topic read through Spark."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from airflow_kafka_reassign.core.snapshot_io import recorded_check
+
+    try:
+        text = spark.read.text(f"{base}/{SNAPSHOT_META}", wholetext=True).head()[0]
+    except Exception:  # noqa: BLE001 (Spark's AnalysisException: no such file)
+        return _unchecked(base, f"has no {SNAPSHOT_META}")
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{base}/{SNAPSHOT_META} is not valid JSON ({e}); take a new snapshot") from None
+    if meta.get("check") is None:
+        return _unchecked(base, "records no check (written by an older version)")
+    record = recorded_check(meta, base)
+    assert record is not None
+    df = spark.read.parquet(f"{base}/partitions.parquet")
+    grouped = df.groupBy("topic").agg(F.count("*"), F.countDistinct("partition"), F.min("partition"),
+                                      F.max("partition")).collect()
+    totals = df.agg(F.sum(F.size("replicas")), F.sum(F.col("replica_sizes").isNull().cast("int"))).head()
+    problems = compare_counts(
+        record,
+        topics={t.name: t.partition_count for t in topics},
+        partitions={r[0]: PartitionIds(int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in grouped},
+        replicas=int(totals[0] or 0),
+        sizes_complete=not totals[1],
+    )
+    if problems:
+        raise ValueError(mismatch_message(base, problems))
+    return "checked"
+
+
 def read_small_tables(spark: Any, base: str) -> tuple[list[Broker], list[TopicState]]:
     """brokers.parquet and topics.parquet: with pyarrow on the driver when local (no Spark job
     for a few thousand rows), else through Spark (any URI Spark reads)."""
@@ -610,9 +679,12 @@ def read_small_tables(spark: Any, base: str) -> tuple[list[Broker], list[TopicSt
 
 def run(
     spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None = None,
-    reader: str = "auto", snapshot_name: str | None = None,
+    reader: str = "auto", snapshot_name: str | None = None, snapshot_check: str | None = None,
 ) -> dict[str, Any]:
     """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content.
+
+    ``snapshot_check``: what :func:`check_snapshot_files` said of the snapshot already (``None``:
+    the snapshot's counts are checked here first).
 
     ``reader``: ``auto`` (executors read the row groups with pyarrow: on a ``local[...]``
     master from the snapshot's file, otherwise from its bytes, read whole by the driver, from
@@ -622,17 +694,20 @@ def run(
     """
     with no_cyclic_gc():
         return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
-                    snapshot_name=snapshot_name or snapshot)
+                    snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check)
 
 
 def _run(
     spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None, reader: str,
-    snapshot_name: str,
+    snapshot_name: str, snapshot_check: str | None,
 ) -> dict[str, Any]:
     clock = _Clock()
     sc = spark.sparkContext
     base = snapshot.rstrip("/")
     brokers, topics = read_small_tables(spark, base)
+    if snapshot_check is None:
+        local = base.startswith("file://") or "://" not in base
+        snapshot_check = check_snapshot_files(base) if local else check_snapshot_on_spark(spark, base, topics)
     ids = [b.id for b in brokers]
     dupes = sorted({b for b in ids if ids.count(b) > 1})
     if dupes:
@@ -748,6 +823,7 @@ def _run(
         "default_parallelism": sc.defaultParallelism,
         "partitions": n_parts,
         "input": input_layout,
+        "snapshot_check": snapshot_check,
         "quota_groups": step.quota_groups,
         "quota_groups_in_place": groups_in_place,
         "stages_s": clock.stages,
@@ -812,12 +888,14 @@ def _main(args: argparse.Namespace, request: PlanRequest, tmp: Path) -> int:
             print(f"[plan_job] snapshot read from {args.snapshot}", file=sys.stderr, flush=True)
         elif not is_remote(snapshot):
             check_local_snapshot(snapshot)
+        # the files against the counts snapshot.json records (Spark's own file systems: in run)
+        counts = None if is_remote(snapshot) else check_snapshot_files(snapshot)
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.appName(args.app_name).getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
         doc = run(spark, snapshot, out, request, partitions=args.partitions, reader=args.reader,
-                  snapshot_name=args.snapshot)
+                  snapshot_name=args.snapshot, snapshot_check=counts)
         if remote_out:
             publish(out, args.out)
     except (ConfigurationError, ValueError) as e:

@@ -17,7 +17,10 @@ partition onto broker 4 or 5 (the same moves for both executions, all allowed at
   submission, polling, throttles restored exactly, the wait's completion check. Timed: the execute task (its
   ``elapsed_s``), the two tasks, and the whole ``dag.test()`` process (Python and Airflow start-up included).
 
-Both end with every replica in sync and no throttle left; the script checks that and prints what it saw.
+Both end with every replica in sync and no throttle left; the script checks that and prints what it saw. Before
+printing a time it checks that it timed what it says (sizes.py): the plan moves ``--partitions`` partitions, and each
+execution left every one of them on its target replicas (ours also reports every move done); otherwise it stops
+without the figure.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench_reference import fill, wait_until  # one producer for every partition; polling
+from sizes import expect
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -83,6 +87,12 @@ def settled(admin: KafkaClusterAdmin, topics: list[str], expected: dict[TopicPar
     return all(len(p.isr) == len(p.replicas) and expected[p.tp] == p.replicas for p in snap.partitions)
 
 
+def on_target(admin: KafkaClusterAdmin, topics: list[str], expected: dict[TopicPartition, tuple[int, ...]]) -> int:
+    """How many partitions of ``topics`` have exactly their ``expected`` replicas, all in sync."""
+    snap = admin.snapshot(topics=topics)
+    return sum(1 for p in snap.partitions if expected.get(p.tp) == p.replicas and len(p.isr) == len(p.replicas))
+
+
 def throttles(admin: KafkaClusterAdmin, brokers: list[int], topics: list[str]) -> str:
     """A fingerprint of every throttle config of the brokers and topics (empty when none is set)."""
     backup = admin.describe_throttles(brokers, topics)
@@ -104,6 +114,8 @@ def setup(config: dict[str, str], partitions: int, kb: float) -> tuple[list[str]
     with KafkaClusterAdmin(config) as admin:
         wait_until(lambda: all(p.leader is not None for p in admin.snapshot(topics=topics).partitions)
                    and len(admin.snapshot(topics=topics).partitions) == partitions, "leaders of the new topics")
+        expect("partitions created", len(admin.snapshot(topics=topics).partitions), partitions)
+    expect("moves in the plan", len(moves), partitions)
     fill(config, [m.tp for m in moves], kb)
     return topics, ReassignmentPlan(moves=tuple(moves))
 
@@ -197,6 +209,9 @@ def main() -> None:
 
             ref_s, verifies = reference(sandbox, plan, args.throttle, tmp)
             ref_ok = settled(admin, topics, after)
+            # the time is for every move done: count the partitions on their targets before printing it
+            expect("partitions on their targets after the reference execution", on_target(admin, topics, after),
+                   len(plan))
             left = throttles(admin, brokers, topics)
             ref_clean = left == clean
             if not ref_clean:  # name what the reference left behind
@@ -222,6 +237,9 @@ def main() -> None:
             ours_clean = throttles(admin, brokers, topics) == clean
             summary = res["xcom"].get("execute.return_value", {})
             tis = res["tis"]
+            expect("moves the execute task reports", summary.get("moves", 0), len(plan))
+            expect("moves the execute task reports done", summary.get("done", 0), len(plan))
+            expect("partitions on their targets after our execution", on_target(admin, topics, after), len(plan))
             print(f"ours (ExecuteReassignment poll_interval={args.poll:g} s + WaitForReassignment): execute task "
                   f"{tis['execute'][1]:.1f} s (engine {summary.get('elapsed_s')} s, {summary.get('steps')} steps), "
                   f"wait task {tis['wait'][1]:.1f} s, dag.test() {res['dag_test_s']:.1f} s, whole process "

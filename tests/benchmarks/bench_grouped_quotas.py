@@ -1,4 +1,4 @@
-"""The quota step per group of topics against the step over all topics: prints numbers, asserts nothing.
+"""The quota step per group of topics against the step over all topics: prints numbers, asserts nothing about time.
 
 :func:`~airflow_kafka_reassign.core.planner.quotas.compute_quotas` settles the quotas per
 group of consecutive topics (``group_replicas`` each; the plan job runs the groups as Spark
@@ -13,6 +13,9 @@ the driver and in the slowest group.
 
     .venv/bin/python tests/benchmarks/bench_grouped_quotas.py                      # 1M; 4, 8, 16, 32 groups
     .venv/bin/python tests/benchmarks/bench_grouped_quotas.py 250000 4 16
+
+Before printing, each scenario is checked (sizes.py): the cluster holds the replicas asked for
+(up to RF - 1 more), the quota step's input holds all of them, and every topic gets quotas.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
+
+from sizes import expect, synthetic
 
 from airflow_kafka_reassign.core.planner.goals import Scope
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, compute_quotas, solve_quota_group
@@ -52,12 +57,16 @@ def main() -> None:
     print(f"quota step, all topics at once vs per group of topics; {n:,} replicas per scenario, 3 racks unless said",
           flush=True)
     for name, (kw, removed) in SCENARIOS.items():
-        scope = planner_scope(synthetic_cluster(replicas=n, seed=7, **kw), removed=removed)
+        cluster = synthetic_cluster(replicas=n, seed=7, **kw)
+        synthetic("replicas generated", cluster.replica_count, n, max(kw.get("rf", (2, 3))))  # type: ignore[arg-type]
+        scope = planner_scope(cluster, removed=removed)
         layout = scope.layout
         loads = [t.load(layout) for t in scope.topics]
+        expect("replicas in the quota step's input", sum(ld.replicas for ld in loads), cluster.replica_count)
         t0 = time.perf_counter()
         whole = compute_quotas(loads, layout, scope.fixed_load, group_replicas=0)
         whole_s = time.perf_counter() - t0
+        expect("topics with quotas (all at once)", len(whole.quotas), len(loads))
         moves, spread, worst = evaluate(scope, whole.quotas)
         print(f"{name}: {len(loads):,} topics; all at once {whole_s:.2f}s -> moves {moves:,}, "
               f"brokers max-min {spread}, worst topic {worst}", flush=True)
@@ -75,6 +84,7 @@ def main() -> None:
             t0 = time.perf_counter()
             plan = compute_quotas(loads, layout, scope.fixed_load, group_replicas=max(1, n // count), map_groups=timed)
             total_s = time.perf_counter() - t0
+            expect(f"topics with quotas ({count} groups asked)", len(plan.quotas), len(loads))
             g_moves, g_spread, g_worst = evaluate(scope, plan.quotas)
             print(f"  {plan.groups:>3} groups: moves {g_moves:,} ({g_moves / moves:.4f}x), brokers max-min {g_spread}, "
                   f"worst topic {g_worst}; driver {total_s - sum(group_s):.2f}s, slowest group "

@@ -1,4 +1,4 @@
-"""Benchmark of the pure planner core, single-threaded (no Spark): prints numbers, asserts nothing.
+"""Benchmark of the pure planner core, single-threaded (no Spark): prints numbers, asserts nothing about time.
 
 Builds synthetic clusters of 250k / 500k / 1M replicas (100 brokers in 3 racks, RF 2 and 3,
 uneven topic sizes), plans a scale-out to 110 brokers, and prints per size: generation time,
@@ -13,6 +13,10 @@ executors; the global step and the fix-up run on the driver.
 
 ``--full`` also times :func:`plan_reassignment` on a pydantic snapshot (what the CLI and
 small clusters use: validation, metrics before/after and the PlanResult included).
+
+Before printing, each size is checked (sizes.py): the cluster holds the replicas asked for (up
+to RF - 1 more: it stops at the first partition that reaches the size) and the planner saw
+every partition of it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import argparse
 import resource
 import sys
 import time
+
+from sizes import expect, synthetic
 
 from airflow_kafka_reassign.core.planner.goals import PlanRequest
 from airflow_kafka_reassign.core.planner.leaders import fewest_leader_changes
@@ -53,6 +59,8 @@ def run_full(replicas: int, goal: str, brokers: int, new: int, racks: int, seed:
     t1 = time.perf_counter()
     result = plan_reassignment(snapshot, request)
     t2 = time.perf_counter()
+    synthetic("replicas planned", result.before.replicas, replicas)
+    expect("partitions planned", result.before.partitions, cluster.partition_count)
     return {
         "snapshot_s": t1 - t0,
         "plan_reassignment_s": t2 - t1,
@@ -72,6 +80,8 @@ def run(replicas: int, goal: str, brokers: int, new: int, racks: int, seed: int)
         removed = tuple(range(brokers - new, brokers))
     scope = planner_scope(cluster, removed=removed)
     t1 = time.perf_counter()
+    synthetic("replicas generated", cluster.replica_count, replicas)
+    expect("partitions in the planner's scope", sum(len(t.partitions) for t in scope.topics), cluster.partition_count)
     layout = scope.layout
     loads = [t.load(layout) for t in scope.topics]
     t2 = time.perf_counter()

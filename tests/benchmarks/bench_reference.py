@@ -21,6 +21,9 @@ changes, our lower bound and moves / lower bound, and the balance after each pla
 ``--generate-runs`` times: the range of its moves is printed and the run with the median moves is the one shown
 (and executed).
 
+Before a figure is printed the sizes are checked (sizes.py): the snapshot holds the 204 partitions and 510
+replicas, the reference plan covers all 204, and ``--verify`` reports every partition of an executed plan completed.
+
 ``--execute both`` (default) then executes the reference plan with the reference tool's own ``--execute
 --throttle``, waits until the controller has finished, runs ``--verify`` (which also clears the throttles), rolls
 it back the same way (the "current assignment" it printed) and executes our plan likewise on the same data; it
@@ -44,6 +47,7 @@ from types import FrameType
 from typing import Any
 
 from confluent_kafka import Producer
+from sizes import expect
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.planner import BalanceMetrics, PlanRequest, compute_metrics, plan_reassignment
@@ -164,6 +168,7 @@ def execute(sandbox: Sandbox, admin: KafkaClusterAdmin, plan: ReassignmentPlan, 
     seconds = time.monotonic() - started
     verify = sandbox.reassign_tool(["--verify", "--reassignment-json-file", str(path)])
     done = sum("is completed" in line for line in verify.stdout.splitlines())
+    expect("partitions --verify reports completed", done, len(plan))  # the time is for the whole plan
     pending = sum("still in progress" in line for line in verify.stdout.splitlines())
     cleared = "Clearing broker-level throttles" in verify.stdout
     return seconds, f"{done}/{len(plan)} completed, {pending} in progress, throttles cleared: {'yes' if cleared else 'no'}"
@@ -206,6 +211,8 @@ def run_scenario(sandbox: Sandbox, admin: KafkaClusterAdmin, sc: Scenario, args:
                          "every partition in a snapshot", timeout=180)
     written = fill(config, [p.tp for p in created.partitions], args.kb)
     snapshot = admin.snapshot(topics=names)
+    expect("partitions in the snapshot", len(snapshot.partitions), n_partitions)
+    expect("replicas in the snapshot", sum(len(p.replicas) for p in snapshot.partitions), sum(p * rf for p, rf in TOPICS))
     print(f"\n=== {sc.title}: {len(names)} topics, {len(snapshot.partitions)} partitions, "
           f"{sum(len(p.replicas) for p in snapshot.partitions)} replicas, {written / 1e6:.1f} MB of records "
           f"({time.monotonic() - t0:.1f} s to set up)")
@@ -223,6 +230,7 @@ def run_scenario(sandbox: Sandbox, admin: KafkaClusterAdmin, sc: Scenario, args:
             raise RuntimeError("the reference tool saw another assignment than our snapshot")
     ranked = sorted(runs, key=lambda x: x.replica_moves)
     ref = ranked[len(ranked) // 2]
+    expect("partitions the reference plan covers", len(ref.plan), n_partitions)  # --generate lists every one
 
     def metrics(plan: ReassignmentPlan | None) -> BalanceMetrics:
         return compute_metrics(snapshot, plan, brokers=sc.live, removed=sc.removed, topics=names)

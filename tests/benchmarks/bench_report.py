@@ -1,4 +1,4 @@
-"""Benchmark of the plan report: prints numbers, asserts nothing.
+"""Benchmark of the plan report: prints numbers, asserts nothing about time.
 
 Builds a synthetic cluster (100 brokers in 3 racks plus 10 new ones, RF 2 and 3, replica
 sizes, 20 in-flight reassignments), plans the scale-out with the pure planner, writes the plan
@@ -10,6 +10,9 @@ the peak RSS of this process, then runs the CLI
     .venv/bin/python tests/benchmarks/bench_report.py              # 1M replicas
     .venv/bin/python tests/benchmarks/bench_report.py 250000       # another size
     .venv/bin/python tests/benchmarks/bench_report.py --keep DIR   # keep (and reuse) the directories
+
+Before printing, the sizes are checked (sizes.py): the snapshot holds the replicas asked for
+(a ``--keep`` directory of another size stops the run) and the report read every move of the plan.
 
 Note: with ``PYTHONDONTWRITEBYTECODE=1`` every run compiles matplotlib's modules again; the
 import line shows that cost separately.
@@ -27,6 +30,8 @@ import time
 from pathlib import Path
 
 T0 = (time.perf_counter(), time.process_time())
+from sizes import expect, synthetic  # noqa: E402
+
 from airflow_kafka_reassign.core import plan_view as pv  # noqa: E402
 from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir  # noqa: E402
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment  # noqa: E402
@@ -83,6 +88,10 @@ def main() -> None:
         removed, added = pv.request_brokers(metrics["request"], assignment.brokers(), before)
         view = clock("per-broker loads and matrix", pv.plan_view, assignment, moves, removed=removed, added=added)
         out = clock("write_report (all of it)", write_report, plan_dir, snap_dir, out_dir=root / "report")
+        # the figures are for the size asked (a --keep directory of another size is not reused silently)
+        synthetic("replicas in the snapshot", len(assignment.replicas), args.replicas)
+        expect("partitions moved (plan.json)", len(moves), metrics["summary"]["partitions_moved"])
+        expect("replica moves (the report's view)", view.replica_moves, metrics["summary"]["replica_moves"])
         size = sum(p.stat().st_size for p in out.parent.iterdir())
         print(f"replicas {len(assignment.replicas):,}  partitions {assignment.partition_count:,}  "
               f"brokers {len(view.brokers)}  moves {len(moves):,} partitions / {view.replica_moves:,} replicas")

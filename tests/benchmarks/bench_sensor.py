@@ -8,7 +8,8 @@ with one record each), broker 5 is stopped, and every partition is reassigned to
 keeps all of them in flight (the adding replica cannot join the ISR) for as long as the benchmark needs. Then the
 poke (``ReassignmentWatch.poke``: what the sensor and the trigger run every poke_interval) is timed, with its
 requests counted, and so is the submit path (``core.execution.step`` + the poke). At the end every reassignment
-is cancelled and broker 5 is started again.
+is cancelled and broker 5 is started again. Before a poke's time is printed, the sizes are checked (sizes.py): the
+plan has ``--partitions`` moves and the poke observed every one of them in flight.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from sizes import expect
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
@@ -106,6 +108,7 @@ def main() -> None:
                     moves.append(Move(topic=name, partition=p, current_replicas=(a, b), target_replicas=(a, OFFLINE)))
                 create_topic(config, name, assignment, timeout_s=120)
             print(f"created {n_topics} topics / {len(moves)} partitions on brokers 1-4 (RF 2): {time.monotonic() - t0:.1f} s")
+            expect("partitions to reassign", len(moves), args.partitions)
             plan = ReassignmentPlan(moves=tuple(moves))
             topics = sorted({m.topic for m in moves})
             with KafkaClusterAdmin(config, timeout_s=120) as admin:
@@ -135,6 +138,7 @@ def main() -> None:
                 in_flight = len(admin.list_reassignments())
                 print(f"submitted {len(moves)} reassignments ({failed} refused) in {time.monotonic() - t0:.1f} s; "
                       f"the controller lists {in_flight} in flight")
+                expect("reassignments the controller lists in flight", in_flight, len(moves))
 
                 counting = Counting(admin)
                 watch = ReassignmentWatch(plan, started_at=time.time(), stuck_after_s=3600)
@@ -147,8 +151,12 @@ def main() -> None:
                     except Exception as e:  # noqa: BLE001 - reported, the benchmark goes on
                         print(f"poke #{i + 1} failed after {time.monotonic() - t0:.1f} s: {type(e).__name__}: {e}")
                         continue
-                    times.append(time.monotonic() - t0)
+                    elapsed = time.monotonic() - t0
                     o = progress.observation
+                    # the poke's time is for every move of the plan observed, all of them in flight
+                    expect("moves the poke observed", o.moves, len(moves))
+                    expect("moves the poke saw in flight", o.in_flight, len(moves))
+                    times.append(elapsed)
                     print(f"poke #{i + 1}: {times[-1]:.2f} s, {o.in_flight} in flight / {o.moves} moves, "
                           f"requests: {dict(counting.calls)}")
                 if times:

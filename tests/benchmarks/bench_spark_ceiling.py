@@ -1,4 +1,4 @@
-"""What ``local[2]`` can gain over ``local[1]`` on this machine at best: prints numbers, asserts nothing.
+"""What ``local[2]`` can gain over ``local[1]`` on this machine at best: prints numbers, asserts nothing about time.
 
 The plan job's speed-up (``bench_spark_plan.py --compare``) is measured against this ceiling:
 the same spark-submit and conf, but perfectly parallel Python work (``spark_ceiling_job.py``)
@@ -9,6 +9,9 @@ Python workers' start (the first job, as in any job's first stage) and without.
 
     .venv/bin/python tests/benchmarks/bench_spark_ceiling.py              # 10 s of CPU in 3 stages
     .venv/bin/python tests/benchmarks/bench_spark_ceiling.py --cpu 20 --stages 1
+
+Before printing, each run is checked (sizes.py): its parallelism, jobs, task results and the CPU
+its tasks burnt are what the benchmark says.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from sizes import at_least, expect
 
 from airflow_kafka_reassign.spark.submit import spark_submit_command, submit_env
 
@@ -42,6 +47,11 @@ def main() -> None:
     print(f"ceiling: perfectly parallel Python tasks, {args.cpu:g} s of CPU in {args.stages} job(s), no driver work; "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
     one, two = run("local[1]", args.cpu, args.stages), run("local[2]", args.cpu, args.stages)
+    for r, cores in ((one, 1), (two, 2)):  # each job ran the tasks it says and burnt the CPU it says
+        expect(f"parallelism of {r['master']}", r["parallelism"], cores)
+        expect(f"jobs on {r['master']}", len(r["jobs_s"]), args.stages)
+        expect(f"task results per job on {r['master']}", sum(r["results"]), args.stages * 4 * cores)
+        at_least(f"centiseconds of CPU burnt on {r['master']}", round(100 * r["burnt_s"]), round(100 * args.cpu))
     for r in (one, two):
         print(f"  {r['master']:<9} {r['tasks']} tasks per job: jobs {r['jobs_s']} s, total {sum(r['jobs_s']):.2f} s", flush=True)
     total = sum(one["jobs_s"]) / sum(two["jobs_s"])

@@ -1,4 +1,4 @@
-"""Benchmark of the Spark plan job end to end (spark-submit): prints numbers, asserts nothing.
+"""Benchmark of the Spark plan job end to end (spark-submit): prints numbers, asserts nothing about time.
 
 For synthetic snapshots of 250k / 500k / 1M / 2M replicas (100 brokers in 3 racks, RF 2
 and 3, uneven topic sizes, a scale-out to 110 brokers) it prints per size: spark-submit wall
@@ -16,7 +16,10 @@ run's ratio varies by more than 0.1x).
     .venv/bin/python tests/benchmarks/bench_spark_plan.py 1000000 --reader spark          # Spark's reader
     .venv/bin/python tests/benchmarks/bench_spark_plan.py 1000000 --reader broadcast --file-uri
 
-Snapshots are cached under ``$AKR_BENCH_DIR`` (default /tmp/akr-bench).
+Snapshots are cached under ``$AKR_BENCH_DIR`` (default /tmp/akr-bench). Before a run's figures are
+printed its size is checked (sizes.py): the snapshot holds the replicas asked for (up to RF - 1
+more), the job checked the snapshot's files against the counts its snapshot.json records, and the
+plan's "before" metrics count every partition and replica recorded there.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 from pathlib import Path
 
 import psutil
+from sizes import expect, synthetic
 
 from airflow_kafka_reassign.core.plan_io import read_metrics
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
@@ -45,7 +49,8 @@ ROOT = Path(os.environ.get("AKR_BENCH_DIR", "/tmp/akr-bench"))
 
 def snapshot_dir(replicas: int, seed: int = 7) -> Path:
     d = ROOT / f"snap-{replicas}-s{seed}-rg"  # -rg: written with whole-topic row groups
-    if not (d / "snapshot.json").is_file():
+    meta = d / "snapshot.json"
+    if not meta.is_file() or "check" not in json.loads(meta.read_text()):  # written before snapshots recorded counts
         t0 = time.perf_counter()
         cluster = synthetic_cluster(brokers=100, racks=3, new_brokers=10, replicas=replicas, seed=seed)
         write_snapshot(to_snapshot(cluster, validate=False), d)
@@ -102,6 +107,18 @@ def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto")
     return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics}
 
 
+def check_size(replicas: int, snap: Path, r: dict) -> None:
+    """The job planned the snapshot it was given, whole: the replicas asked for (up to RF - 1 more),
+    and every partition and replica that the snapshot's snapshot.json records, checked by the job."""
+    recorded = json.loads((snap / "snapshot.json").read_text())["check"]
+    before, job = r["metrics"]["before"], r["metrics"]["job"]
+    synthetic("replicas in the snapshot", recorded["replicas"], replicas)
+    expect("partitions planned", before["partitions"], recorded["partitions"])
+    expect("replicas planned", before["replicas"], recorded["replicas"])
+    if job.get("snapshot_check") != "checked":
+        raise SystemExit(f"benchmark: the plan job did not check the snapshot's counts ({job.get('snapshot_check')})")
+
+
 def show(replicas: int, master: str, r: dict) -> None:
     m = r["metrics"]
     s, job, after = m["summary"], m["job"], m["after"]
@@ -142,6 +159,7 @@ def main() -> None:
             for master in masters:  # interleaved: a slow spell of the machine hits both masters alike
                 with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
                     r = run_plan(f"file://{snap}" if args.file_uri else snap, master, Path(tmp) / "plan", args.reader)
+                check_size(n, snap, r)
                 show(n, master, r)
                 jobs[master].append(r["metrics"]["job"])
             if args.compare:

@@ -39,3 +39,33 @@ def test_rf_change_argument_is_checked(tmp_path, capsys):
     snap = write_snapshot(synthetic_snapshot(brokers=3, racks=1, topics=2, seed=1), tmp_path / "snap")
     assert main(["plan", "--snapshot", str(snap), "--rf-change", "orders", "--out", str(tmp_path / "p"), "--no-spark"]) == 2
     assert "TOPIC=RF" in capsys.readouterr().err
+
+
+def test_snapshot_of_a_cluster_that_does_not_settle_exits_1_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from airflow_kafka_reassign.kafka import admin as kafka_admin
+    from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+    fake = FakeClusterAdmin.build({1: "a", 2: "b"}, {"orders": [[1, 2], [2, 1]], "audit": [[1, 2]]})
+    fake.hide("orders", configs=True)
+    monkeypatch.setattr(kafka_admin, "KafkaClusterAdmin", lambda config, timeout_s: fake)
+    out = tmp_path / "snap"
+    assert main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(out), "--settle-timeout", "7"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the snapshot of the fake cluster is incomplete") and "'orders': configs" in err
+    assert "settle_timeout_s=7" in err and not out.exists() and fake.now == 7
+    fake.reveal()
+    assert main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(out)]) == 0
+    assert "3 partitions, complete after 1 read(s)" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_snapshot_whose_files_do_not_hold_its_counts(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    snap = write_snapshot(synthetic_snapshot(brokers=3, racks=1, topics=3, seed=1), tmp_path / "snap")
+    table = pq.read_table(snap / "partitions.parquet")
+    pq.write_table(table.slice(0, table.num_rows - 1), snap / "partitions.parquet")  # the last topic's last row gone
+    assert main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "plan"), "--no-spark"]) == 2
+    err = capsys.readouterr().err
+    last = table.column("topic")[table.num_rows - 1].as_py()
+    assert f"topic {last!r}: snapshot.json records" in err and "take a new snapshot" in err
+    assert not (tmp_path / "plan").exists()

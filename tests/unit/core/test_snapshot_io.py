@@ -2,12 +2,19 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, TopicState
-from airflow_kafka_reassign.core.snapshot_io import partitions_table, read_snapshot, write_partitions, write_snapshot
+from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, SnapshotCheck, TopicState
+from airflow_kafka_reassign.core.snapshot_io import (
+    PARTITIONS_SCHEMA,
+    partitions_table,
+    read_snapshot,
+    write_partitions,
+    write_snapshot,
+)
 
 
 def snapshot() -> ClusterSnapshot:
@@ -32,7 +39,57 @@ def test_snapshot_round_trips_with_partitions_sorted(tmp_path):
     snap = snapshot()
     back = read_snapshot(write_snapshot(snap, tmp_path / "s"))
     by_tp = sorted(snap.partitions, key=lambda p: (p.topic, p.partition))
-    assert back == snap.model_copy(update={"partitions": tuple(by_tp)})
+    assert back == snap.model_copy(update={"partitions": tuple(by_tp), "check": SnapshotCheck.of(snap)})
+
+
+def test_snapshot_json_records_the_counts_it_was_checked_with(tmp_path):
+    write_snapshot(snapshot(), tmp_path)
+    check = json.loads((tmp_path / "snapshot.json").read_text())["check"]
+    assert check == {"source": "content", "topics": 2, "partitions": 3, "replicas": 8, "replica_sizes": False,
+                     "partition_counts": {"__consumer_offsets": 1, "a": 2}, "attempts": None, "settle_s": None}
+    taken = snapshot().model_copy(update={"check": SnapshotCheck.of(snapshot(), source="cluster", attempts=3,
+                                                                     settle_s=0.75)})
+    write_snapshot(taken, tmp_path / "taken")
+    assert read_snapshot(tmp_path / "taken").check == taken.check
+
+
+def drop_rows(path, keep) -> None:
+    table = pq.read_table(path / "partitions.parquet").to_pylist()
+    pq.write_table(pa.Table.from_pylist([r for r in table if keep(r)], schema=PARTITIONS_SCHEMA),
+                   path / "partitions.parquet")
+
+
+def test_files_that_do_not_hold_the_recorded_counts_are_refused_naming_the_topic(tmp_path):
+    write_snapshot(snapshot(), tmp_path)
+    drop_rows(tmp_path, lambda r: (r["topic"], r["partition"]) != ("a", 1))
+    with pytest.raises(ValueError, match=r"snapshot .* does not hold what it recorded: topic 'a': snapshot.json "
+                                         r"records 2 partition\(s\) \(0-1\), partitions.parquet has 1 row\(s\) "
+                                         r"with 1 distinct id\(s\) from 0 to 0\. .*take a new snapshot"):
+        read_snapshot(tmp_path)
+
+
+def test_a_snapshot_without_the_record_still_reads_with_a_warning(tmp_path, caplog):
+    write_snapshot(snapshot(), tmp_path)
+    meta = json.loads((tmp_path / "snapshot.json").read_text())
+    del meta["check"]
+    (tmp_path / "snapshot.json").write_text(json.dumps(meta))
+    drop_rows(tmp_path, lambda r: r["topic"] == "a")  # unchecked: nothing to tell it from a whole snapshot
+    assert len(read_snapshot(tmp_path).partitions) == 2
+    assert "records no check of its partition counts" in caplog.text
+
+
+def test_a_partial_snapshot_is_never_written(tmp_path):
+    snap = snapshot()
+    partial = snap.model_copy(update={"partitions": snap.partitions[1:]})
+    with pytest.raises(ValueError, match=r"refusing to write a partial snapshot: topic 'a' of 2 partition\(s\) "
+                                         r"lacks partition\(s\) 0"):
+        write_snapshot(partial, tmp_path / "p")
+    taken = snap.model_copy(update={"check": SnapshotCheck.of(snap, source="cluster")})
+    trimmed = taken.model_copy(update={"topics": snap.topics[:1], "partitions": snap.partitions[:2]})
+    with pytest.raises(ValueError, match="no longer holds what its check records"):
+        write_snapshot(trimmed, tmp_path / "t")
+    assert not (tmp_path / "p" / "snapshot.json").exists() and not (tmp_path / "t").exists()
+    write_snapshot(trimmed.model_copy(update={"check": None}), tmp_path / "t")
 
 
 def test_a_topic_is_whole_in_one_row_group_so_spark_splits_hold_whole_topics(tmp_path):
@@ -65,9 +122,6 @@ def test_reading_validates_and_names_the_partition(tmp_path):
     write_snapshot(snapshot(), tmp_path)
     table = pq.read_table(tmp_path / "partitions.parquet").to_pylist()
     table[1]["replicas"] = [1, 1]
-    import pyarrow as pa
-
-    from airflow_kafka_reassign.core.snapshot_io import PARTITIONS_SCHEMA
     pq.write_table(pa.Table.from_pylist(table, schema=PARTITIONS_SCHEMA), tmp_path / "partitions.parquet")
     with pytest.raises(ValidationError, match=r"partition a-0: replicas \[1, 1\] lists broker 1 twice"):
         read_snapshot(tmp_path)

@@ -14,7 +14,7 @@ from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.staged import plan_staged
 from airflow_kafka_reassign.core.snapshot_io import read_snapshot
-from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.exceptions import ConfigurationError, IncompleteSnapshotError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.testing import FakeClusterAdmin
@@ -117,3 +117,30 @@ def test_the_jobs_bad_input_message_becomes_the_task_error(monkeypatch, tmp_path
     op = PlanReassignmentOperator(task_id="plan", goal="remove-brokers", brokers=[1, 2], output_uri=str(tmp_path))
     with pytest.raises(ConfigurationError, match="would leave no broker"):
         op.execute(context())
+
+
+@pytest.mark.parametrize("hide", [{"configs": True}, {"partitions": [1]}], ids=["configs", "a-partition"])
+def test_no_plan_is_made_from_a_partial_snapshot(hide, monkeypatch, tmp_path):
+    """A topic whose configs (or one partition's metadata) the cluster does not show within the
+    settle time: the task fails naming it, before the snapshot is written or Spark submitted."""
+    admin = FakeClusterAdmin.build({1: "a", 2: "b", 3: "c"},
+                                   {"orders": [[1, 2], [2, 3], [3, 1]], "audit": [[1, 2], [2, 3], [3, 1]]})
+    admin.hide("audit", **hide)
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    submitted = []
+    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", lambda self, *a, **kw: submitted.append(a))
+    op = PlanReassignmentOperator(task_id="plan", output_uri=str(tmp_path), snapshot_settle_timeout_s=20)
+    with pytest.raises(IncompleteSnapshotError, match="'audit': (configs|metadata of partition\\(s\\) 1 \\(of 0-2\\))") as e:
+        op.execute(context())
+    assert list(e.value.missing) == ["audit"]
+    assert submitted == [] and not (tmp_path / "snapshot").exists()
+    assert admin.now == 20 and admin.snapshot_reads > 3  # read again, backing off, for the settle time
+
+
+def test_a_topic_that_settles_within_the_settle_time_is_planned(cluster, monkeypatch, tmp_path):
+    admin = FakeClusterAdmin.build({1: "a", 2: "b", 3: "c"}, {"orders": [[1, 2], [2, 3], [3, 1]]})
+    admin.hide("orders", configs=True, reads=2)
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    out = PlanReassignmentOperator(task_id="plan", output_uri=str(tmp_path)).execute(context())
+    assert read_snapshot(out["snapshot_uri"]).check.attempts == 3
+    assert len(cluster) == 1

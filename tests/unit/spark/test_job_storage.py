@@ -95,3 +95,17 @@ def test_job_environment_from_an_aws_connection(monkeypatch):
     # no connection, or another scheme: the driver's own default credentials
     assert job_environment("s3://kafka-plans/x", conn_id=None) == {"AKR_STORAGE_TIMEOUT_S": "30"}
     assert job_environment("gs://plans/x", conn_id="akr_plans_test") == {"AKR_STORAGE_TIMEOUT_S": "30"}
+
+
+def test_the_job_refuses_a_snapshot_that_does_not_hold_its_recorded_counts_before_spark_starts(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    snap = write_snapshot(to_snapshot(synthetic_cluster(brokers=3, racks=1, replicas=60, seed=1)), tmp_path / "snap")
+    table = pq.read_table(snap / "partitions.parquet")
+    first = table.column("topic")[0].as_py()
+    pq.write_table(table.slice(1), snap / "partitions.parquet")  # partition 0 of the first topic gone
+    out = tmp_path / "plan"
+    assert main(["--snapshot", f"file://{snap}", "--out", str(out)]) == 2
+    error = (out / "error.txt").read_text()
+    assert f"topic {first!r}: snapshot.json records" in error and "from 1 to" in error
+    assert "no plan:" in capsys.readouterr().err
