@@ -431,3 +431,19 @@ def job_environment(uri: str, *, conn_id: str | None = None, timeout_s: float = 
     if endpoint:
         env["AWS_ENDPOINT_URL_S3"] = str(endpoint)
     return env
+
+
+def heal_targets_file(uri: str | os.PathLike[str], *, conn_id: str | None = None,
+                      timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Store, str]:
+    """The heal-targets file at ``uri`` (a path or an object-storage URI) as ``(store of its folder,
+    file name)``, what ``core.growth.read_heal_targets`` / ``update_heal_targets`` take: on
+    distributed workers, GuardedCreatePartitions records there and PlanHeal reads it, from any worker."""
+    from airflow_kafka_reassign.exceptions import ConfigurationError
+
+    text = os.fspath(uri).strip()
+    folder, _, name = text.rstrip("/").rpartition("/")
+    if not name or not folder:
+        if is_local(text):
+            return LocalStore(Path(text).resolve().parent), Path(text).name
+        raise ConfigurationError(f"heal_targets_path {text!r}: give a file, e.g. s3://bucket/kafka/heal-targets.json")
+    return open_store(folder, conn_id=conn_id, timeout_s=timeout_s), name

@@ -70,6 +70,7 @@ from airflow_kafka_reassign.core.planner import PlanRequest, PlanResult, plan_re
 from airflow_kafka_reassign.core.planner.goals import parse_partition
 from airflow_kafka_reassign.core.ports import ClusterAdmin, NewPartitions, TopicResult
 from airflow_kafka_reassign.core.report import broker_loads
+from airflow_kafka_reassign.core.store import LocalStore, Store
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: How far a topic's replicas per live broker may spread (max - min) so that the brokers'
@@ -577,7 +578,7 @@ def grow_partitions(
     request: GrowthRequest,
     *,
     validate_only: bool = False,
-    heal_targets_path: str | os.PathLike[str] | None = None,
+    heal_targets_path: HealTargetsLocation | None = None,
     log: Callable[[str, str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> GrowthOutcome:
@@ -614,7 +615,7 @@ def grow_partitions(
         else:
             emit("info", f"{t.topic}: no-op ({t.reason})")
     heal = plan.heal_targets
-    path = Path(heal_targets_path) if heal_targets_path is not None else None
+    path = heal_targets_path
     if heal and path is not None and not validate_only:
         update_heal_targets(path, add=heal)
     requests = plan.requests()
@@ -624,7 +625,7 @@ def grow_partitions(
     lost = [k for t in plan.growing() if t.topic in failed for k in t.under_replicated]
     if lost and path is not None and not validate_only:
         update_heal_targets(path, remove=lost)
-    recorded = str(path) if (path is not None and outcome.heal_targets and not validate_only) else None
+    recorded = heal_targets_uri(path) if (path is not None and outcome.heal_targets and not validate_only) else None
     return outcome.model_copy(update={"heal_targets_path": recorded})
 
 
@@ -647,45 +648,77 @@ def _snapshot_naming(admin: ClusterAdmin, names: Iterable[str], sleep: Callable[
 
 # ------------------------------------------------------------------------------ heal targets file
 
+#: Where the heal-targets file is: a local path, or ``(store, file name)`` (object storage:
+#: ``airflow_kafka_reassign.storage.heal_targets_file`` opens one from a URI).
+HealTargetsLocation = str | os.PathLike[str] | tuple[Store, str]
 
-def read_heal_targets(path: str | os.PathLike[str]) -> dict[str, int]:
+#: Attempts of a compare-and-set update of the heal-targets file against concurrent writers.
+HEAL_TARGETS_CAS_ATTEMPTS = 20
+
+
+def _heal_file(location: HealTargetsLocation) -> tuple[Store, str]:
+    if isinstance(location, tuple):
+        return location
+    p = Path(location)
+    return LocalStore(p.parent), p.name
+
+
+def heal_targets_uri(location: HealTargetsLocation) -> str:
+    """The path or URI of the heal-targets file, for messages."""
+    if isinstance(location, tuple):
+        return f"{location[0].uri.rstrip('/')}/{location[1]}"
+    return str(location)
+
+
+def _parse_heal_targets(data: bytes | None, where: str) -> dict[str, int]:
+    if data is None:
+        return {}
+    try:
+        doc = json.loads(data.decode("utf-8") or "{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"heal-targets file {where} is not valid JSON ({e}); fix or delete it") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in doc.items()
+    ):
+        raise ConfigurationError(
+            f'heal-targets file {where} must be a JSON object {{"topic-partition": replication factor}}, '
+            'for example {"orders-12": 3}'
+        )
+    return doc
+
+
+def read_heal_targets(location: HealTargetsLocation) -> dict[str, int]:
     """The heal-targets file: a JSON object ``{"topic-partition": intended RF}``.
 
     Its content is what ``PlanRequest(goal="heal", heal_targets=...)`` takes. A missing file
-    reads as ``{}``.
+    reads as ``{}``. ``location``: a local path, or ``(store, name)`` on object storage.
     """
-    p = Path(path)
-    if not p.exists():
-        return {}
-    try:
-        data = json.loads(p.read_text(encoding="utf-8") or "{}")
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"heal-targets file {p} is not valid JSON ({e}); fix or delete it") from None
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in data.items()
-    ):
-        raise ConfigurationError(
-            f'heal-targets file {p} must be a JSON object {{"topic-partition": replication factor}}, '
-            'for example {"orders-12": 3}'
-        )
-    return data
+    store, name = _heal_file(location)
+    return _parse_heal_targets(store.read(name), heal_targets_uri(location))
 
 
 def update_heal_targets(
-    path: str | os.PathLike[str], *, add: Mapping[str, int] | None = None, remove: Iterable[str] = ()
+    location: HealTargetsLocation, *, add: Mapping[str, int] | None = None, remove: Iterable[str] = ()
 ) -> dict[str, int]:
-    """Merge ``add`` into the file (keeping the larger RF), drop ``remove``; atomic rewrite."""
-    p = Path(path)
-    data = read_heal_targets(p)
-    for k, rf in (add or {}).items():
-        data[k] = max(rf, data.get(k, 0))
-    for k in remove:
-        data.pop(k, None)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
-    return data
+    """Merge ``add`` into the file (keeping the larger RF), drop ``remove``: one whole-file write,
+    by compare-and-set, so two tasks recording at once (growth on two topics, a heal pruning)
+    lose neither's update."""
+    store, name = _heal_file(location)
+    removed = list(remove)
+    for _ in range(HEAL_TARGETS_CAS_ATTEMPTS):
+        current = store.read_versioned(name)
+        data = _parse_heal_targets(current[0] if current else None, heal_targets_uri(location))
+        for k, rf in (add or {}).items():
+            data[k] = max(rf, data.get(k, 0))
+        for k in removed:
+            data.pop(k, None)
+        text = (json.dumps(dict(sorted(data.items())), indent=1) + "\n").encode("utf-8")
+        if store.write_if(name, text, current[1] if current else None):
+            return data
+    raise ConfigurationError(
+        f"heal-targets file {heal_targets_uri(location)} kept changing under {HEAL_TARGETS_CAS_ATTEMPTS} "
+        "attempts to update it: another task writes it continuously; run this task again"
+    )
 
 
 # ------------------------------------------------------------------------------ heal

@@ -36,9 +36,20 @@ from airflow_kafka_reassign.core.growth import (
     update_heal_targets,
 )
 from airflow_kafka_reassign.core.plan_io import write_plan_dir
+from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.storage import is_local, local_path, upload_dir
+from airflow_kafka_reassign.storage import heal_targets_file, is_local, local_path, upload_dir
+
+
+def _heal_file(path: str | None, conn_id: str | None) -> tuple[Store, str] | None:
+    """The heal-targets file of ``path`` (a path or an object-storage URI), ``None`` when unset."""
+    if not path:
+        return None
+    try:
+        return heal_targets_file(str(path), conn_id=conn_id or None)
+    except StoreError as e:
+        raise AirflowFailException(f"heal_targets_path: {e}") from None
 
 
 class PartitionGrowthFailedError(KafkaReassignError):
@@ -98,8 +109,11 @@ class GuardedCreatePartitionsOperator(BaseOperator):
         partitions are recorded in ``heal_targets_path``.
     :param heal_targets_path: JSON file ``{"topic-partition": intended RF}`` the partitions
         created under-replicated are merged into (templated; required with
-        ``allow_under_replicated=True``). Its content is exactly
+        ``allow_under_replicated=True``): a path, or an object-storage URI
+        (``s3://bucket/kafka/heal-targets.json``, with ``storage_conn_id``) that every worker reads;
+        updated by compare-and-set. Its content is exactly
         ``PlanRequest(goal="heal", heal_targets=...)``'s argument; :class:`PlanHealOperator` reads it.
+    :param storage_conn_id: the connection of that object storage (docs/storage.md).
     :param fail_on_refused: fail the task when a guard refused a topic (after the valid
         topics grew). Kafka errors always fail it.
     :param rack_aware: spread each new partition's replicas over ``broker.rack`` racks.
@@ -110,6 +124,7 @@ class GuardedCreatePartitionsOperator(BaseOperator):
         "new_total_partitions",
         "kafka_config_id",
         "heal_targets_path",
+        "storage_conn_id",
         "extra_internal_topics",
         "internal_topic_pattern",
     )
@@ -128,12 +143,14 @@ class GuardedCreatePartitionsOperator(BaseOperator):
         allow_compacted: bool = False,
         allow_under_replicated: bool = False,
         heal_targets_path: str | None = None,
+        storage_conn_id: str | None = None,
         fail_on_refused: bool = True,
         rack_aware: bool = True,
         timeout_s: float = 30.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.storage_conn_id = storage_conn_id
         self.new_total_partitions = new_total_partitions
         self.kafka_config_id = kafka_config_id
         self.validate_only = validate_only
@@ -171,9 +188,9 @@ class GuardedCreatePartitionsOperator(BaseOperator):
         try:
             outcome = grow_partitions(
                 admin, request, validate_only=self.validate_only,
-                heal_targets_path=self.heal_targets_path, log=self._log,
+                heal_targets_path=_heal_file(self.heal_targets_path, self.storage_conn_id), log=self._log,
             )
-        except ConfigurationError as e:
+        except (ConfigurationError, StoreError) as e:
             raise AirflowFailException(str(e)) from e
         finally:
             admin.close()
@@ -218,10 +235,11 @@ class PlanHealOperator(BaseOperator):
     broker -> the task fails (retry once the broker is back). With ``prune_healed=True``
     healed and missing partitions are removed from the file.
 
-    :param heal_targets_path: the heal-targets file (templated).
+    :param heal_targets_path: the heal-targets file (templated): a path, or an object-storage URI
+        (with ``storage_conn_id``) that GuardedCreatePartitions recorded into from any worker.
     :param plan_dir: where to write the plan directory (templated): a local path, or an
         object-storage URI (``s3://...``) for distributed workers.
-    :param storage_conn_id: the Airflow connection of that object storage (templated).
+    :param storage_conn_id: the Airflow connection of that object storage (templated), for both.
     :param kafka_config_id: the ``kafka`` connection (templated).
     """
 
@@ -250,7 +268,11 @@ class PlanHealOperator(BaseOperator):
         self.timeout_s = timeout_s
 
     def execute(self, context: Context) -> dict[str, Any]:
-        targets = read_heal_targets(self.heal_targets_path)
+        heal_file = _heal_file(self.heal_targets_path, self.storage_conn_id)
+        try:
+            targets = read_heal_targets(heal_file) if heal_file is not None else {}
+        except (ConfigurationError, StoreError) as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from None
         ti = context["ti"]
         if not targets:
             ti.xcom_push(key="return_value", value={"plan_dir": None, "moves": 0, "states": {}})
@@ -264,7 +286,7 @@ class PlanHealOperator(BaseOperator):
         assessment, result = plan_heal(snapshot, targets, rack_aware=self.rack_aware)
         done = assessment.of("healed") + assessment.of("missing")
         if self.prune_healed and done:
-            update_heal_targets(self.heal_targets_path, remove=done)
+            update_heal_targets(heal_file, remove=done)  # type: ignore[arg-type] (read above)
         for state in ("healed", "catching-up", "short", "missing"):
             if assessment.of(state):
                 self.log.info("%s: %s", state, assessment.of(state))

@@ -336,3 +336,16 @@ def test_object_store_adapter_against_the_real_store(object_store, monkeypatch):
     assert store.read("a.json") == b"3" and store.list() == ["a.json"]
     store.delete("a.json")
     assert store.list() == []
+
+
+def test_heal_targets_file_on_the_real_store(object_store, monkeypatch):
+    """GuardedCreatePartitions records, PlanHeal reads and prunes: the file on S3, updated by If-Match."""
+    from airflow_kafka_reassign.core.growth import read_heal_targets, update_heal_targets
+    from airflow_kafka_reassign.storage import heal_targets_file
+
+    monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", object_store.airflow_connection())
+    where = heal_targets_file(f"s3://{object_store.bucket}/heal/heal-targets.json", conn_id=STORAGE_CONN_ID)
+    assert read_heal_targets(where) == {}
+    update_heal_targets(where, add={"orders-3": 3})
+    update_heal_targets(where, add={"audit-0": 3}, remove=["orders-3"])
+    assert read_heal_targets(where) == {"audit-0": 3}

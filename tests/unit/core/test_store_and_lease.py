@@ -17,6 +17,7 @@ from airflow_kafka_reassign.core.execution import (
 from airflow_kafka_reassign.core.lease import LEASE_FILE, Lease, LeaseHeldError, LeaseKeeper, LeaseLostError, acquire
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.core.store import LocalStore, MemoryStore, as_store
+from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 
@@ -197,3 +198,40 @@ def test_a_run_that_lost_its_lease_writes_nothing_more():
             state_dir=state, sleep=sleep, lease=keeper, settle_s=-1)
     assert len(fake.inflight) == 1  # only the first batch went out
     assert state.read(THROTTLE_BACKUP_FILE) is not None  # the new holder's to restore: untouched
+
+
+# -- the heal-targets file on any store ------------------------------------------------------------------------
+
+def test_heal_targets_file_on_a_store_is_updated_by_compare_and_set():
+    from airflow_kafka_reassign.core.growth import heal_targets_uri, read_heal_targets, update_heal_targets
+
+    store = MemoryStore("s3://plans/kafka")
+    where = (store, "heal-targets.json")
+    assert read_heal_targets(where) == {}
+    update_heal_targets(where, add={"orders-3": 3, "orders-4": 3})
+    update_heal_targets(where, add={"orders-3": 2, "audit-0": 3}, remove=["orders-4"])  # the larger RF stays
+    assert read_heal_targets(where) == {"audit-0": 3, "orders-3": 3}
+    assert heal_targets_uri(where) == "s3://plans/kafka/heal-targets.json"
+
+    class Racing(MemoryStore):
+        """Another writer changes the file between each read and write of ours, twice."""
+
+        races = 2
+
+        def write_if(self, name, data, version):
+            if self.races:
+                self.races -= 1
+                super().write(name, b'{"payments-1": 3}\n' if self.races else b'{"payments-1": 3, "x-0": 2}\n')
+            return super().write_if(name, data, version)
+
+    racing = Racing("memory://")
+    update_heal_targets((racing, "h.json"), add={"orders-9": 3})
+    assert read_heal_targets((racing, "h.json")) == {"orders-9": 3, "payments-1": 3, "x-0": 2}  # no update lost
+
+
+def test_heal_targets_file_refuses_bad_content_naming_the_uri():
+    from airflow_kafka_reassign.core.growth import read_heal_targets
+
+    store = MemoryStore("s3://plans/kafka", {"h.json": b'["orders-1"]'})
+    with pytest.raises(ConfigurationError, match=r"s3://plans/kafka/h.json must be a JSON object"):
+        read_heal_targets((store, "h.json"))
