@@ -146,7 +146,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             return 1
     print(json.dumps({"plan": str(args.out), **{k: summary[k] for k in (
         "goal", "partitions_moved", "replica_moves", "lower_bound", "bytes_to_move", "leader_changes",
-        "leader_changes_lower_bound")}, "warnings": summary["warnings"]}, indent=1))
+        "leader_changes_lower_bound")}, "replica_max_min_floor": summary.get("replica_max_min_floor"),
+        "replica_balance_bounded_by": summary.get("replica_balance_bounded_by", []),
+        "warnings": summary["warnings"]}, indent=1))
     return 0
 
 

@@ -336,6 +336,9 @@ class PlanReassignmentOperator(BaseOperator):
                                                           "rack_violations", "replicas_on_removed_brokers")},
             "after": {k: summary["after"][k] for k in ("replica_max_min", "leader_max_min", "topic_replica_max_min",
                                                         "rack_violations", "replicas_on_removed_brokers")},
+            # the best brokers' max-min the racks allow and what bounded it (absent from older plans)
+            "replica_max_min_floor": summary.get("replica_max_min_floor"),
+            "replica_balance_bounded_by": summary.get("replica_balance_bounded_by", []),
             "warnings": summary["warnings"][:10],
         }
         self.log.info(

@@ -104,3 +104,25 @@ def test_unknown_brokers_are_named_by_their_first_partition_across_tasks(snapsho
     assert message == str(expected.value)
     assert f"{parts[0].topic}-{parts[0].partition}" in message and "[98, 99]" in message
     assert not (tmp_path / "plan" / "plan.json").exists()
+
+
+def test_racks_left_uneven_give_the_in_process_plan(tmp_path):
+    """A decommission that leaves one broker alone in its rack (6 brokers on 3 racks, broker 4
+    of rack-1 removed): the quota step lets topics give way to the racks on the driver, the
+    place tasks meet those quotas and compute the bound's parts; the job writes the
+    in-process plan byte for byte, with the same balance floor, bound and warnings."""
+    from airflow_kafka_reassign.core.planner import plan_reassignment
+
+    snap = to_snapshot(synthetic_cluster(brokers=6, racks=3, rf=(2, 3), replicas=6_000, seed=5))
+    snapshot = write_snapshot(snap, tmp_path / "snapshot")
+    request = PlanRequest(goal="remove-brokers", brokers=(4,))
+    metrics = submit(snapshot, tmp_path / "plan", request=request.model_dump_json())
+    expected = plan_reassignment(read_snapshot(snapshot), request)
+    assert expected.topics_uneven_for_racks > 0  # the path under test was taken
+    assert (tmp_path / "plan" / "plan.json").read_text() == expected.plan.model_dump_json()
+    summary = metrics["summary"]
+    for key in ("replica_moves", "lower_bound", "replica_max_min_floor", "topics_uneven_for_racks"):
+        assert summary[key] == getattr(expected, key), key
+    assert summary["replica_balance_bounded_by"] == list(expected.replica_balance_bounded_by)
+    assert metrics["warnings"] == list(expected.warnings)
+    assert metrics["after"]["replica_max_min"] <= max(1, expected.replica_max_min_floor + 1)

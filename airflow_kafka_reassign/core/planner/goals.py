@@ -50,6 +50,10 @@ class PlanRequest(_Frozen):
     * ``rebalance``: replicas balanced over brokers (max-min <= 1) and per topic (max-min <= 1
       where the arithmetic allows, else <= 2), preferred leaders balanced (max-min <=
       ``max_leader_spread``), every partition over ``min(RF, racks)`` racks, fewest moves.
+      Where racks of unequal size force a rack's share (the only broker of a rack holds a
+      replica of every partition spanning all racks), the brokers end within 1 of the best
+      balance the racks allow and topics spread unevenly over the racks as far as that needs
+      (:attr:`PlanResult.replica_max_min_floor`, :attr:`PlanResult.replica_balance_bounded_by`).
     * ``add-brokers``: the same, the new brokers (``brokers``, or every broker of the snapshot
       holding no replica) receiving their share.
     * ``remove-brokers``: the same on the brokers left; ``brokers`` end with no replicas. A
@@ -85,7 +89,9 @@ class PlanRequest(_Frozen):
     #: Allowed max-min of preferred leaders per broker.
     max_leader_spread: int = Field(default=2, ge=1)
     #: How far a topic's replicas per broker may spread (max-min) when that is what levels
-    #: the brokers' totals (fixed load, racks of unequal size); 1 keeps every topic even.
+    #: the brokers' totals (fixed load, racks of unequal size); where racks of unequal size
+    #: force a rack's share, topics spread further over the racks, as far as the best balance
+    #: the racks allow needs. 1 keeps every topic even, whatever the racks.
     max_topic_spread: int = Field(default=2, ge=1)
     #: Replicas per group of topics in the quota step (0: never group). From two groups' worth
     #: on, the quotas of each group of consecutive topics are settled on their own, within its
@@ -159,6 +165,17 @@ class PlanResult(_Frozen):
     #: Partitions left alone because a reassignment is in flight.
     excluded_in_flight: tuple[TopicPartition, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: The smallest max-min of replicas per broker any plan can reach: more than 1 where racks
+    #: of unequal size force a rack's share (every partition over min(RF, racks) racks) or
+    #: replicas the plan may not move weigh on some brokers.
+    replica_max_min_floor: int = 0
+    #: What kept the brokers' replica counts more than 1 apart: ``"racks"``, ``"fixed load"``
+    #: (replicas the plan may not move), ``"topic spread"`` (topics kept within
+    #: ``max_topic_spread``); empty when they end within 1.
+    replica_balance_bounded_by: tuple[str, ...] = ()
+    #: Topics spread unevenly over the racks (beyond ``max_topic_spread`` where needed) so that
+    #: the brokers' totals reach the best balance the racks allow.
+    topics_uneven_for_racks: int = 0
 
     @property
     def moves_ratio(self) -> float:
@@ -180,6 +197,9 @@ class PlanResult(_Frozen):
             "before": self.before.summary(),
             "after": self.after.summary(),
             "excluded_in_flight": len(self.excluded_in_flight),
+            "replica_max_min_floor": self.replica_max_min_floor,
+            "replica_balance_bounded_by": list(self.replica_balance_bounded_by),
+            "topics_uneven_for_racks": self.topics_uneven_for_racks,
             "warnings": list(self.warnings),
         }
 

@@ -35,9 +35,16 @@ balance needs at least the largest of:
   and its outflow at least ``sum_T max(0, c_Tb - hi_T) + max(0, fixed_b + sum_T clamp(c_Tb) - Gmax)``
   (everything on a removed broker flows out). This is what catches a scale-out: a new broker
   must receive its whole share, which per-topic counting alone spreads over topics that
-  could each keep their extras elsewhere.
+  could each keep their extras elsewhere. ``[Gmin, Gmax]`` is taken per rack, from the bands
+  of width ``w_G`` whose rack totals the racks allow (:meth:`.quotas.RackBand.broker_ranges`:
+  every rack's total between the fewest and most replicas the rack spread lets it hold, the
+  partitions the plan leaves alone where they are, all adding up): the only broker of a rack
+  holds a replica of every partition that spans all racks, and the brokers of the other
+  racks share what is left. This is what catches a decommission that leaves racks uneven:
+  that broker must shed the replicas of other partitions to reach its band.
 * **Per rack** (all topics together). The same forced-replica argument on the racks' totals:
-  rack ``g`` ends with at least ``size_g * Gmin`` replicas; beyond what it holds now and the
+  rack ``g`` ends with at least ``size_g * Gmin`` replicas (and what the rack spread forces
+  into it, at most ``size_g * Gmax`` and what it allows); beyond what it holds now and the
   forced replicas that may land in it, every replica must come from a live broker: one more
   move each. A decommission whose removed broker shared racks unevenly with its partners
   needs these moves whatever the per-topic quotas are.
@@ -68,7 +75,7 @@ from itertools import chain
 
 import numpy as np
 
-from airflow_kafka_reassign.core.planner.quotas import rack_bounds, rack_shares
+from airflow_kafka_reassign.core.planner.quotas import RackBand, rack_bounds, rack_shares
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
 
@@ -162,6 +169,10 @@ class TopicFacts:
     #: forced replicas (leaving removed brokers, RF increases) and where they may land
     slots: int
     compat: list[int]
+    #: fewest / most replicas of the topic each rack can hold once the plan is done: the rack
+    #: spread for partitions the plan may move, where they are for those it leaves alone
+    rack_min: list[int] = field(default_factory=list)
+    rack_max: list[int] = field(default_factory=list)
 
 
 def topic_facts(t: TopicPartitions, layout: BrokerLayout, *, fix_racks: bool = True) -> TopicFacts:
@@ -177,6 +188,9 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
     rf_counts: dict[int, int] = {}
     removals = need_total = slots_total = 0
     compat = [0] * k_racks
+    rack_min = [0] * k_racks  # frozen partitions here, the others from their RF below
+    rack_max = [0] * k_racks
+    frozen_rf: dict[int, int] = {}
     frozen = t.frozen
     for p, reps in enumerate(t.replicas):
         r = t.target_rf[p]
@@ -186,6 +200,12 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
         if len(reps) > r:
             removals += len(reps) - r
         if frozen is not None and frozen[p]:
+            frozen_rf[r] = frozen_rf.get(r, 0) + 1
+            for b in reps:
+                g = rack.get(b, -1)
+                if b in live_set and g >= 0:
+                    rack_min[g] += 1
+                    rack_max[g] += 1
             continue
         present = [b for b in reps if b in live_set]
         need = r - len(present)
@@ -204,6 +224,14 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
                 compat[g] += max(0, min(slots, per_rack_max - in_rack[g], sizes[g] - in_rack[g]))
     n = sum(t.target_rf)
     lo, hi = rack_bounds(rf_counts, sizes, n)
+    spread_racks = fix_racks and k_racks > 1
+    for r, c in rf_counts.items():
+        c -= frozen_rf.get(r, 0)  # the partitions the plan may move: the rack spread (or anywhere)
+        per_rack = r - min(r, k_racks) + 1 if spread_racks else r
+        for g in range(k_racks):
+            if spread_racks and r >= k_racks:
+                rack_min[g] += c
+            rack_max[g] += c * min(sizes[g], per_rack)
     return TopicFacts(
         topic=t.topic,
         balance=t.balance,
@@ -217,6 +245,8 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
         partition_need=need_total,
         slots=slots_total,
         compat=compat,
+        rack_min=rack_min,
+        rack_max=rack_max,
     )
 
 
@@ -289,6 +319,9 @@ class BoundPart:
     rack_now: list[int] = field(default_factory=list)
     rack_compat: list[int] = field(default_factory=list)
     sum_lo: list[int] = field(default_factory=list)
+    #: fewest / most replicas each rack can hold (:attr:`TopicFacts.rack_min`), summed
+    rack_min: list[int] = field(default_factory=list)
+    rack_max: list[int] = field(default_factory=list)
     clamp_extra: dict[int, int] = field(default_factory=dict)
     lo_cover: dict[int, int] = field(default_factory=dict)
     over_hi: dict[int, int] = field(default_factory=dict)
@@ -300,7 +333,7 @@ class BoundPart:
     base_sum: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("rack_lo", "rack_hi", "rack_now", "rack_compat", "sum_lo"):
+        for name in ("rack_lo", "rack_hi", "rack_now", "rack_compat", "sum_lo", "rack_min", "rack_max"):
             if not getattr(self, name):
                 setattr(self, name, [0] * self.k_racks)
 
@@ -310,7 +343,7 @@ class BoundPart:
         self.removals += other.removals
         self.on_removed += other.on_removed
         self.forced += other.forced
-        for name in ("rack_lo", "rack_hi", "rack_now", "rack_compat", "sum_lo"):
+        for name in ("rack_lo", "rack_hi", "rack_now", "rack_compat", "sum_lo", "rack_min", "rack_max"):
             mine, theirs = getattr(self, name), getattr(other, name)
             for g in range(self.k_racks):
                 mine[g] += theirs[g]
@@ -345,6 +378,9 @@ def bound_part(
     out.on_removed = facts.on_removed
     out.rack_lo = list(facts.rack_lo)
     out.rack_hi = list(facts.rack_hi)
+    if facts.rack_min:
+        out.rack_min = list(facts.rack_min)
+        out.rack_max = list(facts.rack_max)
     if k_racks > 1:
         for b, c in facts.counts.items():
             if b in live_set:
@@ -455,7 +491,7 @@ def combine_bound_parts(
                 g_ranges.append((max(0, _ceil_div(r_total, sizes[g]) - w), r_total // sizes[g] + w))
         else:
             w = max(1, _spread(list(totals_after.values())))
-            g_ranges = [(max(0, _ceil_div(total, nb) - w), total // nb + w)] * k_racks
+            g_ranges = _band_ranges(parts, layout, members, fixed, total, w)
         inflow = outflow = 0
         for b in live:
             g = rack[b]
@@ -469,6 +505,11 @@ def combine_bound_parts(
     if balance_brokers and k_racks > 1:
         r_min = [sizes[g] * g_ranges[g][0] for g in range(k_racks)]
         r_max = [sizes[g] * g_ranges[g][1] for g in range(k_racks)]
+        if parts.rack_min:
+            for g in range(k_racks):
+                f = sum(fixed.get(b, 0) for b in members[g])
+                r_min[g] = max(r_min[g], parts.rack_min[g] + f)
+                r_max[g] = min(r_max[g], parts.rack_max[g] + f)
         extra_in = sum(max(0, r_min[g] - rack_now[g] - parts.rack_compat[g]) for g in range(k_racks))
         extra_out = sum(max(0, rack_now[g] - r_max[g]) for g in range(k_racks)) - removals_total
         per_rack = parts.forced + max(extra_in, extra_out, 0)
@@ -485,6 +526,33 @@ def combine_bound_parts(
         per_rack=per_rack,
         joint=joint,
     )
+
+
+def _band_ranges(
+    parts: BoundPart,
+    layout: BrokerLayout,
+    members: Sequence[Sequence[int]],
+    fixed: Mapping[int, int],
+    total: int,
+    w: int,
+) -> list[tuple[int, int]]:
+    """Per rack, the totals a broker of the rack can end with when every broker's total lies
+    in a band of width ``w`` that the racks allow (:meth:`~.quotas.RackBand.broker_ranges`:
+    each rack's total within what the rack spread lets it hold, all adding up to ``total``):
+    a rack that must hold more than its share (the only broker of a rack, say, holding a
+    replica of every partition spanning all racks) puts its brokers above the band's bottom,
+    and the others below its top."""
+    nb = len(layout.brokers)
+    plain = [(max(0, _ceil_div(total, nb) - w), total // nb + w)] * len(members)
+    if not parts.rack_min:
+        return plain
+    fixed_by_rack = [[fixed.get(b, 0) for b in m] for m in members]
+    lo = [parts.rack_min[g] + sum(f) for g, f in enumerate(fixed_by_rack)]
+    hi = [parts.rack_max[g] + sum(f) for g, f in enumerate(fixed_by_rack)]
+    ranges = RackBand(total, lo, hi, fixed_by_rack).broker_ranges(w)
+    if ranges is None:  # the plan itself is outside every such band (it cannot fix some racks)
+        return plain
+    return ranges
 
 
 def _dual_part(

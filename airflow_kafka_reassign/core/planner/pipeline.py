@@ -13,7 +13,7 @@ from airflow_kafka_reassign.core.planner.goals import PlanRequest, PlanResult, S
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
 from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
-from airflow_kafka_reassign.core.planner.quotas import GROUP_REPLICAS, compute_quotas
+from airflow_kafka_reassign.core.planner.quotas import GROUP_REPLICAS, QuotaPlan, compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicMove, TopicParams, TopicPartitions
 
@@ -26,8 +26,9 @@ def plan_topics(
     max_topic_spread: int = 2,
     leaders: bool = True,
     group_replicas: int = GROUP_REPLICAS,
-) -> tuple[list[TopicMove], list[str]]:
-    """Global step, every per-topic step, then the leader fix-up, on plain data."""
+) -> tuple[list[TopicMove], list[str], QuotaPlan]:
+    """Global step, every per-topic step, then the leader fix-up, on plain data: the moves,
+    the global step's warnings and its :class:`~.quotas.QuotaPlan` (quotas, balance floor)."""
     layout = scope.layout
     loads = [t.load(layout) for t in scope.topics]
     quota_plan = compute_quotas(
@@ -40,7 +41,7 @@ def plan_topics(
         by_topic.append(plan_topic(t, quota_plan.quotas[t.topic], layout, params))
     if scope.balance and leaders:
         by_topic = fix_leaders(scope.topics, by_topic, scope, max_leader_spread)
-    return [m for moves in by_topic for m in moves], warnings
+    return [m for moves in by_topic for m in moves], warnings, quota_plan
 
 
 def fix_leaders(
@@ -119,7 +120,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     request = request or PlanRequest()
     scope = prepare(snapshot, request)
     layout = scope.layout
-    moves, warnings = plan_topics(
+    moves, warnings, quota_plan = plan_topics(
         scope,
         use_sizes=request.use_sizes,
         max_leader_spread=request.max_leader_spread,
@@ -180,4 +181,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         after=after,
         excluded_in_flight=tuple(scope.excluded_in_flight),
         warnings=tuple(warnings),
+        replica_max_min_floor=quota_plan.floor,
+        replica_balance_bounded_by=quota_plan.bounded_by,
+        topics_uneven_for_racks=quota_plan.relaxed_topics,
     )

@@ -35,6 +35,20 @@ Algorithm (``n`` = a topic's replicas after the plan, ``B`` live brokers, ``K`` 
    leave the brokers' totals more than 1 apart (fixed load, racks of unequal size), and
    letting topics spread to ``max_topic_spread`` (2: the "otherwise <= 2" of the goal)
    brings them to 1, are the wider quotas used.
+6. **Racks before per-topic evenness.** Racks of unequal size can force a rack's share: RF 3
+   on 3 racks puts one replica of every partition in each rack, so the only broker of a rack
+   holds them all. What the brokers can reach at best is the *floor* (:class:`RackBand`:
+   the smallest max-min of brokers' totals whose rack totals fit the rack spread and the
+   fixed load). If the quotas above stay further from it, the topics that can (RF 2 on 3
+   racks, say) give up evenness across racks, as little as needed: each starts from its own
+   level rack shares, and the racks' surpluses flow to the racks' deficits through the topics
+   (:func:`_shift_shares`, a max flow that keeps replicas where they are first and spreads
+   the shift over the topics in proportion to what each can take); those topics' rack shares
+   are then fixed, still level within each rack, and steps 3 to 5 run again towards the
+   water-filled rack totals. Used when it brings the brokers closer (and ``max_topic_spread``
+   is above 1: 1 keeps every topic even whatever the racks). :attr:`QuotaPlan.bounded_by`
+   and the warnings say what bounded the balance: the racks, the fixed load, or the per-topic
+   limit.
 
 **Per group of topics.** Steps 4 and 5 are most of the work (2.5 s of 2.7 s at a million
 replicas). From two groups' worth of replicas (``GROUP_REPLICAS``, 65,536 by default) they run
@@ -52,9 +66,11 @@ needed) or a group cannot meet its share, every topic is handled at once as abov
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import accumulate
 
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicLoad
 
@@ -97,6 +113,16 @@ class QuotaPlan:
     #: entry in ``quotas``). If any returns ``None``, ``compute_quotas(group_replicas=0)`` gives
     #: the quotas instead (every topic at once, as when a group misses here).
     pending: tuple[QuotaGroup, ...] = ()
+    #: The smallest max-min of the brokers' totals the rack spread and the fixed load allow
+    #: (:class:`RackBand`): what any plan reaching the goal's racks can do at best.
+    floor: int = 0
+    #: What kept the brokers' totals more than 1 apart: ``"racks"`` (racks of unequal size
+    #: force a rack's share), ``"fixed load"`` (replicas the plan may not move), ``"topic
+    #: spread"`` (the quotas stayed short of the floor with topics within ``max_topic_spread``);
+    #: empty when the totals are within 1.
+    bounded_by: tuple[str, ...] = ()
+    #: Topics whose rack shares gave way to reach the floor (step 6).
+    relaxed_topics: int = 0
 
     def quota_map(self, topic: str) -> dict[int, int]:
         return dict(zip(self.brokers, self.quotas[topic], strict=True))
@@ -212,6 +238,250 @@ def _level_targets(fixed: Sequence[int], total: int, current: Sequence[int]) -> 
     return targets
 
 
+class RackBand:
+    """Which bands of brokers' totals the racks and the fixed load allow.
+
+    A band ``[t, t + w]`` can hold every live broker's total only if some rack totals ``R_g``
+    fit together: ``R_g`` within the rack's bounds ``[rack_lo_g, rack_hi_g]`` (every partition
+    spanning ``min(RF, racks)`` racks; fixed load included), within what the band lets the
+    rack's brokers hold (each at least ``max(t, its fixed load)``, at most ``t + w``), and
+    adding up to ``total``. Without fixed load that is also enough: inside a rack, replicas
+    can be dealt out to any level totals (a partition never has more replicas in a rack than
+    the rack has brokers). Each condition is monotone in ``t``, so the starts ``t`` that work
+    form an interval (:meth:`starts`), and a band that works still works wider (:meth:`floor`).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        rack_lo: Sequence[int],
+        rack_hi: Sequence[int],
+        fixed_by_rack: Sequence[Sequence[int]],
+    ) -> None:
+        self.total = total
+        self.lo = list(rack_lo)
+        self.hi = list(rack_hi)
+        self.sizes = [len(f) for f in fixed_by_rack]
+        self.fixed = [sorted(f) for f in fixed_by_rack]
+        self.prefix = [[0, *accumulate(f)] for f in self.fixed]
+        self.fmax = max((f[-1] for f in self.fixed if f), default=0)
+
+    def _least(self, g: int, t: int) -> int:
+        """Fewest replicas rack ``g`` holds with every broker at ``max(t, fixed)``."""
+        f = self.fixed[g]
+        k = bisect_right(f, t)
+        return k * t + self.prefix[g][-1] - self.prefix[g][k]
+
+    def starts(self, w: int) -> tuple[int, int] | None:
+        """The starts ``t`` of the bands ``[t, t + w]`` that work (an interval), or ``None``."""
+        k = len(self.sizes)
+        total = self.total
+        # conditions that get easier as t grows: the smallest t meeting them
+        t_lo = max(0, self.fmax - w, *(_ceil_div(self.lo[g], self.sizes[g]) - w for g in range(k)))
+
+        def room(t: int) -> int:
+            return sum(min(self.hi[g], self.sizes[g] * (t + w)) for g in range(k))
+
+        if room(max(t_lo, total)) < total:
+            return None
+        a, b = t_lo, max(t_lo, total)
+        while a < b:
+            mid = (a + b) // 2
+            if room(mid) >= total:
+                b = mid
+            else:
+                a = mid + 1
+        t_lo = a
+
+        # conditions that get harder as t grows: the largest t meeting them
+        def fits(t: int) -> bool:
+            least = [self._least(g, t) for g in range(k)]
+            return all(least[g] <= self.hi[g] for g in range(k)) and sum(
+                max(self.lo[g], least[g]) for g in range(k)
+            ) <= total
+
+        if not fits(t_lo):
+            return None
+        a, b = t_lo, max(t_lo, total)
+        while a < b:
+            mid = (a + b + 1) // 2
+            if fits(mid):
+                a = mid
+            else:
+                b = mid - 1
+        return t_lo, a
+
+    def broker_ranges(self, w: int) -> list[tuple[int, int]] | None:
+        """Per rack, the fewest and most replicas one of its brokers can hold in a band of
+        width ``w`` that works (``None``: none works). For a band start ``t``, besides the band
+        itself: the broker's rack must reach its least total with the rack's other brokers at
+        the band's top, the other racks holding at most what they can leaves the broker the
+        rest of ``total`` (and symmetrically for the most). Over the starts that work: exactly
+        (one start after the other) up to 4,096 of them, else from the interval's ends (the
+        band's edges grow with ``t``, the rest shrinks).
+        """
+        found = self.starts(w)
+        if found is None:
+            return None
+        t_lo, t_hi = found
+        k = len(self.sizes)
+
+        def limits(t: int) -> tuple[list[int], list[int]]:
+            """Per rack, what the rest leaves a broker at least / at most (both fall as t grows)."""
+            most = [min(self.hi[g], self.sizes[g] * (t + w)) for g in range(k)]
+            least = [max(self.lo[g], self._least(g, t)) for g in range(k)]
+            sum_most, sum_least = sum(most), sum(least)
+            low, high = [], []
+            for g in range(k):
+                others = self.sizes[g] - 1
+                low.append(max(self.lo[g] - others * (t + w), self.total - others * (t + w) - (sum_most - most[g])))
+                high.append(min(self.hi[g] - others * t, self.total - others * t - (sum_least - least[g])))
+            return low, high
+
+        if t_hi - t_lo > 4096:
+            low_end, _ = limits(t_hi)
+            _, high_end = limits(t_lo)
+            return [(max(t_lo, low_end[g]), min(t_hi + w, high_end[g])) for g in range(k)]
+        lows = [1 << 62] * k
+        highs = [-1] * k
+        for t in range(t_lo, t_hi + 1):
+            low, high = limits(t)
+            for g in range(k):
+                lows[g] = min(lows[g], max(t, low[g]))
+                highs[g] = max(highs[g], min(t + w, high[g]))
+        return [(max(0, lows[g]), highs[g]) for g in range(k)]
+
+    def floor(self) -> int:
+        """The smallest max-min of the brokers' totals the racks and the fixed load allow
+        (0 if even that is impossible: inconsistent input, nothing to report)."""
+        if self.starts(self.total) is None:
+            return 0
+        a, b = 0, self.total
+        while a < b:
+            mid = (a + b) // 2
+            if self.starts(mid) is not None:
+                b = mid
+            else:
+                a = mid + 1
+        return a
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _shift_shares(
+    loads: Sequence[TopicLoad],
+    shares: Sequence[RackShares],
+    rack_total: Sequence[int],
+    rack_fixed: Sequence[int],
+    brokers: Sequence[int],
+    rk: Sequence[int],
+    sizes: Sequence[int],
+) -> tuple[list[RackShares], int]:
+    """Topics' rack shares shifted between racks so that the racks' totals reach
+    ``rack_total``: what evenness per topic gives up where the racks force a broker's share
+    (step 6 of the module doc). Returns the shares (fixed per rack for the topics that shift,
+    the others as they were) and how many topics shift.
+
+    Each topic starts at its own level shares; the racks above their total pass units to the
+    racks below, through topics that may hold fewer replicas in the one and more in the other
+    (a max flow: source -> rack above -> topic -> rack below -> sink, chains through other
+    racks allowed). Units that keep replicas where they are go first (a topic's share lowered
+    towards what the rack holds now, raised towards it), then the rest; within each tier every
+    topic first takes its proportional part, so the shift spreads over the topics that can
+    take it instead of piling on the first ones.
+    """
+    k_racks = len(sizes)
+    index = {b: i for i, b in enumerate(brokers)}
+    start: list[list[int]] = []
+    now: list[list[int]] = []
+    totals = list(rack_fixed)
+    for ld, sh in zip(loads, shares, strict=True):
+        s = list(sh.lo) if sh.lo == sh.hi else integer_shares(ld.replicas, sh.lo, sh.hi, sizes)
+        start.append(s)
+        for g in range(k_racks):
+            totals[g] += s[g]
+        c = [0] * k_racks
+        for b, n in ld.counts.items():
+            i = index.get(b)
+            if i is not None:
+                c[rk[i]] += n
+        now.append(c)
+    surplus = [totals[g] - rack_total[g] for g in range(k_racks)]
+    need = sum(d for d in surplus if d > 0)
+    if need == 0:
+        return list(shares), 0
+    rack0 = 2
+    topic0 = rack0 + k_racks
+    graph = _FlowGraph(topic0)
+    for g in range(k_racks):
+        if surplus[g] > 0:
+            graph.add(0, rack0 + g, surplus[g])
+        elif surplus[g] < 0:
+            graph.add(rack0 + g, 1, -surplus[g])
+    # (edge, topic, rack, gives: the topic's share in the rack goes down), its capacity per tier
+    edges: list[tuple[int, int, int, bool]] = []
+    tiers: list[tuple[int, int, int]] = []
+    for t, sh in enumerate(shares):
+        if sh.lo == sh.hi:
+            continue
+        s, c = start[t], now[t]
+        node = len(graph.adj)
+        graph.adj.append([])
+        for g in range(k_racks):
+            down, up = s[g] - sh.lo[g], sh.hi[g] - s[g]
+            if down > 0:
+                free = max(0, min(down, s[g] - c[g]))
+                edges.append((graph.add(rack0 + g, node, 0), t, g, True))
+                tiers.append((free, free, down))
+            if up > 0:
+                free = max(0, min(up, c[g] - s[g]))
+                edges.append((graph.add(node, rack0 + g, 0), t, g, False))
+                tiers.append((free, up, up))
+    cap = graph.cap
+    given = [0] * len(edges)
+    flow = 0
+    for tier in range(3):
+        want = [caps[tier] for caps in tiers]
+        # proportional part first: a rack above (below) its total lets each topic give (take)
+        # its share of the surplus (deficit) in proportion to what it can
+        room_out = [0] * k_racks
+        room_in = [0] * k_racks
+        for (_, _, g, gives), w in zip(edges, want, strict=True):
+            if gives:
+                room_out[g] += w
+            else:
+                room_in[g] += w
+        scaled = []
+        for (_, _, g, gives), w in zip(edges, want, strict=True):
+            part, room = (surplus[g], room_out[g]) if gives else (-surplus[g], room_in[g])
+            scaled.append(min(w, _ceil_div(w * part, room)) if 0 < part < room else w)
+        for caps in (scaled, want):
+            for j, (e, _, _, _) in enumerate(edges):
+                if caps[j] > given[j]:
+                    cap[e] += caps[j] - given[j]
+                    given[j] = caps[j]
+            flow += graph.max_flow(0, 1)
+            if flow >= need:
+                break
+        if flow >= need:
+            break
+    out = list(shares)
+    moved: dict[int, list[int]] = {}
+    for e, t, g, gives in edges:
+        f = cap[e ^ 1]
+        if f:
+            s = moved.setdefault(t, list(start[t]))
+            s[g] += -f if gives else f
+    shifted = 0
+    for t, s in moved.items():
+        if s != start[t]:
+            out[t] = rack_shares(loads[t].replicas, s, s, sizes)
+            shifted += 1
+    return out, shifted
+
+
 def compute_quotas(
     loads: Sequence[TopicLoad],
     layout: BrokerLayout,
@@ -270,6 +540,9 @@ def compute_quotas(
     tight_hi = [rack_fixed[g] + sum(sizes[g] * sh.base[g] + sh.extra_max[g] for sh in shares) for g in range(k_racks)]
     ctx = _Context(loads, shares, brokers, rk, fixed, base_b, current, sizes)
     rack_total = integer_shares(total, tight_lo, tight_hi, sizes)
+    wide_lo = [rack_fixed[g] + sum(sh.lo[g] for sh in shares) for g in range(k_racks)]
+    wide_hi = [rack_fixed[g] + sum(sh.hi[g] for sh in shares) for g in range(k_racks)]
+    floor = RackBand(total, wide_lo, wide_hi, [[fixed[i] for i in m] for m in _by_rack(rk, k_racks)]).floor()
     made = _quota_groups(ctx, rack_total, group_replicas)
     if made is not None and defer_groups:
         groups, _, targets = made
@@ -280,6 +553,7 @@ def compute_quotas(
             broker_loads=dict(zip(brokers, targets, strict=True)),  # once every group meets its share
             groups=len(groups),
             pending=tuple(groups),
+            floor=floor,
         )
     grouped = _grouped_quotas(loads, layout, made, map_groups or _map_here) if made is not None else None
     if grouped is not None:
@@ -290,32 +564,117 @@ def compute_quotas(
             broker_targets=dict(zip(brokers, targets, strict=True)),
             broker_loads=dict(zip(brokers, targets, strict=True)),  # every group met its share
             groups=n_groups,
+            floor=floor,
         )
     quotas, targets, loads_b = ctx.assign(rack_total, 1)
-    if max(loads_b) - min(loads_b) > 1 and max_topic_spread > 1:
-        wide_lo = [rack_fixed[g] + sum(sh.lo[g] for sh in shares) for g in range(k_racks)]
-        wide_hi = [rack_fixed[g] + sum(sh.hi[g] for sh in shares) for g in range(k_racks)]
-        w_quotas, w_targets, w_loads = ctx.assign(integer_shares(total, wide_lo, wide_hi, sizes), max_topic_spread)
-        if max(w_loads) - min(w_loads) <= 1:
+    relaxed = 0
+    if _spread(loads_b) > 1 and max_topic_spread > 1:
+        wide_total = integer_shares(total, wide_lo, wide_hi, sizes)
+        w_quotas, w_targets, w_loads = ctx.assign(wide_total, max_topic_spread)
+        if _spread(w_loads) <= 1:
             quotas, targets, loads_b = w_quotas, w_targets, w_loads
-    if max(loads_b) - min(loads_b) > 1:
-        causes = []
-        if len(set(sizes)) > 1:
-            causes.append(f"racks of unequal size ({', '.join(str(x) for x in sizes)} brokers)")
-        if any(fixed):
-            causes.append("replicas the plan may not move (topics left out, in-flight reassignments)")
-        warnings.append(
-            f"brokers' replica counts stay {max(loads_b) - min(loads_b)} apart (max-min): "
-            f"{' and '.join(causes) or 'the topics sizes'} leave no better balance with every topic's "
-            f"replicas within max-min {max_topic_spread} per broker"
+        elif k_racks > 1 and _spread(loads_b) > max(1, floor):
+            # 6: the racks force some brokers' shares: topics give up evenness where needed
+            r_shares, shifted = _shift_shares(loads, shares, wide_total, rack_fixed, brokers, rk, sizes)
+            if shifted:
+                r_rack = [sum(sh.base[g] for sh in r_shares) for g in range(k_racks)]
+                r_base = [fixed[i] + r_rack[rk[i]] for i in range(nb)]
+                r_ctx = _Context(loads, r_shares, brokers, rk, fixed, r_base, current, sizes)
+                r_quotas, r_targets, r_loads = r_ctx.assign(wide_total, 1)
+                if _spread(r_loads) < _spread(loads_b):
+                    quotas, targets, loads_b, relaxed = r_quotas, r_targets, r_loads, shifted
+    spread = _spread(loads_b)
+    floor_free = RackBand(total, [total], [total], [fixed]).floor() if k_racks > 1 else floor
+    bounded_by: list[str] = []
+    if spread > 1:
+        if floor > max(1, floor_free):
+            bounded_by.append("racks")
+        if floor_free > 1:
+            bounded_by.append("fixed load")
+        if spread > max(1, floor) + (1 if bounded_by else 0):
+            bounded_by.append("topic spread")
+    warnings.extend(
+        _balance_warnings(
+            spread, floor, bounded_by, relaxed, max_topic_spread, sizes, wide_lo, wide_hi, total,
+            layout.rack_names, any(fixed),
         )
+    )
     return QuotaPlan(
         brokers=tuple(brokers),
         quotas={ld.topic: tuple(quotas[t]) for t, ld in enumerate(loads)},
         broker_targets=dict(zip(brokers, targets, strict=True)),
         broker_loads=dict(zip(brokers, loads_b, strict=True)),
         warnings=tuple(warnings),
+        floor=floor,
+        bounded_by=tuple(bounded_by),
+        relaxed_topics=relaxed,
     )
+
+
+def _spread(values: Sequence[int]) -> int:
+    return max(values) - min(values) if values else 0
+
+
+def _balance_warnings(
+    spread: int,
+    floor: int,
+    bounded_by: Sequence[str],
+    relaxed: int,
+    max_topic_spread: int,
+    sizes: Sequence[int],
+    rack_lo: Sequence[int],
+    rack_hi: Sequence[int],
+    total: int,
+    rack_names: Sequence[str | None],
+    has_fixed: bool,
+) -> list[str]:
+    """What bounded the brokers' balance, in words (see :attr:`QuotaPlan.bounded_by`)."""
+    nb = sum(sizes)
+    unequal = f"racks of unequal size ({', '.join(str(x) for x in sizes)} brokers)"
+    if spread <= 1:
+        if not relaxed:
+            return []
+        return [
+            f"{unequal} force some brokers' shares: {relaxed} topic(s) spread unevenly over the racks "
+            "(per-topic evenness gives way) so that brokers' replica counts end within max-min 1"
+        ]
+    if "racks" not in bounded_by and "fixed load" not in bounded_by:
+        causes = []
+        if len(set(sizes)) > 1:
+            causes.append(unequal)
+        if has_fixed:
+            causes.append("replicas the plan may not move (topics left out, in-flight reassignments)")
+        return [
+            f"brokers' replica counts stay {spread} apart (max-min): "
+            f"{' and '.join(causes) or 'the topics sizes'} leave no better balance with every topic's "
+            f"replicas within max-min {max_topic_spread} per broker"
+        ]
+    why = []
+    if "racks" in bounded_by:
+        least, most = [], []
+        for g, size in enumerate(sizes):
+            name = f"rack {rack_names[g]!r}" if g < len(rack_names) and rack_names[g] is not None else f"rack {g}"
+            brokers = f"{size} broker{'s' if size > 1 else ''}"
+            if rack_lo[g] * nb > total * size:
+                least.append(f"{name} ({brokers}) must hold at least {rack_lo[g]} replicas")
+            elif rack_hi[g] * nb < total * size:
+                most.append(f"{name} ({brokers}) can hold at most {rack_hi[g]} replicas")
+        bound = least or most  # the racks above their share explain it; those below follow
+        why.append(
+            f"the rack spread (every partition over min(RF, racks) racks) on {unequal}"
+            + (f": {', '.join(bound)}" if bound else "")
+        )
+    if "fixed load" in bounded_by:
+        why.append("replicas the plan may not move (topics left out, in-flight reassignments)")
+    text = (
+        f"brokers' replica counts stay {spread} apart (max-min), bounded by {' and '.join(why)}; "
+        f"the best any plan can reach is {floor}"
+    )
+    if relaxed:
+        text += f"; {relaxed} topic(s) spread unevenly over the racks to get there (per-topic evenness gives way)"
+    if "topic spread" in bounded_by:
+        text += f"; with every topic's replicas within max-min {max_topic_spread} per broker the plan reaches only {spread}"
+    return [text]
 
 
 @dataclass

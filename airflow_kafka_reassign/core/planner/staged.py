@@ -136,6 +136,10 @@ class QuotaStep:
     #: ``quotas``; :func:`place_grouped`), and every topic's load for :func:`quotas_at_once`
     pending: tuple[QuotaGroup, ...] = ()
     loads: list[TopicLoad] = field(default_factory=list)
+    #: the global step's balance floor and what bounded the brokers' balance (:class:`~.quotas.QuotaPlan`)
+    floor: int = 0
+    bounded_by: tuple[str, ...] = ()
+    relaxed_topics: int = 0
 
 
 def driver_quotas(
@@ -178,6 +182,9 @@ def driver_quotas(
         quota_groups=quota_plan.groups,
         pending=quota_plan.pending,
         loads=loads if quota_plan.pending else [],
+        floor=quota_plan.floor,
+        bounded_by=quota_plan.bounded_by,
+        relaxed_topics=quota_plan.relaxed_topics,
     )
 
 
@@ -191,7 +198,8 @@ def quotas_at_once(ctx: PrepareContext, step: QuotaStep) -> QuotaStep:
     )
     return replace(
         step, quotas=dict(quota_plan.quotas), warnings=[*step.warnings, *quota_plan.warnings], quota_groups=0,
-        pending=(), loads=[],
+        pending=(), loads=[], floor=quota_plan.floor, bounded_by=quota_plan.bounded_by,
+        relaxed_topics=quota_plan.relaxed_topics,
     )
 
 
@@ -511,6 +519,9 @@ def driver_result(
         after=after,
         excluded_in_flight=tuple(step.excluded_in_flight),
         warnings=tuple(warnings),
+        replica_max_min_floor=step.floor,
+        replica_balance_bounded_by=step.bounded_by,
+        topics_uneven_for_racks=step.relaxed_topics,
     )
 
 

@@ -49,6 +49,8 @@ SCENARIOS = [
     (dict(brokers=8, racks=1, rf=(2, 3), skew=0.8), PlanRequest()),
     (dict(brokers=7, racks=3, rf=(3,), in_flight=5, internal_topic=True), PlanRequest(goal="add-brokers", brokers=(6,))),
     (dict(brokers=6, racks=3, sizes=True), PlanRequest(use_sizes=True)),
+    # racks left uneven (rack-1 keeps broker 1 alone): topics give way to the racks
+    (dict(brokers=6, racks=3, rf=(2, 3)), PlanRequest(goal="remove-brokers", brokers=(4,))),
 ]
 
 
