@@ -181,6 +181,18 @@ class ObjectStore:
             return "does not exist" in str(e)
         return False
 
+    def _absent(self, name: str, e: BaseException) -> None:
+        """A failed read of ``name``: ``None`` when the object does not exist, else a
+        :class:`StoreError` (the bucket is missing, access denied, the store not answering)."""
+        if isinstance(e, FileNotFoundError):
+            if self._bucket_missing():
+                raise StoreError(f"could not read {self._uri}/{name}: the bucket {self.bucket!r} does not exist: "
+                                 "create it, or fix the bucket in the URI") from None
+            return None
+        if "nosuchkey" in f"{type(e).__name__} {e}".lower():
+            return None
+        raise self._fail("read", name, e) from None
+
     def read(self, name: str) -> bytes | None:
         if not self._s3:
             got = self.read_versioned(name)
@@ -188,15 +200,8 @@ class ObjectStore:
         key = self._key(name)
         try:
             return bytes(self.fs.cat_file(key))  # one GET (read_versioned adds a HEAD for the ETag)
-        except FileNotFoundError:
-            if self._bucket_missing():
-                raise StoreError(f"could not read {self._uri}/{name}: the bucket {self.bucket!r} does not exist: "
-                                 "create it, or fix the bucket in the URI") from None
-            return None
         except Exception as e:
-            if "nosuchkey" in f"{type(e).__name__} {e}".lower():
-                return None
-            raise self._fail("read", name, e) from None
+            return self._absent(name, e)
 
     def read_versioned(self, name: str) -> tuple[bytes, str] | None:
         key = self._key(name)
@@ -210,15 +215,8 @@ class ObjectStore:
             with self.fs.open(key, "rb") as f:
                 data = f.read()
             return data, hashlib.sha256(data).hexdigest()
-        except FileNotFoundError:
-            if self._bucket_missing():
-                raise StoreError(f"could not read {self._uri}/{name}: the bucket {self.bucket!r} does not exist: "
-                                 "create it, or fix the bucket in the URI") from None
-            return None
         except Exception as e:
-            if "nosuchkey" in f"{type(e).__name__} {e}".lower():
-                return None
-            raise self._fail("read", name, e) from None
+            return self._absent(name, e)
 
     def write(self, name: str, data: bytes) -> None:
         try:

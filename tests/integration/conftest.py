@@ -20,6 +20,7 @@ import secrets
 import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,16 @@ def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObjectSto
         yield store
     finally:
         store.down()
+
+
+@pytest.fixture
+def idle_admin(sandbox: Sandbox) -> Iterator[Any]:
+    """An admin client of the sandbox, once no reassignment of another test is in flight
+    (execution refuses to run beside foreign reassignments)."""
+    from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+    from airflow_kafka_reassign.sandbox import wait_until
+
+    with KafkaClusterAdmin(sandbox.client_config(), timeout_s=30) as a:
+        wait_until(lambda: not a.list_reassignments(), what="the sandbox to have no reassignment in flight",
+                   timeout=180)
+        yield a

@@ -41,7 +41,7 @@ class IsolatedProcessExecutor(BaseExecutor):
     def start(self) -> None:
         self.root = Path(os.environ["AKR_WORKERS_DIR"])
         self.root.mkdir(parents=True, exist_ok=True)
-        self.procs: dict[Any, tuple[subprocess.Popen[bytes], Path, dict[str, Any], Any]] = {}
+        self.procs: dict[Any, tuple[subprocess.Popen[bytes], Path, dict[str, Any]]] = {}
 
     def _process_workloads(self, workload_items: Any) -> None:
         for workload in workload_items:
@@ -67,10 +67,10 @@ class IsolatedProcessExecutor(BaseExecutor):
             out.close()
             self.running.add(key)
             self.procs[key] = (proc, worker, {"dag_id": ti.dag_id, "task_id": ti.task_id, "try": ti.try_number,
-                                              "pid": proc.pid}, None)
+                                              "pid": proc.pid})
 
     def sync(self) -> None:
-        for key, (proc, worker, info, _) in list(self.procs.items()):
+        for key, (proc, worker, info) in list(self.procs.items()):
             rc = proc.poll()
             if rc is None:
                 continue

@@ -39,12 +39,8 @@ THROTTLE = 2_000_000  # bytes/s: a 0.5 MB replica copies in well under a second,
 
 
 @pytest.fixture
-def admin(sandbox):
-    a = KafkaClusterAdmin(sandbox.client_config(), timeout_s=30)
-    # Precondition: no reassignment of another test in flight (execution would refuse to run beside it).
-    wait_until(lambda: not a.list_reassignments(), what="the sandbox to have no reassignment in flight", timeout=180)
-    yield a
-    a.close()
+def admin(idle_admin):
+    return idle_admin
 
 
 def install(airflow_home: dict[str, str], name: str) -> Path:

@@ -29,7 +29,6 @@ import pytest
 from kafka_helpers import make_topic, put_plan, replicas, throttles, wait_until
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 from airflow_kafka_reassign.storage import ObjectStore
 
@@ -132,11 +131,8 @@ def s3_keys(store: ObjectStoreSandbox, prefix: str) -> list[str]:
 
 
 @pytest.fixture
-def admin(sandbox):
-    a = KafkaClusterAdmin(sandbox.client_config(), timeout_s=30)
-    wait_until(lambda: not a.list_reassignments(), what="no reassignment in flight", timeout=180)
-    yield a
-    a.close()
+def admin(idle_admin):
+    return idle_admin
 
 
 def write_dag(env: dict[str, str], dag_id: str, body: str) -> Path:
