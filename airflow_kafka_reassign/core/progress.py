@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -220,6 +221,9 @@ class Observation:
 
     at: float
     partitions: tuple[PartitionProgress, ...]
+    #: ``(broker, moves)``: brokers that unfinished moves need (a target replica) but that are not alive in the
+    #: cluster (not in its metadata: stopped, crashed or fenced), with how many moves wait for each.
+    waiting_on: tuple[tuple[int, int], ...] = ()
     counts: dict[str, int] = field(init=False)
     #: Bytes to copy and copied over every move that is not blocked; ``None`` when some unfinished move's
     #: sizes are unknown.
@@ -303,6 +307,8 @@ def assess(
     that was refused is reported blocked (``stale``) instead of pending forever.
     """
     parts = snapshot.partition_map()
+    live = {b.id for b in snapshot.brokers}
+    waiting: Counter[int] = Counter()
     out = []
     for m in plan.moves:
         tp = m.tp
@@ -310,8 +316,10 @@ def assess(
         if refused and tp in refused and p.state is MoveState.PENDING:
             p = _construct(topic=p.topic, partition=p.partition, state=MoveState.STALE,
                            detail=f"submission refused: {refused[tp]}")
+        if live and p.state in (MoveState.IN_FLIGHT, MoveState.PENDING):
+            waiting.update(b for b in m.target_replicas if b not in live)
         out.append(p)
-    return Observation(at=at, partitions=tuple(out))
+    return Observation(at=at, partitions=tuple(out), waiting_on=tuple(sorted(waiting.items())))
 
 
 # -- tracking over time -------------------------------------------------------------------------------------
@@ -484,6 +492,8 @@ class Progress:
             text += f" | ETA {format_duration(self.eta_s)}"
         if self.submitted:
             text += f" | +{self.submitted} submitted"
+        if o.waiting_on:
+            text += " | " + waiting_line(o.waiting_on)
         return text
 
     def stuck_message(self) -> str:
@@ -521,8 +531,17 @@ class Progress:
             "rate_unit": f"{self.unit}/s",
             "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
             "submitted": self.submitted_total,
+            "waiting_on_brokers": {str(b): n for b, n in o.waiting_on},
             **extra,
         }
+
+
+def waiting_line(waiting_on: Sequence[tuple[int, int]]) -> str:
+    """``broker 5 not alive: 4000 move(s) wait for it`` (brokers an unfinished move needs, down)."""
+    brokers = ", ".join(str(b) for b, _ in waiting_on)
+    moves = ", ".join(f"{n} for broker {b}" for b, n in waiting_on) if len(waiting_on) > 1 else f"{waiting_on[0][1]}"
+    return f"broker{'s' if len(waiting_on) > 1 else ''} {brokers} not alive: {moves} move(s) wait for " \
+           f"{'them' if len(waiting_on) > 1 else 'it'}"
 
 
 def name_list(parts: Sequence[PartitionProgress], limit: int = 10) -> str:
@@ -642,8 +661,9 @@ def final_message(progress: Progress) -> str:
                 f"{name_list(o.in_state(*BLOCKED_STATES))}. Look at each partition's current replicas, plan again "
                 "from a fresh snapshot, and run the new plan")
     if progress.status == "timeout":
+        why = f" ({waiting_line(o.waiting_on)})" if o.waiting_on else ""
         return (f"timed out after {format_duration(progress.elapsed_s)} with {o.done}/{o.moves} move(s) done, "
-                f"{o.in_flight} in flight, {o.pending} pending; unfinished: {name_list(progress.stuck)}")
+                f"{o.in_flight} in flight, {o.pending} pending{why}; unfinished: {name_list(progress.stuck)}")
     return progress.line()
 
 

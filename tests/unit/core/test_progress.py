@@ -17,6 +17,7 @@ from airflow_kafka_reassign.core.progress import (
     cancel_ours,
     check_timeout_policy,
     classify,
+    final_message,
     format_bytes,
     format_duration,
     parse_names,
@@ -308,6 +309,20 @@ def test_watch_times_out_listing_the_unfinished_moves():
     prog = watch.poke(fake, now=61)
     assert prog.status == "timeout"
     assert [p.tp for p in prog.stuck] == [TopicPartition("orders", 0)]
+
+
+def test_a_target_broker_that_is_not_alive_is_named_in_the_line_the_summary_and_the_timeout():
+    fake, plan = fake_and_plan()
+    fake.alter_reassignments({m.tp: m.target_replicas for m in plan.moves})
+    fake.down.add(3)
+    watch = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, timeout_s=60)
+    prog = watch.poke(fake, now=10)
+    assert prog.observation.waiting_on == ((3, 3),)
+    assert prog.line().endswith("| broker 3 not alive: 3 move(s) wait for it")
+    assert prog.summary()["waiting_on_brokers"] == {"3": 3}
+    assert "(broker 3 not alive: 3 move(s) wait for it)" in final_message(watch.poke(fake, now=61))
+    fake.down.clear()
+    assert watch.poke(fake, now=62).observation.waiting_on == ()
 
 
 def test_watch_reports_blocked_when_only_unreachable_moves_remain():
