@@ -15,7 +15,9 @@ plan has ``--partitions`` moves and the poke observed every one of them in fligh
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import signal
 import statistics
 import tempfile
 import time
@@ -57,6 +59,10 @@ class Counting:
         return wrapped
 
 
+def node_status(sandbox: Sandbox, node_id: int) -> dict[str, Any]:
+    return next(n for n in sandbox.status()["nodes"] if n["id"] == node_id)
+
+
 def chunks(items: list[Any], n: int) -> list[list[Any]]:
     return [items[i:i + n] for i in range(0, len(items), n)]
 
@@ -80,6 +86,10 @@ def main() -> None:
     ap.add_argument("--per-topic", type=int, default=200)
     ap.add_argument("--pokes", type=int, default=5)
     ap.add_argument("--sandbox-dir", type=Path)
+    ap.add_argument("--kill", action="store_true",
+                    help="SIGKILL broker 5 instead of stopping it gracefully: it stays in the cluster's metadata "
+                         "until its session times out (broker.session.timeout.ms), so the first pokes still see it "
+                         "as alive and must not wait on it")
     ap.add_argument("--with-data", action="store_true",
                     help="one 1 kB record per partition first (slow on a loaded machine: 10,000 partitions in one "
                          "producer timed out there); not needed, the offline broker keeps every move in flight")
@@ -128,9 +138,14 @@ def main() -> None:
                     print(f"one 1 kB record into each partition: {time.monotonic() - t0:.1f} s")
 
                 t0 = time.monotonic()
-                sandbox.stop_broker(OFFLINE)
+                if args.kill:
+                    os.kill(node_status(sandbox, OFFLINE)["pid"], signal.SIGKILL)
+                    while node_status(sandbox, OFFLINE)["alive"]:
+                        time.sleep(0.1)
+                else:
+                    sandbox.stop_broker(OFFLINE)
                 stopped = True
-                print(f"broker {OFFLINE} stopped: {time.monotonic() - t0:.1f} s")
+                print(f"broker {OFFLINE} {'killed' if args.kill else 'stopped'}: {time.monotonic() - t0:.1f} s")
                 t0 = time.monotonic()
                 failed = 0
                 for batch in chunks(list(moves), 2000):
@@ -158,7 +173,7 @@ def main() -> None:
                     expect("moves the poke saw in flight", o.in_flight, len(moves))
                     times.append(elapsed)
                     print(f"poke #{i + 1}: {times[-1]:.2f} s, {o.in_flight} in flight / {o.moves} moves, "
-                          f"requests: {dict(counting.calls)}")
+                          f"waiting on {dict(o.waiting_on) or 'no dead broker'}, requests: {dict(counting.calls)}")
                 if times:
                     print(f"poke latency with {o.in_flight} partitions in flight: median "
                           f"{statistics.median(times):.2f} s, max {max(times):.2f} s")
