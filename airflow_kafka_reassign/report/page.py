@@ -183,9 +183,30 @@ def guard_decisions(metrics: Mapping[str, Any], view: PlanView, *, limit: int, s
         item("ok" if not rv_a else "warn", "racks",
              f"partitions over fewer than min(RF, racks) racks: {num(rv_b)} before, {num(rv_a)} after"
              + ("" if request.get("rack_aware", True) else " (planned with <code>rack_aware=False</code>)"))
+    balance = balance_decision(metrics.get("summary", {}), after.get("replica_max_min"))
+    if balance:
+        item(*balance)
     for text in metrics.get("warnings") or []:
         item("warn", "warning", e(text))
     return f'<ul class="decisions">{"".join(items)}</ul>'
+
+
+def balance_decision(summary: Mapping[str, Any], spread: int | None) -> tuple[str, str, str] | None:
+    """The replica balance reached against the best the constraints allow (``replica_max_min_floor``),
+    with what bounded it (racks, replicas the plan may not move, per-topic spread) and how many topics
+    were left uneven because the racks force it; ``None`` for plans without these fields."""
+    floor = summary.get("replica_max_min_floor")
+    if floor is None or spread is None:
+        return None
+    by = list(summary.get("replica_balance_bounded_by") or [])
+    uneven = int(summary.get("topics_uneven_for_racks") or 0)
+    text = f"replicas per broker end at max-min {num(spread)}; the best any plan can reach here is {num(floor)}"
+    if by:
+        text += f" (bounded by: {e(', '.join(by))})"
+    if uneven:
+        text += (f"; {num(uneven)} topic(s) are left uneven across brokers where the racks force it, so that the "
+                 "brokers as a whole stay balanced")
+    return ("ok" if spread <= max(1, floor) + 1 else "warn"), "balance", text
 
 
 METRIC_ROWS = (

@@ -84,6 +84,9 @@ def test_the_page_shows_the_plan_its_bounds_and_its_guard_decisions(decommission
         "</code>", "").replace("&quot;", '"')
     assert "in-flight reassignment are left alone: payments-1" in text
     assert "brokers [6] hold 10 replicas now and 0 after the plan" in text
+    spread = json.loads((plan_dir / "metrics.json").read_text())["after"]["replica_max_min"]
+    assert (f"replicas per broker end at max-min {spread}; the best any plan can reach here is "
+            f"{summary['replica_max_min_floor']}") in text
     assert "6 (removed)" in text
     assert "Replication-factor changes" in text
     for label in ("replicas per broker", "preferred leaders per broker", "bytes per broker",
@@ -91,6 +94,23 @@ def test_the_page_shows_the_plan_its_bounds_and_its_guard_decisions(decommission
         assert f'alt="{label}' in html
     for name in ("plan.json", "reassignment.json", "rollback.json", "rollback-kafka.json", "metrics.json"):
         assert f'href="../{name}"' in html
+
+
+@pytest.mark.parametrize("summary, spread, kind, words", [
+    ({}, 3, None, None),  # plans written before these fields: nothing said
+    ({"replica_max_min_floor": 0}, 1, "ok", "the best any plan can reach here is 0"),
+    ({"replica_max_min_floor": 7, "replica_balance_bounded_by": ["racks"], "topics_uneven_for_racks": 12}, 7, "ok",
+     "(bounded by: racks); 12 topic(s) are left uneven"),
+    ({"replica_max_min_floor": 1, "replica_balance_bounded_by": ["topic spread"]}, 5, "warn", "bounded by: topic spread"),
+])
+def test_the_balance_decision_says_what_bounded_the_balance(summary, spread, kind, words):
+    from airflow_kafka_reassign.report.page import balance_decision
+
+    decision = balance_decision(summary, spread)
+    if kind is None:
+        assert decision is None
+    else:
+        assert decision is not None and decision[0] == kind and decision[1] == "balance" and words in decision[2]
 
 
 def test_without_embedding_the_page_refers_to_the_png_files_next_to_it(decommission, tmp_path):
