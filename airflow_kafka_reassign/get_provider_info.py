@@ -56,6 +56,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_kafka_reassign.operators.cancel",
                     "airflow_kafka_reassign.operators.execute",
+                    "airflow_kafka_reassign.operators.leadership",
                     "airflow_kafka_reassign.operators.partitions",
                     "airflow_kafka_reassign.operators.plan",
                 ],

@@ -93,6 +93,15 @@ def default_output_root() -> Path:
     return Path(os.environ.get("AKR_OUTPUT_DIR", str(Path(home) / "kafka_reassign")))
 
 
+def default_run_location(context: Context, task: BaseOperator, name: str) -> str:
+    """``$AKR_OUTPUT_DIR/<dag_id>/<run_id>/<name>`` on this machine: what the tasks of one DAG run
+    write when no object-storage location is given (one machine only: workers share no disk)."""
+    dag_run = context.get("dag_run")
+    run_id = getattr(dag_run, "run_id", None) or context.get("run_id") or "manual"
+    dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(task, "dag_id", None) or "dag"
+    return str(default_output_root() / _safe(dag_id) / _safe(str(run_id)) / _safe(name))
+
+
 @contextlib.contextmanager
 def _environment(extra: Mapping[str, str]) -> Iterator[None]:
     """``extra`` in this process's environment while the block runs (spark-submit inherits it), then
@@ -236,10 +245,7 @@ class PlanReassignmentOperator(BaseOperator):
     def output_location(self, context: Context) -> str:
         if self.output_uri:
             return str(self.output_uri)
-        dag_run = context.get("dag_run")
-        run_id = getattr(dag_run, "run_id", None) or context.get("run_id") or "manual"
-        dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(self, "dag_id", None) or "dag"
-        return str(default_output_root() / _safe(dag_id) / _safe(str(run_id)) / _safe(self.task_id))
+        return default_run_location(context, self, self.task_id)
 
     def spark_submit(self, snapshot: str, plan: str, request_file: str, *, plan_store: Store | None = None,
                      environment: Mapping[str, str] | None = None) -> None:

@@ -123,3 +123,67 @@ def put_plan(object_store: Any, prefix: str, plan: ReassignmentPlan, tmp: Path, 
         os.environ.pop(f"AIRFLOW_CONN_{conn_id.upper()}", None)
     shutil.rmtree(local)
     return uri
+
+
+class Traffic:
+    """An acks=all producer writing numbered records into ``topic`` from a thread while a test runs, and the
+    read-back check that every acknowledged record is in the topic (nothing lost while partitions moved).
+
+        with Traffic(config, topic) as traffic:
+            ...  # move leaders, replicas
+        traffic.check()  # every acknowledged record read back; ``traffic.errors`` lists delivery failures
+    """
+
+    def __init__(self, config: dict[str, Any], topic: str, *, rate: float = 200.0) -> None:
+        import threading
+
+        self.config, self.topic, self.interval = dict(config), topic, 1.0 / rate
+        self.acked: set[bytes] = set()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"traffic-{topic}", daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+    def _run(self) -> None:
+        producer = Producer({**self.config, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                             "delivery.timeout.ms": 60_000})
+
+        def done(err, msg) -> None:
+            if err is None:
+                self.acked.add(msg.key())
+            else:
+                self.errors.append(str(err))
+
+        n = 0
+        while not self._stop.is_set():
+            producer.produce(self.topic, b"v" * 100, key=b"%d" % n, on_delivery=done)
+            n += 1
+            producer.poll(0)
+            self._stop.wait(self.interval)
+        producer.flush(60)
+
+    def check(self, timeout_s: float = 60.0) -> int:
+        """Read the topic from the start; assert every acknowledged record is there. Returns how many."""
+        assert self.acked, f"the producer had no record acknowledged (errors: {self.errors[:3]})"
+        consumer = Consumer({**self.config, "group.id": f"readback-{uuid.uuid4().hex[:8]}",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([self.topic])
+        seen: set[bytes] = set()
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not self.acked <= seen and time.monotonic() < deadline:
+                msg = consumer.poll(1.0)
+                if msg is not None and msg.error() is None:
+                    seen.add(msg.key())
+        finally:
+            consumer.close()
+        lost = self.acked - seen
+        assert not lost, f"{len(lost)} acknowledged record(s) of {self.topic} not read back (e.g. {sorted(lost)[:5]})"
+        return len(self.acked)

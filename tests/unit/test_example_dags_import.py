@@ -25,6 +25,7 @@ EXPECTED = {
     "kafka_scale_out",
     "kafka_grow_partitions",
     "kafka_heal_under_replicated",
+    "kafka_rack_maintenance",
 }
 
 
@@ -137,6 +138,9 @@ def test_growth_params_refuse_bad_input(dagbag, conf, problem):
         ("kafka_rebalance_maintenance_window", {"window_minutes": 1}),
         ("kafka_rebalance_maintenance_window", {"topic_include": "orders"}),
         ("kafka_heal_under_replicated", {"heal_targets_path": ""}),
+        ("kafka_rack_maintenance", {"racks": [""]}),
+        ("kafka_rack_maintenance", {"brokers": [-1]}),
+        ("kafka_rack_maintenance", {"hold_seconds": -1}),
     ],
 )
 def test_other_params_refuse_bad_input(dagbag, dag_id, conf):
