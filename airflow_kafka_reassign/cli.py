@@ -126,6 +126,13 @@ def build_request(args: argparse.Namespace) -> Any:
         fields["rack_aware"] = False
     if args.max_leader_spread:
         fields["max_leader_spread"] = args.max_leader_spread
+    if args.capacity:
+        from airflow_kafka_reassign.core.capacity import load_capacity
+
+        fields["capacity"] = load_capacity(args.capacity)
+    for name in ("disk_cap", "disk_tolerance", "offload_threshold"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
     return PlanRequest(**fields)
 
 
@@ -148,6 +155,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "goal", "partitions_moved", "replica_moves", "lower_bound", "bytes_to_move", "leader_changes",
         "leader_changes_lower_bound")}, "replica_max_min_floor": summary.get("replica_max_min_floor"),
         "replica_balance_bounded_by": summary.get("replica_balance_bounded_by", []),
+        **{k: summary[k] for k in ("bytes_lower_bound", "disk") if k in summary},
         "warnings": summary["warnings"]}, indent=1))
     return 0
 
@@ -233,7 +241,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a reassignment from a snapshot (Spark job)")
     p.add_argument("--snapshot", required=True)
-    p.add_argument("--goal", choices=["rebalance", "add-brokers", "remove-brokers", "heal"], default="rebalance")
+    p.add_argument("--goal", choices=["rebalance", "add-brokers", "remove-brokers", "heal", "offload"],
+                   default="rebalance")
     p.add_argument("--brokers", type=_brokers, help="broker ids added or removed, e.g. 7,8")
     p.add_argument("--topic-include", action="append", help="regex (full match); repeatable")
     p.add_argument("--topic-exclude", action="append", help="regex (full match); repeatable")
@@ -244,6 +253,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--use-sizes", action="store_true")
     p.add_argument("--no-rack-aware", action="store_true")
     p.add_argument("--max-leader-spread", type=int)
+    p.add_argument("--capacity", help="capacity document (JSON/YAML): disk bytes per broker; balances disk share")
+    p.add_argument("--disk-cap", type=float, help="no broker above this share of its disk after the plan (0.85)")
+    p.add_argument("--disk-tolerance", type=float, help="disk share within this of the mean (0.02)")
+    p.add_argument("--offload-threshold", type=float, help="goal offload: brokers above this share shed down to it")
     p.add_argument("--out", required=True, help="plan directory to write")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--conf", action="append", help="extra Spark conf KEY=VALUE; repeatable")

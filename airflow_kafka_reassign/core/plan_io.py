@@ -71,7 +71,12 @@ def metrics_document(result: PlanResult, *, snapshot: str | None = None) -> dict
         "warnings": list(result.warnings),
         "excluded_in_flight": [f"{tp.topic}-{tp.partition}" for tp in result.excluded_in_flight],
         "snapshot": snapshot,
+        **({"disk": result.disk.model_dump(mode="json"), "bytes_ratio": _ratio(result.bytes_ratio)} if result.disk else {}),
     }
+
+
+def _ratio(x: float | None) -> float | None:
+    return None if x is None or x == float("inf") else round(x, 4)
 
 
 def write_plan_dir(result: PlanResult, out: str | Path, *, snapshot: str | None = None) -> Path:

@@ -34,6 +34,31 @@ if TYPE_CHECKING:
 TOPIC_PARTITION_COUNTS = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 30, 32, 40, 48, 50, 60, 64, 96, 100, 128, 200)
 
 
+#: ``sizes="skewed"``: log of the median topic's bytes per partition, sigma of a topic's size,
+#: sigma of its partitions around it.
+SKEWED_SIZES = (17.0, 2.0, 0.7)
+
+#: Hardware classes :func:`synthetic_capacities` cycles through (relative disk sizes).
+CAPACITY_CLASSES = (1.0, 2.0, 1.0, 0.5, 1.5)
+
+
+def synthetic_capacities(
+    cluster: SyntheticCluster, *, fill: float = 0.6, classes: Sequence[float] = CAPACITY_CLASSES
+) -> dict[int, int]:
+    """Heterogeneous disk capacities (bytes) for ``cluster``'s brokers: each rack's brokers cycle
+    through ``classes`` (so every rack gets the same mix of hardware), scaled so that the
+    cluster's bytes fill ``fill`` of the total capacity."""
+    total = sum((t.sizes[p] if t.sizes else 0) * len(r) for t in cluster.topics for p, r in enumerate(t.replicas))
+    seen: dict[str | None, int] = {}
+    weight: dict[int, float] = {}
+    for b, rack in cluster.brokers:
+        i = seen.get(rack, 0)
+        seen[rack] = i + 1
+        weight[b] = classes[i % len(classes)]
+    unit = total / fill / sum(weight.values()) if total else 1.0
+    return {b: max(1, int(w * unit)) for b, w in weight.items()}
+
+
 @dataclass
 class SyntheticTopic:
     name: str
@@ -89,7 +114,7 @@ def synthetic_cluster(
     new_brokers: int = 0,
     skew: float = 0.0,
     rack_violations: float = 0.0,
-    sizes: bool = False,
+    sizes: bool | str = False,
     in_flight: int = 0,
     internal_topic: bool = False,
     partition_counts: Sequence[int] = TOPIC_PARTITION_COUNTS,
@@ -102,6 +127,9 @@ def synthetic_cluster(
     cluster). ``rack_violations``: the share of partitions whose followers ignore racks.
     ``in_flight``: that many partitions get an in-flight reassignment (one replica replaced).
     ``internal_topic`` adds a 12-partition ``__consumer_offsets`` (RF 3 or fewer).
+    ``sizes``: ``True`` gives every partition a log-normal size; ``"skewed"`` draws a log-normal
+    size per topic (topics orders of magnitude apart, median about 24 MB) and log-normal
+    partition sizes around it (:data:`SKEWED_SIZES`).
     """
     if topics is None and replicas is None:
         raise ValueError("synthetic_cluster needs topics= or replicas=")
@@ -197,7 +225,11 @@ def synthetic_cluster(
                         break
             reps.append(tuple(chosen))
         t_sizes = None
-        if sizes:
+        if sizes == "skewed":
+            mu, sigma_topic, sigma_part = SKEWED_SIZES
+            base = rng.lognormvariate(mu, sigma_topic)
+            t_sizes = [max(1, int(base * rng.lognormvariate(0, sigma_part))) for _ in range(count)]
+        elif sizes:
             t_sizes = [int(rng.lognormvariate(18, 1.5)) for _ in range(count)]
         out.append(SyntheticTopic(f"topic-{len(out):05d}", t_rf, reps, t_sizes))
         total += sum(len(r) for r in reps)

@@ -142,6 +142,12 @@ class PlanReassignmentOperator(BaseOperator):
         every other partition keeps its RF).
     :param heal_targets: ``"topic-partition" -> RF`` to heal (GuardedCreatePartitions records them).
     :param use_sizes: snapshot replica sizes (DescribeLogDirs) and prefer moving small replicas.
+    :param capacity: a capacity document (a JSON/YAML file path or a mapping; see
+        :mod:`airflow_kafka_reassign.core.capacity`): balance disk usage as a share of each
+        broker's capacity (sizes are then always snapshotted). Needed by ``goal="offload"``.
+    :param disk_cap: with ``capacity``: no broker above this share of its disk after the plan (0.85).
+    :param offload_threshold: ``goal="offload"``: brokers above this share shed down to it
+        (default ``disk_cap``); the others only receive.
     :param partial_drain: goal ``remove-brokers`` with topic filters: drain only the selected
         topics now; topics left out keep their replicas on the removed brokers (a warning says how
         many). Without it such a plan is refused. Templated (``"{{ params.partial_drain }}"``).
@@ -180,6 +186,9 @@ class PlanReassignmentOperator(BaseOperator):
         include_internal: bool = False,
         use_sizes: bool = False,
         partial_drain: bool = False,
+        capacity: Any = None,
+        disk_cap: float | None = None,
+        offload_threshold: float | None = None,
         request: Mapping[str, Any] | None = None,
         output_uri: str | None = None,
         storage_conn_id: str | None = None,
@@ -204,6 +213,9 @@ class PlanReassignmentOperator(BaseOperator):
         self.include_internal = include_internal
         self.use_sizes = use_sizes
         self.partial_drain = partial_drain
+        self.capacity = capacity
+        self.disk_cap = disk_cap
+        self.offload_threshold = offload_threshold
         self.request = dict(request or {})
         self.output_uri = output_uri
         self.storage_conn_id = storage_conn_id
@@ -237,6 +249,16 @@ class PlanReassignmentOperator(BaseOperator):
             fields["use_sizes"] = True
         if as_bool(self.partial_drain, "partial_drain"):
             fields["partial_drain"] = True
+        if self.capacity is not None:
+            from airflow_kafka_reassign.core.capacity import capacity_document, load_capacity
+
+            fields["capacity"] = (
+                load_capacity(self.capacity) if isinstance(self.capacity, str) else capacity_document(self.capacity)
+            )
+        if self.disk_cap is not None:
+            fields["disk_cap"] = float(self.disk_cap)
+        if self.offload_threshold is not None:
+            fields["offload_threshold"] = float(self.offload_threshold)
         try:
             return PlanRequest(**fields)
         except ValueError as e:
@@ -305,7 +327,7 @@ class PlanReassignmentOperator(BaseOperator):
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
         admin = hook.get_admin()
         try:  # complete, or IncompleteSnapshotError: the task fails before anything is written or submitted
-            snapshot = admin.snapshot(include_sizes=request.use_sizes,
+            snapshot = admin.snapshot(include_sizes=request.use_sizes or request.capacity is not None,
                                       settle_timeout_s=float(self.snapshot_settle_timeout_s))
         finally:
             admin.close()

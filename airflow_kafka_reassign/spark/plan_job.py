@@ -692,9 +692,30 @@ def run(
     master) or ``spark`` (Spark's DataFrame reader). ``snapshot_name``: what metrics.json names
     as the snapshot (its URI when ``snapshot`` is a local copy of it).
     """
+    if request.capacity is not None:
+        return plan_load_aware_on_driver(snapshot, out, request, snapshot_name or snapshot)
     with no_cyclic_gc():
         return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
                     snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check)
+
+
+def plan_load_aware_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
+    """A plan with a capacity document (load-aware goals): the disk step needs every broker's bytes
+    at once, so this version runs the pure planner on the driver (no per-topic stages yet)."""
+    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.planner import plan_reassignment
+    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+
+    if is_remote(snapshot):
+        raise ConfigurationError(
+            f"load-aware planning (a capacity document) reads the snapshot on the driver; {snapshot} is not a "
+            "local folder: give a local or object-storage snapshot (staged by the job), not hdfs:// or s3a://"
+        )
+    started = time.perf_counter()
+    result = plan_reassignment(read_snapshot(snapshot), request)
+    write_plan_dir(result, out, snapshot=name)
+    print(f"[plan_job] load-aware planning on the driver {time.perf_counter() - started:.2f}s", file=sys.stderr)
+    return read_metrics(Path(out))
 
 
 def _run(

@@ -69,3 +69,25 @@ def test_plan_refuses_a_snapshot_whose_files_do_not_hold_its_counts(tmp_path, ca
     last = table.column("topic")[table.num_rows - 1].as_py()
     assert f"topic {last!r}: snapshot.json records" in err and "take a new snapshot" in err
     assert not (tmp_path / "plan").exists()
+
+
+def test_plan_with_a_capacity_document_reports_disk_and_the_bytes_bound(tmp_path, capsys):
+    from airflow_kafka_reassign.core.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
+
+    cluster = synthetic_cluster(brokers=9, racks=3, replicas=2000, sizes="skewed", seed=2)
+    snap = write_snapshot(to_snapshot(cluster), tmp_path / "snap")
+    caps = synthetic_capacities(cluster, fill=0.6)
+    doc = tmp_path / "capacity.json"
+    doc.write_text(json.dumps({"brokers": {str(b): {"disk": v} for b, v in caps.items()}}))
+    assert main(["plan", "--snapshot", str(snap), "--capacity", str(doc), "--disk-cap", "0.9",
+                 "--out", str(tmp_path / "plan"), "--no-spark"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["bytes_lower_bound"] <= summary["bytes_to_move"]
+    assert summary["disk"]["brokers_over_cap"] == []
+    metrics = read_metrics(tmp_path / "plan")
+    assert metrics["request"]["disk_cap"] == 0.9
+    assert set(metrics["disk"]["bytes_after"]) == {str(b) for b in range(9)}
+    doc.write_text(json.dumps({"default": {"disk": 1000}, "brokers": {"99": {"disk": 5}}}))
+    assert main(["plan", "--snapshot", str(snap), "--capacity", str(doc), "--out", str(tmp_path / "p2"),
+                 "--no-spark"]) == 2
+    assert "broker(s) [99]" in capsys.readouterr().err

@@ -14,8 +14,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from airflow_kafka_reassign.core.capacity import CapacityDocument
 from airflow_kafka_reassign.core.models import (
     INTERNAL_COORDINATOR_TOPICS,
     Broker,
@@ -32,7 +33,7 @@ from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partitio
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
-Goal = Literal["rebalance", "add-brokers", "remove-brokers", "heal"]
+Goal = Literal["rebalance", "add-brokers", "remove-brokers", "heal", "offload"]
 BALANCE_GOALS = ("rebalance", "add-brokers", "remove-brokers")
 
 
@@ -102,6 +103,28 @@ class PlanRequest(_Frozen):
     #: remove-brokers: leave the replicas of topics left out by topic_include/topic_exclude on the
     #: removed brokers (drain in steps) instead of refusing the plan.
     partial_drain: bool = False
+    #: Per-broker disk capacity (:class:`~airflow_kafka_reassign.core.capacity.CapacityDocument`):
+    #: balance disk usage as a share of capacity, not only replica counts. Needs replica sizes.
+    capacity: CapacityDocument | None = None
+    #: No broker above this share of its disk capacity after the plan (hard; with ``capacity``).
+    disk_cap: float = Field(default=0.85, gt=0, le=1)
+    #: Every broker's disk share within this of the mean share (with ``capacity``).
+    disk_tolerance: float = Field(default=0.02, gt=0, lt=1)
+    #: How far the disk step may spread a topic's replicas per broker (max-min); ``None``: as far
+    #: as disk balance needs (disk balance comes before per-topic balance in the goals' order).
+    disk_topic_spread: int | None = Field(default=None, ge=1)
+    #: goal offload: brokers above this share of their disk shed down to it (default ``disk_cap``).
+    offload_threshold: float | None = Field(default=None, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _check_capacity(self) -> PlanRequest:
+        if self.goal == "offload" and self.capacity is None:
+            raise ValueError("goal offload needs capacity=...: a capacity document (disk bytes per broker)")
+        if self.offload_threshold is not None and self.goal != "offload":
+            raise ValueError(f"offload_threshold only applies to goal offload, not {self.goal}")
+        if self.capacity is not None and self.goal == "heal":
+            raise ValueError("capacity does not apply to goal heal (it only restores replication factors)")
+        return self
 
     @field_validator("brokers")
     @classmethod
@@ -176,6 +199,19 @@ class PlanResult(_Frozen):
     #: Topics spread unevenly over the racks (beyond ``max_topic_spread`` where needed) so that
     #: the brokers' totals reach the best balance the racks allow.
     topics_uneven_for_racks: int = 0
+    #: With a capacity document: the fewest bytes any plan reaching the same disk balance moves.
+    bytes_lower_bound: int | None = None
+    #: With a capacity document: per-broker disk before/after against capacity.
+    disk: DiskReport | None = None
+
+    @property
+    def bytes_ratio(self) -> float | None:
+        """Bytes moved over the bytes lower bound (``None`` without a capacity document)."""
+        if self.bytes_lower_bound is None or self.bytes_to_move is None:
+            return None
+        if self.bytes_lower_bound == 0:
+            return 1.0 if self.bytes_to_move == 0 else float("inf")
+        return self.bytes_to_move / self.bytes_lower_bound
 
     @property
     def moves_ratio(self) -> float:
@@ -200,7 +236,54 @@ class PlanResult(_Frozen):
             "replica_max_min_floor": self.replica_max_min_floor,
             "replica_balance_bounded_by": list(self.replica_balance_bounded_by),
             "topics_uneven_for_racks": self.topics_uneven_for_racks,
+            **({"bytes_lower_bound": self.bytes_lower_bound, "disk": self.disk.summary()} if self.disk else {}),
             "warnings": list(self.warnings),
+        }
+
+
+class DiskReport(_Frozen):
+    """Disk usage per broker before and after a load-aware plan, against capacity."""
+
+    goal: str
+    #: Live broker -> disk capacity (bytes).
+    capacity: dict[int, int]
+    #: Broker -> bytes before (live and removed brokers) and after the plan (live brokers).
+    bytes_before: dict[int, int]
+    bytes_after: dict[int, int]
+    disk_cap: float
+    tolerance: float
+    offload_threshold: float | None = None
+    #: Total bytes over total capacity of the live brokers (after the plan).
+    mean_share: float
+    #: Replicas of tiered topics (remote.storage.enable) counted at their local bytes.
+    tiered_topics: int = 0
+
+    def share_after(self, broker: int) -> float:
+        return self.bytes_after.get(broker, 0) / self.capacity[broker]
+
+    def share_before(self, broker: int) -> float:
+        return self.bytes_before.get(broker, 0) / self.capacity[broker] if broker in self.capacity else 0.0
+
+    @property
+    def max_deviation_after(self) -> float:
+        """Largest distance of a live broker's share from the mean share, after the plan."""
+        return max((abs(self.share_after(b) - self.mean_share) for b in self.capacity), default=0.0)
+
+    @property
+    def max_deviation_before(self) -> float:
+        return max((abs(self.share_before(b) - self.mean_share) for b in self.capacity), default=0.0)
+
+    def over_cap(self) -> list[int]:
+        return [b for b in self.capacity if self.share_after(b) > self.disk_cap]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "mean_share": round(self.mean_share, 4),
+            "max_deviation_before": round(self.max_deviation_before, 4),
+            "max_deviation_after": round(self.max_deviation_after, 4),
+            "max_share_after": round(max((self.share_after(b) for b in self.capacity), default=0.0), 4),
+            "brokers_over_cap": self.over_cap(),
+            "tiered_topics": self.tiered_topics,
         }
 
 
@@ -215,6 +298,8 @@ class Scope:
     fixed_leaders: dict[int, int] = field(default_factory=dict)
     excluded_in_flight: list[TopicPartition] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Bytes per live broker of partitions the plan leaves alone (when sizes are known).
+    fixed_bytes: dict[int, int] = field(default_factory=dict)
     #: Balance brokers' totals, topics and leaders (every goal but heal).
     balance: bool = True
     #: Broker -> rack name (for metrics).
@@ -411,6 +496,7 @@ class TopicPrep:
     planned: TopicPartitions | None = None
     fixed_load: dict[int, int] = field(default_factory=dict)
     fixed_leaders: dict[int, int] = field(default_factory=dict)
+    fixed_bytes: dict[int, int] = field(default_factory=dict)
     excluded_in_flight: list[TopicPartition] = field(default_factory=list)
     evacuated: bool = False
     auto_healed: int = 0
@@ -551,9 +637,11 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
         if tps.sizes is not None:
             tps.sizes.append(partition_size(p.replica_sizes) or 0)
 
-    def fix(target: tuple[int, ...]) -> None:
+    def fix(target: tuple[int, ...], size: int) -> None:
         for b in target:
             out.fixed_load[b] = out.fixed_load.get(b, 0) + 1
+            if size:
+                out.fixed_bytes[b] = out.fixed_bytes.get(b, 0) + size
         out.fixed_leaders[target[0]] = out.fixed_leaders.get(target[0], 0) + 1
 
     for p in partitions:
@@ -581,7 +669,7 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
                         "partial_drain=True to drain only the selected topics now"
                     )
                 out.left_on_removed += len(on_removed)
-            fix(target)
+            fix(target, partition_size(p.replica_sizes) or 0)
             continue
         rf = request.rf_changes.get(topic, len(target))
         if p.tp in heal:
@@ -595,10 +683,10 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
             )
         if ctx.balance:
             add(p, target, rf, in_flight, True)
-        elif heal_topic:
+        elif heal_topic or request.goal == "offload":
             add(p, target, rf, in_flight, False)
         else:
-            fix(target)
+            fix(target, partition_size(p.replica_sizes) or 0)
     out.planned = tps
     return out
 
@@ -609,6 +697,7 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
     topics: list[TopicPartitions] = []
     fixed_load: dict[int, int] = {}
     fixed_leaders: dict[int, int] = {}
+    fixed_bytes: dict[int, int] = {}
     excluded: list[TopicPartition] = []
     evacuated: list[str] = []
     healed = 0
@@ -622,6 +711,8 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
             fixed_load[b] = fixed_load.get(b, 0) + c
         for b, c in prep.fixed_leaders.items():
             fixed_leaders[b] = fixed_leaders.get(b, 0) + c
+        for b, c in prep.fixed_bytes.items():
+            fixed_bytes[b] = fixed_bytes.get(b, 0) + c
         excluded.extend(prep.excluded_in_flight)
         if prep.evacuated:
             evacuated.append(prep.topic)
@@ -657,6 +748,7 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
         topics=topics,
         fixed_load={b: c for b, c in fixed_load.items() if b in live_set},
         fixed_leaders={b: c for b, c in fixed_leaders.items() if b in live_set},
+        fixed_bytes={b: c for b, c in fixed_bytes.items() if b in live_set},
         excluded_in_flight=excluded,
         warnings=warnings,
         balance=ctx.balance,

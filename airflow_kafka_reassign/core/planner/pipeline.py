@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
-from airflow_kafka_reassign.core.planner.goals import PlanRequest, PlanResult, Scope, prepare
+from airflow_kafka_reassign.core.planner.disk import (
+    DiskGoal,
+    DiskOutcome,
+    balance_disk,
+    bytes_lower_bound,
+    check_disk_goal,
+    replica_moves_lower_bound_disk,
+)
+from airflow_kafka_reassign.core.planner.goals import DiskReport, PlanRequest, PlanResult, Scope, prepare
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
 from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
@@ -26,10 +34,16 @@ def plan_topics(
     max_topic_spread: int = 2,
     leaders: bool = True,
     group_replicas: int = GROUP_REPLICAS,
+    disk: DiskGoal | None = None,
+    disk_outcome: list[DiskOutcome] | None = None,
 ) -> tuple[list[TopicMove], list[str], QuotaPlan]:
-    """Global step, every per-topic step, then the leader fix-up, on plain data: the moves,
-    the global step's warnings and its :class:`~.quotas.QuotaPlan` (quotas, balance floor)."""
+    """Global step, every per-topic step, the disk step (with ``disk``), then the leader fix-up,
+    on plain data: the moves, the global step's warnings and its :class:`~.quotas.QuotaPlan`
+    (quotas, balance floor). The disk step's :class:`~.disk.DiskOutcome` is appended to
+    ``disk_outcome`` when given."""
     layout = scope.layout
+    if disk is not None:
+        use_sizes = True
     loads = [t.load(layout) for t in scope.topics]
     quota_plan = compute_quotas(
         loads, layout, scope.fixed_load, max_topic_spread=max_topic_spread, group_replicas=group_replicas
@@ -39,9 +53,68 @@ def plan_topics(
     for t in scope.topics:
         params = TopicParams(balance=t.balance, fix_racks=t.balance, use_sizes=use_sizes)
         by_topic.append(plan_topic(t, quota_plan.quotas[t.topic], layout, params))
+    if disk is not None:
+        outcome = disk_step(scope, by_topic, disk)
+        warnings.extend(outcome.warnings)
+        if disk_outcome is not None:
+            disk_outcome.append(outcome)
     if scope.balance and leaders:
         by_topic = fix_leaders(scope.topics, by_topic, scope, max_leader_spread)
     return [m for moves in by_topic for m in moves], warnings, quota_plan
+
+
+def disk_step(scope: Scope, by_topic: list[list[TopicMove]], disk: DiskGoal) -> DiskOutcome:
+    """Apply :func:`~.disk.balance_disk` to the per-topic results (``by_topic`` updated in place)."""
+    current: list[list[tuple[int, ...]]] = []
+    for t, moves in zip(scope.topics, by_topic, strict=True):
+        moved = {m.partition: m.target_replicas for m in moves}
+        current.append([moved.get(p, reps) for p, reps in zip(t.partitions, t.replicas, strict=True)])
+    outcome = balance_disk(scope.topics, current, scope.layout, scope.fixed_bytes, scope.fixed_load, disk)
+    by_ti: dict[int, dict[int, tuple[int, ...]]] = {}
+    for (ti, pi), reps in outcome.changed.items():
+        by_ti.setdefault(ti, {})[pi] = reps
+    for ti, changes in by_ti.items():
+        t = scope.topics[ti]
+        moves = by_topic[ti]
+        index = {m.partition: k for k, m in enumerate(moves)}
+        for pi, reps in changes.items():
+            p = t.partitions[pi]
+            k = index.get(p)
+            if k is not None:
+                moves[k] = moves[k]._replace(target_replicas=reps)
+            else:
+                size = t.sizes[pi] if t.sizes else 0
+                moves.append(TopicMove(t.topic, p, t.replicas[pi], reps, size))
+        moves[:] = [m for m in moves if m.target_replicas != m.current_replicas]
+        moves.sort(key=lambda m: m.partition)
+    return outcome
+
+
+def disk_goal(snapshot: ClusterSnapshot, request: PlanRequest, scope: Scope) -> DiskGoal | None:
+    """The :class:`~.disk.DiskGoal` of ``request`` (``None`` without a capacity document); raises
+    :class:`~airflow_kafka_reassign.exceptions.ConfigurationError` naming the broker or the
+    numbers when the document does not fit the cluster or no plan can meet the cap."""
+    if request.capacity is None:
+        return None
+    from airflow_kafka_reassign.exceptions import ConfigurationError
+
+    caps = request.capacity.resolve({b.id: b.rack for b in snapshot.brokers})
+    if not any(p.replica_sizes for p in snapshot.partitions):
+        raise ConfigurationError(
+            "a capacity document needs replica sizes in the snapshot; take it with sizes "
+            "(use_sizes=True, or snapshot --sizes)"
+        )
+    goal = DiskGoal(
+        capacity={b: caps[b].disk for b in scope.layout.brokers},
+        cap=request.disk_cap,
+        tolerance=request.disk_tolerance,
+        offload_threshold=(request.offload_threshold or request.disk_cap) if request.goal == "offload" else None,
+        count_spread=2,
+        topic_spread=request.disk_topic_spread if request.disk_topic_spread is not None else 10**9,
+    )
+    total = sum((partition_size(p.replica_sizes) or 0) * len(target_of(p)) for p in snapshot.partitions)
+    check_disk_goal(goal, total, scope.layout)
+    return goal
 
 
 def fix_leaders(
@@ -120,6 +193,8 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     request = request or PlanRequest()
     scope = prepare(snapshot, request)
     layout = scope.layout
+    disk = disk_goal(snapshot, request, scope)
+    outcomes: list[DiskOutcome] = []
     moves, warnings, quota_plan = plan_topics(
         scope,
         use_sizes=request.use_sizes,
@@ -127,6 +202,8 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         max_topic_spread=request.max_topic_spread,
         leaders=request.balance_leaders,
         group_replicas=request.quota_group_replicas,
+        disk=disk,
+        disk_outcome=outcomes,
     )
     moves.sort(key=lambda m: (m.topic, m.partition))
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves),
@@ -160,6 +237,14 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     )
     replica_moves = sum(m.replica_moves for m in moves)
     has_sizes = any(t.sizes is not None for t in scope.topics)
+    parts = bound.as_dict()
+    moves_bound = bound.moves
+    bytes_bound: int | None = None
+    report: DiskReport | None = None
+    if disk is not None:
+        report, bytes_bound, disk_moves = disk_bounds(snapshot, moves, disk, request, layout.brokers)
+        parts["disk"] = disk_moves
+        moves_bound = max(moves_bound, disk_moves)
     warnings = [*scope.warnings, *warnings]
     if after.rack_violations and scope.balance:
         warnings.append(f"{after.rack_violations} partition(s) stay spread over fewer than min(RF, racks) racks")
@@ -171,8 +256,8 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     return PlanResult(
         request=request,
         plan=plan,
-        lower_bound=bound.moves,
-        lower_bound_parts=bound.as_dict(),
+        lower_bound=moves_bound,
+        lower_bound_parts=parts,
         replica_moves=replica_moves,
         bytes_to_move=sum(m.size * m.replica_moves for m in moves) if has_sizes else None,
         leader_changes=sum(1 for m in moves if m.leader_changes),
@@ -184,4 +269,61 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         replica_max_min_floor=quota_plan.floor,
         replica_balance_bounded_by=quota_plan.bounded_by,
         topics_uneven_for_racks=quota_plan.relaxed_topics,
+        bytes_lower_bound=bytes_bound,
+        disk=report,
     )
+
+
+def disk_bounds(
+    snapshot: ClusterSnapshot, moves: Sequence[TopicMove], disk: DiskGoal, request: PlanRequest, live: Sequence[int]
+) -> tuple[DiskReport, int, int]:
+    """The disk report, the bytes lower bound and the disk part of the replica-moves bound."""
+    moved = {(m.topic, m.partition): m.target_replicas for m in moves}
+    before: dict[int, int] = {}
+    after: dict[int, int] = dict.fromkeys(live, 0)
+    largest: dict[int, list[int]] = {}
+    live_set = set(live)
+    frozen_topics = not request.include_in_flight
+    for p in snapshot.partitions:
+        size = partition_size(p.replica_sizes) or 0
+        target = target_of(p)
+        for b in target:
+            before[b] = before.get(b, 0) + size
+            if not (frozen_topics and p.reassigning):
+                largest.setdefault(b, []).append(size)
+        for b in moved.get((p.topic, p.partition), target):
+            if b in live_set:
+                after[b] = after.get(b, 0) + size
+    for sizes in largest.values():
+        sizes.sort(reverse=True)
+    total = sum(after.values())
+    # replicas a broker must shed for the counts: above the plan's largest count, its smallest
+    count_before: dict[int, int] = {}
+    for p in snapshot.partitions:
+        for b in target_of(p):
+            count_before[b] = count_before.get(b, 0) + 1
+    count_after = dict.fromkeys(live, 0)
+    for p in snapshot.partitions:
+        for b in moved.get((p.topic, p.partition), target_of(p)):
+            if b in live_set:
+                count_after[b] += 1
+    top = max(count_after.values(), default=0)
+    min_out: dict[int, int] = {}
+    for b, c in count_before.items():
+        shed = c - (top if b in live_set else 0)
+        sizes = largest.get(b, [])
+        if shed > 0 and sizes:
+            min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
+    bytes_bound = bytes_lower_bound(before, after, disk, live, total, min_out)
+    moves_bound = replica_moves_lower_bound_disk(before, after, disk, live, total, largest)
+    report = DiskReport(
+        goal=request.goal,
+        capacity=dict(disk.capacity),
+        bytes_before=before,
+        bytes_after=after,
+        disk_cap=disk.cap,
+        tolerance=disk.tolerance,
+        offload_threshold=disk.offload_threshold,
+        mean_share=total / sum(disk.capacity.values()),
+    )
+    return report, bytes_bound, moves_bound

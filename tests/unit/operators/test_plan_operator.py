@@ -144,3 +144,15 @@ def test_a_topic_that_settles_within_the_settle_time_is_planned(cluster, monkeyp
     out = PlanReassignmentOperator(task_id="plan", output_uri=str(tmp_path)).execute(context())
     assert read_snapshot(out["snapshot_uri"]).check.attempts == 3
     assert len(cluster) == 1
+
+
+def test_capacity_parameters_build_a_load_aware_request(tmp_path):
+    doc = tmp_path / "capacity.yaml"
+    doc.write_text("default: {disk: 1TB}\n")
+    op = PlanReassignmentOperator(task_id="plan", goal="offload", capacity=str(doc), offload_threshold=0.7)
+    r = op.build_request()
+    assert r.capacity is not None and r.capacity.default is not None and r.capacity.default.disk == 10**12
+    assert r.offload_threshold == 0.7
+    op = PlanReassignmentOperator(task_id="plan", capacity={"default": {"disk": 0}})
+    with pytest.raises(ConfigurationError, match="default.disk: disk capacity 0 is not positive"):
+        op.build_request()

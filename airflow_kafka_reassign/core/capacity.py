@@ -1,0 +1,168 @@
+"""Broker capacity: how many bytes each broker's log dirs may hold (and, optionally, how much
+traffic it may take in), from a capacity document.
+
+A capacity document gives a ``default`` for every broker and overrides per ``racks`` name and
+per ``brokers`` id (the most specific wins: broker, then rack, then default), like Cruise
+Control's capacity file (its broker id ``-1`` is our ``default``); heterogeneous brokers are
+the normal case. JSON or YAML::
+
+    {"default": {"disk": "2TiB"},
+     "racks": {"rack-c": {"disk": "4TiB"}},
+     "brokers": {"7": {"disk": "1TiB", "network_in": "100MiB"}}}
+
+``disk`` is the bytes the broker's log dirs may hold (the volume size, not what is free);
+``network_in`` (bytes per second) is optional. Sizes are integers (bytes) or strings with a
+unit: ``K``/``M``/``G``/``T`` (powers of 1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers
+of 1024); ``B`` is optional.
+
+:meth:`CapacityDocument.resolve` turns a document into one :class:`BrokerCapacity` per broker
+and fails, naming the broker, rack or number, on an override for a broker or rack the cluster
+does not have, or a broker that nothing gives a capacity. Zero or negative capacities fail when
+the document is read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+
+from airflow_kafka_reassign.core.models import _Frozen
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "p": 1000**5, "pb": 1000**5,
+    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
+    "ti": 1024**4, "tib": 1024**4, "pi": 1024**5, "pib": 1024**5,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*(?:/s)?\s*$")
+
+
+def parse_bytes(value: Any, what: str = "size") -> int:
+    """``"2TiB"`` -> 2199023255552; an int passes through. ``ValueError`` naming ``what`` otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: {value!r} is not a size; write bytes (e.g. 2000000000) or a unit (e.g. '2TiB')")
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        if value.strip().startswith("-"):
+            m = _SIZE.match(value.strip()[1:])
+            if m and m.group(2).lower() in _UNITS:
+                return -int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise ValueError(
+        f"{what}: {value!r} is not a size; write bytes (e.g. 2000000000) or a number with a unit "
+        "(K, M, G, T, KiB, MiB, GiB, TiB)"
+    )
+
+
+class BrokerCapacity(_Frozen):
+    """One broker's capacity."""
+
+    #: Bytes the broker's log dirs may hold.
+    disk: int
+    #: Bytes per second the broker may take in (produce plus replication), when known.
+    network_in: int | None = None
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, v: Any) -> int:
+        n = parse_bytes(v, "disk")
+        if n <= 0:
+            raise ValueError(f"disk capacity {v!r} is not positive; give the bytes the broker's log dirs may hold")
+        return n
+
+    @field_validator("network_in", mode="before")
+    @classmethod
+    def _network_in(cls, v: Any) -> int | None:
+        if v is None:
+            return None
+        n = parse_bytes(v, "network_in")
+        if n <= 0:
+            raise ValueError(f"network_in capacity {v!r} is not positive; leave it out if unknown")
+        return n
+
+
+class CapacityDocument(_Frozen):
+    """Capacities: a default, overrides per rack name and per broker id (see module doc)."""
+
+    default: BrokerCapacity | None = None
+    racks: dict[str, BrokerCapacity] = Field(default_factory=dict)
+    brokers: dict[int, BrokerCapacity] = Field(default_factory=dict)
+
+    def resolve(self, brokers: Mapping[int, str | None]) -> dict[int, BrokerCapacity]:
+        """Capacity of every broker of ``brokers`` (id -> rack name); raises
+        :class:`ConfigurationError` naming the broker or rack that does not fit the cluster."""
+        unknown = sorted(b for b in self.brokers if b not in brokers)
+        if unknown:
+            raise ConfigurationError(
+                f"capacity document names broker(s) {unknown}, which the cluster does not have "
+                f"(brokers {sorted(brokers)}); fix the ids or remove those overrides"
+            )
+        racks = {r for r in brokers.values() if r is not None}
+        bad_racks = sorted(r for r in self.racks if r not in racks)
+        if bad_racks:
+            raise ConfigurationError(
+                f"capacity document names rack(s) {bad_racks}, which no broker has (racks {sorted(racks)}); "
+                "fix the names or remove those overrides"
+            )
+        out: dict[int, BrokerCapacity] = {}
+        missing = []
+        for b, rack in sorted(brokers.items()):
+            cap = self.brokers.get(b) or (self.racks.get(rack) if rack is not None else None) or self.default
+            if cap is None:
+                missing.append(b)
+            else:
+                out[b] = cap
+        if missing:
+            raise ConfigurationError(
+                f"capacity document gives no capacity for broker(s) {missing}; add a default "
+                "or an override for them"
+            )
+        return out
+
+
+def capacity_document(data: Mapping[str, Any] | CapacityDocument) -> CapacityDocument:
+    """A validated document from a mapping; :class:`ConfigurationError` with the first problem."""
+    if isinstance(data, CapacityDocument):
+        return data
+    try:
+        return CapacityDocument.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigurationError(f"capacity document: {where}: {msg}") from None
+
+
+def load_capacity(source: str | Path) -> CapacityDocument:
+    """A capacity document from a JSON or YAML file path (or the text itself)."""
+    text = str(source)
+    path = Path(text)
+    if "\n" not in text and not text.lstrip().startswith("{") and path.suffix in {".json", ".yaml", ".yml"}:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigurationError(f"capacity document {source}: cannot read it ({e.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 (only YAML documents need it)
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigurationError(f"capacity document {source}: neither JSON nor YAML ({e})") from None
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(
+            f"capacity document {source}: expected a mapping with default / racks / brokers, got {type(data).__name__}"
+        )
+    return capacity_document(data)

@@ -1,0 +1,496 @@
+"""The disk step: balance bytes per broker as a share of its capacity, at the fewest bytes moved.
+
+Runs after the per-topic steps (replica and per-topic counts already balanced) and before the
+leader fix-up, on plain data, so the goals keep the priority the docs state:
+
+1. hard: every partition over ``min(RF, racks)`` racks (never made worse), RF unchanged, removed
+   brokers empty (the count steps did that), no broker above ``cap`` of its capacity;
+2. disk usage balance: every broker within ``tolerance`` of the mean share (total bytes over
+   total capacity) — ``goal="offload"`` instead only brings brokers above ``threshold`` down
+   to it, and brokers below it receive but never send;
+3. replica counts and per-topic counts: a move never takes a broker's replica count, or a
+   topic's count on a broker, out of the window ``[min, min + spread]`` it started in; where a
+   move would, a *swap* sends one of the smallest replicas of the receiver back (counts unchanged);
+4. preferred leaders: balanced afterwards by the leader fix-up (no data moves).
+
+The choice is greedy: a broker above its band sheds the largest replica no larger than what it
+must shed (so it lands just inside the band), to the broker with the most room; brokers below
+the band then pull the same way. Each moved replica's bytes leave one broker and arrive at one,
+so ``max(sum of excess over the band, sum of deficit under it)`` is a lower bound on the bytes
+any plan reaching the same balance moves (:func:`bytes_lower_bound`); the plan reports both.
+
+No partition moves twice; partitions frozen (in flight) or not balanced (left out) never move.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
+
+#: Candidates of one broker tried per move before giving up on it (bounds the work per move).
+CANDIDATES = 64
+#: Smallest replicas of a receiver tried to send back in a swap.
+SWAP_CANDIDATES = 400
+#: Receivers tried per candidate replica.
+RECEIVERS = 24
+
+
+@dataclass(frozen=True)
+class DiskGoal:
+    """What the disk step aims at."""
+
+    #: Live broker -> disk capacity (bytes).
+    capacity: Mapping[int, int]
+    #: No broker above this share of its capacity after the plan (hard).
+    cap: float = 0.85
+    #: Band around the mean share every broker should end in (rebalance goals).
+    tolerance: float = 0.02
+    #: ``goal="offload"``: brokers above this share shed down to it; the others only receive.
+    offload_threshold: float | None = None
+    #: Replica-count and per-topic windows (max - min) the disk step keeps.
+    count_spread: int = 2
+    topic_spread: int = 2
+
+    def band(self, total: int) -> dict[int, tuple[float, float]]:
+        """Broker -> (lowest, highest) bytes the goal accepts for ``total`` bytes on the live brokers."""
+        cap_total = sum(self.capacity.values())
+        if self.offload_threshold is not None:
+            top = min(self.offload_threshold, self.cap)
+            return {b: (0.0, top * c) for b, c in self.capacity.items()}
+        mean = total / cap_total if cap_total else 0.0
+        hi = min(mean + self.tolerance, self.cap)
+        lo = max(0.0, mean - self.tolerance)
+        return {b: (lo * c, hi * c) for b, c in self.capacity.items()}
+
+
+@dataclass
+class DiskOutcome:
+    """What the disk step changed and what it saw."""
+
+    #: (topic index, partition index) -> new replicas, for every partition the step moved.
+    changed: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    #: Bytes per live broker before and after the step.
+    before: dict[int, int] = field(default_factory=dict)
+    after: dict[int, int] = field(default_factory=dict)
+    moves: int = 0
+    swaps: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def bytes_per_broker(
+    topics: Sequence[TopicPartitions], replicas: Sequence[Sequence[tuple[int, ...]]], fixed_bytes: Mapping[int, int]
+) -> dict[int, int]:
+    """Bytes per broker of ``replicas`` (one list per topic) plus the partitions left alone."""
+    out = dict(fixed_bytes)
+    for t, reps in zip(topics, replicas, strict=True):
+        sizes = t.sizes or [0] * len(reps)
+        for r, s in zip(reps, sizes, strict=True):
+            for b in r:
+                out[b] = out.get(b, 0) + s
+    return out
+
+
+def check_disk_goal(goal: DiskGoal, total: int, layout: BrokerLayout) -> None:
+    """Raise :class:`ConfigurationError` when no plan can meet the cap (before planning)."""
+    from airflow_kafka_reassign.exceptions import ConfigurationError
+
+    allowed = sum(goal.capacity.get(b, 0) for b in layout.brokers) * goal.cap
+    if total > allowed:
+        cap_total = sum(goal.capacity.get(b, 0) for b in layout.brokers)
+        raise ConfigurationError(
+            f"no plan can keep every broker under {goal.cap:.0%} of its disk: the replicas hold {total:,} bytes "
+            f"but the {len(layout.brokers)} live broker(s) may hold {int(allowed):,} ({goal.cap:.0%} of "
+            f"{cap_total:,}); add brokers or capacity, delete data, or raise disk_cap"
+        )
+
+
+def bytes_lower_bound(
+    before: Mapping[int, int],
+    after: Mapping[int, int],
+    goal: DiskGoal,
+    live: Sequence[int],
+    total: int,
+    min_out: Mapping[int, int] | None = None,
+) -> int:
+    """Fewest bytes any plan moves to reach a balance at least as good as ``after``.
+
+    Per live broker the goal's band, widened to include where ``after`` ends (a broker the plan
+    could not bring into the band counts as reaching only that); brokers not live end empty.
+    Bytes leave brokers above the band and arrive at brokers below it, one broker each way per
+    moved replica: the bound is the larger of the two sums. ``min_out``: bytes that must leave a
+    broker for another reason (its replica count above the plan's largest: at least its smallest
+    replicas that many); per broker the larger of the two reasons counts.
+    """
+    min_out = min_out or {}
+    band = goal.band(total)
+    live_set = set(live)
+    out = 0.0
+    into = 0.0
+    for b, x in before.items():
+        if b not in live_set:
+            out += max(0, x - after.get(b, 0), min_out.get(b, 0))
+    for b in live:
+        lo, hi = band[b]
+        x = before.get(b, 0)
+        y = after.get(b, 0)
+        out += max(0.0, x - max(hi, y), min_out.get(b, 0))
+        into += max(0.0, min(lo, y) - x)
+    return int(max(out, into))
+
+
+def replica_moves_lower_bound_disk(
+    before: Mapping[int, int],
+    after: Mapping[int, int],
+    goal: DiskGoal,
+    live: Sequence[int],
+    total: int,
+    largest: Mapping[int, Sequence[int]],
+) -> int:
+    """Fewest replica moves for the bytes above the band: per broker, its largest movable replicas
+    (``largest``, sizes descending) until their bytes reach its excess; each moved replica leaves
+    exactly one broker."""
+    band = goal.band(total)
+    moves = 0
+    for b in live:
+        _, hi = band[b]
+        excess = before.get(b, 0) - max(hi, after.get(b, 0))
+        if excess <= 0:
+            continue
+        acc = 0
+        for s in largest.get(b, ()):
+            if acc >= excess:
+                break
+            acc += s
+            moves += 1
+    return moves
+
+
+def balance_disk(
+    topics: Sequence[TopicPartitions],
+    replicas: Sequence[Sequence[tuple[int, ...]]],
+    layout: BrokerLayout,
+    fixed_bytes: Mapping[int, int],
+    fixed_counts: Mapping[int, int],
+    goal: DiskGoal,
+) -> DiskOutcome:
+    """The disk step on ``replicas`` (one list per topic of ``topics``, after the count steps)."""
+    return _DiskStep(topics, replicas, layout, fixed_bytes, fixed_counts, goal).run()
+
+
+class _Spread:
+    """Counts per broker with their histogram: whether moving one from ``src`` to ``dst`` keeps
+    max - min within ``limit`` (the larger of the wanted spread and the one it starts with)."""
+
+    __slots__ = ("counts", "hist", "limit")
+
+    def __init__(self, counts: dict[int, int], brokers: int, spread: int) -> None:
+        self.counts = counts
+        hist: dict[int, int] = {}
+        for c in counts.values():
+            hist[c] = hist.get(c, 0) + 1
+        zeros = brokers - len(counts)
+        if zeros > 0:
+            hist[0] = hist.get(0, 0) + zeros
+        self.hist = hist
+        keys = [k for k, v in hist.items() if v]
+        self.limit = max(spread, max(keys) - min(keys)) if keys else spread
+
+    def _after(self, src: int, dst: int) -> dict[int, int]:
+        a = self.counts.get(src, 0)
+        c = self.counts.get(dst, 0)
+        h = dict(self.hist)
+        h[a] -= 1
+        h[c] -= 1
+        h[a - 1] = h.get(a - 1, 0) + 1
+        h[c + 1] = h.get(c + 1, 0) + 1
+        return h
+
+    def allows(self, src: int, dst: int) -> bool:
+        keys = [k for k, v in self._after(src, dst).items() if v > 0]
+        return max(keys) - min(keys) <= self.limit
+
+    def move(self, src: int, dst: int) -> None:
+        self.hist = self._after(src, dst)
+        self.counts[src] = self.counts.get(src, 0) - 1
+        self.counts[dst] = self.counts.get(dst, 0) + 1
+
+
+class _DiskStep:
+    def __init__(
+        self,
+        topics: Sequence[TopicPartitions],
+        replicas: Sequence[Sequence[tuple[int, ...]]],
+        layout: BrokerLayout,
+        fixed_bytes: Mapping[int, int],
+        fixed_counts: Mapping[int, int],
+        goal: DiskGoal,
+    ) -> None:
+        self.goal = goal
+        self.layout = layout
+        self.live = tuple(layout.brokers)
+        self.live_set = set(self.live)
+        self.rack = layout.rack_of
+        self.n_racks = layout.n_racks
+        self.offload = goal.offload_threshold is not None
+        live = self.live_set
+        self.bytes: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in self.live}
+        self.count: dict[int, int] = {b: fixed_counts.get(b, 0) for b in self.live}
+        # entries: one per partition the step may look at
+        self.reps: list[list[int]] = []
+        self.size: list[int] = []
+        self.topic: list[int] = []
+        self.key: list[tuple[int, int]] = []
+        self.movable: list[bool] = []
+        self.tcount: list[dict[int, int]] = []
+        self.on: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        for ti, (t, reps) in enumerate(zip(topics, replicas, strict=True)):
+            sizes = t.sizes or [0] * len(reps)
+            frozen = t.frozen or [False] * len(reps)
+            tc: dict[int, int] = {}
+            may_move = t.balance or self.offload
+            for pi, (r, s) in enumerate(zip(reps, sizes, strict=True)):
+                e = len(self.reps)
+                self.reps.append(list(r))
+                self.size.append(s)
+                self.topic.append(ti)
+                self.key.append((ti, pi))
+                mv = may_move and not frozen[pi] and s > 0
+                self.movable.append(mv)
+                for b in r:
+                    if b in live:
+                        self.bytes[b] += s
+                        self.count[b] += 1
+                        tc[b] = tc.get(b, 0) + 1
+                        if mv:
+                            self.on[b].append((s, e))
+            self.tcount.append(tc)
+        for b in self.live:
+            self.on[b].sort()
+        self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
+        self.touched: set[int] = set()
+        self.total = sum(self.bytes.values())
+        self.band = goal.band(self.total)
+        n = len(self.live)
+        self.count_spread = _Spread(self.count, n, goal.count_spread)
+        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount]
+        self.out = DiskOutcome(before=dict(self.bytes))
+
+    # -- constraints -------------------------------------------------------------------------
+    def share(self, b: int) -> float:
+        return self.bytes[b] / self.goal.capacity[b]
+
+    def racks_ok(self, reps: Sequence[int], old: int, new: int) -> bool:
+        rack = self.rack
+        if rack.get(new, -1) == rack.get(old, -1):
+            return True
+        before = {rack.get(b, -1) for b in reps}
+        after = {rack.get(b, -1) for b in reps if b != old}
+        after.add(rack.get(new, -1))
+        need = min(len(reps), self.n_racks)
+        return len(after) >= min(need, len(before))
+
+    def topic_ok(self, e: int, src: int, dst: int) -> bool:
+        if self.offload:
+            return True
+        return self.tspread[self.topic[e]].allows(src, dst)
+
+    def can_place(self, e: int, src: int, dst: int) -> bool:
+        reps = self.reps[e]
+        return dst not in reps and self.racks_ok(reps, src, dst) and self.topic_ok(e, src, dst)
+
+    def counts_allow(self, src: int, dst: int) -> bool:
+        if self.offload:
+            return True
+        return self.count_spread.allows(src, dst)
+
+    # -- applying ----------------------------------------------------------------------------
+    def apply(self, e: int, src: int, dst: int) -> None:
+        reps = self.reps[e]
+        reps[reps.index(src)] = dst
+        s = self.size[e]
+        self.bytes[src] -= s
+        self.bytes[dst] += s
+        self.count_spread.move(src, dst)
+        self.tspread[self.topic[e]].move(src, dst)
+        self.touched.add(e)
+        self.out.moves += 1
+
+    def swap_back(self, dst: int, src: int, limit: float) -> int | None:
+        """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``)."""
+        lst = self.on[dst]
+        tried = 0
+        for s, q in lst:
+            if s >= limit or tried >= SWAP_CANDIDATES:
+                return None
+            if q in self.touched or dst not in self.reps[q]:
+                continue
+            tried += 1
+            if self.can_place(q, dst, src):
+                return q
+        return None
+
+    def try_move(self, e: int, src: int, receivers: Sequence[int], room: dict[int, float]) -> bool:
+        s = self.size[e]
+        if e in self.touched or src not in self.reps[e]:
+            return False
+        tried = 0
+        for dst in receivers:
+            if tried >= RECEIVERS:
+                break
+            if room[dst] < s or dst == src:
+                continue
+            tried += 1
+            if not self.can_place(e, src, dst):
+                continue
+            if self.counts_allow(src, dst):
+                self.apply(e, src, dst)
+                return True
+            q = self.swap_back(dst, src, s / 16)
+            if q is None:
+                continue
+            self.apply(e, src, dst)
+            self.apply(q, dst, src)
+            self.out.swaps += 1
+            return True
+        return False
+
+    def receivers(self, exclude: int) -> list[int]:
+        """Brokers by most room under their band's top (as a share of capacity)."""
+        cap = self.goal.capacity
+        hi = self.band
+        rs = [b for b in self.live if b != exclude]
+        if self.offload:
+            rs = [b for b in rs if self.bytes[b] <= hi[b][1]]
+        rs.sort(key=lambda b: self.bytes[b] / cap[b])
+        return rs
+
+    # -- the two passes ----------------------------------------------------------------------
+    def shed(self, src: int, need: float, most: float) -> None:
+        """Move replicas off ``src`` until ``need`` bytes left it, never more than ``most``."""
+        sizes = self.sizes_on[src]
+        n = len(self.on[src])
+        while need > 0:
+            receivers = self.receivers(src)
+            room = {b: self.band[b][1] - self.bytes[b] for b in receivers}
+            if not receivers or max(room.values()) <= 0:
+                return
+            best_room = max(room.values())
+            cut = bisect.bisect_right(sizes, min(need, best_room))
+            # the largest replicas no larger than what must go (and than any receiver's room) first,
+            # then the smallest larger one, if shedding it stays within ``most``
+            s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
+            if s is None:
+                s = self.first_moved(src, range(cut, n), receivers, room, min(most, best_room))
+            if s is None:
+                return
+            need -= s
+            most -= s
+
+    def first_moved(
+        self, src: int, order: range, receivers: Sequence[int], room: dict[int, float], largest: float
+    ) -> int | None:
+        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, sizes up to
+        ``largest``) that some receiver takes; its size, or ``None``."""
+        lst = self.on[src]
+        tried = 0
+        for i in order:
+            if tried >= CANDIDATES:
+                return None
+            s, e = lst[i]
+            if s > largest:
+                return None
+            if e in self.touched or src not in self.reps[e]:
+                continue
+            tried += 1
+            if self.try_move(e, src, receivers, room):
+                return s
+        return None
+
+    def fill(self, dst: int, need: float, most: float) -> None:
+        """Pull replicas onto ``dst`` until ``need`` bytes arrived, never more than ``most``."""
+        cap = self.goal.capacity
+        while need > 0:
+            donors = [b for b in self.live if b != dst and self.bytes[b] > self.band[b][0]]
+            donors.sort(key=lambda b: -self.bytes[b] / cap[b])
+            got = None
+            for src in donors[:RECEIVERS]:
+                spare = self.bytes[src] - self.band[src][0]
+                cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
+                got = self.first_moved(src, range(cut - 1, -1, -1), [dst], {dst: most}, float("inf"))
+                if got is not None:
+                    break
+            if got is None:
+                return
+            need -= got
+            most -= got
+
+    def passes(self) -> None:
+        cap = self.goal.capacity
+        band = self.band
+        for _ in range(3):
+            progress = self.out.moves
+            over = sorted((b for b in self.live if self.bytes[b] > band[b][1]), key=lambda b: -self.bytes[b] / cap[b])
+            for b in over:
+                self.shed(b, self.bytes[b] - band[b][1], self.bytes[b] - band[b][0])
+            if not self.offload:
+                under = sorted((b for b in self.live if self.bytes[b] < band[b][0]), key=lambda b: self.bytes[b] / cap[b])
+                for b in under:
+                    self.fill(b, band[b][0] - self.bytes[b], band[b][1] - self.bytes[b])
+            if self.out.moves == progress:
+                break
+
+    def rack_bands(self) -> list[str]:
+        """Where a rack as a whole stays outside the band (replicas that must keep a replica in
+        the rack: RF = racks), aim its brokers at the rack's own mean share instead."""
+        cap = self.goal.capacity
+        tol = self.goal.tolerance
+        notes = []
+        for g in range(self.n_racks):
+            members = [b for b in self.live if self.rack.get(b, -1) == g]
+            if len(members) < 2:
+                continue
+            share = sum(self.bytes[b] for b in members) / sum(cap[b] for b in members)
+            lo_g, hi_g = self.band[members[0]][0] / cap[members[0]], self.band[members[0]][1] / cap[members[0]]
+            if lo_g <= share <= hi_g:
+                continue
+            lo = max(0.0, min(share - tol, lo_g))
+            hi = min(max(share + tol, hi_g), self.goal.cap)
+            for b in members:
+                self.band[b] = (lo * cap[b], hi * cap[b])
+            name = self.layout.rack_names[g] if g < len(self.layout.rack_names) else g
+            notes.append(
+                f"rack {name} holds {share:.1%} of its disk, not the mean share: replicas that must keep a copy "
+                "in each rack (RF >= racks) fix each rack's bytes; its brokers are balanced around the rack's share"
+            )
+        return notes
+
+    def run(self) -> DiskOutcome:
+        cap = self.goal.capacity
+        band = self.band
+        self.passes()
+        if not self.offload and self.n_racks > 1:
+            notes = self.rack_bands()
+            if notes:
+                self.out.warnings.extend(notes)
+                self.passes()
+        for e in self.touched:
+            self.out.changed[self.key[e]] = tuple(self.reps[e])
+        self.out.after = dict(self.bytes)
+        for b in self.live:
+            lo, hi = band[b]
+            share = self.share(b)
+            if self.bytes[b] > self.goal.cap * cap[b]:
+                self.out.warnings.append(
+                    f"broker {b} stays at {share:.1%} of its disk, above the cap {self.goal.cap:.0%}: the replicas "
+                    "there may not move (in flight, left out, racks) or no broker has room"
+                )
+            elif not self.offload and (self.bytes[b] > hi + cap[b] / 1000 or self.bytes[b] < lo - cap[b] / 1000):
+                mean = self.total / sum(cap.values())
+                self.out.warnings.append(
+                    f"broker {b} ends at {share:.1%} of its disk, outside {mean:.1%} +- {self.goal.tolerance:.0%}: "
+                    "its replicas are too large or too few to move within the rack and count limits"
+                )
+        return self.out

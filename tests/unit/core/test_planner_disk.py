@@ -1,0 +1,179 @@
+"""Load-aware planning: capacity documents, the disk step's goals, offload, refusals, bounds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from airflow_kafka_reassign.core.capacity import BrokerCapacity, CapacityDocument, capacity_document, load_capacity
+from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
+from airflow_kafka_reassign.core.synthetic import (
+    snapshot_from_assignment,
+    synthetic_capacities,
+    synthetic_cluster,
+    to_snapshot,
+)
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+GB = 10**9
+
+
+def _cluster(brokers: int = 12, replicas: int = 3000, seed: int = 1):
+    c = synthetic_cluster(brokers=brokers, racks=3, replicas=replicas, sizes="skewed", seed=seed)
+    return c, to_snapshot(c)
+
+
+def _doc(caps: dict[int, int]) -> CapacityDocument:
+    return CapacityDocument(brokers={b: BrokerCapacity(disk=v) for b, v in caps.items()})
+
+
+def _final(snapshot, result):
+    moved = {(m.topic, m.partition): m.target_replicas for m in result.plan.moves}
+    return {p.tp: moved.get((p.topic, p.partition), p.replicas) for p in snapshot.partitions}
+
+
+# -- capacity documents ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("doc", "brokers", "message"),
+    [
+        ({"default": {"disk": "1TB"}, "brokers": {"9": {"disk": "1TB"}}}, {0: "a", 1: "b"}, "broker(s) [9]"),
+        ({"default": {"disk": "1TB"}, "racks": {"zz": {"disk": "1TB"}}}, {0: "a", 1: "b"}, "rack(s) ['zz']"),
+        ({"brokers": {"0": {"disk": "1TB"}}}, {0: "a", 1: "b"}, "no capacity for broker(s) [1]"),
+    ],
+)
+def test_capacity_document_that_does_not_fit_the_cluster_is_refused(doc, brokers, message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        capacity_document(doc).resolve(brokers)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"default": {"disk": 0}}, "default.disk: disk capacity 0 is not positive"),
+        ({"default": {"disk": "-5GB"}}, "default.disk: disk capacity '-5GB' is not positive"),
+        ({"brokers": {"3": {"disk": -1}}}, "brokers.3.disk: disk capacity -1 is not positive"),
+        ({"default": {"disk": "2 parsecs"}}, "is not a size"),
+        ({"default": {"disk": "1TB", "network_in": 0}}, "network_in capacity 0 is not positive"),
+        ({"default": {"disk": "1TB", "cpu": 4}}, "default.cpu"),
+    ],
+)
+def test_bad_capacity_values_name_the_field_and_number(doc, message):
+    with pytest.raises(ConfigurationError, match=message):
+        capacity_document(doc)
+
+
+def test_capacity_overrides_broker_then_rack_then_default_and_units(tmp_path):
+    f = tmp_path / "cap.yaml"
+    f.write_text("default: {disk: 2TiB}\nracks: {b: {disk: 4T}}\nbrokers: {2: {disk: 1000, network_in: 100MiB}}\n")
+    caps = load_capacity(f).resolve({0: "a", 1: "b", 2: "b"})
+    assert caps[0].disk == 2 * 1024**4
+    assert caps[1].disk == 4 * 10**12
+    assert (caps[2].disk, caps[2].network_in) == (1000, 100 * 1024**2)
+    j = tmp_path / "cap.json"
+    j.write_text('{"default": {"disk": 5}}')
+    assert load_capacity(j).resolve({7: None})[7].disk == 5
+
+
+def test_impossible_cap_is_refused_before_planning_with_the_numbers():
+    snap = snapshot_from_assignment({0: None, 1: None}, {"t": [[0, 1]]}, sizes={"t": [900]})
+    with pytest.raises(ConfigurationError, match=r"1,800 bytes .* may hold 1,700 \(85% of 2,000\)"):
+        plan_reassignment(snap, PlanRequest(capacity=_doc({0: 1000, 1: 1000})))
+
+
+def test_capacity_needs_sizes_and_offload_needs_capacity():
+    snap = snapshot_from_assignment({0: None, 1: None}, {"t": [[0, 1]]})
+    with pytest.raises(ConfigurationError, match="needs replica sizes"):
+        plan_reassignment(snap, PlanRequest(capacity=_doc({0: 1000, 1: 1000})))
+    with pytest.raises(ValueError, match="goal offload needs capacity"):
+        PlanRequest(goal="offload")
+    with pytest.raises(ValueError, match="offload_threshold only applies to goal offload"):
+        PlanRequest(offload_threshold=0.5, capacity=_doc({0: 1}))
+
+
+def test_unknown_broker_in_capacity_is_refused_by_the_planner():
+    _, snap = _cluster(brokers=6, replicas=300)
+    with pytest.raises(ConfigurationError, match=r"broker\(s\) \[42\]"):
+        plan_reassignment(snap, PlanRequest(capacity=_doc({**dict.fromkeys(range(6), 10**15), 42: 1})))
+
+
+# -- goals -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rebalance_balances_disk_share_under_the_cap_with_counts_racks_and_rf_kept(seed):
+    c, snap = _cluster(brokers=30, replicas=20000, seed=seed)
+    caps = synthetic_capacities(c, fill=0.6)
+    result = plan_reassignment(snap, PlanRequest(capacity=_doc(caps)))
+    disk = result.disk
+    assert disk is not None
+    assert disk.max_deviation_before > 0.5  # heterogeneous disks: far from balanced before
+    # within 5 points of the mean share, or a warning names the broker and why
+    outside = [b for b in disk.capacity if abs(disk.share_after(b) - disk.mean_share) > 0.05]
+    for b in outside:
+        assert any(w.startswith((f"broker {b} ", "rack ")) for w in result.warnings), (b, result.warnings)
+    assert len(outside) <= 3
+    assert disk.max_deviation_after < disk.max_deviation_before / 4
+    assert disk.over_cap() == []
+    assert result.after.replica_max_min <= 2
+    assert result.after.rack_violations == 0
+    assert result.after.rf_changes == 0
+    assert result.bytes_lower_bound is not None and result.bytes_to_move is not None
+    assert result.bytes_lower_bound <= result.bytes_to_move <= 1.25 * result.bytes_lower_bound
+    assert result.lower_bound <= result.replica_moves
+    # predicted per-broker bytes are those of the final assignment
+    sizes = {p.tp: max(p.replica_sizes.values()) for p in snap.partitions}
+    got: dict[int, int] = {}
+    for tp, reps in _final(snap, result).items():
+        for b in reps:
+            got[b] = got.get(b, 0) + sizes[tp]
+    assert got == {b: v for b, v in disk.bytes_after.items() if v}
+
+
+def test_half_capacity_broker_gets_half_the_bytes():
+    c, snap = _cluster(brokers=9, replicas=6000, seed=3)
+    caps = dict.fromkeys(range(9), 0)
+    base = synthetic_capacities(c, fill=0.5, classes=(1.0,))
+    caps = {b: (v // 2 if b == 4 else v) for b, v in base.items()}
+    result = plan_reassignment(snap, PlanRequest(capacity=_doc(caps), disk_tolerance=0.03))
+    d = result.disk
+    assert abs(d.share_after(4) - d.mean_share) <= 0.05
+    assert d.bytes_after[4] < 0.7 * sum(d.bytes_after[b] for b in range(9) if b != 4) / 8
+
+
+def test_without_capacity_the_count_only_plan_is_unchanged():
+    _, snap = _cluster(brokers=12, replicas=3000)
+    plain = plan_reassignment(snap, PlanRequest(use_sizes=True))
+    assert plain.disk is None and plain.bytes_lower_bound is None
+    assert "disk" not in plain.summary() and "disk" not in plain.lower_bound_parts
+
+
+def test_offload_only_brokers_above_the_threshold_send():
+    c, snap = _cluster(brokers=12, replicas=4000, seed=5)
+    caps = synthetic_capacities(c, fill=0.55)
+    result = plan_reassignment(snap, PlanRequest(goal="offload", capacity=_doc(caps), offload_threshold=0.7))
+    d = result.disk
+    above = {b for b in d.capacity if d.share_before(b) > 0.7}
+    assert above, "the fixture must have brokers above the threshold"
+    senders = {b for m in result.plan.moves for b in m.current_replicas if b not in m.target_replicas}
+    receivers = {b for m in result.plan.moves for b in m.target_replicas if b not in m.current_replicas}
+    assert senders and senders <= above
+    assert not receivers & above
+    for b in above:
+        assert d.share_after(b) < d.share_before(b)
+    for b in d.capacity:
+        if b not in above:
+            assert d.bytes_after[b] >= d.bytes_before[b]
+            assert d.share_after(b) <= 0.7 + 1e-9
+    assert result.after.rack_violations == 0 and result.after.rf_changes == 0
+    assert result.bytes_lower_bound <= result.bytes_to_move <= 1.10 * result.bytes_lower_bound
+
+
+def test_in_flight_partitions_and_left_out_topics_never_move_in_the_disk_step():
+    c = synthetic_cluster(brokers=9, racks=3, replicas=3000, sizes="skewed", in_flight=20, seed=4)
+    snap = to_snapshot(c)
+    caps = synthetic_capacities(c, fill=0.5)
+    result = plan_reassignment(snap, PlanRequest(capacity=_doc(caps), topic_exclude=("topic-0000[0-4]",)))
+    moved = {m.topic for m in result.plan.moves}
+    assert not any(t.startswith("topic-0000") and t[-1] in "01234" for t in moved)
+    assert not {m.tp for m in result.plan.moves} & set(result.excluded_in_flight)
