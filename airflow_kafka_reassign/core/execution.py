@@ -46,31 +46,28 @@ Example (with the in-memory fake; the operators pass a real ``KafkaClusterAdmin`
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 
+# the journal and the run's throttles live in core/journal.py and core/throttle.py; importable from here too
+from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
-from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment, ThrottleBackup
-from airflow_kafka_reassign.core.store import Store, as_store
-from airflow_kafka_reassign.core.throttle import (
-    BROKER_THROTTLE_KEYS,
-    FOLLOWER_REPLICAS,
-    LEADER_REPLICAS,
-    TOPIC_THROTTLE_KEYS,
-    brokers_involved,
-    merge_replica_list,
-    throttled_replicas,
+from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
+from airflow_kafka_reassign.core.store import as_store
+from airflow_kafka_reassign.core.throttle import (  # noqa: F401
+    THROTTLE_BACKUP_FILE,
+    backup_path,
+    desired_throttles,
+    read_backup,
+    restore_throttles,
+    sync_throttles,
 )
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -80,14 +77,6 @@ OnPlanError = Literal["refuse", "skip"]
 
 #: The run-state folder inside a plan directory (the default ``state_dir``).
 RUN_DIR = "run"
-#: The throttle backup in ``state_dir``: the values that existed before this plan throttled.
-THROTTLE_BACKUP_FILE = "throttle-backup.json"
-#: The run's journal in ``state_dir``: one object per step that changed something (what it
-#: submitted, what was refused, the throttles it set), named so that they list in time order.
-JOURNAL_DIR = "journal"
-#: Where the run state lives: a :class:`~airflow_kafka_reassign.core.store.Store` (a local
-#: directory, object storage) or a local path.
-StateLocation = Store | Path
 #: A move that looks stale is observed once more after this delay before it is refused:
 #: describe (metadata) can lag the controller for a moment after a reassignment completes.
 SETTLE_RECHECK_S = 1.0
@@ -98,7 +87,6 @@ _ALTER_REASSIGNMENTS_KEY = 45
 _RF_GUARD_MIN_VERSION = 1
 
 _log = logging.getLogger(__name__)
-_JOURNAL_SEQ = itertools.count()
 
 
 def _sleep(seconds: float) -> None:
@@ -553,190 +541,6 @@ _RF_GUARD_CLIENT_LIMITS = (
     "between the check and the request is not seen, and describe can lag the controller; the broker "
     "does not refuse an RF change for you"
 )
-
-
-# -- throttles ----------------------------------------------------------------------------------
-
-
-def backup_path(state_dir: StateLocation) -> str:
-    """Where the throttle backup of a run is (a path or URI, for messages)."""
-    return f"{as_store(state_dir).uri.rstrip('/')}/{THROTTLE_BACKUP_FILE}"
-
-
-def read_backup(state_dir: StateLocation | None) -> ThrottleBackup | None:
-    """The throttle backup of a run (``None`` when there is none)."""
-    if state_dir is None:
-        return None
-    data = as_store(state_dir).read(THROTTLE_BACKUP_FILE)
-    return None if data is None else ThrottleBackup.model_validate_json(data)
-
-
-def _write_backup(state_dir: StateLocation, backup: ThrottleBackup) -> None:
-    as_store(state_dir).write(THROTTLE_BACKUP_FILE, backup.model_dump_json(indent=1).encode())
-
-
-def journal(state_dir: StateLocation | None, event: dict[str, Any], *, log: logging.Logger | None = None) -> None:
-    """Add one entry to the run's journal (``<state>/journal/``); a failure to write it is a warning.
-
-    The journal is the run's record (what each try submitted and decided, for people and the report);
-    the cluster stays the authority on what is done and in flight, so a journal write that fails
-    never stops a run that holds its lease."""
-    if state_dir is None:
-        return
-    at = datetime.now(UTC)
-    name = f"{JOURNAL_DIR}/{at.strftime('%Y%m%dT%H%M%S.%fZ')}-{os.getpid()}-{next(_JOURNAL_SEQ):06d}.json"
-    try:
-        as_store(state_dir).write(name, json.dumps({"at": at.isoformat(), **event}, sort_keys=True).encode())
-    except Exception as e:  # noqa: BLE001 (the record is best effort; see above)
-        (log or _log).warning("could not write the run journal entry %s: %s", name, e)
-
-
-def read_journal(state_dir: StateLocation) -> list[dict[str, Any]]:
-    """The run's journal entries, oldest first."""
-    store = as_store(state_dir)
-    out = []
-    for name in store.list(JOURNAL_DIR):
-        data = store.read(name)
-        if data is not None:
-            out.append(json.loads(data))
-    return out
-
-
-def desired_throttles(
-    backup: ThrottleBackup, moving: Iterable[Move], rate: int | None
-) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
-    """Every config the backup covers, as the ``moving`` moves need it now.
-
-    Brokers a moving replica is copied from or to get ``rate``; topic replica lists are the
-    backed-up value plus the moving entries. Everything else goes back to its backed-up value.
-    """
-    active = [m for m in moving if m.adding_replicas] if rate else []
-    involved = brokers_involved(active)
-    entries = throttled_replicas(active)
-    brokers: dict[int, dict[str, str | None]] = {}
-    for b, before in backup.brokers.items():
-        brokers[b] = {k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved else dict(before)
-    topics: dict[str, dict[str, str | None]] = {}
-    for t, before in backup.topics.items():
-        if t in entries:
-            leader, follower = entries[t]
-            topics[t] = {LEADER_REPLICAS: merge_replica_list(before.get(LEADER_REPLICAS), leader),
-                         FOLLOWER_REPLICAS: merge_replica_list(before.get(FOLLOWER_REPLICAS), follower)}
-        else:
-            topics[t] = dict(before)
-    return brokers, topics
-
-
-def _same(key: str, a: str | None, b: str | None) -> bool:
-    if key in TOPIC_THROTTLE_KEYS:
-        def norm(v: str | None) -> frozenset[str]:
-            return frozenset(e.strip() for e in (v or "").split(",") if e.strip())
-        return norm(a) == norm(b)
-    return (a or None) == (b or None)
-
-
-def _diff(
-    current: ThrottleBackup,
-    brokers: Mapping[int, Mapping[str, str | None]],
-    topics: Mapping[str, Mapping[str, str | None]],
-) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
-    db: dict[int, dict[str, str | None]] = {}
-    for b, values in brokers.items():
-        now = current.brokers.get(b, {})
-        changed = {k: v for k, v in values.items() if not _same(k, now.get(k), v)}
-        if changed:
-            db[b] = changed
-    dt: dict[str, dict[str, str | None]] = {}
-    for t, values in topics.items():
-        now = current.topics.get(t, {})
-        changed = {k: v for k, v in values.items() if not _same(k, now.get(k), v)}
-        if changed:
-            dt[t] = changed
-    return db, dt
-
-
-def sync_throttles(
-    admin: ClusterAdmin,
-    moving: Iterable[Move],
-    rate: int | None,
-    *,
-    state_dir: StateLocation | None,
-    dry_run: bool = False,
-    log: logging.Logger | None = None,
-    live_brokers: Collection[int] | None = None,
-) -> bool:
-    """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
-
-    The values of brokers and topics not yet covered by the backup are read and written to
-    ``state_dir`` BEFORE anything is set, so a later run restores them even if this process
-    dies right after. Only differing keys are written. With ``live_brokers``, a broker outside
-    it (down: moves onto it wait, see ``allow_offline_brokers``) gets no throttle: a config
-    request to it would only wait for it.
-    """
-    log = log or _log
-    active = [m for m in moving if m.adding_replicas] if rate else []
-    backup = read_backup(state_dir)
-    if not active and backup is None:
-        return False
-    if active and state_dir is None:
-        raise ConfigurationError(
-            "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
-            "pass state_dir (the operators use <plan dir>/run)"
-        )
-    backup = backup or ThrottleBackup()
-    new_brokers = brokers_involved(active) - set(backup.brokers)
-    if live_brokers is not None and new_brokers - set(live_brokers):
-        log.warning("broker(s) %s are not alive: no throttle is set on them (they copy nothing while down)",
-                    sorted(new_brokers - set(live_brokers)))
-        new_brokers &= set(live_brokers)
-    new_topics = {m.topic for m in active} - set(backup.topics)
-    if new_brokers or new_topics:
-        fresh = admin.describe_throttles(sorted(new_brokers), sorted(new_topics))
-        backup = ThrottleBackup(brokers={**backup.brokers, **fresh.brokers}, topics={**backup.topics, **fresh.topics})
-        if not dry_run:
-            assert state_dir is not None
-            _write_backup(state_dir, backup)
-    brokers, topics = desired_throttles(backup, active, rate)
-    current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
-    db, dt = _diff(current, brokers, topics)
-    if not db and not dt:
-        return False
-    if dry_run:
-        log.info("DRY RUN: would set throttle configs (None = delete): brokers %s topics %s",
-                 json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True),
-                 json.dumps(dt, sort_keys=True))
-        return False
-    admin.set_throttles(db, dt)
-    log.info("throttle configs set (None = deleted): brokers %s topics %s",
-             json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True), json.dumps(dt, sort_keys=True))
-    return True
-
-
-def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
-    """Put every throttle config this run touched back to its value before the run, exactly,
-    check it, and delete the backup. Returns whether there was anything to restore."""
-    log = log or _log
-    backup = read_backup(state_dir)
-    if backup is None:
-        return False
-    assert state_dir is not None
-    for attempt in (1, 2):
-        admin.set_throttles(backup.brokers, backup.topics)
-        current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
-        db, dt = _diff(current, backup.brokers, backup.topics)
-        if not db and not dt:
-            break
-        if attempt == 2:
-            raise RuntimeError(
-                f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
-                f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
-            )
-    as_store(state_dir).delete(THROTTLE_BACKUP_FILE)
-    journal(state_dir, {"event": "throttles-restored", "brokers": sorted(backup.brokers),
-                        "topics": sorted(backup.topics)}, log=log)
-    log.info("throttle configs restored exactly as before on brokers %s and topics %s",
-             sorted(backup.brokers), sorted(backup.topics))
-    return True
 
 
 # -- submitting ---------------------------------------------------------------------------------
