@@ -50,9 +50,20 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from airflow_kafka_reassign.core.adaptive import (
+    DEFAULT_MIN_POLL_S,
+    AdaptiveBounds,
+    CopyWatch,
+    adapt,
+    bytes_left,
+    next_poll_s,
+    soonest_eta_s,
+)
+from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
 
 # the journal and the run's throttles live in core/journal.py and core/throttle.py; importable from here too
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
@@ -157,6 +168,9 @@ class ExecutionOptions:
     :param throttle_bytes_per_sec: replication throttle on the brokers and replicas involved.
     :param elect_leaders: elect the preferred leader of each moved partition once it is done.
     :param dry_run: validate everything, log the exact requests, change nothing.
+    :param health: the health gate (core/health.py): before each batch the cluster's
+        under-replicated, under-min-ISR and offline partitions are read; trouble the run does not
+        explain pauses submission (the default), cancels or fails the run.
     """
 
     allow_replication_factor_change: bool = False
@@ -168,6 +182,7 @@ class ExecutionOptions:
     throttle_bytes_per_sec: int | None = None
     elect_leaders: bool = False
     dry_run: bool = False
+    health: HealthPolicy = field(default_factory=HealthPolicy)
 
     def __post_init__(self) -> None:
         if self.rf_guard not in ("broker", "client"):
@@ -231,6 +246,14 @@ class ExecutionStatus:
     reassignments: dict[TopicPartition, InFlightReassignment] = field(default_factory=dict)
     #: each classified move as it really is: current_replicas = the live (or original) replicas
     moves: dict[TopicPartition, Move] = field(default_factory=dict)
+    #: the health gate's reading (``None``: the gate is off)
+    health: HealthReport | None = None
+    #: why nothing new was submitted although the run may: the cluster is unhealthy (one line)
+    paused: str | None = None
+    #: pending moves whose target keeps fewer in-sync replicas than min.insync.replicas (ordered last or refused)
+    below_min_isr: list[TopicPartition] = field(default_factory=list)
+    #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
+    stalled: bool = False
     observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -262,6 +285,12 @@ class ExecutionStatus:
                 line += f", {len(items)} {what}"
         if self.submitted:
             line += f"; submitted {len(self.submitted)} now"
+        if self.below_min_isr:
+            line += f", {len(self.below_min_isr)} below min ISR (last)"
+        if self.stalled:
+            line += "; copy STALLED"
+        if self.paused:
+            line += "; PAUSED (cluster unhealthy)"
         if self.blocked:
             line += "; BLOCKED (see the warning)"
         return line
@@ -281,7 +310,12 @@ class ExecutionStatus:
             "complete": self.complete,
             "ok": self.ok,
             "blocked": self.blocked,
+            "paused": self.paused,
+            "below_min_isr": len(self.below_min_isr),
+            "stalled": self.stalled,
         }
+        if self.health is not None:
+            out["health"] = self.health.summary()
         if self.stale:
             out["stale_partitions"] = {
                 str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1])}
@@ -311,14 +345,17 @@ class _Observation:
     brokers: frozenset[int] = frozenset()
     #: the plan's topics that exist, with their partition count now
     topics: dict[str, int] = field(default_factory=dict)
+    #: every partition read (all topics when the health gate is on), and min.insync.replicas per topic
+    everything: tuple[PartitionState, ...] = ()
+    min_isr: dict[str, int] = field(default_factory=dict)
 
 
-def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
+def _observe(admin: ClusterAdmin, topics: Collection[str], *, everything: bool = False) -> _Observation:
     """The controller's in-flight reassignments (all of them), the live brokers and the live
-    state of ``topics``."""
+    state of ``topics`` (of every topic with ``everything``, for the health gate)."""
     reassignments = admin.list_reassignments()
     try:
-        snap = admin.snapshot(topics=sorted(topics))
+        snap = admin.snapshot() if everything else admin.snapshot(topics=sorted(topics))
     except ConfigurationError:
         # a plan topic was deleted: read every topic, the missing ones' moves then fail by name
         snap = admin.snapshot()
@@ -328,8 +365,10 @@ def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
     present = {t.name: t.partition_count or counts[t.name] for t in snap.topics if t.name in wanted}
     for topic, n in counts.items():  # a snapshot without topic records still shows the partitions
         present.setdefault(topic, n)
+    min_isr = {t.name: max(1, t.min_insync_replicas or 1) for t in snap.topics}
     return _Observation(reassignments=reassignments, partitions=parts,
-                        brokers=frozenset(b.id for b in snap.brokers), topics=present)
+                        brokers=frozenset(b.id for b in snap.brokers), topics=present,
+                        everything=tuple(snap.partitions), min_isr=min_isr)
 
 
 def _moved(m: Move, current: Sequence[int]) -> Move:
@@ -543,6 +582,39 @@ _RF_GUARD_CLIENT_LIMITS = (
 )
 
 
+# -- the health gate ----------------------------------------------------------------------------
+
+
+def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionStatus, options: ExecutionOptions,
+                  log: logging.Logger) -> None:
+    """Read the cluster's health into ``status`` (core/health.py): ``paused`` when trouble that
+    the run does not explain stops new submissions; pending moves below min ISR counted (and
+    refused with ``below_min_isr="refuse"``)."""
+    policy = options.health
+    isr = {tp: p.isr for tp, p in obs.partitions.items()}
+    risky = below_min_isr([status.moves[tp] for tp in status.pending], isr, obs.min_isr)
+    if risky and policy.below_min_isr == "refuse":
+        for tp in risky:
+            status.failed[tp] = (
+                f"refused: its target replicas {list(status.moves[tp].target_replicas)} keep fewer in-sync replicas "
+                f"(ISR now {list(isr.get(tp, ()))}) than min.insync.replicas={obs.min_isr.get(tp.topic, 1)}; "
+                "below_min_isr='last' sends it after the other moves instead")
+        gone = set(risky)
+        status.pending = [tp for tp in status.pending if tp not in gone]
+    else:
+        status.below_min_isr = risky
+    if not policy.gate:
+        return
+    active = [status.moves[tp] for tp in [*status.pending, *status.in_flight]]
+    status.health = assess(obs.everything, obs.min_isr, moving=status.in_flight, drained=drained_brokers(active),
+                           live_brokers=obs.brokers)
+    if not status.health.healthy:
+        status.paused = status.health.line()
+        if status.pending and status.blocked is None:
+            log.warning("PAUSED, nothing new is submitted (%d pending, %d in flight): %s", len(status.pending),
+                        len(status.in_flight), status.paused)
+
+
 # -- submitting ---------------------------------------------------------------------------------
 
 
@@ -665,13 +737,15 @@ def step(
             "pass state_dir (the operators use <plan dir>/run)"
         )
     topics = {m.topic for m in plan.moves}
-    obs = _observe(admin, topics)
+    gate = options.health.gate
+    obs = _observe(admin, topics, everything=gate)
     status = _classify(plan, obs, options, known_failed or {})
     suspects = [tp for tp in status.stale if tp not in status.reassignments]
     if suspects and settle_s >= 0:
         (sleep or _sleep)(settle_s)
-        obs = _observe(admin, topics)
+        obs = _observe(admin, topics, everything=gate)
         status = _classify(plan, obs, options, known_failed or {})
+    _check_health(plan, obs, status, options, log)
 
     if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
         status.blocked = plan_refusal(status.plan_errors, options)
@@ -696,13 +770,17 @@ def step(
             log.warning(_RF_GUARD_CLIENT_LIMITS)
 
     batch: list[Move] = []
-    if submit and status.blocked is None and status.pending:
+    if submit and status.blocked is None and status.paused is None and status.pending:
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
         if limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = admin.replica_sizes([m.tp for m in pending])
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
-        batch = select_batch(_order(pending, limits, sizes, plan_index), status.reassignments, limits)
+        ordered = _order(pending, limits, sizes, plan_index)
+        if status.below_min_isr:  # safest last (core/health.py)
+            risky = set(status.below_min_isr)
+            ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
+        batch = select_batch(ordered, status.reassignments, limits)
 
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
@@ -976,11 +1054,18 @@ class RunResult:
     finish: dict[str, Any] = field(default_factory=dict)
     steps: int = 0
     elapsed_s: float = 0.0
+    #: the health policy stopped the run (``on_unhealthy`` "cancel"/"fail", or a pause longer than its bound)
+    unhealthy: str | None = None
+    #: seconds spent paused by the health gate
+    paused_s: float = 0.0
+    #: the adaptive limits' changes, one line each (``adaptive``)
+    adaptations: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
         out.update(deadline_reached=self.deadline_reached, stopped=self.stopped, steps=self.steps,
-                   elapsed_s=round(self.elapsed_s, 1), **self.finish)
+                   elapsed_s=round(self.elapsed_s, 1), unhealthy=self.unhealthy, paused_s=round(self.paused_s, 1),
+                   adaptations=len(self.adaptations), **self.finish)
         if self.cancel is not None:
             out["cancel"] = self.cancel.summary()
         return out
@@ -1005,15 +1090,26 @@ def run(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     settle_s: float = SETTLE_RECHECK_S,
     lease: LeaseKeeper | None = None,
+    adaptive: AdaptiveBounds | None = None,
+    min_poll_interval_s: float = DEFAULT_MIN_POLL_S,
+    clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Execute ``plan`` to the end (or the deadline): pre-flight, then :func:`step` until done.
 
     1. Pre-flight: one :func:`step` that submits nothing; its findings are logged
        (:func:`report_preflight`). A blocked run stops here, before anything changed.
     2. ``before_first_submit(status)`` (the operator writes the rollback plan there).
-    3. :func:`step` every ``poll_interval_s`` until the plan is complete. After ``deadline`` no
+    3. :func:`step` until the plan is complete, polling between ``min_poll_interval_s`` and
+       ``poll_interval_s``: soon when a move in flight is about to finish (its bytes left at the
+       measured rate), rarely when far (core/adaptive.py). After ``deadline`` no
        move is submitted; in-flight moves finish (``on_deadline="finish"``) or are cancelled
        (``"cancel"``), and the remaining moves are reported: the next run resumes them.
+       While the health gate (``options.health``) pauses, nothing new is submitted; its policy
+       cancels or fails the run instead, or gives up after ``max_pause_s``: then the moves in
+       flight keep their throttles (a new run on the plan, or the cancel operator, restores them).
+       With ``adaptive`` bounds, the concurrent moves (and the throttle, with throttle bounds)
+       follow AIMD from one poll to the next, each change logged; a copy that stops gaining on
+       its leaders (a throttle below a hot partition's ingest rate) is reported as stalled.
     4. :func:`finish` (throttles restored exactly, leaders elected) unless ``finish_at_end`` is
        False; on an exception or ``should_stop()`` the throttles are restored all the same.
 
@@ -1033,6 +1129,12 @@ def run(
     result = RunResult(status=ExecutionStatus(total=len(plan)))
     done_cleanly = False
     lost = False
+    keep_throttles = False
+    policy = options.health
+    current = adaptive.start(options.throttle_bytes_per_sec) if adaptive is not None else None
+    watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
+    unhealthy_since: float | None = None
+    poll: float | None = None
     try:
         if deadline is not None and deadline.tzinfo is None:
             raise ConfigurationError(f"deadline {deadline.isoformat()} has no time zone; give an aware datetime")
@@ -1060,7 +1162,12 @@ def run(
                             deadline.isoformat() if deadline else "", len(status.in_flight), len(status.pending))
                 if on_deadline == "cancel" and status.in_flight:
                     result.cancel = cancel(admin, plan, log=log, sleep=sleep)
-            status = step(admin, plan, limits, options, state_dir=state_dir, submit=not past, log=log,
+            done_before = len(status.done)
+            run_limits, run_options = limits, options
+            if current is not None:
+                run_limits = replace(limits, max_moves=current.moves)
+                run_options = replace(options, throttle_bytes_per_sec=current.throttle)
+            status = step(admin, plan, run_limits, run_options, state_dir=state_dir, submit=not past, log=log,
                           known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop, lease=lease)
             result.steps += 1
             result.status = status
@@ -1069,14 +1176,48 @@ def run(
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
                 break
-            (sleep or _sleep)(poll_interval_s)
+            if status.paused and status.pending and not past:
+                t = clock()
+                unhealthy_since = t if unhealthy_since is None else unhealthy_since
+                stop = _unhealthy_stop(policy, t - unhealthy_since, status)
+                if stop is not None:
+                    result.unhealthy = stop
+                    status.blocked = stop
+                    if policy.on_unhealthy == "cancel" and status.in_flight:
+                        result.cancel = cancel(admin, plan, log=log, sleep=sleep)
+                    elif status.in_flight:
+                        keep_throttles = True
+                    break
+            elif unhealthy_since is not None:
+                result.paused_s += clock() - unhealthy_since
+                log.info("cluster healthy again after %.1f s: resuming submissions", clock() - unhealthy_since)
+                unhealthy_since = None
+            eta = _watch_copy(admin, status, watch, done_before, clock(), run_options, log)
+            if current is not None and adaptive is not None:
+                current, why = adapt(current, adaptive, healthy=status.paused is None,
+                                     progressing=watch.progressing or len(status.done) > done_before,
+                                     stalled=status.stalled)
+                if why:
+                    result.adaptations.append(why)
+                    log.info("adaptive limits: %s", why)
+                    journal(state_dir, {"event": "adapted", "why": why, "max_moves": current.moves,
+                                        "throttle_bytes_per_sec": current.throttle}, log=log)
+            poll = next_poll_s(eta, previous_s=poll, floor_s=min(min_poll_interval_s, poll_interval_s),
+                               ceiling_s=poll_interval_s)
+            (sleep or _sleep)(poll)
         done_cleanly = True
     except LeaseLostError:
         lost = True
         raise
     finally:
         result.elapsed_s = time.monotonic() - started
-        if not lost and (finish_at_end or not done_cleanly or result.stopped):
+        if unhealthy_since is not None:
+            result.paused_s += clock() - unhealthy_since
+        if keep_throttles:
+            log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
+                        "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),
+                        backup_path(state_dir) if state_dir else "the backup")
+        elif not lost and (finish_at_end or not done_cleanly or result.stopped):
             try:
                 elect = done_cleanly and not result.stopped and options.elect_leaders
                 result.finish = finish(admin, plan, options, state_dir=state_dir, elect=elect, log=log, lease=lease)
@@ -1088,6 +1229,39 @@ def run(
     if result.status.blocked:
         log.error("%s", result.status.blocked)
     return result
+
+
+def _unhealthy_stop(policy: HealthPolicy, paused_s: float, status: ExecutionStatus) -> str | None:
+    """Why the health policy stops the run now (``None``: it keeps pausing)."""
+    if policy.on_unhealthy == "pause" and (policy.max_pause_s is None or paused_s <= policy.max_pause_s):
+        return None
+    if policy.on_unhealthy == "pause":
+        what = f"gave up after pausing {paused_s:.0f} s (max_pause_s={policy.max_pause_s})"
+    else:
+        what = f"on_unhealthy={policy.on_unhealthy!r}"
+    then = ("the moves in flight were cancelled" if policy.on_unhealthy == "cancel"
+            else "the moves in flight continue")
+    return (f"stopped by the health gate, {what}: {status.paused}; {len(status.pending)} move(s) not submitted, "
+            f"{then}. Run the task again on the same plan once the cluster is healthy (it resumes), or raise "
+            "max_pause_s")
+
+
+def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, done_before: int, at_s: float,
+                options: ExecutionOptions, log: logging.Logger) -> float | None:
+    """Measure the copy in flight (DescribeLogDirs of its partitions): the net rate, a stall
+    (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown)."""
+    moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
+    left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
+    status.stalled = watch.update(at_s, sum(left.values()) if left else None,
+                                  finished=len(status.done) - done_before)
+    if status.stalled:
+        rate = options.throttle_bytes_per_sec
+        log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls, "
+                    "%d bytes left; %s", len(moving), _sample(list(moving)), watch.stall_polls, sum(left.values()),
+                    f"the throttle ({rate} B/s) is likely below these partitions' ingest rate: raise it "
+                    "(throttle_bytes_per_sec, or max_throttle with adaptive limits)" if rate else
+                    "check the brokers of these moves")
+    return soonest_eta_s(left, watch.rate)
 
 
 # -- the rollback plan --------------------------------------------------------------------------

@@ -255,7 +255,12 @@ def sync_throttles(
             assert state_dir is not None
             write_backup(state_dir, backup)
     brokers, topics = desired_throttles(backup, active, rate)
-    current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
+    down = set(backup.brokers) - set(live_brokers) if live_brokers is not None else set()
+    if down:
+        log.warning("broker(s) %s are down: their throttle configs are left as they are until they are back "
+                    "(a config request would only wait for them); the backup restores them then", sorted(down))
+        brokers = {b: v for b, v in brokers.items() if b not in down}
+    current = admin.describe_throttles(sorted(brokers), sorted(backup.topics))
     db, dt = _diff(current, brokers, topics)
     if not db and not dt:
         return False
@@ -272,12 +277,26 @@ def sync_throttles(
 
 def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
     """Put every throttle config this run touched back to its value before the run, exactly,
-    check it, and delete the backup. Returns whether there was anything to restore."""
+    check it, and delete the backup. Returns whether there was anything to restore.
+
+    A broker of the backup that is down now (the cluster does not list it as alive) is skipped,
+    with one line naming it: the backup then keeps only its entries, and the next run on the plan
+    (or the cancel operator) restores them once it is back."""
     log = log or _log
     backup = read_backup(state_dir)
     if backup is None:
         return False
     assert state_dir is not None
+    down: dict[int, dict[str, str | None]] = {}
+    if backup.brokers:
+        live = {b.id for b in admin.snapshot(topics=()).brokers}
+        down = {b: v for b, v in backup.brokers.items() if b not in live}
+    if down:
+        log.warning("broker(s) %s are down: their throttle configs are restored when they are back (the next run on "
+                    "this plan, or CancelReassignmentOperator, restores them from %s)", sorted(down),
+                    backup_path(state_dir))
+        backup = ThrottleBackup(brokers={b: v for b, v in backup.brokers.items() if b not in down},
+                                topics=backup.topics)
     for attempt in (1, 2):
         admin.set_throttles(backup.brokers, backup.topics)
         current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
@@ -289,7 +308,10 @@ def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, l
                 f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
                 f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
             )
-    as_store(state_dir).delete(THROTTLE_BACKUP_FILE)
+    if down:
+        write_backup(state_dir, ThrottleBackup(brokers=down))
+    else:
+        as_store(state_dir).delete(THROTTLE_BACKUP_FILE)
     journal(state_dir, {"event": "throttles-restored", "brokers": sorted(backup.brokers),
                         "topics": sorted(backup.topics)}, log=log)
     log.info("throttle configs restored exactly as before on brokers %s and topics %s",
