@@ -606,7 +606,8 @@ def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionSt
     if not policy.gate:
         return
     active = [status.moves[tp] for tp in [*status.pending, *status.in_flight]]
-    status.health = assess(obs.everything, obs.min_isr, moving=status.in_flight, drained=drained_brokers(active),
+    ours = {tp: status.moves[tp].adding_replicas for tp in [*status.in_flight, *status.lagging, *status.done]}
+    status.health = assess(obs.everything, obs.min_isr, moving=ours, drained=drained_brokers(active),
                            live_brokers=obs.brokers)
     if not status.health.healthy:
         status.paused = status.health.line()

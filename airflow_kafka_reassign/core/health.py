@@ -125,7 +125,7 @@ def assess(
     partitions: Iterable[PartitionState],
     min_isr: Mapping[str, int],
     *,
-    moving: Collection[TopicPartition] = (),
+    moving: Collection[TopicPartition] | Mapping[TopicPartition, Collection[int]] = (),
     drained: Collection[int] = (),
     live_brokers: Collection[int] | None = None,
 ) -> HealthReport:
@@ -134,12 +134,14 @@ def assess(
     :param min_isr: ``min.insync.replicas`` per topic (absent: 1).
     :param moving: partitions this run has in flight: missing replicas that are their adding
         replicas (catching up) are expected, as long as the partition keeps a leader and min ISR.
+        A mapping also names each one's adding replicas (the metadata can lag the controller).
     :param drained: brokers this plan removes replicas from (and adds none to): a replica missing
         because such a broker is down (not in ``live_brokers``) is expected, the plan recreates it.
     :param live_brokers: the brokers the cluster lists as alive (``None``: not known).
     """
     report = HealthReport()
     ours = set(moving)
+    adding = moving if isinstance(moving, Mapping) else {}
     gone = set(drained) - set(live_brokers) if live_brokers is not None else set()
     for p in partitions:
         isr = set(p.isr)
@@ -159,7 +161,7 @@ def assess(
         if p.leader is None:
             report.trouble[tp] = f"offline (no leader); {state}"
             continue
-        catching_up = set(p.adding_replicas) if tp in ours else set()
+        catching_up = set(p.adding_replicas) | set(adding.get(tp, ())) if tp in ours else set()
         explained = [b for b in missing if b in catching_up or b in gone]
         if len(explained) == len(missing) and (not short or all(b in gone for b in missing)):
             why = [("adding replicas catching up", [b for b in missing if b in catching_up]),

@@ -317,6 +317,21 @@ class KafkaClusterAdmin:
         self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
         settle_timeout_s: float | None = None,
     ) -> ClusterSnapshot:
+        """:meth:`_snapshot_once`, read again once on a new client when librdkafka's "controller"
+        (in KRaft a broker it picked from the metadata) stopped: a broker killed mid-run."""
+        try:
+            return self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s)
+        except ClusterUnreachableError as e:
+            if "waiting for controller" not in str(e):
+                raise
+            log.info("the broker the admin client routed to as controller is gone; reading again with fresh metadata")
+            self._ck = None
+            return self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s)
+
+    def _snapshot_once(
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+        settle_timeout_s: float | None = None,
+    ) -> ClusterSnapshot:
         """Brokers, topics and partitions, with the controller's in-flight reassignments: complete, or an error.
 
         Every partition of every selected topic (``topics``; ``None``: all) is in the snapshot, with
