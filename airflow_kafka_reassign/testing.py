@@ -66,6 +66,8 @@ class FakeClusterAdmin:
         self.broker_configs: dict[int, dict[str, str]] = {b.id: {} for b in self.brokers}
         self.topic_configs: dict[str, dict[str, str]] = {t: dict(s.configs) for t, s in self.topics.items()}
         self.down: set[int] = set()
+        #: While True, the adding replicas of a reassignment in flight are out of the ISR (still copying).
+        self.catching_up = False
         self.rf_guard_supported = rf_guard_supported
         self.auto_complete = auto_complete
         #: Bytes on disk by partition and broker, as DescribeLogDirs would report them; tests
@@ -174,7 +176,7 @@ class FakeClusterAdmin:
             if tp.topic not in wanted or tp in absent:
                 continue
             replicas, adding, removing = self._replica_view(tp)
-            live = tuple(b for b in replicas if b not in self.down)
+            live = tuple(b for b in replicas if b not in self.down and not (self.catching_up and b in adding))
             parts.append(PartitionState(
                 topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
                 leader=live[0] if live else None, adding_replicas=adding, removing_replicas=removing,
@@ -294,7 +296,13 @@ class FakeClusterAdmin:
             out[r.topic] = TopicResult(topic=r.topic)
         return out
 
+    def _reachable(self, brokers: Collection[int]) -> None:
+        """A config request to a broker that is down waits for it and fails, as on a real cluster."""
+        if set(brokers) & self.down:
+            raise TimeoutError(f"fake: broker(s) {sorted(set(brokers) & self.down)} are down; the config request timed out")
+
     def describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
+        self._reachable(brokers)
         return ThrottleBackup(
             brokers={b: {k: self.broker_configs.get(b, {}).get(k) for k in BROKER_THROTTLE_KEYS} for b in sorted(brokers)},
             topics={t: {k: self.topic_configs.get(t, {}).get(k) for k in TOPIC_THROTTLE_KEYS} for t in sorted(topics)},
@@ -302,6 +310,7 @@ class FakeClusterAdmin:
 
     def set_throttles(self, broker_configs: Mapping[int, Mapping[str, str | None]],
                       topic_configs: Mapping[str, Mapping[str, str | None]]) -> None:
+        self._reachable(broker_configs)
         for target, updates in ((self.broker_configs, broker_configs), (self.topic_configs, topic_configs)):
             for key, values in updates.items():
                 cfg = target.setdefault(key, {})  # type: ignore[arg-type]

@@ -46,31 +46,39 @@ Example (with the in-memory fake; the operators pass a real ``KafkaClusterAdmin`
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 
+from airflow_kafka_reassign.core.adaptive import (
+    DEFAULT_MIN_POLL_S,
+    AdaptiveBounds,
+    CopyWatch,
+    adapt,
+    bytes_left,
+    next_poll_s,
+    soonest_eta_s,
+)
+from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
+
+# the journal and the run's throttles live in core/journal.py and core/throttle.py; importable from here too
+from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
-from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment, ThrottleBackup
-from airflow_kafka_reassign.core.store import Store, as_store
-from airflow_kafka_reassign.core.throttle import (
-    BROKER_THROTTLE_KEYS,
-    FOLLOWER_REPLICAS,
-    LEADER_REPLICAS,
-    TOPIC_THROTTLE_KEYS,
-    brokers_involved,
-    merge_replica_list,
-    throttled_replicas,
+from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
+from airflow_kafka_reassign.core.store import as_store
+from airflow_kafka_reassign.core.throttle import (  # noqa: F401
+    THROTTLE_BACKUP_FILE,
+    backup_path,
+    desired_throttles,
+    read_backup,
+    restore_throttles,
+    sync_throttles,
 )
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -80,14 +88,6 @@ OnPlanError = Literal["refuse", "skip"]
 
 #: The run-state folder inside a plan directory (the default ``state_dir``).
 RUN_DIR = "run"
-#: The throttle backup in ``state_dir``: the values that existed before this plan throttled.
-THROTTLE_BACKUP_FILE = "throttle-backup.json"
-#: The run's journal in ``state_dir``: one object per step that changed something (what it
-#: submitted, what was refused, the throttles it set), named so that they list in time order.
-JOURNAL_DIR = "journal"
-#: Where the run state lives: a :class:`~airflow_kafka_reassign.core.store.Store` (a local
-#: directory, object storage) or a local path.
-StateLocation = Store | Path
 #: A move that looks stale is observed once more after this delay before it is refused:
 #: describe (metadata) can lag the controller for a moment after a reassignment completes.
 SETTLE_RECHECK_S = 1.0
@@ -98,7 +98,6 @@ _ALTER_REASSIGNMENTS_KEY = 45
 _RF_GUARD_MIN_VERSION = 1
 
 _log = logging.getLogger(__name__)
-_JOURNAL_SEQ = itertools.count()
 
 
 def _sleep(seconds: float) -> None:
@@ -169,6 +168,9 @@ class ExecutionOptions:
     :param throttle_bytes_per_sec: replication throttle on the brokers and replicas involved.
     :param elect_leaders: elect the preferred leader of each moved partition once it is done.
     :param dry_run: validate everything, log the exact requests, change nothing.
+    :param health: the health gate (core/health.py): before each batch the cluster's
+        under-replicated, under-min-ISR and offline partitions are read; trouble the run does not
+        explain pauses submission (the default), cancels or fails the run.
     """
 
     allow_replication_factor_change: bool = False
@@ -180,6 +182,7 @@ class ExecutionOptions:
     throttle_bytes_per_sec: int | None = None
     elect_leaders: bool = False
     dry_run: bool = False
+    health: HealthPolicy = field(default_factory=HealthPolicy)
 
     def __post_init__(self) -> None:
         if self.rf_guard not in ("broker", "client"):
@@ -243,6 +246,14 @@ class ExecutionStatus:
     reassignments: dict[TopicPartition, InFlightReassignment] = field(default_factory=dict)
     #: each classified move as it really is: current_replicas = the live (or original) replicas
     moves: dict[TopicPartition, Move] = field(default_factory=dict)
+    #: the health gate's reading (``None``: the gate is off)
+    health: HealthReport | None = None
+    #: why nothing new was submitted although the run may: the cluster is unhealthy (one line)
+    paused: str | None = None
+    #: pending moves whose target keeps fewer in-sync replicas than min.insync.replicas (ordered last or refused)
+    below_min_isr: list[TopicPartition] = field(default_factory=list)
+    #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
+    stalled: bool = False
     observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -274,6 +285,12 @@ class ExecutionStatus:
                 line += f", {len(items)} {what}"
         if self.submitted:
             line += f"; submitted {len(self.submitted)} now"
+        if self.below_min_isr:
+            line += f", {len(self.below_min_isr)} below min ISR (last)"
+        if self.stalled:
+            line += "; copy STALLED"
+        if self.paused:
+            line += "; PAUSED (cluster unhealthy)"
         if self.blocked:
             line += "; BLOCKED (see the warning)"
         return line
@@ -293,7 +310,12 @@ class ExecutionStatus:
             "complete": self.complete,
             "ok": self.ok,
             "blocked": self.blocked,
+            "paused": self.paused,
+            "below_min_isr": len(self.below_min_isr),
+            "stalled": self.stalled,
         }
+        if self.health is not None:
+            out["health"] = self.health.summary()
         if self.stale:
             out["stale_partitions"] = {
                 str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1])}
@@ -323,14 +345,17 @@ class _Observation:
     brokers: frozenset[int] = frozenset()
     #: the plan's topics that exist, with their partition count now
     topics: dict[str, int] = field(default_factory=dict)
+    #: every partition read (all topics when the health gate is on), and min.insync.replicas per topic
+    everything: tuple[PartitionState, ...] = ()
+    min_isr: dict[str, int] = field(default_factory=dict)
 
 
-def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
+def _observe(admin: ClusterAdmin, topics: Collection[str], *, everything: bool = False) -> _Observation:
     """The controller's in-flight reassignments (all of them), the live brokers and the live
-    state of ``topics``."""
+    state of ``topics`` (of every topic with ``everything``, for the health gate)."""
     reassignments = admin.list_reassignments()
     try:
-        snap = admin.snapshot(topics=sorted(topics))
+        snap = admin.snapshot() if everything else admin.snapshot(topics=sorted(topics))
     except ConfigurationError:
         # a plan topic was deleted: read every topic, the missing ones' moves then fail by name
         snap = admin.snapshot()
@@ -340,8 +365,10 @@ def _observe(admin: ClusterAdmin, topics: Collection[str]) -> _Observation:
     present = {t.name: t.partition_count or counts[t.name] for t in snap.topics if t.name in wanted}
     for topic, n in counts.items():  # a snapshot without topic records still shows the partitions
         present.setdefault(topic, n)
+    min_isr = {t.name: max(1, t.min_insync_replicas or 1) for t in snap.topics}
     return _Observation(reassignments=reassignments, partitions=parts,
-                        brokers=frozenset(b.id for b in snap.brokers), topics=present)
+                        brokers=frozenset(b.id for b in snap.brokers), topics=present,
+                        everything=tuple(snap.partitions), min_isr=min_isr)
 
 
 def _moved(m: Move, current: Sequence[int]) -> Move:
@@ -555,188 +582,38 @@ _RF_GUARD_CLIENT_LIMITS = (
 )
 
 
-# -- throttles ----------------------------------------------------------------------------------
+# -- the health gate ----------------------------------------------------------------------------
 
 
-def backup_path(state_dir: StateLocation) -> str:
-    """Where the throttle backup of a run is (a path or URI, for messages)."""
-    return f"{as_store(state_dir).uri.rstrip('/')}/{THROTTLE_BACKUP_FILE}"
-
-
-def read_backup(state_dir: StateLocation | None) -> ThrottleBackup | None:
-    """The throttle backup of a run (``None`` when there is none)."""
-    if state_dir is None:
-        return None
-    data = as_store(state_dir).read(THROTTLE_BACKUP_FILE)
-    return None if data is None else ThrottleBackup.model_validate_json(data)
-
-
-def _write_backup(state_dir: StateLocation, backup: ThrottleBackup) -> None:
-    as_store(state_dir).write(THROTTLE_BACKUP_FILE, backup.model_dump_json(indent=1).encode())
-
-
-def journal(state_dir: StateLocation | None, event: dict[str, Any], *, log: logging.Logger | None = None) -> None:
-    """Add one entry to the run's journal (``<state>/journal/``); a failure to write it is a warning.
-
-    The journal is the run's record (what each try submitted and decided, for people and the report);
-    the cluster stays the authority on what is done and in flight, so a journal write that fails
-    never stops a run that holds its lease."""
-    if state_dir is None:
+def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionStatus, options: ExecutionOptions,
+                  log: logging.Logger) -> None:
+    """Read the cluster's health into ``status`` (core/health.py): ``paused`` when trouble that
+    the run does not explain stops new submissions; pending moves below min ISR counted (and
+    refused with ``below_min_isr="refuse"``)."""
+    policy = options.health
+    isr = {tp: p.isr for tp, p in obs.partitions.items()}
+    risky = below_min_isr([status.moves[tp] for tp in status.pending], isr, obs.min_isr)
+    if risky and policy.below_min_isr == "refuse":
+        for tp in risky:
+            status.failed[tp] = (
+                f"refused: its target replicas {list(status.moves[tp].target_replicas)} keep fewer in-sync replicas "
+                f"(ISR now {list(isr.get(tp, ()))}) than min.insync.replicas={obs.min_isr.get(tp.topic, 1)}; "
+                "below_min_isr='last' sends it after the other moves instead")
+        gone = set(risky)
+        status.pending = [tp for tp in status.pending if tp not in gone]
+    else:
+        status.below_min_isr = risky
+    if not policy.gate:
         return
-    at = datetime.now(UTC)
-    name = f"{JOURNAL_DIR}/{at.strftime('%Y%m%dT%H%M%S.%fZ')}-{os.getpid()}-{next(_JOURNAL_SEQ):06d}.json"
-    try:
-        as_store(state_dir).write(name, json.dumps({"at": at.isoformat(), **event}, sort_keys=True).encode())
-    except Exception as e:  # noqa: BLE001 (the record is best effort; see above)
-        (log or _log).warning("could not write the run journal entry %s: %s", name, e)
-
-
-def read_journal(state_dir: StateLocation) -> list[dict[str, Any]]:
-    """The run's journal entries, oldest first."""
-    store = as_store(state_dir)
-    out = []
-    for name in store.list(JOURNAL_DIR):
-        data = store.read(name)
-        if data is not None:
-            out.append(json.loads(data))
-    return out
-
-
-def desired_throttles(
-    backup: ThrottleBackup, moving: Iterable[Move], rate: int | None
-) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
-    """Every config the backup covers, as the ``moving`` moves need it now.
-
-    Brokers a moving replica is copied from or to get ``rate``; topic replica lists are the
-    backed-up value plus the moving entries. Everything else goes back to its backed-up value.
-    """
-    active = [m for m in moving if m.adding_replicas] if rate else []
-    involved = brokers_involved(active)
-    entries = throttled_replicas(active)
-    brokers: dict[int, dict[str, str | None]] = {}
-    for b, before in backup.brokers.items():
-        brokers[b] = {k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved else dict(before)
-    topics: dict[str, dict[str, str | None]] = {}
-    for t, before in backup.topics.items():
-        if t in entries:
-            leader, follower = entries[t]
-            topics[t] = {LEADER_REPLICAS: merge_replica_list(before.get(LEADER_REPLICAS), leader),
-                         FOLLOWER_REPLICAS: merge_replica_list(before.get(FOLLOWER_REPLICAS), follower)}
-        else:
-            topics[t] = dict(before)
-    return brokers, topics
-
-
-def _same(key: str, a: str | None, b: str | None) -> bool:
-    if key in TOPIC_THROTTLE_KEYS:
-        def norm(v: str | None) -> frozenset[str]:
-            return frozenset(e.strip() for e in (v or "").split(",") if e.strip())
-        return norm(a) == norm(b)
-    return (a or None) == (b or None)
-
-
-def _diff(
-    current: ThrottleBackup,
-    brokers: Mapping[int, Mapping[str, str | None]],
-    topics: Mapping[str, Mapping[str, str | None]],
-) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
-    db: dict[int, dict[str, str | None]] = {}
-    for b, values in brokers.items():
-        now = current.brokers.get(b, {})
-        changed = {k: v for k, v in values.items() if not _same(k, now.get(k), v)}
-        if changed:
-            db[b] = changed
-    dt: dict[str, dict[str, str | None]] = {}
-    for t, values in topics.items():
-        now = current.topics.get(t, {})
-        changed = {k: v for k, v in values.items() if not _same(k, now.get(k), v)}
-        if changed:
-            dt[t] = changed
-    return db, dt
-
-
-def sync_throttles(
-    admin: ClusterAdmin,
-    moving: Iterable[Move],
-    rate: int | None,
-    *,
-    state_dir: StateLocation | None,
-    dry_run: bool = False,
-    log: logging.Logger | None = None,
-    live_brokers: Collection[int] | None = None,
-) -> bool:
-    """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
-
-    The values of brokers and topics not yet covered by the backup are read and written to
-    ``state_dir`` BEFORE anything is set, so a later run restores them even if this process
-    dies right after. Only differing keys are written. With ``live_brokers``, a broker outside
-    it (down: moves onto it wait, see ``allow_offline_brokers``) gets no throttle: a config
-    request to it would only wait for it.
-    """
-    log = log or _log
-    active = [m for m in moving if m.adding_replicas] if rate else []
-    backup = read_backup(state_dir)
-    if not active and backup is None:
-        return False
-    if active and state_dir is None:
-        raise ConfigurationError(
-            "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
-            "pass state_dir (the operators use <plan dir>/run)"
-        )
-    backup = backup or ThrottleBackup()
-    new_brokers = brokers_involved(active) - set(backup.brokers)
-    if live_brokers is not None and new_brokers - set(live_brokers):
-        log.warning("broker(s) %s are not alive: no throttle is set on them (they copy nothing while down)",
-                    sorted(new_brokers - set(live_brokers)))
-        new_brokers &= set(live_brokers)
-    new_topics = {m.topic for m in active} - set(backup.topics)
-    if new_brokers or new_topics:
-        fresh = admin.describe_throttles(sorted(new_brokers), sorted(new_topics))
-        backup = ThrottleBackup(brokers={**backup.brokers, **fresh.brokers}, topics={**backup.topics, **fresh.topics})
-        if not dry_run:
-            assert state_dir is not None
-            _write_backup(state_dir, backup)
-    brokers, topics = desired_throttles(backup, active, rate)
-    current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
-    db, dt = _diff(current, brokers, topics)
-    if not db and not dt:
-        return False
-    if dry_run:
-        log.info("DRY RUN: would set throttle configs (None = delete): brokers %s topics %s",
-                 json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True),
-                 json.dumps(dt, sort_keys=True))
-        return False
-    admin.set_throttles(db, dt)
-    log.info("throttle configs set (None = deleted): brokers %s topics %s",
-             json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True), json.dumps(dt, sort_keys=True))
-    return True
-
-
-def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
-    """Put every throttle config this run touched back to its value before the run, exactly,
-    check it, and delete the backup. Returns whether there was anything to restore."""
-    log = log or _log
-    backup = read_backup(state_dir)
-    if backup is None:
-        return False
-    assert state_dir is not None
-    for attempt in (1, 2):
-        admin.set_throttles(backup.brokers, backup.topics)
-        current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
-        db, dt = _diff(current, backup.brokers, backup.topics)
-        if not db and not dt:
-            break
-        if attempt == 2:
-            raise RuntimeError(
-                f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
-                f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
-            )
-    as_store(state_dir).delete(THROTTLE_BACKUP_FILE)
-    journal(state_dir, {"event": "throttles-restored", "brokers": sorted(backup.brokers),
-                        "topics": sorted(backup.topics)}, log=log)
-    log.info("throttle configs restored exactly as before on brokers %s and topics %s",
-             sorted(backup.brokers), sorted(backup.topics))
-    return True
+    active = [status.moves[tp] for tp in [*status.pending, *status.in_flight]]
+    ours = {tp: status.moves[tp].adding_replicas for tp in [*status.in_flight, *status.lagging, *status.done]}
+    status.health = assess(obs.everything, obs.min_isr, moving=ours, drained=drained_brokers(active),
+                           live_brokers=obs.brokers)
+    if not status.health.healthy:
+        status.paused = status.health.line()
+        if status.pending and status.blocked is None:
+            log.warning("PAUSED, nothing new is submitted (%d pending, %d in flight): %s", len(status.pending),
+                        len(status.in_flight), status.paused)
 
 
 # -- submitting ---------------------------------------------------------------------------------
@@ -861,13 +738,15 @@ def step(
             "pass state_dir (the operators use <plan dir>/run)"
         )
     topics = {m.topic for m in plan.moves}
-    obs = _observe(admin, topics)
+    gate = options.health.gate
+    obs = _observe(admin, topics, everything=gate)
     status = _classify(plan, obs, options, known_failed or {})
     suspects = [tp for tp in status.stale if tp not in status.reassignments]
     if suspects and settle_s >= 0:
         (sleep or _sleep)(settle_s)
-        obs = _observe(admin, topics)
+        obs = _observe(admin, topics, everything=gate)
         status = _classify(plan, obs, options, known_failed or {})
+    _check_health(plan, obs, status, options, log)
 
     if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
         status.blocked = plan_refusal(status.plan_errors, options)
@@ -892,13 +771,17 @@ def step(
             log.warning(_RF_GUARD_CLIENT_LIMITS)
 
     batch: list[Move] = []
-    if submit and status.blocked is None and status.pending:
+    if submit and status.blocked is None and status.paused is None and status.pending:
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
         if limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = admin.replica_sizes([m.tp for m in pending])
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
-        batch = select_batch(_order(pending, limits, sizes, plan_index), status.reassignments, limits)
+        ordered = _order(pending, limits, sizes, plan_index)
+        if status.below_min_isr:  # safest last (core/health.py)
+            risky = set(status.below_min_isr)
+            ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
+        batch = select_batch(ordered, status.reassignments, limits)
 
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
@@ -1172,11 +1055,18 @@ class RunResult:
     finish: dict[str, Any] = field(default_factory=dict)
     steps: int = 0
     elapsed_s: float = 0.0
+    #: the health policy stopped the run (``on_unhealthy`` "cancel"/"fail", or a pause longer than its bound)
+    unhealthy: str | None = None
+    #: seconds spent paused by the health gate
+    paused_s: float = 0.0
+    #: the adaptive limits' changes, one line each (``adaptive``)
+    adaptations: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
         out.update(deadline_reached=self.deadline_reached, stopped=self.stopped, steps=self.steps,
-                   elapsed_s=round(self.elapsed_s, 1), **self.finish)
+                   elapsed_s=round(self.elapsed_s, 1), unhealthy=self.unhealthy, paused_s=round(self.paused_s, 1),
+                   adaptations=len(self.adaptations), **self.finish)
         if self.cancel is not None:
             out["cancel"] = self.cancel.summary()
         return out
@@ -1201,15 +1091,26 @@ def run(
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     settle_s: float = SETTLE_RECHECK_S,
     lease: LeaseKeeper | None = None,
+    adaptive: AdaptiveBounds | None = None,
+    min_poll_interval_s: float = DEFAULT_MIN_POLL_S,
+    clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Execute ``plan`` to the end (or the deadline): pre-flight, then :func:`step` until done.
 
     1. Pre-flight: one :func:`step` that submits nothing; its findings are logged
        (:func:`report_preflight`). A blocked run stops here, before anything changed.
     2. ``before_first_submit(status)`` (the operator writes the rollback plan there).
-    3. :func:`step` every ``poll_interval_s`` until the plan is complete. After ``deadline`` no
+    3. :func:`step` until the plan is complete, polling between ``min_poll_interval_s`` and
+       ``poll_interval_s``: soon when a move in flight is about to finish (its bytes left at the
+       measured rate), rarely when far (core/adaptive.py). After ``deadline`` no
        move is submitted; in-flight moves finish (``on_deadline="finish"``) or are cancelled
        (``"cancel"``), and the remaining moves are reported: the next run resumes them.
+       While the health gate (``options.health``) pauses, nothing new is submitted; its policy
+       cancels or fails the run instead, or gives up after ``max_pause_s``: then the moves in
+       flight keep their throttles (a new run on the plan, or the cancel operator, restores them).
+       With ``adaptive`` bounds, the concurrent moves (and the throttle, with throttle bounds)
+       follow AIMD from one poll to the next, each change logged; a copy that stops gaining on
+       its leaders (a throttle below a hot partition's ingest rate) is reported as stalled.
     4. :func:`finish` (throttles restored exactly, leaders elected) unless ``finish_at_end`` is
        False; on an exception or ``should_stop()`` the throttles are restored all the same.
 
@@ -1229,6 +1130,12 @@ def run(
     result = RunResult(status=ExecutionStatus(total=len(plan)))
     done_cleanly = False
     lost = False
+    keep_throttles = False
+    policy = options.health
+    current = adaptive.start(options.throttle_bytes_per_sec) if adaptive is not None else None
+    watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
+    unhealthy_since: float | None = None
+    poll: float | None = None
     try:
         if deadline is not None and deadline.tzinfo is None:
             raise ConfigurationError(f"deadline {deadline.isoformat()} has no time zone; give an aware datetime")
@@ -1256,7 +1163,12 @@ def run(
                             deadline.isoformat() if deadline else "", len(status.in_flight), len(status.pending))
                 if on_deadline == "cancel" and status.in_flight:
                     result.cancel = cancel(admin, plan, log=log, sleep=sleep)
-            status = step(admin, plan, limits, options, state_dir=state_dir, submit=not past, log=log,
+            done_before = len(status.done)
+            run_limits, run_options = limits, options
+            if current is not None:
+                run_limits = replace(limits, max_moves=current.moves)
+                run_options = replace(options, throttle_bytes_per_sec=current.throttle)
+            status = step(admin, plan, run_limits, run_options, state_dir=state_dir, submit=not past, log=log,
                           known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop, lease=lease)
             result.steps += 1
             result.status = status
@@ -1265,14 +1177,48 @@ def run(
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
                 break
-            (sleep or _sleep)(poll_interval_s)
+            if status.paused and status.pending and not past:
+                t = clock()
+                unhealthy_since = t if unhealthy_since is None else unhealthy_since
+                stop = _unhealthy_stop(policy, t - unhealthy_since, status)
+                if stop is not None:
+                    result.unhealthy = stop
+                    status.blocked = stop
+                    if policy.on_unhealthy == "cancel" and status.in_flight:
+                        result.cancel = cancel(admin, plan, log=log, sleep=sleep)
+                    elif status.in_flight:
+                        keep_throttles = True
+                    break
+            elif unhealthy_since is not None:
+                result.paused_s += clock() - unhealthy_since
+                log.info("cluster healthy again after %.1f s: resuming submissions", clock() - unhealthy_since)
+                unhealthy_since = None
+            eta = _watch_copy(admin, status, watch, done_before, clock(), run_options, log)
+            if current is not None and adaptive is not None:
+                current, why = adapt(current, adaptive, healthy=status.paused is None,
+                                     progressing=watch.progressing or len(status.done) > done_before,
+                                     stalled=status.stalled)
+                if why:
+                    result.adaptations.append(why)
+                    log.info("adaptive limits: %s", why)
+                    journal(state_dir, {"event": "adapted", "why": why, "max_moves": current.moves,
+                                        "throttle_bytes_per_sec": current.throttle}, log=log)
+            poll = next_poll_s(eta, previous_s=poll, floor_s=min(min_poll_interval_s, poll_interval_s),
+                               ceiling_s=poll_interval_s)
+            (sleep or _sleep)(poll)
         done_cleanly = True
     except LeaseLostError:
         lost = True
         raise
     finally:
         result.elapsed_s = time.monotonic() - started
-        if not lost and (finish_at_end or not done_cleanly or result.stopped):
+        if unhealthy_since is not None:
+            result.paused_s += clock() - unhealthy_since
+        if keep_throttles:
+            log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
+                        "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),
+                        backup_path(state_dir) if state_dir else "the backup")
+        elif not lost and (finish_at_end or not done_cleanly or result.stopped):
             try:
                 elect = done_cleanly and not result.stopped and options.elect_leaders
                 result.finish = finish(admin, plan, options, state_dir=state_dir, elect=elect, log=log, lease=lease)
@@ -1284,6 +1230,39 @@ def run(
     if result.status.blocked:
         log.error("%s", result.status.blocked)
     return result
+
+
+def _unhealthy_stop(policy: HealthPolicy, paused_s: float, status: ExecutionStatus) -> str | None:
+    """Why the health policy stops the run now (``None``: it keeps pausing)."""
+    if policy.on_unhealthy == "pause" and (policy.max_pause_s is None or paused_s <= policy.max_pause_s):
+        return None
+    if policy.on_unhealthy == "pause":
+        what = f"gave up after pausing {paused_s:.0f} s (max_pause_s={policy.max_pause_s})"
+    else:
+        what = f"on_unhealthy={policy.on_unhealthy!r}"
+    then = ("the moves in flight were cancelled" if policy.on_unhealthy == "cancel"
+            else "the moves in flight continue")
+    return (f"stopped by the health gate, {what}: {status.paused}; {len(status.pending)} move(s) not submitted, "
+            f"{then}. Run the task again on the same plan once the cluster is healthy (it resumes), or raise "
+            "max_pause_s")
+
+
+def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, done_before: int, at_s: float,
+                options: ExecutionOptions, log: logging.Logger) -> float | None:
+    """Measure the copy in flight (DescribeLogDirs of its partitions): the net rate, a stall
+    (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown)."""
+    moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
+    left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
+    status.stalled = watch.update(at_s, sum(left.values()) if left else None,
+                                  finished=len(status.done) - done_before)
+    if status.stalled:
+        rate = options.throttle_bytes_per_sec
+        log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls, "
+                    "%d bytes left; %s", len(moving), _sample(list(moving)), watch.stall_polls, sum(left.values()),
+                    f"the throttle ({rate} B/s) is likely below these partitions' ingest rate: raise it "
+                    "(throttle_bytes_per_sec, or max_throttle with adaptive limits)" if rate else
+                    "check the brokers of these moves")
+    return soonest_eta_s(left, watch.rate)
 
 
 # -- the rollback plan --------------------------------------------------------------------------

@@ -15,11 +15,16 @@ set, and restoring writes the backup back verbatim, so values someone else had s
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
+from airflow_kafka_reassign.core.journal import StateLocation, journal
 from airflow_kafka_reassign.core.models import Move
 from airflow_kafka_reassign.core.ports import ClusterAdmin, ThrottleBackup
+from airflow_kafka_reassign.core.store import as_store
+from airflow_kafka_reassign.exceptions import ConfigurationError
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
@@ -27,6 +32,11 @@ LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 BROKER_THROTTLE_KEYS = (LEADER_RATE, FOLLOWER_RATE)
 TOPIC_THROTTLE_KEYS = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
+
+#: The throttle backup in ``state_dir``: the values that existed before this plan throttled.
+THROTTLE_BACKUP_FILE = "throttle-backup.json"
+
+_log = logging.getLogger(__name__)
 
 BrokerConfigs = dict[int, dict[str, str | None]]
 TopicConfigs = dict[str, dict[str, str | None]]
@@ -128,3 +138,182 @@ def restore_throttle(admin: ClusterAdmin, backup: ThrottleBackup) -> None:
     """Put every throttle config the backup covers back to its previous value (or unset it)."""
     if not backup.empty:
         admin.set_throttles(backup.brokers, backup.topics)
+
+
+# -- a run's throttles: the backup in the run state, synced every step, restored at the end --
+
+
+def backup_path(state_dir: StateLocation) -> str:
+    """Where the throttle backup of a run is (a path or URI, for messages)."""
+    return f"{as_store(state_dir).uri.rstrip('/')}/{THROTTLE_BACKUP_FILE}"
+
+
+def read_backup(state_dir: StateLocation | None) -> ThrottleBackup | None:
+    """The throttle backup of a run (``None`` when there is none)."""
+    if state_dir is None:
+        return None
+    data = as_store(state_dir).read(THROTTLE_BACKUP_FILE)
+    return None if data is None else ThrottleBackup.model_validate_json(data)
+
+
+def write_backup(state_dir: StateLocation, backup: ThrottleBackup) -> None:
+    as_store(state_dir).write(THROTTLE_BACKUP_FILE, backup.model_dump_json(indent=1).encode())
+
+
+def desired_throttles(
+    backup: ThrottleBackup, moving: Iterable[Move], rate: int | None
+) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
+    """Every config the backup covers, as the ``moving`` moves need it now.
+
+    Brokers a moving replica is copied from or to get ``rate``; topic replica lists are the
+    backed-up value plus the moving entries. Everything else goes back to its backed-up value.
+    """
+    active = [m for m in moving if m.adding_replicas] if rate else []
+    involved = brokers_involved(active)
+    entries = throttled_replicas(active)
+    brokers: dict[int, dict[str, str | None]] = {}
+    for b, before in backup.brokers.items():
+        brokers[b] = {k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved else dict(before)
+    topics: dict[str, dict[str, str | None]] = {}
+    for t, before in backup.topics.items():
+        if t in entries:
+            leader, follower = entries[t]
+            topics[t] = {LEADER_REPLICAS: merge_replica_list(before.get(LEADER_REPLICAS), leader),
+                         FOLLOWER_REPLICAS: merge_replica_list(before.get(FOLLOWER_REPLICAS), follower)}
+        else:
+            topics[t] = dict(before)
+    return brokers, topics
+
+
+def _same(key: str, a: str | None, b: str | None) -> bool:
+    if key in TOPIC_THROTTLE_KEYS:
+        def norm(v: str | None) -> frozenset[str]:
+            return frozenset(e.strip() for e in (v or "").split(",") if e.strip())
+        return norm(a) == norm(b)
+    return (a or None) == (b or None)
+
+
+def _diff(
+    current: ThrottleBackup,
+    brokers: Mapping[int, Mapping[str, str | None]],
+    topics: Mapping[str, Mapping[str, str | None]],
+) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
+    db: dict[int, dict[str, str | None]] = {}
+    for b, values in brokers.items():
+        now = current.brokers.get(b, {})
+        changed = {k: v for k, v in values.items() if not _same(k, now.get(k), v)}
+        if changed:
+            db[b] = changed
+    dt: dict[str, dict[str, str | None]] = {}
+    for t, values in topics.items():
+        now = current.topics.get(t, {})
+        changed = {k: v for k, v in values.items() if not _same(k, now.get(k), v)}
+        if changed:
+            dt[t] = changed
+    return db, dt
+
+
+def sync_throttles(
+    admin: ClusterAdmin,
+    moving: Iterable[Move],
+    rate: int | None,
+    *,
+    state_dir: StateLocation | None,
+    dry_run: bool = False,
+    log: logging.Logger | None = None,
+    live_brokers: Collection[int] | None = None,
+) -> bool:
+    """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
+
+    The values of brokers and topics not yet covered by the backup are read and written to
+    ``state_dir`` BEFORE anything is set, so a later run restores them even if this process
+    dies right after. Only differing keys are written. With ``live_brokers``, a broker outside
+    it (down: moves onto it wait, see ``allow_offline_brokers``) gets no throttle: a config
+    request to it would only wait for it.
+    """
+    log = log or _log
+    active = [m for m in moving if m.adding_replicas] if rate else []
+    backup = read_backup(state_dir)
+    if not active and backup is None:
+        return False
+    if active and state_dir is None:
+        raise ConfigurationError(
+            "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
+            "pass state_dir (the operators use <plan dir>/run)"
+        )
+    backup = backup or ThrottleBackup()
+    new_brokers = brokers_involved(active) - set(backup.brokers)
+    if live_brokers is not None and new_brokers - set(live_brokers):
+        log.warning("broker(s) %s are not alive: no throttle is set on them (they copy nothing while down)",
+                    sorted(new_brokers - set(live_brokers)))
+        new_brokers &= set(live_brokers)
+    new_topics = {m.topic for m in active} - set(backup.topics)
+    if new_brokers or new_topics:
+        fresh = admin.describe_throttles(sorted(new_brokers), sorted(new_topics))
+        backup = ThrottleBackup(brokers={**backup.brokers, **fresh.brokers}, topics={**backup.topics, **fresh.topics})
+        if not dry_run:
+            assert state_dir is not None
+            write_backup(state_dir, backup)
+    brokers, topics = desired_throttles(backup, active, rate)
+    down = set(backup.brokers) - set(live_brokers) if live_brokers is not None else set()
+    if down:
+        log.warning("broker(s) %s are down: their throttle configs are left as they are until they are back "
+                    "(a config request would only wait for them); the backup restores them then", sorted(down))
+        brokers = {b: v for b, v in brokers.items() if b not in down}
+    current = admin.describe_throttles(sorted(brokers), sorted(backup.topics))
+    db, dt = _diff(current, brokers, topics)
+    if not db and not dt:
+        return False
+    if dry_run:
+        log.info("DRY RUN: would set throttle configs (None = delete): brokers %s topics %s",
+                 json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True),
+                 json.dumps(dt, sort_keys=True))
+        return False
+    admin.set_throttles(db, dt)
+    log.info("throttle configs set (None = deleted): brokers %s topics %s",
+             json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True), json.dumps(dt, sort_keys=True))
+    return True
+
+
+def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
+    """Put every throttle config this run touched back to its value before the run, exactly,
+    check it, and delete the backup. Returns whether there was anything to restore.
+
+    A broker of the backup that is down now (the cluster does not list it as alive) is skipped,
+    with one line naming it: the backup then keeps only its entries, and the next run on the plan
+    (or the cancel operator) restores them once it is back."""
+    log = log or _log
+    backup = read_backup(state_dir)
+    if backup is None:
+        return False
+    assert state_dir is not None
+    down: dict[int, dict[str, str | None]] = {}
+    if backup.brokers:
+        live = {b.id for b in admin.snapshot(topics=()).brokers}
+        down = {b: v for b, v in backup.brokers.items() if b not in live}
+    if down:
+        log.warning("broker(s) %s are down: their throttle configs are restored when they are back (the next run on "
+                    "this plan, or CancelReassignmentOperator, restores them from %s)", sorted(down),
+                    backup_path(state_dir))
+        backup = ThrottleBackup(brokers={b: v for b, v in backup.brokers.items() if b not in down},
+                                topics=backup.topics)
+    for attempt in (1, 2):
+        admin.set_throttles(backup.brokers, backup.topics)
+        current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
+        db, dt = _diff(current, backup.brokers, backup.topics)
+        if not db and not dt:
+            break
+        if attempt == 2:
+            raise RuntimeError(
+                f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
+                f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
+            )
+    if down:
+        write_backup(state_dir, ThrottleBackup(brokers=down))
+    else:
+        as_store(state_dir).delete(THROTTLE_BACKUP_FILE)
+    journal(state_dir, {"event": "throttles-restored", "brokers": sorted(backup.brokers),
+                        "topics": sorted(backup.topics)}, log=log)
+    log.info("throttle configs restored exactly as before on brokers %s and topics %s",
+             sorted(backup.brokers), sorted(backup.topics))
+    return True

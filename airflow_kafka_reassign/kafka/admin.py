@@ -174,6 +174,7 @@ class KafkaClusterAdmin:
         self._kp_lock = threading.Lock()
         self._last_alter_version: int | None = None
         self._sizes_warned: set[int] = set()
+        self._sizes_skipped: set[int] = set()
         self._quorum_warned = False
         self._barrier_warned: set[int] = set()
 
@@ -316,6 +317,21 @@ class KafkaClusterAdmin:
         self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
         settle_timeout_s: float | None = None,
     ) -> ClusterSnapshot:
+        """:meth:`_snapshot_once`, read again once on a new client when librdkafka's "controller"
+        (in KRaft a broker it picked from the metadata) stopped: a broker killed mid-run."""
+        try:
+            return self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s)
+        except ClusterUnreachableError as e:
+            if "waiting for controller" not in str(e):
+                raise
+            log.info("the broker the admin client routed to as controller is gone; reading again with fresh metadata")
+            self._ck = None
+            return self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s)
+
+    def _snapshot_once(
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+        settle_timeout_s: float | None = None,
+    ) -> ClusterSnapshot:
         """Brokers, topics and partitions, with the controller's in-flight reassignments: complete, or an error.
 
         Every partition of every selected topic (``topics``; ``None``: all) is in the snapshot, with
@@ -383,7 +399,7 @@ class KafkaClusterAdmin:
             ) if unread else {}
             internal.update(self._internal_topics([n for n in names if n.startswith("__") and n not in internal]))
             inflight = self.list_reassignments()
-            sizes = self._replica_sizes() if include_sizes else None
+            sizes = self._replica_sizes(live) if include_sizes else None
             configs.update(self._collect_configs(config_futures))
             view = {
                 n: TopicMetadata(
@@ -482,15 +498,17 @@ class KafkaClusterAdmin:
             }
         return out
 
-    def _replica_sizes(self) -> dict[TopicPartition, dict[int, int]]:
-        return _sizes_from_log_dirs(self._kafka_python().describe_log_dirs())
+    def _replica_sizes(self, live: Collection[int]) -> dict[TopicPartition, dict[int, int]]:
+        """Every replica's size on the live brokers (DescribeLogDirs to each; none to a broker that is down)."""
+        return _sizes_from_log_dirs(self._kafka_python().describe_log_dirs(brokers=sorted(live)))
 
     def replica_sizes(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
         """Bytes on disk of each replica of ``partitions``, by broker id.
 
-        One DescribeLogDirs request per broker, naming exactly these partitions (so no
-        extra metadata request and no data about other topics). A broker that fails to
-        answer is logged and left out, so a caller can keep reporting while it is down.
+        One DescribeLogDirs request per live broker, naming exactly these partitions (so no
+        data about other topics). A broker the cluster does not list as alive (DescribeCluster)
+        is skipped, with one line naming it; one that fails to answer is logged and left out,
+        so a caller can keep reporting while a broker is down.
         """
         wanted: dict[str, list[int]] = defaultdict(list)
         for t, p in partitions:
@@ -500,7 +518,14 @@ class KafkaClusterAdmin:
         kp = self._kafka_python()
         request = {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
         responses: list[dict[str, Any]] = []
-        for node in sorted(b.node_id for b in kp._manager.cluster.brokers()):
+        live = {b.id for b in self.describe_cluster_brokers()[1]}
+        known = {b.node_id for b in kp._manager.cluster.brokers()}
+        skipped = sorted(known - live)
+        if skipped and set(skipped) != self._sizes_skipped:
+            log.warning("DescribeLogDirs skips broker(s) %s: the cluster does not list them as alive; their "
+                        "replica sizes are unknown until they are back", skipped)
+        self._sizes_skipped = set(skipped)
+        for node in sorted(known & live):
             try:
                 responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
             except (kp_errors.KafkaError, OSError) as e:

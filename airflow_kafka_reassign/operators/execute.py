@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
@@ -45,6 +46,7 @@ from airflow_kafka_reassign.core.execution import (
     run,
     write_rollback_if_missing,
 )
+from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan
 from airflow_kafka_reassign.core.store import Store, StoreError
@@ -107,7 +109,9 @@ class _ExecutionParams:
     def _init_execution(self, *, max_moves: int | None, max_moves_per_broker: int | None, order: str,
                         throttle_bytes_per_sec: int | None, allow_replication_factor_change: bool, rf_guard: str,
                         allow_concurrent_reassignments: bool, strict: bool, elect_leaders: bool,
-                        dry_run: bool, on_plan_error: str = "refuse", allow_offline_brokers: bool = False) -> None:
+                        dry_run: bool, on_plan_error: str = "refuse", allow_offline_brokers: bool = False,
+                        health_gate: bool = True, on_unhealthy: str = "pause", max_pause_s: float | None = 1800.0,
+                        below_min_isr: str = "last") -> None:
         self.max_moves = max_moves
         self.max_moves_per_broker = max_moves_per_broker
         self.order = order
@@ -120,6 +124,10 @@ class _ExecutionParams:
         self.allow_offline_brokers = allow_offline_brokers
         self.elect_leaders = elect_leaders
         self.dry_run = dry_run
+        self.health_gate = health_gate
+        self.on_unhealthy = on_unhealthy
+        self.max_pause_s = max_pause_s
+        self.below_min_isr = below_min_isr
         self._stop_requested = False
         self._running: tuple[ReassignmentPlan, ExecutionOptions, Store] | None = None
         self._lease: LeaseKeeper | None = None
@@ -162,6 +170,12 @@ class _ExecutionParams:
                 throttle_bytes_per_sec=as_int(self.throttle_bytes_per_sec),
                 elect_leaders=bool(self.elect_leaders),
                 dry_run=as_bool(self.dry_run, "dry_run"),
+                health=HealthPolicy(
+                    gate=as_bool(getattr(self, "health_gate", True), "health_gate"),
+                    on_unhealthy=getattr(self, "on_unhealthy", "pause"),
+                    max_pause_s=None if getattr(self, "max_pause_s", 1800.0) is None else float(self.max_pause_s),
+                    below_min_isr=getattr(self, "below_min_isr", "last"),
+                ),
             ),
         )
 
@@ -223,6 +237,21 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         ``on_plan_error="skip"``.
     :param elect_leaders: elect the preferred leader of each moved partition once it is done.
     :param dry_run: validate everything and log the exact requests; change nothing.
+    :param health_gate: read the cluster's under-replicated, under-min-ISR and offline partitions
+        before each batch (default ``True``); those the run's own moves do not explain are trouble.
+    :param on_unhealthy: on trouble, ``"pause"`` (default: submit nothing new, one line per poll
+        saying why, resume when healthy), ``"cancel"`` (cancel the moves in flight and fail) or
+        ``"fail"`` (fail at once; moves in flight keep running with their throttles).
+    :param max_pause_s: a pause longer than this fails the task as ``"fail"`` would (``None``: no bound).
+    :param below_min_isr: pending moves whose target keeps fewer in-sync replicas than
+        ``min.insync.replicas`` go ``"last"`` (default) or are ``"refuse"``-d; counted in the XCom.
+    :param adaptive_limits: AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8,
+        "min_throttle": 10_000_000, "max_throttle": 100_000_000}``: concurrency starts at
+        ``min_moves`` (default 1) and the throttle at ``throttle_bytes_per_sec``; both grow while
+        healthy and progressing and halve on trouble (concurrency also on a stalled copy); each
+        change is logged; the throttles are restored exactly at the end as always.
+    :param min_poll_interval: the poll interval adapts between this and ``poll_interval``: soon when
+        a move in flight is about to finish, rarely when far.
     :param deadline: no new move after it: a datetime, a timedelta / seconds from the task's
         start, or text (``"{{ data_interval_end }}"``, ``"2h"``, ``"PT90M"``). Templated.
     :param on_deadline: ``"finish"`` (in-flight moves finish, the task waits for them) or
@@ -268,6 +297,12 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         deadline: Any = None,
         on_deadline: str = "finish",
         poll_interval: float = 5.0,
+        min_poll_interval: float = DEFAULT_MIN_POLL_S,
+        health_gate: bool = True,
+        on_unhealthy: str = "pause",
+        max_pause_s: float | None = 1800.0,
+        below_min_isr: str = "last",
+        adaptive_limits: dict[str, Any] | None = None,
         wait_for_completion: bool = True,
         state_dir: str | None = None,
         kafka_timeout_s: float = 30.0,
@@ -288,8 +323,11 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             allow_replication_factor_change=allow_replication_factor_change, rf_guard=rf_guard,
             allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
             elect_leaders=elect_leaders, dry_run=dry_run, on_plan_error=on_plan_error,
-            allow_offline_brokers=allow_offline_brokers,
+            allow_offline_brokers=allow_offline_brokers, health_gate=health_gate, on_unhealthy=on_unhealthy,
+            max_pause_s=max_pause_s, below_min_isr=below_min_isr,
         )
+        self.adaptive_limits = adaptive_limits
+        self.min_poll_interval = min_poll_interval
         self.deadline = deadline
         self.on_deadline = on_deadline
         self.poll_interval = poll_interval
@@ -311,6 +349,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
             if self.on_deadline not in ("finish", "cancel"):
                 raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {self.on_deadline!r}")
+            adaptive = self._adaptive_bounds()
         except (ConfigurationError, StoreError, FileNotFoundError, ValueError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         self.log.info(
@@ -336,6 +375,8 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
                 wait=bool(self.wait_for_completion),
                 log=self.log,
                 lease=lease,
+                adaptive=adaptive,
+                min_poll_interval_s=float(self.min_poll_interval),
             )
         except (GuardRefusedError, LeaseLostError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
@@ -346,6 +387,19 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             admin.close()
             self._release_lease()
         return self._conclude(context, result, store.uri)
+
+    def _adaptive_bounds(self) -> AdaptiveBounds | None:
+        bounds = self.adaptive_limits
+        if not bounds:
+            return None
+        if not isinstance(bounds, dict):
+            raise ConfigurationError(f"adaptive_limits must be a dict such as {{'max_moves': 8}}, not {bounds!r}")
+        known = {"max_moves", "min_moves", "min_throttle", "max_throttle", "increase_moves", "increase_throttle",
+                 "decrease", "stall_polls"}
+        if set(bounds) - known:
+            raise ConfigurationError(f"adaptive_limits: unknown key(s) {sorted(set(bounds) - known)}; known: "
+                                     f"{', '.join(sorted(known))}")
+        return AdaptiveBounds(**{"max_moves": self.max_moves or 1, **bounds})
 
     def _conclude(self, context: Context, result: RunResult, plan_uri: str) -> dict[str, Any]:
         summary = {"plan_uri": plan_uri, "dry_run": bool(self.dry_run), **result.summary()}

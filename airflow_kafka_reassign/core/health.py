@@ -1,0 +1,204 @@
+"""The health gate: is the cluster healthy enough to submit more moves?
+
+Pure (no Airflow, no Kafka client). Before each batch and at each poke the engine reads every
+partition's replicas, ISR and leader (Metadata) and its topic's ``min.insync.replicas``, and
+:func:`assess` sorts the partitions that are not fully in sync:
+
+* **under-replicated**: a replica is missing from the ISR;
+* **under min ISR**: the ISR is smaller than ``min.insync.replicas`` (acks=all writes fail);
+* **offline**: no leader.
+
+Some of these are **expected**, because the run itself explains them: a partition this plan is
+moving whose only missing replicas are its adding replicas still catching up (and which keeps
+its leader and min ISR), or one whose missing replicas are on a broker that is down and that
+this plan drains (the plan recreates those replicas elsewhere: pausing would block the repair).
+Every other one is **trouble**, and then :class:`HealthPolicy` decides: ``"pause"`` (default)
+submits nothing new and says why in one line per poke, resuming by itself once healthy (up to
+``max_pause_s``); ``"cancel"`` cancels the plan's moves in flight; ``"fail"`` stops at once.
+
+Example::
+
+    >>> from airflow_kafka_reassign.core.models import PartitionState
+    >>> p = PartitionState(topic="t", partition=0, replicas=(1, 2, 3), isr=(1, 2), leader=1)
+    >>> report = assess([p], {"t": 2})
+    >>> report.healthy, report.trouble[p.tp]
+    (False, 'replicas [1, 2, 3], ISR [1, 2], missing 3')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+OnUnhealthy = Literal["pause", "cancel", "fail"]
+BelowMinIsr = Literal["last", "refuse"]
+#: Partitions named in a health line.
+SAMPLE = 3
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """What the engine does when the cluster is unhealthy for reasons of its own.
+
+    :param gate: read the cluster's health before each batch and at each poke (``False``: never).
+    :param on_unhealthy: ``"pause"`` (submit nothing new; resume when healthy), ``"cancel"``
+        (cancel the plan's moves in flight, KIP-455, then stop) or ``"fail"`` (stop at once; moves
+        in flight keep running with their throttles, a new run resumes and restores them).
+    :param max_pause_s: how long a pause may last before the run gives up as with ``"fail"``
+        (``None``: no bound).
+    :param below_min_isr: pending moves whose target keeps fewer in-sync replicas than
+        ``min.insync.replicas`` (until their new replicas catch up, acks=all writes depend on the
+        replicas the move removes) go ``"last"`` (after every other pending move) or are
+        ``"refuse"``-d by name. Either way their count is reported.
+    """
+
+    gate: bool = True
+    on_unhealthy: OnUnhealthy = "pause"
+    max_pause_s: float | None = 1800.0
+    below_min_isr: BelowMinIsr = "last"
+
+    def __post_init__(self) -> None:
+        if self.on_unhealthy not in ("pause", "cancel", "fail"):
+            raise ConfigurationError(
+                f"on_unhealthy must be 'pause' (submit nothing new until healthy), 'cancel' or 'fail', "
+                f"not {self.on_unhealthy!r}")
+        if self.below_min_isr not in ("last", "refuse"):
+            raise ConfigurationError(f"below_min_isr must be 'last' or 'refuse', not {self.below_min_isr!r}")
+        bound = self.max_pause_s
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int | float) or bound < 0):
+            raise ConfigurationError(f"max_pause_s must be a number of seconds >= 0 or None, not {bound!r}")
+
+
+@dataclass
+class HealthReport:
+    """The partitions that are not fully in sync, sorted into expected and trouble."""
+
+    #: partition -> replicas missing from its ISR (expected ones included)
+    under_replicated: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
+    under_min_isr: list[TopicPartition] = field(default_factory=list)
+    offline: list[TopicPartition] = field(default_factory=list)
+    #: explained by the run itself: partition -> why
+    expected: dict[TopicPartition, str] = field(default_factory=dict)
+    #: everything else: partition -> what is wrong with it
+    trouble: dict[TopicPartition, str] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.trouble
+
+    def line(self) -> str:
+        """One line: what is wrong, counted, with a few partitions named."""
+        if self.healthy:
+            return (f"cluster healthy ({len(self.expected)} partition(s) out of sync because of this run's own moves)"
+                    if self.expected else "cluster healthy")
+        bad = set(self.trouble)
+        ur = sum(1 for tp in self.under_replicated if tp in bad)
+        umi = sum(1 for tp in self.under_min_isr if tp in bad)
+        off = sum(1 for tp in self.offline if tp in bad)
+        shown = "; ".join(f"{tp}: {why}" for tp, why in sorted(self.trouble.items())[:SAMPLE])
+        more = f"; and {len(bad) - SAMPLE} more" if len(bad) > SAMPLE else ""
+        own = f"; {len(self.expected)} more are this run's own moves" if self.expected else ""
+        return (f"cluster unhealthy: {ur} partition(s) under-replicated, {umi} under min ISR, {off} offline "
+                f"({shown}{more}){own}")
+
+    def summary(self) -> dict[str, object]:
+        return {"healthy": self.healthy, "trouble": len(self.trouble), "expected": len(self.expected),
+                "trouble_partitions": [str(tp) for tp in sorted(self.trouble)[:SAMPLE * 3]]}
+
+
+def min_isr_of(configs: Mapping[str, Mapping[str, str]]) -> dict[str, int]:
+    """``min.insync.replicas`` per topic from topic configs (topics without it: 1, Kafka's default)."""
+    out = {}
+    for topic, cfg in configs.items():
+        try:
+            out[topic] = max(1, int(cfg.get("min.insync.replicas", "1")))
+        except ValueError:
+            out[topic] = 1
+    return out
+
+
+def assess(
+    partitions: Iterable[PartitionState],
+    min_isr: Mapping[str, int],
+    *,
+    moving: Collection[TopicPartition] | Mapping[TopicPartition, Collection[int]] = (),
+    drained: Collection[int] = (),
+    live_brokers: Collection[int] | None = None,
+) -> HealthReport:
+    """Sort the partitions that are not fully in sync into expected and trouble.
+
+    :param min_isr: ``min.insync.replicas`` per topic (absent: 1).
+    :param moving: partitions this run has in flight: missing replicas that are their adding
+        replicas (catching up) are expected, as long as the partition keeps a leader and min ISR.
+        A mapping also names each one's adding replicas (the metadata can lag the controller).
+    :param drained: brokers this plan removes replicas from (and adds none to): a replica missing
+        because such a broker is down (not in ``live_brokers``) is expected, the plan recreates it.
+    :param live_brokers: the brokers the cluster lists as alive (``None``: not known).
+    """
+    report = HealthReport()
+    ours = set(moving)
+    adding = moving if isinstance(moving, Mapping) else {}
+    gone = set(drained) - set(live_brokers) if live_brokers is not None else set()
+    for p in partitions:
+        isr = set(p.isr)
+        missing = tuple(b for b in p.replicas if b not in isr)
+        need = min_isr.get(p.topic, 1)
+        short = len(isr) < need and len(p.replicas) >= need
+        if not missing and not short and p.leader is not None:
+            continue
+        tp = p.tp
+        if missing:
+            report.under_replicated[tp] = missing
+        if short:
+            report.under_min_isr.append(tp)
+        if p.leader is None:
+            report.offline.append(tp)
+        state = f"replicas {list(p.replicas)}, ISR {list(p.isr)}, missing {_ids(missing)}"
+        if p.leader is None:
+            report.trouble[tp] = f"offline (no leader); {state}"
+            continue
+        catching_up = set(p.adding_replicas) | set(adding.get(tp, ())) if tp in ours else set()
+        explained = [b for b in missing if b in catching_up or b in gone]
+        if len(explained) == len(missing) and (not short or all(b in gone for b in missing)):
+            why = [("adding replicas catching up", [b for b in missing if b in catching_up]),
+                   ("down broker(s) this plan drains", [b for b in missing if b in gone])]
+            report.expected[tp] = "; ".join(f"{what}: {_ids(bs)}" for what, bs in why if bs)
+        else:
+            report.trouble[tp] = (f"under min ISR ({len(isr)} < {need}); " if short else "") + state
+    return report
+
+
+def below_min_isr(moves: Sequence[Move], isr: Mapping[TopicPartition, Sequence[int]],
+                  min_isr: Mapping[str, int]) -> list[TopicPartition]:
+    """The moves whose target keeps fewer in-sync replicas than ``min.insync.replicas`` (when above 1).
+
+    Until their adding replicas catch up, such a partition's acks=all writes depend on replicas
+    the move removes: one more failure there and producers with acks=all are refused. They are
+    safest last (or refused, see :class:`HealthPolicy`). With ``min.insync.replicas=1`` (Kafka's
+    default) no move qualifies: a partition with a leader is never below it.
+    """
+    out = []
+    for m in moves:
+        need = min_isr.get(m.topic, 1)
+        kept = set(m.target_replicas) & set(isr.get(m.tp, ()))
+        if need > 1 and len(kept) < need:
+            out.append(m.tp)
+    return out
+
+
+def drained_brokers(moves: Iterable[Move]) -> set[int]:
+    """Brokers that the moves remove replicas from and add none to (a decommission drains them)."""
+    removing: set[int] = set()
+    adding: set[int] = set()
+    for m in moves:
+        removing.update(m.removing_replicas)
+        adding.update(m.adding_replicas)
+    return removing - adding
+
+
+def _ids(brokers: Iterable[int]) -> str:
+    return ", ".join(str(b) for b in brokers) or "none"

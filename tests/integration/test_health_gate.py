@@ -1,0 +1,178 @@
+"""The health gate and dead brokers on the real sandbox (core/health.py, core/execution.py).
+
+An acks=all producer writes numbered records through each run; afterwards every acknowledged record is read
+back. Broker 5 is never a controller (1, 2, 3 are) and never a move's destination here. Each test leaves
+every broker running (the session cluster is shared).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from confluent_kafka import Consumer, Producer
+from kafka_helpers import make_topic, throttles
+
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.throttle import LEADER_RATE, read_backup
+from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.sandbox import wait_until
+
+DOWN = 5
+
+
+class AcksAllProducer(threading.Thread):
+    """Numbered records into ``topic`` with acks=all until stopped; ``acked`` holds those acknowledged."""
+
+    def __init__(self, config: dict, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic, self.acked, self.failed = topic, set(), 0
+        self._halt = threading.Event()
+        self._p = Producer({"bootstrap.servers": config["bootstrap.servers"], "acks": "all", "linger.ms": 5,
+                            "enable.idempotence": True, "message.timeout.ms": 120_000})
+
+    def _done(self, err, msg) -> None:
+        if err is None:
+            self.acked.add(int(msg.value()))
+        else:
+            self.failed += 1
+
+    def run(self) -> None:
+        n = 0
+        while not self._halt.is_set():
+            self._p.produce(self.topic, str(n).encode(), on_delivery=self._done)
+            n += 1
+            self._p.poll(0)
+            self._halt.wait(0.01)  # about 100 records/s: a fixed, modest rate
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+        self._p.flush(120)
+
+
+def read_back(config: dict, topic: str, expected: set[int]) -> set[int]:
+    consumer = Consumer({"bootstrap.servers": config["bootstrap.servers"], "group.id": f"readback-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while not expected <= seen and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None and msg.value().isdigit():  # not make_topic's filler
+                seen.add(int(msg.value()))
+    finally:
+        consumer.close()
+    return seen
+
+
+def kill(sandbox, node_id: int) -> None:
+    pid = next(n["pid"] for n in sandbox.status()["nodes"] if n["id"] == node_id)
+    os.kill(pid, signal.SIGKILL)
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_broker_killed_mid_run_pauses_submissions_until_it_returns(sandbox, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    moved, other = f"{unique_topic}-m", f"{unique_topic}-o"
+    make_topic(config, moved, [[1, 2], [2, 1], [1, 2]], megabytes=2.5)  # ~15 s per move at 100 kB/s
+    make_topic(config, other, [[DOWN, 1, 2]])  # under-replicated once 5 dies: not this run's doing
+    plan = ReassignmentPlan(moves=tuple(
+        Move(topic=moved, partition=p, current_replicas=c, target_replicas=t)
+        for p, c, t in [(0, (1, 2), (3, 4)), (1, (2, 1), (4, 3)), (2, (1, 2), (3, 4))]))
+    log = logging.getLogger(f"akr.test.{unique_topic}")
+    log.setLevel(logging.INFO)
+    lines = Lines()
+    log.addHandler(lines)
+    with KafkaClusterAdmin(config, timeout_s=20) as admin:
+        admin.set_throttles({1: {LEADER_RATE: "987654321"}}, {})  # someone else's value: kept exactly
+        wait_until(lambda: admin.describe_throttles([1], []).brokers[1][LEADER_RATE] == "987654321",
+                   "the dynamic config to show", timeout=30)
+        before = throttles(admin, [moved, other])
+        sent: list[int] = []
+        alter = admin.alter_reassignments
+
+        def recording(targets, **kw):
+            sent.append(len(targets))
+            return alter(targets, **kw)
+
+        admin.alter_reassignments = recording  # type: ignore[method-assign]
+        producer = AcksAllProducer(config, moved)
+        producer.start()
+        paused_at: dict[str, int] = {}
+
+        def chaos() -> None:
+            wait_until(lambda: sent, "the first submission", timeout=120)
+            kill(sandbox, DOWN)
+            wait_until(lambda: any(x.startswith("PAUSED") for x in lines.lines), "the pause", timeout=120)
+            paused_at["sent"] = len(sent)
+            n = len(lines.lines)
+            wait_until(lambda: sum(x.startswith("PAUSED") for x in lines.lines[n:]) >= 2, "two more paused polls",
+                       timeout=120)
+            paused_at["after"] = len(sent)
+            sandbox.start_broker(DOWN)
+
+        helper = threading.Thread(target=chaos, daemon=True)
+        helper.start()
+        try:
+            result = run(admin, plan, ExecutionLimits(max_moves=1, order="plan"),
+                         ExecutionOptions(throttle_bytes_per_sec=100_000), state_dir=tmp_path, poll_interval_s=1.0,
+                         log=log)
+        finally:
+            helper.join(300)
+            if not sandbox.is_alive(DOWN):
+                sandbox.start_broker(DOWN)
+            producer.stop()
+        assert result.status.ok, result.summary()
+        assert paused_at["after"] == paused_at["sent"] < 3  # nothing submitted while paused
+        assert any(x.startswith("cluster healthy again after") for x in lines.lines)
+        assert result.paused_s > 0 and result.unhealthy is None
+        assert throttles(admin, [moved, other]) == before and read_backup(tmp_path) is None
+        admin.set_throttles({1: {LEADER_RATE: None}}, {})
+    assert producer.acked and producer.failed == 0
+    assert producer.acked <= read_back(config, moved, producer.acked)  # nothing lost
+
+
+def test_a_decommission_of_a_broker_already_down_completes_and_leaves_no_throttle(sandbox, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    topic = f"{unique_topic}-d"
+    make_topic(config, topic, [[DOWN, 1], [2, DOWN], [DOWN, 3]], megabytes=0.5)
+    with KafkaClusterAdmin(config, timeout_s=20) as admin:
+        before = throttles(admin, [topic])
+    plan = ReassignmentPlan(moves=tuple(
+        Move(topic=topic, partition=p, current_replicas=c, target_replicas=t)
+        for p, c, t in [(0, (DOWN, 1), (4, 1)), (1, (2, DOWN), (2, 4)), (2, (DOWN, 3), (4, 3))]))
+    kill(sandbox, DOWN)
+    producer = AcksAllProducer(config, topic)
+    try:
+        with KafkaClusterAdmin(config, timeout_s=20) as admin:
+            wait_until(lambda: DOWN not in {b.id for b in admin.snapshot(topics=()).brokers}, "broker 5 fenced",
+                       timeout=60)
+            producer.start()
+            result = run(admin, plan, ExecutionLimits(), ExecutionOptions(throttle_bytes_per_sec=300_000),
+                         state_dir=tmp_path, poll_interval_s=1.0)
+            assert result.status.ok, result.summary()
+            assert [p.replicas for p in admin.snapshot(topics=[topic]).partitions] == [(4, 1), (2, 4), (4, 3)]
+    finally:
+        if not sandbox.is_alive(DOWN):
+            sandbox.start_broker(DOWN)
+        producer.stop()
+    with KafkaClusterAdmin(config, timeout_s=20) as admin:
+        left = throttles(admin, [topic])
+    assert left == before and all(v is None for v in left["topics"][topic].values()), left
+    assert read_backup(tmp_path) is None
+    assert producer.acked and producer.failed == 0
+    assert producer.acked <= read_back(config, topic, producer.acked)
