@@ -28,7 +28,8 @@ and the plan (nothing from memory of earlier calls):
 
 :func:`run` loops :func:`step` until the plan is complete or a deadline passes, then
 :func:`finish` restores the throttles exactly (and optionally elects preferred leaders).
-:func:`cancel` cancels in-flight moves (KIP-455) and reports partitions left with another RF.
+:func:`airflow_kafka_reassign.core.cancel.cancel` cancels in-flight moves (KIP-455), puts them back in
+their original replica order and reports what differs (core/cancel.py: cancel and rollback).
 
 Example (with the in-memory fake; the operators pass a real ``KafkaClusterAdmin``)::
 
@@ -56,7 +57,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
@@ -73,6 +74,9 @@ from airflow_kafka_reassign.core.throttle import (
     throttled_replicas,
 )
 from airflow_kafka_reassign.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_kafka_reassign.core.cancel import CancelResult
 
 Order = Literal["plan", "smallest-first", "largest-first"]
 OnDeadline = Literal["finish", "cancel"]
@@ -1018,146 +1022,6 @@ def finish(
     return out
 
 
-# -- cancelling ---------------------------------------------------------------------------------
-
-
-@dataclass
-class CancelResult:
-    """What a cancel did. ``rf_changed``: partitions whose replica count after the cancel differs
-    from the one before their reassignment (KIP-455: a cancel stops a move, it does not revert
-    replicas that had joined; the controller may leave a higher RF)."""
-
-    cancelled: list[TopicPartition] = field(default_factory=list)
-    #: finished (or never started) before the cancel arrived
-    not_in_flight: list[TopicPartition] = field(default_factory=list)
-    failed: dict[TopicPartition, str] = field(default_factory=dict)
-    #: partition -> (replicas before the reassignment, replicas after the cancel)
-    rf_changed: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-    #: partition -> (replicas before the reassignment, replicas after the cancel): same RF, other brokers
-    not_reverted: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "cancelled": len(self.cancelled),
-            "not_in_flight": len(self.not_in_flight),
-            "failed": {str(tp): e for tp, e in sorted(self.failed.items())[:SUMMARY_SAMPLE]},
-            "rf_changed": {str(tp): {"before": list(a), "after": list(b)}
-                           for tp, (a, b) in sorted(self.rf_changed.items())[:SUMMARY_SAMPLE]},
-            "not_reverted": {str(tp): {"before": list(a), "after": list(b)}
-                             for tp, (a, b) in sorted(self.not_reverted.items())[:SUMMARY_SAMPLE]},
-            "cancelled_partitions": _names(self.cancelled),
-        }
-
-
-def cancel(
-    admin: ClusterAdmin,
-    plan: ReassignmentPlan | None,
-    *,
-    cancel_all: bool = False,
-    dry_run: bool = False,
-    settle_timeout_s: float = 15.0,
-    sleep: Callable[[float], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    log: logging.Logger | None = None,
-) -> CancelResult:
-    """Cancel the plan's in-flight moves (or, with ``cancel_all=True``, every reassignment).
-
-    Only reassignments heading to exactly a plan move's target are the plan's: others are left
-    alone unless ``cancel_all``. After the cancel, the partitions' replicas are compared with
-    the replicas before their reassignment (waiting up to ``settle_timeout_s`` for metadata to
-    settle); partitions left with a changed replica count are reported (KIP-455).
-    """
-    log = log or _log
-    if plan is None and not cancel_all:
-        raise ConfigurationError("cancel needs a plan, or cancel_all=True to cancel every reassignment")
-    inflight = admin.list_reassignments()
-    if cancel_all:
-        targets = dict(inflight)
-    else:
-        assert plan is not None
-        targets = {m.tp: inflight[m.tp] for m in plan.moves
-                   if m.tp in inflight and inflight[m.tp].target_replicas == m.target_replicas}
-    result = CancelResult()
-    if not targets:
-        log.info("nothing to cancel: no %sreassignment is in flight", "" if cancel_all else "move of the plan ")
-        return result
-    listing = ", ".join(f"{tp} {list(r.original_replicas)}->{list(r.target_replicas)}" for tp, r in sorted(targets.items()))
-    if dry_run:
-        log.info("DRY RUN: would cancel %d reassignment(s): %s", len(targets), listing)
-        result.cancelled = sorted(targets)
-        return result
-    log.info("cancelling %d reassignment(s): %s", len(targets), listing)
-    for r in admin.cancel_reassignments(sorted(targets)).results:
-        if r.ok:
-            result.cancelled.append(r.tp)
-        elif r.error_code == "NO_REASSIGNMENT_IN_PROGRESS":
-            result.not_in_flight.append(r.tp)
-        else:
-            result.failed[r.tp] = f"{r.error_code}: {r.error}"
-    result.cancelled.sort()
-    result.not_in_flight.sort()
-    if result.cancelled:
-        topics = sorted({tp.topic for tp in result.cancelled})
-        deadline = clock() + settle_timeout_s
-        while True:
-            still = admin.list_reassignments(result.cancelled)
-            parts = {p.tp: p for p in admin.snapshot(topics=topics).partitions}
-            rf_changed, moved = {}, {}
-            for tp in result.cancelled:
-                before = targets[tp].original_replicas
-                after = parts[tp].replicas if tp in parts else ()
-                if tp in still or len(after) != len(before):
-                    rf_changed[tp] = (before, after)
-                elif set(after) != set(before):
-                    moved[tp] = (before, after)
-            if (not rf_changed and not moved) or clock() >= deadline:
-                break
-            (sleep or _sleep)(0.5)
-        result.rf_changed, result.not_reverted = rf_changed, moved
-        for tp, (before, after) in sorted(rf_changed.items()):
-            log.warning("partition %s was left with replication factor %d after the cancel (%s; before the "
-                        "reassignment %s); run a reassignment to restore the RF (KIP-455)",
-                        tp, len(after), list(after), list(before))
-    log.info("cancelled %d, %d had already finished, %d failed", len(result.cancelled),
-             len(result.not_in_flight), len(result.failed))
-    return result
-
-
-def rebase_rollback(
-    rollback: ReassignmentPlan,
-    plan: ReassignmentPlan | None,
-    live: Mapping[TopicPartition, Sequence[int]],
-) -> ReassignmentPlan:
-    """The rollback's moves, starting from where a cancel (or a finished move) left each partition.
-
-    ``rollback`` puts every partition of ``plan`` back on the replicas it had before (its moves
-    expect the plan's targets); ``live``: the partitions' replicas now. A finished move is on the
-    plan's target: its rollback move stays as it is. A cancelled one is back on its original
-    replicas but possibly in another order (the controller rebuilds them from the adding replicas,
-    so the preferred leader may differ) or with adding replicas that had joined (KIP-455: a higher
-    RF). Such a move then starts from the live replicas: a reorder, or an RF change marked
-    ``allow_rf_change`` (the execution still refuses it unless the task allows RF changes); a
-    partition already exactly on its original replicas is then done at once (nothing is sent). A
-    partition on replicas outside the plan move's before and after (someone else moved it) keeps
-    its expected replicas, and the execution refuses it as stale.
-    """
-    planned = {m.tp: m for m in plan.moves} if plan is not None else {}
-    moves: list[Move] = []
-    for m in rollback.moves:
-        now = tuple(live.get(m.tp, ()))
-        forward = planned.get(m.tp)
-        if not now or now == m.current_replicas or forward is None:
-            moves.append(m)
-            continue
-        known = set(forward.target_replicas) | set(forward.current_replicas or ())
-        if not set(now) <= known:
-            moves.append(m)  # moved by someone else: stale
-            continue
-        moves.append(Move(topic=m.topic, partition=m.partition, current_replicas=now,
-                          target_replicas=m.target_replicas, allow_rf_change=len(now) != len(m.target_replicas)))
-    return ReassignmentPlan(moves=tuple(moves), partition_counts=rollback.partition_counts)
-
-
 # -- the whole loop -----------------------------------------------------------------------------
 
 
@@ -1255,7 +1119,9 @@ def run(
                 log.warning("deadline %s reached: no new move is submitted; %d in flight, %d pending",
                             deadline.isoformat() if deadline else "", len(status.in_flight), len(status.pending))
                 if on_deadline == "cancel" and status.in_flight:
-                    result.cancel = cancel(admin, plan, log=log, sleep=sleep)
+                    from airflow_kafka_reassign.core.cancel import cancel  # it builds on this module
+
+                    result.cancel = cancel(admin, plan, rf_guard=options.rf_guard, log=log, sleep=sleep)
             status = step(admin, plan, limits, options, state_dir=state_dir, submit=not past, log=log,
                           known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop, lease=lease)
             result.steps += 1

@@ -69,8 +69,14 @@ class ReassignmentTrigger(BaseTrigger):
     def _start(self) -> tuple[WaitSpec, ReassignmentWatch, ClusterAdmin]:
         spec = WaitSpec(**self.spec)
         state = TrackerState.model_validate(self.state) if self.state else None
-        watch = spec.watch(started_at=self.started_at, state=state)
-        return spec, watch, make_admin(spec)
+        spec.plan_store  # noqa: B018 (a missing plan fails first, naming the URI)
+        admin = make_admin(spec)
+        try:
+            watch = spec.watch(started_at=self.started_at, state=state, admin=admin)
+        except BaseException:
+            admin.close()
+            raise
+        return spec, watch, admin
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
