@@ -228,6 +228,8 @@ class ExecutionStatus:
     pending: list[TopicPartition] = field(default_factory=list)
     #: expected current replicas vs the actual ones
     stale: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    #: why a stale move is refused, when a list diff does not say it (a reassignment to elsewhere in flight)
+    stale_why: dict[TopicPartition, str] = field(default_factory=dict)
     foreign: list[TopicPartition] = field(default_factory=list)
     submitted: list[TopicPartition] = field(default_factory=list)
     #: partition -> why it was refused (a guard) or failed (the broker's error)
@@ -300,7 +302,8 @@ class ExecutionStatus:
         }
         if self.stale:
             out["stale_partitions"] = {
-                str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1])}
+                str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1]),
+                          **({"why": self.stale_why[tp]} if tp in self.stale_why else {})}
                 for tp in sorted(self.stale)[:SUMMARY_SAMPLE]
             }
         if self.failed:
@@ -385,6 +388,24 @@ def rf_refusal(m: Move, live_rf: int, options: ExecutionOptions) -> str | None:
     return None
 
 
+def _stale_in_flight(m: Move, r: InFlightReassignment) -> str:
+    """Why move ``m`` is refused while the controller reassigns its partition elsewhere (``r``): the
+    reassignment in flight, what the plan expected, and, in KIP-860's race (a plan computed from the
+    intermediate replica set that describe shows), the replication-factor change the move would make."""
+    text = (f"the cluster is reassigning it from {list(r.original_replicas)} to {list(r.target_replicas)} "
+            f"(describe shows the intermediate replica set {list(r.replicas)} meanwhile)")
+    if m.current_replicas is not None and m.current_replicas != r.original_replicas:
+        text += f"; the plan expected {list(m.current_replicas)}"
+    rf, planned = len(r.target_replicas), len(m.target_replicas)
+    if planned == rf:
+        return text + ". Wait for that reassignment to finish (or cancel it) and plan again"
+    text += f"; the plan's move to {list(m.target_replicas)} would change the replication factor {rf} -> {planned}"
+    if m.current_replicas is not None and set(m.current_replicas) == set(r.replicas):
+        text += " (a plan computed from the intermediate replica set: KIP-860's race)"
+    return (text + ". Wait for the reassignment to finish and plan again from the cluster; a deliberate RF change "
+            "needs the move marked allow_rf_change in the plan and allow_replication_factor_change=True (KIP-860)")
+
+
 def _classify(
     plan: ReassignmentPlan,
     obs: _Observation,
@@ -407,6 +428,7 @@ def _classify(
                 status.moves[tp] = _moved(m, r.original_replicas)
             else:
                 status.stale[tp] = (m.current_replicas or r.original_replicas, r.replicas)
+                status.stale_why[tp] = _stale_in_flight(m, r)
             continue
         live = obs.partitions.get(tp)
         if live is None:
@@ -964,6 +986,9 @@ def report_preflight(status: ExecutionStatus, log: logging.Logger | None = None)
     """Log what pre-flight found: stale moves with their diff, refusals, foreign reassignments."""
     log = log or _log
     for tp, (expected, actual) in sorted(status.stale.items())[:SUMMARY_SAMPLE]:
+        if tp in status.stale_why:
+            log.warning("stale move %s refused: %s", tp, status.stale_why[tp])
+            continue
         r = status.reassignments.get(tp)
         extra = f" (being reassigned to {list(r.target_replicas)} by someone else)" if r else ""
         log.warning("stale move %s refused: the plan expects replicas %s, the cluster has %s%s",

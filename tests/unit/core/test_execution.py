@@ -355,6 +355,34 @@ def test_kip860_race_a_plan_from_the_intermediate_replica_set_is_stale_and_nothi
     assert f.alter_requests == [] and f.replicas[tp("t", 0)] == (4, 5, 6)
 
 
+def test_kip860_race_in_flight_the_refusal_names_the_target_the_rf_change_and_the_option(caplog):
+    """Issue 15: this read 'the plan expects replicas [4, 5, 6, 1, 2, 3], the cluster has [4, 5, 6, 1, 2, 3]'."""
+    f = fake(t=[[1, 2, 3]])
+    f.alter_reassignments({tp("t", 0): [4, 5, 6]})
+    f.alter_requests.clear()
+    plan = plan_of(mv("t", 0, (4, 5, 6, 1, 2, 3), (6, 5, 4, 3, 2, 1)))
+    with caplog.at_level(logging.WARNING):
+        s = run(f, plan, NO_LIMITS, ExecutionOptions(allow_concurrent_reassignments=True), state_dir=None,
+                sleep=lambda x: None, settle_s=0)
+    why = s.status.stale_why[tp("t", 0)]
+    assert why == (
+        "the cluster is reassigning it from [1, 2, 3] to [4, 5, 6] (describe shows the intermediate replica set "
+        "[4, 5, 6, 1, 2, 3] meanwhile); the plan expected [4, 5, 6, 1, 2, 3]; the plan's move to "
+        "[6, 5, 4, 3, 2, 1] would change the replication factor 3 -> 6 (a plan computed from the intermediate "
+        "replica set: KIP-860's race). Wait for the reassignment to finish and plan again from the cluster; a "
+        "deliberate RF change needs the move marked allow_rf_change in the plan and "
+        "allow_replication_factor_change=True (KIP-860)")
+    assert f"stale move t-0 refused: {why}" in caplog.text
+    assert s.status.summary()["stale_partitions"]["t-0"]["why"] == why
+    assert f.alter_requests == []
+    # the same RF: only the reassignment in flight is named
+    other = plan_of(mv("t", 0, (1, 2, 3), (3, 2, 1)))
+    assert quiet_step(f, other, options=ExecutionOptions(allow_concurrent_reassignments=True)).stale_why == {
+        tp("t", 0): "the cluster is reassigning it from [1, 2, 3] to [4, 5, 6] (describe shows the intermediate "
+                    "replica set [4, 5, 6, 1, 2, 3] meanwhile). Wait for that reassignment to finish (or cancel it) "
+                    "and plan again"}
+
+
 def test_kip860_race_a_kafka_file_without_current_replicas_is_refused_client_side():
     f = fake(t=[[4, 5, 6]])
     s = quiet_step(f, plan_of(mv("t", 0, None, (1, 2, 3, 4, 5, 6))))
