@@ -41,7 +41,7 @@ from airflow_kafka_reassign.core.progress import (
     check_timeout_policy,
     format_duration,
 )
-from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.plan_access import (
     MAX_UNREACHABLE_POLLS,
     WaitSpec,
@@ -250,11 +250,14 @@ class WaitForReassignmentSensor(BaseSensorOperator):
 
     def _poke_once(self, spec: WaitSpec, context: Context) -> Progress:
         store = context.get("task_state_store") if self.reschedule else None
-        if self._watch is None:
-            state = self._load_state(store, context)
-            started_at = state.started_at if state else (self._started_at or time.time())
-            self._watch = spec.watch(started_at=started_at, state=state, admin=self._get_admin(spec))
-        progress = self._watch.poke(self._get_admin(spec), now=time.time())
+        try:
+            if self._watch is None:
+                state = self._load_state(store, context)
+                started_at = state.started_at if state else (self._started_at or time.time())
+                self._watch = spec.watch(started_at=started_at, state=state, admin=self._get_admin(spec))
+            progress = self._watch.poke(self._get_admin(spec), now=time.time())
+        except ClusterAccessError as e:  # not transient: no other poke, no retry
+            raise AirflowFailException(f"task {self.task_id}: {e}") from None
         self._last_blocked = log_progress(self.log, progress, self._watch, self._last_blocked)
         if store is not None:
             store.set(STATE_KEY, {"try": context["ti"].try_number, "state": self._watch.state.model_dump(mode="json")})
@@ -276,6 +279,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         if not isinstance(event, dict) or event.get("status") not in ("complete", "blocked", "timeout", "error"):
             raise AirflowException(f"the reassignment trigger sent an unexpected event: {event!r}")
         if event["status"] == "error":
+            if event.get("fatal"):  # the cluster refused the client (authentication, authorization, TLS)
+                raise AirflowFailException(f"task {self.task_id}: {event.get('message')}")
             raise AirflowException(f"waiting for the reassignment failed: {event.get('message')}")
         try:
             return self._conclude(event, self.spec(context))
