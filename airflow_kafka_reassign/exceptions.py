@@ -18,6 +18,16 @@ class ClusterUnreachableError(KafkaReassignError):
     """The cluster did not answer within the configured timeout."""
 
 
+class ClusterAccessError(ConfigurationError):
+    """The cluster answered but refused this client: its SASL credentials (``cause="authentication"``), its
+    ACLs (``"authorization"``) or the TLS handshake (``"tls"``). The same connection fails again: the
+    operators and the sensor fail at once, without retries. The message never contains a secret."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class GuardRefusedError(KafkaReassignError):
     """A safety guard refused an operation; retrying cannot fix it (fail closed)."""
 

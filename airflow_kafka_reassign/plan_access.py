@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_kafka_reassign.core.cancel import live_rollback
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseKeeper
 from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
@@ -152,8 +153,14 @@ class WaitSpec:
         except StoreError as e:
             raise ConfigurationError(str(e)) from None
 
-    def load_plan(self) -> ReassignmentPlan:
-        return read_plan(self.plan_store) if self.which == "plan" else read_rollback(self.plan_store)
+    def load_plan(self, admin: ClusterAdmin | None = None) -> ReassignmentPlan:
+        """The plan this wait is about. With ``which="rollback"`` and an ``admin``, the rollback starts from
+        where each partition is now (:func:`~airflow_kafka_reassign.core.cancel.live_rollback`): a partition
+        that a cancel left on its replicas in another order, or finished, is not refused as stale."""
+        if self.which == "plan":
+            return read_plan(self.plan_store)
+        rollback = read_rollback(self.plan_store)
+        return rollback if admin is None else live_rollback(admin, rollback, read_plan(self.plan_store))
 
     def take_lease(self, log: logging.Logger | None = None) -> LeaseKeeper | None:
         """The plan's lease for this wait's task (``None`` when the spec names no holder: a bare watch)."""
@@ -196,8 +203,8 @@ class WaitSpec:
         return submit
 
     def watch(self, *, started_at: float, state: TrackerState | None = None,
-              plan: ReassignmentPlan | None = None) -> ReassignmentWatch:
-        plan = plan if plan is not None else self.load_plan()
+              plan: ReassignmentPlan | None = None, admin: ClusterAdmin | None = None) -> ReassignmentWatch:
+        plan = plan if plan is not None else self.load_plan(admin)
         return ReassignmentWatch(
             plan, started_at=started_at, stuck_after_s=self.stuck_after_s, timeout_s=self.timeout_s,
             measure_bytes=self.measure_bytes, window_s=self.window_s, state=state, submitter=self.submitter(plan),

@@ -3,7 +3,9 @@
 It mimics a KRaft controller closely enough for planning, guard and execution logic:
 AlterPartitionReassignments with KIP-860's AllowReplicationFactorChange semantics
 (including an already-reassigning partition compared by its target size), cancel back to the
-original replicas (KIP-455), dynamic throttle configs, CreatePartitions. Reassignments stay
+original replicas (KIP-455) in the order of the controller's merged list as Kafka does (not
+necessarily the order before), a reorder that completes at once, leaders that stay while alive,
+dynamic throttle configs, CreatePartitions. Reassignments stay
 in flight until :meth:`FakeClusterAdmin.complete` is called (or at once with
 ``auto_complete=True``). Snapshots are complete or fail as the adapter's do: :meth:`FakeClusterAdmin.hide`
 makes a topic's configs or partitions invisible for some reads, as while the cluster's metadata
@@ -68,6 +70,9 @@ class FakeClusterAdmin:
         self.down: set[int] = set()
         #: While True, the adding replicas of a reassignment in flight are out of the ISR (still copying).
         self.catching_up = False
+        #: Each partition's leader, when it is not its first live replica (as in Kafka, a leader stays while
+        #: it is alive and a replica: through a reassignment and its cancel; an election makes the first lead).
+        self.leaders: dict[TopicPartition, int] = {}
         self.rf_guard_supported = rf_guard_supported
         self.auto_complete = auto_complete
         #: Bytes on disk by partition and broker, as DescribeLogDirs would report them; tests
@@ -109,6 +114,8 @@ class FakeClusterAdmin:
             if tp in self.inflight:
                 _, target = self.inflight.pop(tp)
                 self.replicas[tp] = target
+                if self.leaders.get(tp) not in target:
+                    self.leaders.pop(tp, None)
 
     def hide(self, topic: str, *, configs: bool = False, partitions: Collection[int] = (),
              reads: int | None = None) -> None:
@@ -179,7 +186,7 @@ class FakeClusterAdmin:
             live = tuple(b for b in replicas if b not in self.down and not (self.catching_up and b in adding))
             parts.append(PartitionState(
                 topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
-                leader=live[0] if live else None, adding_replicas=adding, removing_replicas=removing,
+                leader=self._leader(tp, live), adding_replicas=adding, removing_replicas=removing,
             ))
         topic_states = tuple(
             self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
@@ -189,6 +196,17 @@ class FakeClusterAdmin:
         live_brokers = tuple(b for b in self.brokers if b.id not in self.down)
         return ClusterSnapshot(cluster_id="fake", brokers=live_brokers, topics=topic_states,
                                partitions=tuple(parts)), gaps
+
+    def _leader(self, tp: TopicPartition, live: Sequence[int]) -> int | None:
+        kept = self.leaders.get(tp)
+        if kept is not None and kept in live:
+            return kept
+        if tp in self.inflight:  # the leader of the replicas before the move leads until it completes
+            first = next((b for b in self.inflight[tp][0] if b in live), None)
+            if first is not None:
+                self.leaders[tp] = first
+                return first
+        return live[0] if live else None
 
     def _replica_view(self, tp: TopicPartition) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         if tp not in self.inflight:
@@ -253,6 +271,8 @@ class FakeClusterAdmin:
             original = self.inflight[tp][0] if tp in self.inflight else self.replicas[tp]
             if target == original:
                 self.inflight.pop(tp, None)
+            elif tp not in self.inflight and set(target) == set(original):
+                self.replicas[tp] = target  # a reorder adds no replica: Kafka completes it at once
             else:
                 self.inflight[tp] = (original, target)
             results.append(PartitionResult(topic=tp.topic, partition=tp.partition))
@@ -265,8 +285,12 @@ class FakeClusterAdmin:
         results = []
         for tp in partitions:
             if tp in self.inflight:
-                original, _ = self.inflight.pop(tp)
-                self.replicas[tp] = original
+                # as Kafka's controller: the replicas before the move, in the order of its merged list
+                # (target first), which is not necessarily their order before: [1, 2, 3] -> [5, 4, 3]
+                # cancelled comes back as [3, 1, 2]
+                full, adding, _ = self._replica_view(tp)
+                self.inflight.pop(tp)
+                self.replicas[tp] = tuple(b for b in full if b not in adding)
                 results.append(PartitionResult(topic=tp.topic, partition=tp.partition))
             else:
                 results.append(PartitionResult(topic=tp.topic, partition=tp.partition,
@@ -321,6 +345,8 @@ class FakeClusterAdmin:
                         cfg[k] = v
 
     def elect_preferred_leaders(self, partitions: Collection[TopicPartition]) -> tuple[PartitionResult, ...]:
+        for tp in partitions:
+            self.leaders.pop(TopicPartition(*tp), None)
         return tuple(PartitionResult(topic=tp.topic, partition=tp.partition) for tp in sorted(partitions))
 
     def close(self) -> None:

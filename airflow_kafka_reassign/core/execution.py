@@ -28,7 +28,8 @@ and the plan (nothing from memory of earlier calls):
 
 :func:`run` loops :func:`step` until the plan is complete or a deadline passes, then
 :func:`finish` restores the throttles exactly (and optionally elects preferred leaders).
-:func:`cancel` cancels in-flight moves (KIP-455) and reports partitions left with another RF.
+:func:`airflow_kafka_reassign.core.cancel.cancel` cancels in-flight moves (KIP-455), puts them back in
+their original replica order and reports what differs (core/cancel.py: cancel and rollback).
 
 Example (with the in-memory fake; the operators pass a real ``KafkaClusterAdmin``)::
 
@@ -52,7 +53,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_reassign.core.adaptive import (
     DEFAULT_MIN_POLL_S,
@@ -81,6 +82,9 @@ from airflow_kafka_reassign.core.throttle import (  # noqa: F401
     sync_throttles,
 )
 from airflow_kafka_reassign.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_kafka_reassign.core.cancel import CancelResult
 
 Order = Literal["plan", "smallest-first", "largest-first"]
 OnDeadline = Literal["finish", "cancel"]
@@ -227,6 +231,8 @@ class ExecutionStatus:
     pending: list[TopicPartition] = field(default_factory=list)
     #: expected current replicas vs the actual ones
     stale: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    #: why a stale move is refused, when a list diff does not say it (a reassignment to elsewhere in flight)
+    stale_why: dict[TopicPartition, str] = field(default_factory=dict)
     foreign: list[TopicPartition] = field(default_factory=list)
     submitted: list[TopicPartition] = field(default_factory=list)
     #: partition -> why it was refused (a guard) or failed (the broker's error)
@@ -318,7 +324,8 @@ class ExecutionStatus:
             out["health"] = self.health.summary()
         if self.stale:
             out["stale_partitions"] = {
-                str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1])}
+                str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1]),
+                          **({"why": self.stale_why[tp]} if tp in self.stale_why else {})}
                 for tp in sorted(self.stale)[:SUMMARY_SAMPLE]
             }
         if self.failed:
@@ -408,6 +415,24 @@ def rf_refusal(m: Move, live_rf: int, options: ExecutionOptions) -> str | None:
     return None
 
 
+def _stale_in_flight(m: Move, r: InFlightReassignment) -> str:
+    """Why move ``m`` is refused while the controller reassigns its partition elsewhere (``r``): the
+    reassignment in flight, what the plan expected, and, in KIP-860's race (a plan computed from the
+    intermediate replica set that describe shows), the replication-factor change the move would make."""
+    text = (f"the cluster is reassigning it from {list(r.original_replicas)} to {list(r.target_replicas)} "
+            f"(describe shows the intermediate replica set {list(r.replicas)} meanwhile)")
+    if m.current_replicas is not None and m.current_replicas != r.original_replicas:
+        text += f"; the plan expected {list(m.current_replicas)}"
+    rf, planned = len(r.target_replicas), len(m.target_replicas)
+    if planned == rf:
+        return text + ". Wait for that reassignment to finish (or cancel it) and plan again"
+    text += f"; the plan's move to {list(m.target_replicas)} would change the replication factor {rf} -> {planned}"
+    if m.current_replicas is not None and set(m.current_replicas) == set(r.replicas):
+        text += " (a plan computed from the intermediate replica set: KIP-860's race)"
+    return (text + ". Wait for the reassignment to finish and plan again from the cluster; a deliberate RF change "
+            "needs the move marked allow_rf_change in the plan and allow_replication_factor_change=True (KIP-860)")
+
+
 def _classify(
     plan: ReassignmentPlan,
     obs: _Observation,
@@ -430,6 +455,7 @@ def _classify(
                 status.moves[tp] = _moved(m, r.original_replicas)
             else:
                 status.stale[tp] = (m.current_replicas or r.original_replicas, r.replicas)
+                status.stale_why[tp] = _stale_in_flight(m, r)
             continue
         live = obs.partitions.get(tp)
         if live is None:
@@ -843,6 +869,9 @@ def report_preflight(status: ExecutionStatus, log: logging.Logger | None = None)
     """Log what pre-flight found: stale moves with their diff, refusals, foreign reassignments."""
     log = log or _log
     for tp, (expected, actual) in sorted(status.stale.items())[:SUMMARY_SAMPLE]:
+        if tp in status.stale_why:
+            log.warning("stale move %s refused: %s", tp, status.stale_why[tp])
+            continue
         r = status.reassignments.get(tp)
         extra = f" (being reassigned to {list(r.target_replicas)} by someone else)" if r else ""
         log.warning("stale move %s refused: the plan expects replicas %s, the cluster has %s%s",
@@ -899,146 +928,6 @@ def finish(
         out["elected"] = sum(1 for e in status.elections.values() if e is None)
         out["election_failed"] = {str(tp): e for tp, e in status.elections.items() if e}
     return out
-
-
-# -- cancelling ---------------------------------------------------------------------------------
-
-
-@dataclass
-class CancelResult:
-    """What a cancel did. ``rf_changed``: partitions whose replica count after the cancel differs
-    from the one before their reassignment (KIP-455: a cancel stops a move, it does not revert
-    replicas that had joined; the controller may leave a higher RF)."""
-
-    cancelled: list[TopicPartition] = field(default_factory=list)
-    #: finished (or never started) before the cancel arrived
-    not_in_flight: list[TopicPartition] = field(default_factory=list)
-    failed: dict[TopicPartition, str] = field(default_factory=dict)
-    #: partition -> (replicas before the reassignment, replicas after the cancel)
-    rf_changed: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-    #: partition -> (replicas before the reassignment, replicas after the cancel): same RF, other brokers
-    not_reverted: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "cancelled": len(self.cancelled),
-            "not_in_flight": len(self.not_in_flight),
-            "failed": {str(tp): e for tp, e in sorted(self.failed.items())[:SUMMARY_SAMPLE]},
-            "rf_changed": {str(tp): {"before": list(a), "after": list(b)}
-                           for tp, (a, b) in sorted(self.rf_changed.items())[:SUMMARY_SAMPLE]},
-            "not_reverted": {str(tp): {"before": list(a), "after": list(b)}
-                             for tp, (a, b) in sorted(self.not_reverted.items())[:SUMMARY_SAMPLE]},
-            "cancelled_partitions": _names(self.cancelled),
-        }
-
-
-def cancel(
-    admin: ClusterAdmin,
-    plan: ReassignmentPlan | None,
-    *,
-    cancel_all: bool = False,
-    dry_run: bool = False,
-    settle_timeout_s: float = 15.0,
-    sleep: Callable[[float], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    log: logging.Logger | None = None,
-) -> CancelResult:
-    """Cancel the plan's in-flight moves (or, with ``cancel_all=True``, every reassignment).
-
-    Only reassignments heading to exactly a plan move's target are the plan's: others are left
-    alone unless ``cancel_all``. After the cancel, the partitions' replicas are compared with
-    the replicas before their reassignment (waiting up to ``settle_timeout_s`` for metadata to
-    settle); partitions left with a changed replica count are reported (KIP-455).
-    """
-    log = log or _log
-    if plan is None and not cancel_all:
-        raise ConfigurationError("cancel needs a plan, or cancel_all=True to cancel every reassignment")
-    inflight = admin.list_reassignments()
-    if cancel_all:
-        targets = dict(inflight)
-    else:
-        assert plan is not None
-        targets = {m.tp: inflight[m.tp] for m in plan.moves
-                   if m.tp in inflight and inflight[m.tp].target_replicas == m.target_replicas}
-    result = CancelResult()
-    if not targets:
-        log.info("nothing to cancel: no %sreassignment is in flight", "" if cancel_all else "move of the plan ")
-        return result
-    listing = ", ".join(f"{tp} {list(r.original_replicas)}->{list(r.target_replicas)}" for tp, r in sorted(targets.items()))
-    if dry_run:
-        log.info("DRY RUN: would cancel %d reassignment(s): %s", len(targets), listing)
-        result.cancelled = sorted(targets)
-        return result
-    log.info("cancelling %d reassignment(s): %s", len(targets), listing)
-    for r in admin.cancel_reassignments(sorted(targets)).results:
-        if r.ok:
-            result.cancelled.append(r.tp)
-        elif r.error_code == "NO_REASSIGNMENT_IN_PROGRESS":
-            result.not_in_flight.append(r.tp)
-        else:
-            result.failed[r.tp] = f"{r.error_code}: {r.error}"
-    result.cancelled.sort()
-    result.not_in_flight.sort()
-    if result.cancelled:
-        topics = sorted({tp.topic for tp in result.cancelled})
-        deadline = clock() + settle_timeout_s
-        while True:
-            still = admin.list_reassignments(result.cancelled)
-            parts = {p.tp: p for p in admin.snapshot(topics=topics).partitions}
-            rf_changed, moved = {}, {}
-            for tp in result.cancelled:
-                before = targets[tp].original_replicas
-                after = parts[tp].replicas if tp in parts else ()
-                if tp in still or len(after) != len(before):
-                    rf_changed[tp] = (before, after)
-                elif set(after) != set(before):
-                    moved[tp] = (before, after)
-            if (not rf_changed and not moved) or clock() >= deadline:
-                break
-            (sleep or _sleep)(0.5)
-        result.rf_changed, result.not_reverted = rf_changed, moved
-        for tp, (before, after) in sorted(rf_changed.items()):
-            log.warning("partition %s was left with replication factor %d after the cancel (%s; before the "
-                        "reassignment %s); run a reassignment to restore the RF (KIP-455)",
-                        tp, len(after), list(after), list(before))
-    log.info("cancelled %d, %d had already finished, %d failed", len(result.cancelled),
-             len(result.not_in_flight), len(result.failed))
-    return result
-
-
-def rebase_rollback(
-    rollback: ReassignmentPlan,
-    plan: ReassignmentPlan | None,
-    live: Mapping[TopicPartition, Sequence[int]],
-) -> ReassignmentPlan:
-    """The rollback's moves, starting from where a cancel (or a finished move) left each partition.
-
-    ``rollback`` puts every partition of ``plan`` back on the replicas it had before (its moves
-    expect the plan's targets); ``live``: the partitions' replicas now. A finished move is on the
-    plan's target: its rollback move stays as it is. A cancelled one is back on its original
-    replicas but possibly in another order (the controller rebuilds them from the adding replicas,
-    so the preferred leader may differ) or with adding replicas that had joined (KIP-455: a higher
-    RF). Such a move then starts from the live replicas: a reorder, or an RF change marked
-    ``allow_rf_change`` (the execution still refuses it unless the task allows RF changes); a
-    partition already exactly on its original replicas is then done at once (nothing is sent). A
-    partition on replicas outside the plan move's before and after (someone else moved it) keeps
-    its expected replicas, and the execution refuses it as stale.
-    """
-    planned = {m.tp: m for m in plan.moves} if plan is not None else {}
-    moves: list[Move] = []
-    for m in rollback.moves:
-        now = tuple(live.get(m.tp, ()))
-        forward = planned.get(m.tp)
-        if not now or now == m.current_replicas or forward is None:
-            moves.append(m)
-            continue
-        known = set(forward.target_replicas) | set(forward.current_replicas or ())
-        if not set(now) <= known:
-            moves.append(m)  # moved by someone else: stale
-            continue
-        moves.append(Move(topic=m.topic, partition=m.partition, current_replicas=now,
-                          target_replicas=m.target_replicas, allow_rf_change=len(now) != len(m.target_replicas)))
-    return ReassignmentPlan(moves=tuple(moves), partition_counts=rollback.partition_counts)
 
 
 # -- the whole loop -----------------------------------------------------------------------------
@@ -1162,7 +1051,9 @@ def run(
                 log.warning("deadline %s reached: no new move is submitted; %d in flight, %d pending",
                             deadline.isoformat() if deadline else "", len(status.in_flight), len(status.pending))
                 if on_deadline == "cancel" and status.in_flight:
-                    result.cancel = cancel(admin, plan, log=log, sleep=sleep)
+                    from airflow_kafka_reassign.core.cancel import cancel  # it builds on this module
+
+                    result.cancel = cancel(admin, plan, rf_guard=options.rf_guard, log=log, sleep=sleep)
             done_before = len(status.done)
             run_limits, run_options = limits, options
             if current is not None:
@@ -1185,7 +1076,9 @@ def run(
                     result.unhealthy = stop
                     status.blocked = stop
                     if policy.on_unhealthy == "cancel" and status.in_flight:
-                        result.cancel = cancel(admin, plan, log=log, sleep=sleep)
+                        from airflow_kafka_reassign.core.cancel import cancel  # it builds on this module
+
+                        result.cancel = cancel(admin, plan, rf_guard=options.rf_guard, log=log, sleep=sleep)
                     elif status.in_flight:
                         keep_throttles = True
                     break

@@ -683,27 +683,6 @@ def check_timeout_policy(policy: str) -> TimeoutPolicy:
     return policy  # type: ignore[return-value]
 
 
-def ours_in_flight(obs: Observation) -> list[TopicPartition]:
-    """The partitions the controller is moving to THIS plan's targets (the only ones a cancel may touch)."""
-    return [p.tp for p in obs.partitions if p.state is MoveState.IN_FLIGHT and p.listed]
-
-
-def cancel_ours(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float) -> dict[str, Any]:
-    """Cancel the plan's in-flight moves (KIP-455: back to their original replicas), re-reading the cluster first.
-
-    Only partitions the controller is moving to the plan's own targets are cancelled; foreign reassignments are
-    never touched. Afterwards every cancelled partition should be back on the move's current replicas (state
-    ``pending``); any other outcome (for example a different replication factor) is reported by name.
-    """
-    tps = ours_in_flight(observe(admin, plan, at=at, measure_bytes=False))
-    result = admin.cancel_reassignments(tps) if tps else None
-    failed = [f"{r.topic}-{r.partition}: {r.error}" for r in (result.failed if result else ())]
-    after = {p.tp: p for p in observe(admin, plan, at=at, measure_bytes=False).partitions}
-    odd = [after[tp].describe() for tp in tps if after[tp].state is not MoveState.PENDING]
-    return {"cancelled": len(tps) - len(failed), "cancel_failed": failed[:MAX_NAMED],
-            "not_back_on_current_replicas": odd[:MAX_NAMED]}
-
-
 def format_bytes(n: float) -> str:
     """Decimal units, as Kafka's configs use: ``999 B``, ``1.5 kB``, ``20.0 MB``, ``3.2 GB``."""
     n = float(n)

@@ -71,12 +71,13 @@ from airflow_kafka_reassign.core.ports import (
 )
 from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.exceptions import (
+    ClusterAccessError,
     ClusterUnreachableError,
     ConfigurationError,
     IncompleteSnapshotError,
     UnsupportedBrokerError,
 )
-from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python, validate_client_config
+from airflow_kafka_reassign.kafka.config import is_secret_key, to_confluent, to_kafka_python, validate_client_config
 
 #: Named topics missing from the metadata are looked for again for this many times this long
 #: (3 s; within the snapshot's time budget) before :meth:`KafkaClusterAdmin.snapshot` refuses them
@@ -104,6 +105,74 @@ logging.getLogger("kafka.admin.client").addFilter(_NoClientConfigRecords())
 # logger's level explicitly keeps that level.
 if logging.getLogger("kafka").level == logging.NOTSET:
     logging.getLogger("kafka").setLevel(logging.WARNING)
+
+class _DemotedLogger(logging.Logger):
+    """A Python logger for a client library's own lines that lowers their errors (and, with ``warnings``,
+    warnings) to DEBUG: a refused connection is logged by librdkafka and kafka-python once per broker and
+    retry, hundreds of lines for an unreachable cluster, while the adapter raises ONE error that names the
+    cause (the bootstrap servers, the user and mechanism) and the fix. ``logging.getLogger(name).setLevel
+    (logging.DEBUG)`` shows them."""
+
+    def __init__(self, name: str, *, warnings: bool = False) -> None:
+        super().__init__(name)
+        self._floor = logging.WARNING if warnings else logging.ERROR
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        super().log(logging.DEBUG if level >= self._floor else level, msg, *args, **kwargs)
+
+
+#: librdkafka's log lines (confluent-kafka's ``logger``), served when the adapter polls the client: its
+#: errors (a refused connection, a failed handshake, per broker and retry) at DEBUG, the rest as they come.
+LIBRDKAFKA_LOGGER = _DemotedLogger(f"{__name__}.librdkafka")
+LIBRDKAFKA_LOGGER.parent = log
+
+
+class _DemoteConnectionRecords(logging.Filter):
+    """kafka-python logs every failed connection attempt at WARNING and ERROR (``Connection failed``,
+    ``Connection lost``, ``Bootstrap connection ... failed``), per broker and retry: those records go to
+    DEBUG (dropped unless the ``kafka`` logger is at DEBUG); the adapter's error says what failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger("kafka").isEnabledFor(logging.DEBUG)
+        return True
+
+
+class _OnlyOnce(logging.Filter):
+    """The first record of each message passes; its repeats go to DEBUG (kafka-python warns "Exchanging
+    credentials in the clear" on every SASL_PLAINTEXT connection attempt: once is enough)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg) not in self._seen:
+            self._seen.add(str(record.msg))
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger("kafka").isEnabledFor(logging.DEBUG)
+
+
+for _name in ("kafka.net.connection", "kafka.net.manager", "kafka.net.transport", "kafka.conn", "kafka.client_async"):
+    logging.getLogger(_name).addFilter(_DemoteConnectionRecords())
+for _name in ("kafka.net.sasl.scram", "kafka.net.sasl.plain"):
+    logging.getLogger(_name).addFilter(_OnlyOnce())
+
+#: How long a look at the cluster through librdkafka may take when it is only asked whether the cluster
+#: refuses this client (authentication, authorization, TLS): a refusal shows within about a second.
+ACCESS_PROBE_S = 3.0
+
+#: librdkafka's error codes that mean the cluster answered and refused this client, by cause.
+_ACCESS_CODES = {
+    KafkaError._AUTHENTICATION: "authentication",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "authentication",
+    KafkaError._SSL: "tls",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "authorization",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "authorization",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "authorization",
+}
 
 #: Kafka's api key of AlterPartitionReassignments.
 ALTER_PARTITION_REASSIGNMENTS_KEY = 45
@@ -177,6 +246,10 @@ class KafkaClusterAdmin:
         self._sizes_skipped: set[int] = set()
         self._quorum_warned = False
         self._barrier_warned: set[int] = set()
+        #: errors librdkafka reported through ``error_cb`` (served by ``poll``): an authentication or TLS
+        #: failure shows here within a second, long before any request times out
+        self._ck_errors: list[KafkaError] = []
+        self._access_probed = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -199,16 +272,82 @@ class KafkaClusterAdmin:
 
     def _confluent(self) -> AdminClient:
         if self._ck is None:
-            self._ck = AdminClient(to_confluent(self._config, timeout_s=self._timeout_s))
+            conf: dict[str, Any] = {**to_confluent(self._config, timeout_s=self._timeout_s),
+                                    "error_cb": self._ck_errors.append}
+            self._ck = AdminClient(conf, logger=LIBRDKAFKA_LOGGER)
         return self._ck
+
+    def _access_error(self, cause: str, detail: str) -> ClusterAccessError:
+        """The one error for a client the cluster refused: what failed, for whom, and the fix; no secret."""
+        for key, value in self._config.items():  # the brokers' text should hold none; make sure
+            if is_secret_key(key) and value:
+                detail = detail.replace(value, "***")
+        where = f"bootstrap.servers={self._bootstrap}"
+        protocol = self._config.get("security.protocol", "PLAINTEXT")
+        if cause == "authentication":
+            user = self._config.get("sasl.username", "(none)")
+            mechanism = self._config.get("sasl.mechanism") or self._config.get("sasl.mechanisms") or "(none)"
+            return ClusterAccessError(
+                f"authentication failed for user {user!r} with mechanism {mechanism} at {where} ({protocol}): "
+                f"{detail}. Check sasl.username and sasl.password (and sasl.mechanism) in the connection's extra; "
+                "retrying with the same credentials cannot succeed", cause)
+        if cause == "authorization":
+            user = self._config.get("sasl.username") or "the client's principal"
+            return ClusterAccessError(
+                f"authorization failed for {user!r} at {where}: {detail}. Grant the principal the ACLs the "
+                "provider needs (Describe and Alter on the Cluster, Describe and DescribeConfigs on the topics, "
+                "AlterConfigs for throttles) or use a connection whose user has them", cause)
+        return ClusterAccessError(
+            f"the TLS handshake with {where} failed ({protocol}): {detail}. Check ssl.ca.location (the CA that "
+            "signed the brokers' certificates), the client certificate and key, and that the listener speaks TLS",
+            cause)
+
+    def _refused(self) -> ClusterAccessError | None:
+        """An authentication, authorization or TLS failure librdkafka reported (after serving its queue)."""
+        if self._ck is not None:
+            self._ck.poll(0)
+        for err in self._ck_errors:
+            cause = _ACCESS_CODES.get(err.code())
+            if cause is not None:
+                return self._access_error(cause, err.str())
+        return None
+
+    def _diagnose(self, e: BaseException) -> ClusterAccessError | ClusterUnreachableError:
+        """Why kafka-python could not bootstrap. kafka-python sees a broker that refuses the SASL
+        credentials as a closed connection; librdkafka names the cause: ask it with a short request."""
+        if isinstance(e, kp_errors.SaslAuthenticationFailedError):
+            return self._access_error("authentication", str(e))
+        if isinstance(e, kp_errors.AuthorizationError):
+            return self._access_error("authorization", str(e))
+        return self._probe_access() or self._unreachable(e)
+
+    def _probe_access(self) -> ClusterAccessError | None:
+        """Whether librdkafka sees the cluster refuse this client, from one short DescribeCluster
+        (a refusal shows within a second; an unreachable cluster costs :data:`ACCESS_PROBE_S`)."""
+        budget = min(self._timeout_s, ACCESS_PROBE_S)
+        try:
+            self._wait(self._confluent().describe_cluster(request_timeout=budget), timeout_s=budget)
+        except ClusterAccessError as refused:
+            return refused
+        except Exception:  # noqa: BLE001 (not a refusal: the caller's own error says what happened)
+            return None
+        return None
 
     def _kafka_python(self) -> KafkaAdminClient:
         with self._kp_lock:  # two threads must not both create one (the loser's IO thread would leak)
             if self._kp is None:
+                if self._config.get("security.protocol", "PLAINTEXT") != "PLAINTEXT" and not self._access_probed:
+                    # kafka-python sees refused SASL credentials only as closed connections, until its bootstrap
+                    # times out: ask librdkafka first, which names the cause within a second
+                    self._access_probed = True
+                    refused = self._probe_access()
+                    if refused is not None:
+                        raise refused
                 try:
                     self._kp = SafeKafkaAdminClient(**to_kafka_python(self._config, timeout_s=self._timeout_s))
-                except (kp_errors.KafkaConnectionError, kp_errors.KafkaTimeoutError) as e:  # 3.0: no bootstrap
-                    raise self._unreachable(e) from e
+                except (kp_errors.KafkaConnectionError, kp_errors.KafkaTimeoutError,  # 3.0: no bootstrap
+                        kp_errors.SaslAuthenticationFailedError, kp_errors.AuthorizationError) as e:
+                    raise self._diagnose(e) from None
             return self._kp
 
     def _with_fresh_controller(self, call: Callable[[KafkaAdminClient], _T]) -> _T:
@@ -231,24 +370,41 @@ class KafkaClusterAdmin:
             return call(self._kafka_python())
 
     def _unreachable(self, e: BaseException) -> ClusterUnreachableError:
+        last = next((err.str() for err in reversed(self._ck_errors)), None)
+        seen = f"; last error: {last}" if last else ""
         return ClusterUnreachableError(
             f"Kafka cluster at bootstrap.servers={self._bootstrap} did not answer within "
-            f"{self._timeout_s:g} s ({type(e).__name__}: {e}); check the address, the listener's "
-            "security settings and that the brokers are up"
+            f"{self._timeout_s:g} s ({type(e).__name__}: {e}{seen}); check the address (host:port of the "
+            "brokers' listener), the listener's security.protocol, and that the brokers are up"
         )
 
-    def _wait(self, future: Future[Any]) -> Any:
+    def _wait(self, future: Future[Any], *, timeout_s: float | None = None) -> Any:
+        """A confluent-kafka future's result. While waiting, librdkafka's queue is served (its log lines
+        and errors): an authentication, authorization or TLS failure raises
+        :class:`~airflow_kafka_reassign.exceptions.ClusterAccessError` at once, naming the cause; no answer
+        within the timeout raises :class:`ClusterUnreachableError` naming the bootstrap servers."""
+        deadline = time.monotonic() + (self._timeout_s + 5 if timeout_s is None else timeout_s)
         try:
-            return future.result(timeout=self._timeout_s + 5)
+            while True:
+                refused = self._refused()
+                if refused is not None:
+                    future.cancel()
+                    raise refused
+                try:
+                    return future.result(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
         except TimeoutError as e:
-            raise self._unreachable(e) from e
+            raise self._unreachable(e) from None
         except KafkaException as e:
             err = e.args[0] if e.args else None
+            if isinstance(err, KafkaError) and err.code() in _ACCESS_CODES:
+                raise self._refused() or self._access_error(_ACCESS_CODES[err.code()], err.str()) from None
             if isinstance(err, KafkaError) and err.code() in (
                 KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
-                KafkaError._AUTHENTICATION,
             ):
-                raise self._unreachable(e) from e
+                raise self._refused() or self._unreachable(e) from None
             raise
 
     # -- describe -------------------------------------------------------------------------

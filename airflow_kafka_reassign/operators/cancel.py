@@ -13,7 +13,11 @@ Example (docs/execute.md)::
 
 A cancel stops a move; it is not a revert (KIP-455): replicas that had already joined may stay,
 leaving a partition with a higher replication factor than before. The operator reports those
-partitions (XCom ``rf_changed`` and a warning each). Only reassignments heading to exactly a
+partitions (XCom ``rf_changed`` and a warning each). Kafka's cancel also rebuilds each partition's
+replica order from the controller's merged list (``[1, 2, 3]`` may come back as ``[3, 1, 2]``:
+another preferred leader): the operator puts each back in the order the plan recorded, with a
+reassignment to the same replicas that copies no data (XCom ``reordered``), and reports any
+partition whose order or leader still differs (``order_changed``, ``leader_changed``). Only reassignments heading to exactly a
 plan move's target are cancelled, unless ``cancel_all=True`` cancels every reassignment in the
 cluster. The run's throttles (``<plan dir>/run``) are restored exactly as they were before the run.
 """
@@ -27,12 +31,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_reassign.core.execution import (
-    cancel,
-    rebase_rollback,
-    restore_throttles,
-    run,
-)
+from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
+from airflow_kafka_reassign.core.execution import run
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
 from airflow_kafka_reassign.core.store import Store, StoreError
@@ -73,8 +73,11 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
     rollback is refused whole, before anything is sent, on a plan error by default).
 
     XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
-    "not_reverted", "throttles_restored", "rollback": {...} | None}``. The task fails (after
-    doing everything it could) when a cancel failed or the rollback refused a move.
+    "not_reverted", "reordered", "order_changed", "leader_changed", "throttles_restored",
+    "rollback": {...} | None}`` (see :class:`~airflow_kafka_reassign.core.cancel.CancelResult`).
+    The task fails (after doing everything it could) when a cancel failed, when a cancelled
+    partition is left off its replicas before (another RF, other brokers, another order) and no
+    finished rollback put it back, or when the rollback refused a move.
     """
 
     template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id")
@@ -159,17 +162,12 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
 
         admin = self._admin()
         try:
-            result = cancel(admin, plan, cancel_all=bool(self.cancel_all), dry_run=options.dry_run, log=self.log)
-            if lease is not None:
-                lease.confirm()
-            restored = False if options.dry_run else restore_throttles(admin, state, log=self.log)
-            summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(),
-                                       "throttles_restored": restored, "rollback": None}
+            result = cancel_plan(admin, plan, state_dir=state, cancel_all=bool(self.cancel_all),
+                                 dry_run=options.dry_run, rf_guard=options.rf_guard, lease=lease, log=self.log)
+            summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(), "rollback": None}
             rolled = None
             if rollback_plan is not None and not self._stop_requested:
-                topics = sorted({m.topic for m in rollback_plan.moves})
-                live = {p.tp: p.replicas for p in admin.snapshot(topics=topics).partitions}
-                rollback_plan = rebase_rollback(rollback_plan, plan, live)
+                rollback_plan = live_rollback(admin, rollback_plan, plan)
                 self.log.info("rolling back: %d move(s) of %s", len(rollback_plan), store.uri if store else None)
                 self._running = (rollback_plan, options, state) if state is not None else None
                 try:
@@ -185,10 +183,8 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
             admin.close()
             self._release_lease()
 
-        problems = []
-        if result.failed:
-            problems.append(f"{len(result.failed)} cancel(s) failed: "
-                            + "; ".join(f"{tp}: {e}" for tp, e in sorted(result.failed.items())[:5]))
+        # a partition the cancel left off its replicas (count, brokers, order) is put back by a rollback that finished
+        problems = result.problems(placement=rolled is None or not rolled.status.ok)
         if rolled is not None and not rolled.status.ok:
             status = rolled.status
             if status.blocked:

@@ -51,7 +51,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
@@ -59,7 +59,7 @@ from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_F
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
-from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._params import as_bool
 from airflow_kafka_reassign.spark.submit import (
@@ -316,6 +316,8 @@ class PlanReassignmentOperator(BaseOperator):
         work = Path(tempfile.mkdtemp(prefix="akr-plan-")) if remote else local_path(location)
         try:
             return self._plan(context, request, location, work, remote)
+        except ClusterAccessError as e:  # the cluster refused the connection's client: a retry fails the same way
+            raise AirflowFailException(f"task {self.task_id}: {e}") from None
         finally:
             if remote:
                 shutil.rmtree(work, ignore_errors=True)

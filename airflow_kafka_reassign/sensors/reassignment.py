@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, cancel, finish, step
+from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, finish, run
 from airflow_kafka_reassign.core.plan_io import read_rollback
 from airflow_kafka_reassign.core.progress import (
     DEFAULT_WINDOW_S,
@@ -40,7 +41,7 @@ from airflow_kafka_reassign.core.progress import (
     check_timeout_policy,
     format_duration,
 )
-from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.plan_access import (
     MAX_UNREACHABLE_POLLS,
     WaitSpec,
@@ -249,11 +250,14 @@ class WaitForReassignmentSensor(BaseSensorOperator):
 
     def _poke_once(self, spec: WaitSpec, context: Context) -> Progress:
         store = context.get("task_state_store") if self.reschedule else None
-        if self._watch is None:
-            state = self._load_state(store, context)
-            started_at = state.started_at if state else (self._started_at or time.time())
-            self._watch = spec.watch(started_at=started_at, state=state)
-        progress = self._watch.poke(self._get_admin(spec), now=time.time())
+        try:
+            if self._watch is None:
+                state = self._load_state(store, context)
+                started_at = state.started_at if state else (self._started_at or time.time())
+                self._watch = spec.watch(started_at=started_at, state=state, admin=self._get_admin(spec))
+            progress = self._watch.poke(self._get_admin(spec), now=time.time())
+        except ClusterAccessError as e:  # not transient: no other poke, no retry
+            raise AirflowFailException(f"task {self.task_id}: {e}") from None
         self._last_blocked = log_progress(self.log, progress, self._watch, self._last_blocked)
         if store is not None:
             store.set(STATE_KEY, {"try": context["ti"].try_number, "state": self._watch.state.model_dump(mode="json")})
@@ -275,6 +279,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         if not isinstance(event, dict) or event.get("status") not in ("complete", "blocked", "timeout", "error"):
             raise AirflowException(f"the reassignment trigger sent an unexpected event: {event!r}")
         if event["status"] == "error":
+            if event.get("fatal"):  # the cluster refused the client (authentication, authorization, TLS)
+                raise AirflowFailException(f"task {self.task_id}: {event.get('message')}")
             raise AirflowException(f"waiting for the reassignment failed: {event.get('message')}")
         try:
             return self._conclude(event, self.spec(context))
@@ -287,8 +293,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         """Push the summary (returned), finish, or apply the timeout policy and fail."""
         status, summary, message = event["status"], dict(event["summary"]), event["message"]
         limits, options = spec.execution()
-        plan = spec.load_plan()
         admin = self._get_admin(spec)
+        plan = spec.load_plan(admin)
         if status == "complete" and not self.finish_on_complete:
             self.log.info("all %d move(s) complete in %s", summary["moves"], format_duration(summary["elapsed_s"]))
             return summary
@@ -317,21 +323,26 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         if self.on_timeout == "leave":
             return ("the in-flight moves were left running (and their throttles in place); wait again with this "
                     "sensor, or cancel them with CancelReassignmentOperator")
-        result = cancel(admin, plan, log=self.log)
-        finish(admin, plan, options, state_dir=spec.state, elect=False, log=self.log)
+        result = cancel_plan(admin, plan, state_dir=spec.state, rf_guard=options.rf_guard, log=self.log)
         text = f"cancelled {len(result.cancelled)} in-flight move(s); throttles restored"
-        if result.rf_changed:
-            text += (f"; replication factor changed by the cancel (KIP-455) on "
-                     f"{', '.join(str(tp) for tp in sorted(result.rf_changed)[:10])}")
-        if self.on_timeout == "cancel":
+        if result.reordered:
+            text += f"; {len(result.reordered)} put back in their original replica order (no data copied)"
+        problems = result.problems()
+        if self.on_timeout == "cancel" or spec.which != "plan":
+            if problems:
+                text += "; " + "; ".join(problems)
+            if spec.which != "plan" and self.on_timeout == "rollback":
+                text += "; a rollback of the rollback is not started (which='rollback')"
             return text
-        rollback = read_rollback(spec.plan_store) if spec.which == "plan" else None
-        if rollback is None:
-            return text + "; a rollback of the rollback is not started (which='rollback')"
-        status = step(admin, rollback, limits, options, state_dir=spec.state, submit=True, log=self.log)
+        rollback = live_rollback(admin, read_rollback(spec.plan_store), plan)
+        rolled = run(admin, rollback, limits, options, state_dir=spec.state, wait=False, finish_at_end=False,
+                     log=self.log)
+        status = rolled.status
         text += (f"; rollback started: {len(status.submitted)} move(s) submitted, {len(status.pending)} pending, "
                  f"{len(status.done)} already back")
-        if status.failed or status.stale:
+        if status.blocked:
+            text += f"; the rollback is refused: {status.blocked}"
+        elif status.failed or status.stale:
             text += f", {len(status.failed) + len(status.stale)} refused (see the log)"
         if not status.complete:
             text += (f". Finish it with WaitForReassignmentSensor(plan_uri={spec.plan_uri!r}, which='rollback', "

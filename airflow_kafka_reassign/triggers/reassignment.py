@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_reassign.core.progress import TrackerState
-from airflow_kafka_reassign.exceptions import ClusterUnreachableError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError
 from airflow_kafka_reassign.plan_access import (
     MAX_UNREACHABLE_POLLS,
     WaitSpec,
@@ -69,12 +69,21 @@ class ReassignmentTrigger(BaseTrigger):
     def _start(self) -> tuple[WaitSpec, ReassignmentWatch, ClusterAdmin]:
         spec = WaitSpec(**self.spec)
         state = TrackerState.model_validate(self.state) if self.state else None
-        watch = spec.watch(started_at=self.started_at, state=state)
-        return spec, watch, make_admin(spec)
+        spec.plan_store  # noqa: B018 (a missing plan fails first, naming the URI)
+        admin = make_admin(spec)
+        try:
+            watch = spec.watch(started_at=self.started_at, state=state, admin=admin)
+        except BaseException:
+            admin.close()
+            raise
+        return spec, watch, admin
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             spec, watch, self._admin = await asyncio.to_thread(self._start)
+        except ClusterAccessError as e:
+            yield TriggerEvent({"status": "error", "message": str(e), "fatal": True})
+            return
         except Exception as e:  # noqa: BLE001 - reported to the worker, which fails the task with it
             yield TriggerEvent({"status": "error", "message": f"could not start the wait: {type(e).__name__}: {e}"})
             return
@@ -85,6 +94,9 @@ class ReassignmentTrigger(BaseTrigger):
             try:
                 progress = await asyncio.to_thread(watch.poke, admin, now=time.time())
                 unreachable = 0
+            except ClusterAccessError as e:  # the cluster refused the client: not transient, the task fails at once
+                yield TriggerEvent({"status": "error", "message": str(e), "fatal": True})
+                return
             except ClusterUnreachableError as e:
                 unreachable += 1
                 self.log.warning("poll %d/%d failed: %s", unreachable, MAX_UNREACHABLE_POLLS, e)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -126,22 +127,27 @@ def put_plan(object_store: Any, prefix: str, plan: ReassignmentPlan, tmp: Path, 
 
 
 class Traffic:
-    """An acks=all producer writing numbered records into ``topic`` from a thread while a test runs, and the
-    read-back check that every acknowledged record is in the topic (nothing lost while partitions moved).
+    """Records written while a test runs, and the read-back check that none was lost.
 
-        with Traffic(config, topic) as traffic:
-            ...  # move leaders, replicas
-        traffic.check()  # every acknowledged record read back; ``traffic.errors`` lists delivery failures
+    A background thread sends numbered records (``seq:<n>``) to every partition of ``topic`` through an
+    acks=all, idempotent producer at about ``per_second`` records per partition; :meth:`check` (after the
+    ``with`` block) reads each partition from the beginning up to its end and asserts that every record
+    Kafka acknowledged is there, and that some were acknowledged at all. Use as::
+
+        with Traffic(config, topic, partitions=2) as traffic:
+            ...  # move, cancel, roll back
+        traffic.check()
     """
 
-    def __init__(self, config: dict[str, Any], topic: str, *, rate: float = 200.0) -> None:
-        import threading
-
-        self.config, self.topic, self.interval = dict(config), topic, 1.0 / rate
-        self.acked: set[bytes] = set()
+    def __init__(self, config: dict[str, Any], topic: str, *, partitions: int, per_second: float = 20) -> None:
+        self._config = dict(config)
+        self.topic = topic
+        self.partitions = partitions
+        self._interval = 1.0 / per_second
+        self.acked: set[tuple[int, int]] = set()
         self.errors: list[str] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"traffic-{topic}", daemon=True)
+        self._thread = threading.Thread(target=self._produce, name=f"traffic-{topic}", daemon=True)
 
     def __enter__(self) -> Traffic:
         self._thread.start()
@@ -151,39 +157,49 @@ class Traffic:
         self._stop.set()
         self._thread.join(120)
 
-    def _run(self) -> None:
-        producer = Producer({**self.config, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                             "delivery.timeout.ms": 60_000})
+    def _produce(self) -> None:
+        producer = Producer({**self._config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
 
-        def done(err, msg) -> None:
-            if err is None:
-                self.acked.add(msg.key())
-            else:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
                 self.errors.append(str(err))
+            else:
+                self.acked.add((msg.partition(), int(msg.value().split(b":")[1])))
 
-        n = 0
+        seq = 0
         while not self._stop.is_set():
-            producer.produce(self.topic, b"v" * 100, key=b"%d" % n, on_delivery=done)
-            n += 1
-            producer.poll(0)
-            self._stop.wait(self.interval)
-        producer.flush(60)
+            for p in range(self.partitions):
+                producer.produce(self.topic, f"seq:{seq}".encode(), partition=p, on_delivery=delivered)
+            seq += 1
+            producer.poll(self._interval)
+        left = producer.flush(60)
+        if left:
+            self.errors.append(f"{left} record(s) not acknowledged within 60 s of the end")
 
-    def check(self, timeout_s: float = 60.0) -> int:
-        """Read the topic from the start; assert every acknowledged record is there. Returns how many."""
-        assert self.acked, f"the producer had no record acknowledged (errors: {self.errors[:3]})"
-        consumer = Consumer({**self.config, "group.id": f"readback-{uuid.uuid4().hex[:8]}",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        consumer.subscribe([self.topic])
-        seen: set[bytes] = set()
-        deadline = time.monotonic() + timeout_s
+    def check(self) -> None:
+        from confluent_kafka import TopicPartition as CKTopicPartition
+
+        assert not self._thread.is_alive(), "check() after the with block"
+        assert self.acked, "the producer had no record acknowledged"
+        assert not self.errors, f"the producer failed {len(self.errors)} send(s): {self.errors[:3]}"
+        consumer = Consumer({**self._config, "group.id": f"readback-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False})
+        seen: set[tuple[int, int]] = set()
         try:
-            while not self.acked <= seen and time.monotonic() < deadline:
+            ends = {p: consumer.get_watermark_offsets(CKTopicPartition(self.topic, p), timeout=30)[1]
+                    for p in range(self.partitions)}
+            consumer.assign([CKTopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+            done = {p for p, end in ends.items() if end == 0}
+            deadline = time.monotonic() + 120
+            while len(done) < self.partitions and time.monotonic() < deadline:
                 msg = consumer.poll(1.0)
-                if msg is not None and msg.error() is None:
-                    seen.add(msg.key())
+                if msg is None or msg.error() is not None:
+                    continue
+                if msg.value().startswith(b"seq:"):
+                    seen.add((msg.partition(), int(msg.value().split(b":")[1])))
+                if msg.offset() >= ends[msg.partition()] - 1:
+                    done.add(msg.partition())
         finally:
             consumer.close()
         lost = self.acked - seen
-        assert not lost, f"{len(lost)} acknowledged record(s) of {self.topic} not read back (e.g. {sorted(lost)[:5]})"
-        return len(self.acked)
+        assert not lost, f"{len(lost)} acknowledged record(s) missing on read-back, e.g. {sorted(lost)[:5]}"

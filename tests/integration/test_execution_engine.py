@@ -19,10 +19,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import make_topic, replicas, throttles, wait_until
 
+from airflow_kafka_reassign.core.cancel import cancel
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
-    cancel,
     restore_throttles,
     run,
 )

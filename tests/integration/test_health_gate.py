@@ -11,10 +11,8 @@ import logging
 import os
 import signal
 import threading
-import time
 
-from confluent_kafka import Consumer, Producer
-from kafka_helpers import make_topic, throttles
+from kafka_helpers import Traffic, make_topic, throttles
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
@@ -23,52 +21,6 @@ from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import wait_until
 
 DOWN = 5
-
-
-class AcksAllProducer(threading.Thread):
-    """Numbered records into ``topic`` with acks=all until stopped; ``acked`` holds those acknowledged."""
-
-    def __init__(self, config: dict, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.topic, self.acked, self.failed = topic, set(), 0
-        self._halt = threading.Event()
-        self._p = Producer({"bootstrap.servers": config["bootstrap.servers"], "acks": "all", "linger.ms": 5,
-                            "enable.idempotence": True, "message.timeout.ms": 120_000})
-
-    def _done(self, err, msg) -> None:
-        if err is None:
-            self.acked.add(int(msg.value()))
-        else:
-            self.failed += 1
-
-    def run(self) -> None:
-        n = 0
-        while not self._halt.is_set():
-            self._p.produce(self.topic, str(n).encode(), on_delivery=self._done)
-            n += 1
-            self._p.poll(0)
-            self._halt.wait(0.01)  # about 100 records/s: a fixed, modest rate
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(30)
-        self._p.flush(120)
-
-
-def read_back(config: dict, topic: str, expected: set[int]) -> set[int]:
-    consumer = Consumer({"bootstrap.servers": config["bootstrap.servers"], "group.id": f"readback-{topic}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    seen: set[int] = set()
-    try:
-        deadline = time.monotonic() + 120
-        while not expected <= seen and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None and msg.value().isdigit():  # not make_topic's filler
-                seen.add(int(msg.value()))
-    finally:
-        consumer.close()
-    return seen
 
 
 def kill(sandbox, node_id: int) -> None:
@@ -110,8 +62,7 @@ def test_a_broker_killed_mid_run_pauses_submissions_until_it_returns(sandbox, un
             return alter(targets, **kw)
 
         admin.alter_reassignments = recording  # type: ignore[method-assign]
-        producer = AcksAllProducer(config, moved)
-        producer.start()
+        traffic = Traffic(config, moved, partitions=3).__enter__()
         paused_at: dict[str, int] = {}
 
         def chaos() -> None:
@@ -135,15 +86,14 @@ def test_a_broker_killed_mid_run_pauses_submissions_until_it_returns(sandbox, un
             helper.join(300)
             if not sandbox.is_alive(DOWN):
                 sandbox.start_broker(DOWN)
-            producer.stop()
+            traffic.__exit__(None, None, None)
         assert result.status.ok, result.summary()
         assert paused_at["after"] == paused_at["sent"] < 3  # nothing submitted while paused
         assert any(x.startswith("cluster healthy again after") for x in lines.lines)
         assert result.paused_s > 0 and result.unhealthy is None
         assert throttles(admin, [moved, other]) == before and read_backup(tmp_path) is None
         admin.set_throttles({1: {LEADER_RATE: None}}, {})
-    assert producer.acked and producer.failed == 0
-    assert producer.acked <= read_back(config, moved, producer.acked)  # nothing lost
+    traffic.check()  # nothing lost
 
 
 def test_a_decommission_of_a_broker_already_down_completes_and_leaves_no_throttle(sandbox, unique_topic, tmp_path):
@@ -156,12 +106,12 @@ def test_a_decommission_of_a_broker_already_down_completes_and_leaves_no_throttl
         Move(topic=topic, partition=p, current_replicas=c, target_replicas=t)
         for p, c, t in [(0, (DOWN, 1), (4, 1)), (1, (2, DOWN), (2, 4)), (2, (DOWN, 3), (4, 3))]))
     kill(sandbox, DOWN)
-    producer = AcksAllProducer(config, topic)
+    traffic = Traffic(config, topic, partitions=3)
     try:
         with KafkaClusterAdmin(config, timeout_s=20) as admin:
             wait_until(lambda: DOWN not in {b.id for b in admin.snapshot(topics=()).brokers}, "broker 5 fenced",
                        timeout=60)
-            producer.start()
+            traffic.__enter__()
             result = run(admin, plan, ExecutionLimits(), ExecutionOptions(throttle_bytes_per_sec=300_000),
                          state_dir=tmp_path, poll_interval_s=1.0)
             assert result.status.ok, result.summary()
@@ -169,10 +119,9 @@ def test_a_decommission_of_a_broker_already_down_completes_and_leaves_no_throttl
     finally:
         if not sandbox.is_alive(DOWN):
             sandbox.start_broker(DOWN)
-        producer.stop()
+        traffic.__exit__(None, None, None)
     with KafkaClusterAdmin(config, timeout_s=20) as admin:
         left = throttles(admin, [topic])
     assert left == before and all(v is None for v in left["topics"][topic].values()), left
     assert read_backup(tmp_path) is None
-    assert producer.acked and producer.failed == 0
-    assert producer.acked <= read_back(config, topic, producer.acked)
+    traffic.check()

@@ -8,13 +8,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from execution_helpers import RACKS, fake, mv, plan_of, tp
 
+from airflow_kafka_reassign.core.cancel import cancel
 from airflow_kafka_reassign.core.execution import (
     THROTTLE_BACKUP_FILE,
     ExecutionLimits,
     ExecutionOptions,
     ExecutionStatus,
-    cancel,
     desired_throttles,
     finish,
     read_backup,
@@ -31,26 +32,8 @@ from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, FOLLOWER_REPLICA
 from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
-RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2", 6: "r3"}
 NO_LIMITS = ExecutionLimits()
 SAFE = ExecutionOptions()
-
-
-def tp(topic: str, p: int) -> TopicPartition:
-    return TopicPartition(topic, p)
-
-
-def mv(topic: str, p: int, current, target, **kw) -> Move:
-    return Move(topic=topic, partition=p, current_replicas=tuple(current) if current is not None else None,
-                target_replicas=tuple(target), **kw)
-
-
-def plan_of(*moves: Move) -> ReassignmentPlan:
-    return ReassignmentPlan(moves=tuple(moves))
-
-
-def fake(**topics) -> FakeClusterAdmin:
-    return FakeClusterAdmin.build(brokers=RACKS, topics=topics)
 
 
 def submitted(f: FakeClusterAdmin) -> list[TopicPartition]:
@@ -373,6 +356,34 @@ def test_kip860_race_a_plan_from_the_intermediate_replica_set_is_stale_and_nothi
     s = quiet_step(f, plan)
     assert s.stale == {tp("t", 0): ((1, 2, 3, 4, 5, 6), (4, 5, 6))}
     assert f.alter_requests == [] and f.replicas[tp("t", 0)] == (4, 5, 6)
+
+
+def test_kip860_race_in_flight_the_refusal_names_the_target_the_rf_change_and_the_option(caplog):
+    """Issue 15: this read 'the plan expects replicas [4, 5, 6, 1, 2, 3], the cluster has [4, 5, 6, 1, 2, 3]'."""
+    f = fake(t=[[1, 2, 3]])
+    f.alter_reassignments({tp("t", 0): [4, 5, 6]})
+    f.alter_requests.clear()
+    plan = plan_of(mv("t", 0, (4, 5, 6, 1, 2, 3), (6, 5, 4, 3, 2, 1)))
+    with caplog.at_level(logging.WARNING):
+        s = run(f, plan, NO_LIMITS, ExecutionOptions(allow_concurrent_reassignments=True), state_dir=None,
+                sleep=lambda x: None, settle_s=0)
+    why = s.status.stale_why[tp("t", 0)]
+    assert why == (
+        "the cluster is reassigning it from [1, 2, 3] to [4, 5, 6] (describe shows the intermediate replica set "
+        "[4, 5, 6, 1, 2, 3] meanwhile); the plan expected [4, 5, 6, 1, 2, 3]; the plan's move to "
+        "[6, 5, 4, 3, 2, 1] would change the replication factor 3 -> 6 (a plan computed from the intermediate "
+        "replica set: KIP-860's race). Wait for the reassignment to finish and plan again from the cluster; a "
+        "deliberate RF change needs the move marked allow_rf_change in the plan and "
+        "allow_replication_factor_change=True (KIP-860)")
+    assert f"stale move t-0 refused: {why}" in caplog.text
+    assert s.status.summary()["stale_partitions"]["t-0"]["why"] == why
+    assert f.alter_requests == []
+    # the same RF: only the reassignment in flight is named
+    other = plan_of(mv("t", 0, (1, 2, 3), (3, 2, 1)))
+    assert quiet_step(f, other, options=ExecutionOptions(allow_concurrent_reassignments=True)).stale_why == {
+        tp("t", 0): "the cluster is reassigning it from [1, 2, 3] to [4, 5, 6] (describe shows the intermediate "
+                    "replica set [4, 5, 6, 1, 2, 3] meanwhile). Wait for that reassignment to finish (or cancel it) "
+                    "and plan again"}
 
 
 def test_kip860_race_a_kafka_file_without_current_replicas_is_refused_client_side():
@@ -788,49 +799,6 @@ def test_the_rollback_plan_is_written_before_the_first_submission(tmp_path):
     assert (tmp_path / ROLLBACK_FILE).read_text() == "kept"
 
 
-def test_cancel_touches_only_the_plans_moves_unless_cancel_all():
-    f = fake(t=[[1, 2], [2, 3]], other=[[3, 4]])
-    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, (2, 3), (4, 5)))
-    quiet_step(f, plan)
-    f.complete([tp("t", 1)])
-    f.alter_reassignments({tp("other", 0): [4, 5]})
-    res = cancel(f, plan, sleep=lambda s: None)
-    assert res.cancelled == [tp("t", 0)] and res.rf_changed == {}
-    assert f.replicas[tp("t", 0)] == (1, 2) and tp("other", 0) in f.inflight
-    res = cancel(f, None, cancel_all=True, sleep=lambda s: None)
-    assert res.cancelled == [tp("other", 0)] and not f.inflight
-    with pytest.raises(ConfigurationError):
-        cancel(f, None)
-
-
-def test_cancel_reports_partitions_left_with_a_changed_rf():
-    """KIP-455: a cancel stops a move; replicas that had joined may stay (RF higher than before)."""
-
-    class HalfRevert(FakeClusterAdmin):
-        def cancel_reassignments(self, partitions):
-            out = super().cancel_reassignments(partitions)
-            self.replicas[tp("t", 0)] = (1, 2, 3)  # 3 had joined the ISR and stayed
-            return out
-
-    f = HalfRevert.build(brokers=RACKS, topics={"t": [[1, 2]]})
-    plan = plan_of(mv("t", 0, (1, 2), (3, 4)))
-    quiet_step(f, plan)
-    t = iter(range(100))
-    res = cancel(f, plan, sleep=lambda s: None, clock=lambda: next(t), settle_timeout_s=3)
-    assert res.rf_changed == {tp("t", 0): ((1, 2), (1, 2, 3))}
-    assert res.summary()["rf_changed"] == {"t-0": {"before": [1, 2], "after": [1, 2, 3]}}
-
-
-def test_cancel_dry_run_cancels_nothing(caplog):
-    f = fake(t=[[1, 2]])
-    plan = plan_of(mv("t", 0, (1, 2), (3, 4)))
-    quiet_step(f, plan)
-    with caplog.at_level(logging.INFO):
-        res = cancel(f, plan, dry_run=True)
-    assert res.cancelled == [tp("t", 0)] and tp("t", 0) in f.inflight
-    assert "DRY RUN: would cancel 1" in caplog.text
-
-
 # -- the summary ----------------------------------------------------------------------------------
 
 
@@ -858,30 +826,3 @@ def test_a_stop_requested_while_observing_submits_nothing_and_writes_nothing(tmp
                    state_dir=tmp_path, should_stop=lambda: True)
     assert s.pending == [tp("t", 0)] and s.submitted == []
     assert f.alter_requests == [] and f.broker_configs == {b: {} for b in RACKS} and list(tmp_path.iterdir()) == []
-
-
-# -- rollback after a cancel ------------------------------------------------------------------------
-
-
-def test_rebase_rollback_starts_each_move_from_where_the_cancel_left_it():
-    from airflow_kafka_reassign.core.execution import rebase_rollback
-
-    def mv(p, cur, tgt, **kw):
-        return Move(topic="t", partition=p, current_replicas=cur, target_replicas=tgt, **kw)
-
-    plan = ReassignmentPlan(moves=(mv(0, (1, 2), (3, 2)), mv(1, (2, 3), (4, 5)), mv(2, (1, 2), (4, 2)),
-                                   mv(3, (1, 2), (3, 2)), mv(4, (1, 2), (3, 4))))
-    live = {
-        tp("t", 0): (2, 1),      # cancelled: original set, the controller's order (another preferred leader)
-        tp("t", 1): (4, 5),      # finished: on the plan's target
-        tp("t", 2): (1, 2),      # cancelled: exactly as before
-        tp("t", 3): (3, 2, 1),   # cancelled after broker 3 joined: RF 3 (KIP-455)
-        tp("t", 4): (5, 1),      # someone else moved it
-    }
-    out = {m.partition: m for m in rebase_rollback(plan.rollback(), plan, live).moves}
-    assert set(out) == {0, 1, 2, 3, 4}
-    assert out[2].current_replicas == out[2].target_replicas == (1, 2)  # already back: done, nothing sent
-    assert (out[0].current_replicas, out[0].target_replicas, out[0].allow_rf_change) == ((2, 1), (1, 2), False)
-    assert (out[1].current_replicas, out[1].target_replicas) == ((4, 5), (2, 3))
-    assert (out[3].current_replicas, out[3].target_replicas, out[3].allow_rf_change) == ((3, 2, 1), (1, 2), True)
-    assert out[4].current_replicas == (3, 4)  # expected as planned: the execution refuses it as stale

@@ -14,7 +14,6 @@ from airflow_kafka_reassign.core.progress import (
     ReassignmentWatch,
     SubmitOutcome,
     TrackerState,
-    cancel_ours,
     check_timeout_policy,
     classify,
     final_message,
@@ -377,14 +376,6 @@ def test_submitter_runs_first_and_its_refusals_block_the_move():
 def test_empty_plan_is_refused():
     with pytest.raises(ConfigurationError, match="no moves"):
         ReassignmentWatch(ReassignmentPlan(), started_at=0, stuck_after_s=1)
-
-
-def test_cancel_ours_never_touches_foreign_reassignments():
-    fake, plan = fake_and_plan(3)
-    fake.alter_reassignments({plan.moves[0].tp: (3, 2), plan.moves[1].tp: (4, 2)})  # 1 is foreign
-    out = cancel_ours(fake, plan, at=0)
-    assert out == {"cancelled": 1, "cancel_failed": [], "not_back_on_current_replicas": []}
-    assert set(fake.inflight) == {plan.moves[1].tp}
 
 
 def test_blocked_is_confirmed_by_a_second_look_before_the_wait_ends(monkeypatch):

@@ -300,7 +300,7 @@ def test_cancel_reports_an_rf_left_changed_and_fails_on_a_failed_cancel(tmp_path
             update={"error": "timed out", "error_code": "REQUEST_TIMED_OUT"})))
 
     monkeypatch.setattr(cluster, "cancel_reassignments", half)
-    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", lambda s: None)
+    monkeypatch.setattr("airflow_kafka_reassign.core.cancel._sleep", lambda s: None)
     ti = TI()
     with pytest.raises(AirflowFailException, match="REQUEST_TIMED_OUT"):
         CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": ti})
