@@ -36,7 +36,7 @@ from airflow_kafka_reassign.core.execution import run
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
 from airflow_kafka_reassign.core.store import Store, StoreError
-from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.execute import _ExecutionParams, parse_deadline
 from airflow_kafka_reassign.plan_access import plan_store
@@ -177,7 +177,7 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
                 finally:
                     self._running = None
                 summary["rollback"] = rolled.summary()
-        except (GuardRefusedError, LeaseLostError) as e:
+        except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         finally:
             admin.close()

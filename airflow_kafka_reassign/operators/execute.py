@@ -50,7 +50,7 @@ from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan
 from airflow_kafka_reassign.core.store import Store, StoreError
-from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._params import as_bool
 from airflow_kafka_reassign.plan_access import lease_identity, plan_store
@@ -378,7 +378,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
                 adaptive=adaptive,
                 min_poll_interval_s=float(self.min_poll_interval),
             )
-        except (GuardRefusedError, LeaseLostError) as e:
+        except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         except StoreError as e:
             raise AirflowException(f"task {self.task_id}: {e}") from e

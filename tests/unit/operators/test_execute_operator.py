@@ -327,3 +327,19 @@ def test_the_python_examples_of_docs_execute_md_run():
     assert set(namespace["dag"].task_ids) == {"execute", "cancel_on_failure"}
     assert namespace["execute"].execution_params()[0].max_moves_per_broker == 2
     assert namespace["cancel_everything"].cancel_all is True
+
+
+def test_a_refused_login_fails_execute_and_cancel_without_retry(tmp_path, cluster, monkeypatch):
+    from airflow_kafka_reassign.exceptions import ClusterAccessError
+
+    def refused(*a, **kw):
+        raise ClusterAccessError("authentication failed for user 'admin' with mechanism SCRAM-SHA-512",
+                                 cause="authentication")
+
+    monkeypatch.setattr(cluster, "snapshot", refused)
+    monkeypatch.setattr(cluster, "list_reassignments", refused)
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    with pytest.raises(AirflowFailException, match="authentication failed for user 'admin'"):
+        op(plan_dir).execute({"ti": TI()})
+    with pytest.raises(AirflowFailException, match="authentication failed for user 'admin'"):
+        CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": TI()})
