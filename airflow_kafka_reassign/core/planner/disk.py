@@ -237,6 +237,8 @@ class _DiskStep:
         self.offload = goal.offload_threshold is not None
         live = self.live_set
         self.bytes: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in self.live}
+        #: bytes per live broker that the step may not move (outside its scope, frozen, left out)
+        self.pinned: dict[int, int] = dict(self.bytes)
         self.count: dict[int, int] = {b: fixed_counts.get(b, 0) for b in self.live}
         # entries: one per partition the step may look at
         self.reps: list[list[int]] = []
@@ -266,6 +268,8 @@ class _DiskStep:
                         tc[b] = tc.get(b, 0) + 1
                         if mv:
                             self.on[b].append((s, e))
+                        else:
+                            self.pinned[b] += s
             self.tcount.append(tc)
         for b in self.live:
             self.on[b].sort()
@@ -370,24 +374,37 @@ class _DiskStep:
     # -- the two passes ----------------------------------------------------------------------
     def shed(self, src: int, need: float, most: float) -> None:
         """Move replicas off ``src`` until ``need`` bytes left it, never more than ``most``."""
-        sizes = self.sizes_on[src]
-        n = len(self.on[src])
+        cap = self.goal.capacity
         while need > 0:
             receivers = self.receivers(src)
-            room = {b: self.band[b][1] - self.bytes[b] for b in receivers}
-            if not receivers or max(room.values()) <= 0:
+            if not receivers:
                 return
-            best_room = max(room.values())
-            cut = bisect.bisect_right(sizes, min(need, best_room))
-            # the largest replicas no larger than what must go (and than any receiver's room) first,
-            # then the smallest larger one, if shedding it stays within ``most``
-            s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
-            if s is None:
-                s = self.first_moved(src, range(cut, n), receivers, room, min(most, best_room))
+            room = {b: self.band[b][1] - self.bytes[b] for b in receivers}
+            s = self.shed_one(src, need, most, receivers, room)
+            if s is None and self.bytes[src] > self.goal.cap * cap[src]:
+                # the cap is hard, the band is not: a broker above its cap may send a replica
+                # larger than any receiver's room in the band, to a receiver that stays under its cap
+                room = {b: self.goal.cap * cap[b] - self.bytes[b] for b in receivers}
+                s = self.shed_one(src, need, most, receivers, room)
             if s is None:
                 return
             need -= s
             most -= s
+
+    def shed_one(
+        self, src: int, need: float, most: float, receivers: Sequence[int], room: dict[int, float]
+    ) -> int | None:
+        """Move one replica off ``src`` to a receiver with ``room`` for it; its size, or ``None``."""
+        best_room = max(room.values())
+        if best_room <= 0:
+            return None
+        cut = bisect.bisect_right(self.sizes_on[src], min(need, best_room))
+        # the largest replicas no larger than what must go (and than any receiver's room) first,
+        # then the smallest larger one, if shedding it stays within ``most``
+        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
+        if s is None:
+            s = self.first_moved(src, range(cut, len(self.on[src])), receivers, room, min(most, best_room))
+        return s
 
     def first_moved(
         self, src: int, order: range, receivers: Sequence[int], room: dict[int, float], largest: float
@@ -442,19 +459,55 @@ class _DiskStep:
             if self.out.moves == progress:
                 break
 
+    def rack_limits(self) -> tuple[list[int], list[int]]:
+        """Per rack index, the fewest and the most bytes its brokers can hold under the rack rule:
+        a partition keeps ``min(RF, racks, racks it spans now)`` racks, so a rack keeps at least one
+        replica of a partition with RF >= racks that it holds, and at most RF minus one per other
+        rack the partition must keep; bytes the step may not move stay where they are."""
+        n = self.n_racks
+        lo = [0] * n
+        hi = [0] * n
+        per_rack = self.layout.rack_sizes()
+        for b in self.live:
+            g = self.rack.get(b, -1)
+            if 0 <= g < n:
+                lo[g] += self.pinned[b]
+                hi[g] += self.pinned[b]
+        for e, reps in enumerate(self.reps):
+            if not self.movable[e]:
+                continue
+            s = self.size[e]
+            racks = [self.rack.get(b, -1) for b in reps if b in self.live_set]
+            keep = min(len(reps), n, len(set(racks)))
+            for g in range(n):
+                if len(reps) >= n and g in racks:
+                    lo[g] += s
+                hi[g] += s * min(per_rack[g], len(reps) - (keep - 1))
+        return lo, hi
+
     def rack_bands(self) -> list[str]:
-        """Where a rack as a whole stays outside the band (replicas that must keep a replica in
-        the rack: RF = racks), aim its brokers at the rack's own mean share instead."""
+        """Where a rack as a whole cannot reach the band (replicas that must keep a copy in each
+        rack, RF >= racks, pin each rack's bytes), aim its brokers at the nearest share the rack
+        can reach instead."""
         cap = self.goal.capacity
         tol = self.goal.tolerance
         notes = []
+        fewest, most = self.rack_limits()
         for g in range(self.n_racks):
             members = [b for b in self.live if self.rack.get(b, -1) == g]
             if len(members) < 2:
                 continue
-            share = sum(self.bytes[b] for b in members) / sum(cap[b] for b in members)
+            rack_cap = sum(cap[b] for b in members)
             lo_g, hi_g = self.band[members[0]][0] / cap[members[0]], self.band[members[0]][1] / cap[members[0]]
+            share = sum(self.bytes[b] for b in members) / rack_cap
             if lo_g <= share <= hi_g:
+                continue
+            # the nearest share the rack can reach; where it can reach the band, its brokers keep it
+            if fewest[g] / rack_cap > hi_g:
+                share = fewest[g] / rack_cap
+            elif most[g] / rack_cap < lo_g:
+                share = most[g] / rack_cap
+            else:
                 continue
             lo = max(0.0, min(share - tol, lo_g))
             hi = min(max(share + tol, hi_g), self.goal.cap)
@@ -462,8 +515,9 @@ class _DiskStep:
                 self.band[b] = (lo * cap[b], hi * cap[b])
             name = self.layout.rack_names[g] if g < len(self.layout.rack_names) else g
             notes.append(
-                f"rack {name} holds {share:.1%} of its disk, not the mean share: replicas that must keep a copy "
-                "in each rack (RF >= racks) fix each rack's bytes; its brokers are balanced around the rack's share"
+                f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
+                "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
+                "bytes; its brokers are balanced around that share"
             )
         return notes
 
