@@ -248,6 +248,12 @@ class _DiskStep:
         self.movable: list[bool] = []
         self.tcount: list[dict[int, int]] = []
         self.on: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        #: replicas as they were before any step (a move back to one of them costs no bytes)
+        self.orig: list[tuple[int, ...]] = []
+        #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
+        self.added: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
+        self.taken: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
         for ti, (t, reps) in enumerate(zip(topics, replicas, strict=True)):
             sizes = t.sizes or [0] * len(reps)
             frozen = t.frozen or [False] * len(reps)
@@ -256,6 +262,8 @@ class _DiskStep:
             for pi, (r, s) in enumerate(zip(reps, sizes, strict=True)):
                 e = len(self.reps)
                 self.reps.append(list(r))
+                o = t.replicas[pi]
+                self.orig.append(o)
                 self.size.append(s)
                 self.topic.append(ti)
                 self.key.append((ti, pi))
@@ -268,11 +276,19 @@ class _DiskStep:
                         tc[b] = tc.get(b, 0) + 1
                         if mv:
                             self.on[b].append((s, e))
+                            if b not in o:
+                                self.added[b].append((s, e))
                         else:
                             self.pinned[b] += s
+                if mv and r != o:
+                    for b in o:
+                        if b in live and b not in r:
+                            self.taken[b].append((s, e))
             self.tcount.append(tc)
         for b in self.live:
             self.on[b].sort()
+            self.added[b].sort()
+            self.taken[b].sort()
         self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
         self.touched: set[int] = set()
         self.total = sum(self.bytes.values())
@@ -341,7 +357,9 @@ class _DiskStep:
         if e in self.touched or src not in self.reps[e]:
             return False
         tried = 0
-        for dst in receivers:
+        # a broker that held the replica before the count steps first: moving it back costs no bytes
+        back = [b for b in self.orig[e] if b in room and b not in self.reps[e]]
+        for dst in (back + list(receivers)) if back else receivers:
             if tried >= RECEIVERS:
                 break
             if room[dst] < s or dst == src:
@@ -398,20 +416,33 @@ class _DiskStep:
         best_room = max(room.values())
         if best_room <= 0:
             return None
-        cut = bisect.bisect_right(self.sizes_on[src], min(need, best_room))
-        # the largest replicas no larger than what must go (and than any receiver's room) first,
-        # then the smallest larger one, if shedding it stays within ``most``
+        limit = min(need, best_room)
+        # replicas the count steps put on ``src`` first (moving them on costs no more bytes), then
+        # the largest replicas no larger than what must go (and than any receiver's room), then
+        # the smallest larger one, if shedding it stays within ``most``
+        added = self.added[src]
+        cut = bisect.bisect_right(added, (limit, len(self.reps)))
+        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"), added)
+        if s is not None:
+            return s
+        cut = bisect.bisect_right(self.sizes_on[src], limit)
         s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
         if s is None:
             s = self.first_moved(src, range(cut, len(self.on[src])), receivers, room, min(most, best_room))
         return s
 
     def first_moved(
-        self, src: int, order: range, receivers: Sequence[int], room: dict[int, float], largest: float
+        self,
+        src: int,
+        order: range,
+        receivers: Sequence[int],
+        room: dict[int, float],
+        largest: float,
+        lst: list[tuple[int, int]] | None = None,
     ) -> int | None:
-        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, sizes up to
-        ``largest``) that some receiver takes; its size, or ``None``."""
-        lst = self.on[src]
+        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
+        ``lst``, sizes up to ``largest``) that some receiver takes; its size, or ``None``."""
+        lst = self.on[src] if lst is None else lst
         tried = 0
         for i in order:
             if tried >= CANDIDATES:
@@ -430,6 +461,11 @@ class _DiskStep:
         """Pull replicas onto ``dst`` until ``need`` bytes arrived, never more than ``most``."""
         cap = self.goal.capacity
         while need > 0:
+            got = self.pull_back(dst, min(need, most))
+            if got is not None:
+                need -= got
+                most -= got
+                continue
             donors = [b for b in self.live if b != dst and self.bytes[b] > self.band[b][0]]
             donors.sort(key=lambda b: -self.bytes[b] / cap[b])
             got = None
@@ -443,6 +479,29 @@ class _DiskStep:
                 return
             need -= got
             most -= got
+
+    def pull_back(self, dst: int, limit: float) -> int | None:
+        """Move back onto ``dst`` the largest partition (no larger than ``limit``) the count steps
+        took off it, from a holder the count steps put it on that stays above its band's bottom
+        (the move saves the bytes of one replica); its size, or ``None``."""
+        lst = self.taken[dst]
+        cut = bisect.bisect_right(lst, (limit, len(self.reps)))
+        tried = 0
+        for i in range(cut - 1, -1, -1):
+            if tried >= CANDIDATES:
+                return None
+            s, e = lst[i]
+            reps = self.reps[e]
+            if e in self.touched or dst in reps:
+                continue
+            tried += 1
+            for src in reps:
+                if src in self.orig[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
+                    continue
+                if self.can_place(e, src, dst) and self.counts_allow(src, dst):
+                    self.apply(e, src, dst)
+                    return s
+        return None
 
     def passes(self) -> None:
         cap = self.goal.capacity
