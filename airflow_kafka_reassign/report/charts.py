@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -70,18 +71,20 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def broker_load_chart(
     view: PlanView,
-    before: Mapping[int, int],
-    after: Mapping[int, int],
+    before: Mapping[int, float],
+    after: Mapping[int, float],
     *,
     title: str,
     ylabel: str,
     path: Path,
     as_bytes: bool = False,
+    lines: Sequence[tuple[float, str, str]] | None = None,
 ) -> Path:
     """Bars per broker: before (wide, grey) behind after (narrow, the rack's colour).
 
     Brokers are grouped by rack; removed brokers are labelled in red; the dashed line is the
-    mean after the plan over the brokers that hold replicas (the balanced level).
+    mean after the plan over the brokers that hold replicas (the balanced level), or, with
+    ``lines``, one horizontal line per ``(value, colour, label)`` instead.
     """
     order = broker_order(view)
     n = len(order)
@@ -103,7 +106,13 @@ def broker_load_chart(
     ax.bar(x, b, width=0.86, color=BEFORE_COLOUR, label="before", zorder=2)
     ax.bar(x, a, width=0.5, color=[colours.get(view.racks.get(k), colours[None]) for k in order], label="after", zorder=3)
     live_after = [v for k, v in zip(order, a, strict=True) if k not in view.removed]
-    if live_after:
+    line_handles = []
+    if lines is not None:
+        for value, colour, label in lines:
+            line = ax.axhline(value, color=colour, linestyle="--", linewidth=1, zorder=4, label=label)
+            if not label.startswith("_"):
+                line_handles.append(line)
+    elif live_after:
         ax.axhline(float(np.mean(live_after)), color="#333333", linestyle="--", linewidth=1, zorder=4)
     # rack bands and names
     multi_rack = len({view.racks.get(k) for k in order}) > 1
@@ -131,7 +140,11 @@ def broker_load_chart(
     ax.grid(axis="y", color="#e5e5e5", zorder=0)
     handles = [Patch(color=BEFORE_COLOUR, label="before")]
     handles += [Patch(color=colours[r], label=f"after, {plain(rack_label(r))}") for r in view.rack_names() if r in colours]
-    ax.set_ylim(0, max(float(b.max(initial=0)), float(a.max(initial=0)), 1.0) * 1.12)
+    handles += line_handles
+    if len(handles) > 6:  # two legend rows above the plot: lift the title over them
+        ax.set_title(title, loc="left", fontsize=10, pad=36)
+    top_line = max((v for v, _, _ in lines or ()), default=0.0)
+    ax.set_ylim(0, max(float(b.max(initial=0)), float(a.max(initial=0)), top_line, 1.0) * 1.12)
     ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, ncols=min(len(handles), 6),
               frameon=False, borderaxespad=0.2)
     return _save(fig, path)
@@ -219,3 +232,25 @@ def cost_chart(
 
 def bytes_label(n: int | None) -> str:
     return "unknown" if n is None else human_bytes(n)
+
+
+def disk_share_chart(view: PlanView, disk: Mapping[str, Any], *, path: Path) -> Path:
+    """Disk used per broker as a share of its capacity (percent), before and after the plan, with
+    the cap and the mean share (and, for a rebalance, the band around it) as lines. ``disk``:
+    the ``disk`` report of ``metrics.json``."""
+    capacity = {int(b): int(c) for b, c in disk["capacity"].items()}
+    before = {int(b): int(v) for b, v in disk.get("bytes_before", {}).items()}
+    after = {int(b): int(v) for b, v in disk.get("bytes_after", {}).items()}
+    share_before = {b: 100.0 * before.get(b, 0) / c for b, c in capacity.items()}
+    share_after = {b: 100.0 * after.get(b, 0) / c for b, c in capacity.items()}
+    mean = 100.0 * float(disk.get("mean_share", 0.0))
+    lines = [(100.0 * float(disk["disk_cap"]), REMOVED_COLOUR, f"cap {100.0 * float(disk['disk_cap']):.0f}%")]
+    threshold = disk.get("offload_threshold")
+    if threshold is not None:
+        lines.append((100.0 * float(threshold), "#7a5a00", f"offload threshold {100.0 * float(threshold):.0f}%"))
+    else:
+        tol = 100.0 * float(disk.get("tolerance", 0.0))
+        lines += [(mean, "#333333", f"mean {mean:.1f}%"), (mean - tol, "#999999", f"mean \u00b1 {tol:.0f} points"),
+                  (mean + tol, "#999999", "_")]
+    return broker_load_chart(view, share_before, share_after, title="disk used per broker, share of its capacity",
+                             ylabel="disk used (% of capacity)", path=path, lines=lines)

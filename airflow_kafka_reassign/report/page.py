@@ -290,6 +290,33 @@ def brokers_table(view: PlanView, order: Sequence[int]) -> str:
     return table(headers, rows, numeric=[False, False] + [True] * (len(headers) - 2), scroll=len(rows) > 30)
 
 
+def disk_table(disk: Mapping[str, Any], order: Sequence[int]) -> str:
+    """Per broker: disk capacity, bytes and share of capacity before and after the plan (the
+    ``disk`` report of ``metrics.json``); a broker above the cap after the plan is marked."""
+    capacity = {int(b): int(c) for b, c in disk["capacity"].items()}
+    before = {int(b): int(v) for b, v in disk.get("bytes_before", {}).items()}
+    after = {int(b): int(v) for b, v in disk.get("bytes_after", {}).items()}
+    cap = float(disk["disk_cap"])
+    rows = []
+    for b in [b for b in order if b in capacity] + sorted(set(capacity) - set(order)):
+        c = capacity[b]
+        x, y = before.get(b, 0), after.get(b, 0)
+        over = y > cap * c
+        share = f"{y / c:.1%}"
+        rows.append([str(b), e(human_bytes(c)), e(human_bytes(x)), f"{x / c:.1%}", e(human_bytes(y)),
+                     f'<span class="removed">{share} (over the cap)</span>' if over else share,
+                     delta(x, y, as_bytes=True)])
+    mean = float(disk.get("mean_share", 0.0))
+    goal = (f"offload: brokers above {float(disk['offload_threshold']):.0%} shed down to it"
+            if disk.get("offload_threshold") is not None
+            else f"every broker within {float(disk.get('tolerance', 0.0)):.0%} of the mean share {mean:.1%}")
+    return (
+        f"<p>Disk used against capacity (cap {cap:.0%}; goal: {e(goal)}).</p>"
+        + table(["broker", "capacity", "bytes before", "share", "bytes after", "share", "\u0394"], rows,
+                numeric=[False] + [True] * 6, scroll=len(rows) > 30)
+    )
+
+
 def topics_table(view: PlanView, limit: int) -> str:
     top = view.topic_moves.most_common(limit)
     if not top:

@@ -164,6 +164,16 @@ def _body(
             f"{page.e(title.capitalize())}: before (grey) and after the plan (the rack's colour); the dashed line is "
             "the mean after the plan over the brokers that keep replicas.",
         ))
+    disk = metrics.get("disk")
+    if disk:
+        path = charts.disk_share_chart(view, disk, path=out / "disk.png")
+        body.append(page.figure(
+            _img(path, embed), "disk used per broker against its capacity",
+            "Disk used per broker as a share of its capacity (from the capacity document): before (grey) and after "
+            "the plan (the rack's colour); the red line is the cap no broker may end above, the dashed lines the "
+            "mean share and the band the plan aims at (or the offload threshold).",
+        ))
+        body.append(page.disk_table(disk, order))
     if view.bytes_before is None:
         body.append("<p>No replica sizes in the snapshot: bytes per broker are unknown "
                     "(snapshots taken with <code>include_sizes=True</code> have them).</p>")

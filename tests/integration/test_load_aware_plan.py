@@ -25,9 +25,6 @@ def _bytes(snapshot) -> dict[int, int]:
     return out
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 16, open: on this 5-broker cluster the disk step sheds a small replica first and then "
-    "cannot swap the 8 MB one off broker 4 (count limit), so broker 4 stays above the cap"))
 def test_plan_execute_wait_bytes_match_the_prediction(sandbox, unique_topic, tmp_path):
     config = sandbox.client_config()
     big, small = f"{unique_topic}-big", f"{unique_topic}-small"
@@ -48,9 +45,10 @@ def test_plan_execute_wait_bytes_match_the_prediction(sandbox, unique_topic, tmp
         assert result.after.rack_violations == 0 and result.after.rf_changes == 0
         moves = [(m.current_replicas, m.target_replicas) for m in result.plan.moves]
         assert disk.over_cap() == [], (result.warnings, disk.bytes_before, disk.bytes_after, disk.capacity, moves)
-        status = run(admin, result.plan, ExecutionLimits(), ExecutionOptions(), state_dir=tmp_path,
-                     poll_interval_s=0.5)
-        assert not status.failed and not status.stale, status
+        outcome = run(admin, result.plan, ExecutionLimits(), ExecutionOptions(), state_dir=tmp_path,
+                      poll_interval_s=0.5)
+        status = outcome.status
+        assert status.ok and not status.failed and not status.stale, outcome.summary()
         assert len(status.done) == len(result.plan)
         wait_until(lambda: not admin.list_reassignments(), "the reassignments to finish", timeout=120)
 

@@ -237,6 +237,8 @@ class _DiskStep:
         self.offload = goal.offload_threshold is not None
         live = self.live_set
         self.bytes: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in self.live}
+        #: bytes per live broker that the step may not move (outside its scope, frozen, left out)
+        self.pinned: dict[int, int] = dict(self.bytes)
         self.count: dict[int, int] = {b: fixed_counts.get(b, 0) for b in self.live}
         # entries: one per partition the step may look at
         self.reps: list[list[int]] = []
@@ -246,6 +248,12 @@ class _DiskStep:
         self.movable: list[bool] = []
         self.tcount: list[dict[int, int]] = []
         self.on: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        #: replicas as they were before any step (a move back to one of them costs no bytes)
+        self.orig: list[tuple[int, ...]] = []
+        #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
+        self.added: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
+        self.taken: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
         for ti, (t, reps) in enumerate(zip(topics, replicas, strict=True)):
             sizes = t.sizes or [0] * len(reps)
             frozen = t.frozen or [False] * len(reps)
@@ -254,6 +262,8 @@ class _DiskStep:
             for pi, (r, s) in enumerate(zip(reps, sizes, strict=True)):
                 e = len(self.reps)
                 self.reps.append(list(r))
+                o = t.replicas[pi]
+                self.orig.append(o)
                 self.size.append(s)
                 self.topic.append(ti)
                 self.key.append((ti, pi))
@@ -266,9 +276,19 @@ class _DiskStep:
                         tc[b] = tc.get(b, 0) + 1
                         if mv:
                             self.on[b].append((s, e))
+                            if b not in o:
+                                self.added[b].append((s, e))
+                        else:
+                            self.pinned[b] += s
+                if mv and r != o:
+                    for b in o:
+                        if b in live and b not in r:
+                            self.taken[b].append((s, e))
             self.tcount.append(tc)
         for b in self.live:
             self.on[b].sort()
+            self.added[b].sort()
+            self.taken[b].sort()
         self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
         self.touched: set[int] = set()
         self.total = sum(self.bytes.values())
@@ -337,7 +357,9 @@ class _DiskStep:
         if e in self.touched or src not in self.reps[e]:
             return False
         tried = 0
-        for dst in receivers:
+        # a broker that held the replica before the count steps first: moving it back costs no bytes
+        back = [b for b in self.orig[e] if b in room and b not in self.reps[e]]
+        for dst in (back + list(receivers)) if back else receivers:
             if tried >= RECEIVERS:
                 break
             if room[dst] < s or dst == src:
@@ -370,31 +392,57 @@ class _DiskStep:
     # -- the two passes ----------------------------------------------------------------------
     def shed(self, src: int, need: float, most: float) -> None:
         """Move replicas off ``src`` until ``need`` bytes left it, never more than ``most``."""
-        sizes = self.sizes_on[src]
-        n = len(self.on[src])
+        cap = self.goal.capacity
         while need > 0:
             receivers = self.receivers(src)
-            room = {b: self.band[b][1] - self.bytes[b] for b in receivers}
-            if not receivers or max(room.values()) <= 0:
+            if not receivers:
                 return
-            best_room = max(room.values())
-            cut = bisect.bisect_right(sizes, min(need, best_room))
-            # the largest replicas no larger than what must go (and than any receiver's room) first,
-            # then the smallest larger one, if shedding it stays within ``most``
-            s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
-            if s is None:
-                s = self.first_moved(src, range(cut, n), receivers, room, min(most, best_room))
+            room = {b: self.band[b][1] - self.bytes[b] for b in receivers}
+            s = self.shed_one(src, need, most, receivers, room)
+            if s is None and self.bytes[src] > self.goal.cap * cap[src]:
+                # the cap is hard, the band is not: a broker above its cap may send a replica
+                # larger than any receiver's room in the band, to a receiver that stays under its cap
+                room = {b: self.goal.cap * cap[b] - self.bytes[b] for b in receivers}
+                s = self.shed_one(src, need, most, receivers, room)
             if s is None:
                 return
             need -= s
             most -= s
 
-    def first_moved(
-        self, src: int, order: range, receivers: Sequence[int], room: dict[int, float], largest: float
+    def shed_one(
+        self, src: int, need: float, most: float, receivers: Sequence[int], room: dict[int, float]
     ) -> int | None:
-        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, sizes up to
-        ``largest``) that some receiver takes; its size, or ``None``."""
-        lst = self.on[src]
+        """Move one replica off ``src`` to a receiver with ``room`` for it; its size, or ``None``."""
+        best_room = max(room.values())
+        if best_room <= 0:
+            return None
+        limit = min(need, best_room)
+        # replicas the count steps put on ``src`` first (moving them on costs no more bytes), then
+        # the largest replicas no larger than what must go (and than any receiver's room), then
+        # the smallest larger one, if shedding it stays within ``most``
+        added = self.added[src]
+        cut = bisect.bisect_right(added, (limit, len(self.reps)))
+        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"), added)
+        if s is not None:
+            return s
+        cut = bisect.bisect_right(self.sizes_on[src], limit)
+        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
+        if s is None:
+            s = self.first_moved(src, range(cut, len(self.on[src])), receivers, room, min(most, best_room))
+        return s
+
+    def first_moved(
+        self,
+        src: int,
+        order: range,
+        receivers: Sequence[int],
+        room: dict[int, float],
+        largest: float,
+        lst: list[tuple[int, int]] | None = None,
+    ) -> int | None:
+        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
+        ``lst``, sizes up to ``largest``) that some receiver takes; its size, or ``None``."""
+        lst = self.on[src] if lst is None else lst
         tried = 0
         for i in order:
             if tried >= CANDIDATES:
@@ -413,6 +461,11 @@ class _DiskStep:
         """Pull replicas onto ``dst`` until ``need`` bytes arrived, never more than ``most``."""
         cap = self.goal.capacity
         while need > 0:
+            got = self.pull_back(dst, min(need, most))
+            if got is not None:
+                need -= got
+                most -= got
+                continue
             donors = [b for b in self.live if b != dst and self.bytes[b] > self.band[b][0]]
             donors.sort(key=lambda b: -self.bytes[b] / cap[b])
             got = None
@@ -426,6 +479,29 @@ class _DiskStep:
                 return
             need -= got
             most -= got
+
+    def pull_back(self, dst: int, limit: float) -> int | None:
+        """Move back onto ``dst`` the largest partition (no larger than ``limit``) the count steps
+        took off it, from a holder the count steps put it on that stays above its band's bottom
+        (the move saves the bytes of one replica); its size, or ``None``."""
+        lst = self.taken[dst]
+        cut = bisect.bisect_right(lst, (limit, len(self.reps)))
+        tried = 0
+        for i in range(cut - 1, -1, -1):
+            if tried >= CANDIDATES:
+                return None
+            s, e = lst[i]
+            reps = self.reps[e]
+            if e in self.touched or dst in reps:
+                continue
+            tried += 1
+            for src in reps:
+                if src in self.orig[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
+                    continue
+                if self.can_place(e, src, dst) and self.counts_allow(src, dst):
+                    self.apply(e, src, dst)
+                    return s
+        return None
 
     def passes(self) -> None:
         cap = self.goal.capacity
@@ -442,19 +518,55 @@ class _DiskStep:
             if self.out.moves == progress:
                 break
 
+    def rack_limits(self) -> tuple[list[int], list[int]]:
+        """Per rack index, the fewest and the most bytes its brokers can hold under the rack rule:
+        a partition keeps ``min(RF, racks, racks it spans now)`` racks, so a rack keeps at least one
+        replica of a partition with RF >= racks that it holds, and at most RF minus one per other
+        rack the partition must keep; bytes the step may not move stay where they are."""
+        n = self.n_racks
+        lo = [0] * n
+        hi = [0] * n
+        per_rack = self.layout.rack_sizes()
+        for b in self.live:
+            g = self.rack.get(b, -1)
+            if 0 <= g < n:
+                lo[g] += self.pinned[b]
+                hi[g] += self.pinned[b]
+        for e, reps in enumerate(self.reps):
+            if not self.movable[e]:
+                continue
+            s = self.size[e]
+            racks = [self.rack.get(b, -1) for b in reps if b in self.live_set]
+            keep = min(len(reps), n, len(set(racks)))
+            for g in range(n):
+                if len(reps) >= n and g in racks:
+                    lo[g] += s
+                hi[g] += s * min(per_rack[g], len(reps) - (keep - 1))
+        return lo, hi
+
     def rack_bands(self) -> list[str]:
-        """Where a rack as a whole stays outside the band (replicas that must keep a replica in
-        the rack: RF = racks), aim its brokers at the rack's own mean share instead."""
+        """Where a rack as a whole cannot reach the band (replicas that must keep a copy in each
+        rack, RF >= racks, pin each rack's bytes), aim its brokers at the nearest share the rack
+        can reach instead."""
         cap = self.goal.capacity
         tol = self.goal.tolerance
         notes = []
+        fewest, most = self.rack_limits()
         for g in range(self.n_racks):
             members = [b for b in self.live if self.rack.get(b, -1) == g]
             if len(members) < 2:
                 continue
-            share = sum(self.bytes[b] for b in members) / sum(cap[b] for b in members)
+            rack_cap = sum(cap[b] for b in members)
             lo_g, hi_g = self.band[members[0]][0] / cap[members[0]], self.band[members[0]][1] / cap[members[0]]
+            share = sum(self.bytes[b] for b in members) / rack_cap
             if lo_g <= share <= hi_g:
+                continue
+            # the nearest share the rack can reach; where it can reach the band, its brokers keep it
+            if fewest[g] / rack_cap > hi_g:
+                share = fewest[g] / rack_cap
+            elif most[g] / rack_cap < lo_g:
+                share = most[g] / rack_cap
+            else:
                 continue
             lo = max(0.0, min(share - tol, lo_g))
             hi = min(max(share + tol, hi_g), self.goal.cap)
@@ -462,8 +574,9 @@ class _DiskStep:
                 self.band[b] = (lo * cap[b], hi * cap[b])
             name = self.layout.rack_names[g] if g < len(self.layout.rack_names) else g
             notes.append(
-                f"rack {name} holds {share:.1%} of its disk, not the mean share: replicas that must keep a copy "
-                "in each rack (RF >= racks) fix each rack's bytes; its brokers are balanced around the rack's share"
+                f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
+                "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
+                "bytes; its brokers are balanced around that share"
             )
         return notes
 

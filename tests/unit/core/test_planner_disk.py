@@ -119,7 +119,7 @@ def test_rebalance_balances_disk_share_under_the_cap_with_counts_racks_and_rf_ke
     assert result.after.rack_violations == 0
     assert result.after.rf_changes == 0
     assert result.bytes_lower_bound is not None and result.bytes_to_move is not None
-    assert result.bytes_lower_bound <= result.bytes_to_move <= 1.25 * result.bytes_lower_bound
+    assert result.bytes_lower_bound <= result.bytes_to_move <= 1.15 * result.bytes_lower_bound
     assert result.lower_bound <= result.replica_moves
     # predicted per-broker bytes are those of the final assignment
     sizes = {p.tp: max(p.replica_sizes.values()) for p in snap.partitions}
@@ -177,3 +177,55 @@ def test_in_flight_partitions_and_left_out_topics_never_move_in_the_disk_step():
     moved = {m.topic for m in result.plan.moves}
     assert not any(t.startswith("topic-0000") and t[-1] in "01234" for t in moved)
     assert not {m.tp for m in result.plan.moves} & set(result.excluded_in_flight)
+
+
+def _sandbox_like(big: int = 8_500_000, small: int = 330_000):
+    """The sandbox test's layout: racks r1 = {1, 4}, r2 = {2, 5}, r3 = {3}, RF 2 (< 3 racks); 8 MB
+    partitions on 1/4 and 2/5, small ones around 3; broker 4 has half the disk of the others."""
+    snap = snapshot_from_assignment(
+        {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"},
+        {"big": [[1, 2], [4, 5], [1, 5], [4, 2]], "small": [[3, 1], [3, 4], [2, 3], [5, 3], [1, 2], [4, 5]]},
+        sizes={"big": [big] * 4, "small": [small] * 6},
+    )
+    unit = int((8 * big + 12 * small) / 0.5 / 4.5)
+    return snap, unit, capacity_document({"default": {"disk": unit}, "brokers": {"4": {"disk": unit // 2}}})
+
+
+@pytest.mark.parametrize("big", [7_000_000, 8_500_000, 8_900_000])
+def test_broker_over_its_cap_sends_a_replica_larger_than_any_room_in_the_band(big):
+    # an 8 MB replica is larger than the room under any receiver's band top (5% of the disk): the
+    # cap is hard and the band is not, so the broker over its cap sends it to one that stays under
+    snap, unit, doc = _sandbox_like(big)
+    result = plan_reassignment(snap, PlanRequest(capacity=doc, disk_tolerance=0.05))
+    d = result.disk
+    assert d.share_before(4) > 1.0
+    assert d.over_cap() == [], (result.warnings, d.bytes_after)
+    assert abs(d.share_after(4) - d.mean_share) < 0.1
+    assert result.after.rack_violations == 0 and result.after.rf_changes == 0
+    assert result.after.replica_max_min <= 2
+    # RF 2 < 3 racks: no rack's bytes are pinned, so no rack gets a band of its own
+    assert not [w for w in result.warnings if w.startswith("rack ")], result.warnings
+    # every broker outside the band is named
+    for b in d.capacity:
+        if abs(d.share_after(b) - d.mean_share) > 0.05 + 1e-3:
+            assert any(w.startswith(f"broker {b} ") for w in result.warnings), (b, result.warnings)
+
+
+def test_rack_holding_one_replica_of_every_partition_gets_its_own_band():
+    # RF 3 = racks: each rack holds one replica of every partition, so rack a (twice the disk)
+    # cannot reach the mean share; its brokers are balanced around the share it can reach
+    brokers = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"}
+    parts = [[0, 2, 4]] * 6 + [[1, 3, 5]] * 2
+    snap = snapshot_from_assignment(brokers, {"t": parts}, sizes={"t": [1000] * 8})
+    caps = {0: 16000, 1: 16000, 2: 8000, 3: 8000, 4: 8000, 5: 8000}
+    result = plan_reassignment(snap, PlanRequest(capacity=_doc(caps), disk_tolerance=0.02))
+    d = result.disk
+    assert result.after.rack_violations == 0
+    notes = [w for w in result.warnings if w.startswith("rack ")]
+    assert notes[0] == (
+        "rack a can hold no more than 25.0% of its disk, not the mean share: replicas that must keep a copy "
+        "in each rack (RF >= racks) or may not move fix its bytes; its brokers are balanced around that share"
+    )
+    assert [w.split(" can hold ")[1][:16] for w in notes[1:]] == ["no less than 50.", "no less than 50."]
+    assert d.bytes_after[0] == d.bytes_after[1] == 4000
+    assert d.bytes_after[2] == d.bytes_after[3] == d.bytes_after[4] == d.bytes_after[5] == 4000
