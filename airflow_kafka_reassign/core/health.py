@@ -93,7 +93,8 @@ class HealthReport:
     def line(self) -> str:
         """One line: what is wrong, counted, with a few partitions named."""
         if self.healthy:
-            return (f"cluster healthy ({len(self.expected)} partition(s) out of sync because of this run's own moves)"
+            return (f"cluster healthy ({len(self.expected)} partition(s) out of sync as expected: reassignments catching "
+                    "up, or down brokers this plan drains)"
                     if self.expected else "cluster healthy")
         bad = set(self.trouble)
         ur = sum(1 for tp in self.under_replicated if tp in bad)
@@ -101,7 +102,7 @@ class HealthReport:
         off = sum(1 for tp in self.offline if tp in bad)
         shown = "; ".join(f"{tp}: {why}" for tp, why in sorted(self.trouble.items())[:SAMPLE])
         more = f"; and {len(bad) - SAMPLE} more" if len(bad) > SAMPLE else ""
-        own = f"; {len(self.expected)} more are this run's own moves" if self.expected else ""
+        own = f"; {len(self.expected)} more are expected (reassignments catching up)" if self.expected else ""
         return (f"cluster unhealthy: {ur} partition(s) under-replicated, {umi} under min ISR, {off} offline "
                 f"({shown}{more}){own}")
 
@@ -132,8 +133,9 @@ def assess(
     """Sort the partitions that are not fully in sync into expected and trouble.
 
     :param min_isr: ``min.insync.replicas`` per topic (absent: 1).
-    :param moving: partitions this run has in flight: missing replicas that are their adding
-        replicas (catching up) are expected, as long as the partition keeps a leader and min ISR.
+    :param moving: partitions this run has in flight. Missing replicas that are a partition's
+        adding replicas (catching up, in this run's reassignment or anyone's) are expected, as long as
+        the partition keeps a leader and min ISR.
         A mapping also names each one's adding replicas (the metadata can lag the controller).
     :param drained: brokers this plan removes replicas from (and adds none to): a replica missing
         because such a broker is down (not in ``live_brokers``) is expected, the plan recreates it.
@@ -161,7 +163,10 @@ def assess(
         if p.leader is None:
             report.trouble[tp] = f"offline (no leader); {state}"
             continue
-        catching_up = set(p.adding_replicas) | set(adding.get(tp, ())) if tp in ours else set()
+        # adding replicas outside the ISR are every reassignment's normal state (its original replicas still
+        # hold the data): expected whoever started it; the run's own moves also by the controller's word
+        # (the metadata can lag it)
+        catching_up = set(p.adding_replicas) | (set(adding.get(tp, ())) if tp in ours else set())
         explained = [b for b in missing if b in catching_up or b in gone]
         if len(explained) == len(missing) and (not short or all(b in gone for b in missing)):
             why = [("adding replicas catching up", [b for b in missing if b in catching_up]),

@@ -475,14 +475,21 @@ class KafkaClusterAdmin:
     ) -> ClusterSnapshot:
         """:meth:`_snapshot_once`, read again once on a new client when librdkafka's "controller"
         (in KRaft a broker it picked from the metadata) stopped: a broker killed mid-run."""
+        return self._on_fresh_controller(
+            lambda: self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s))
+
+    def _on_fresh_controller(self, call: Callable[[], _T]) -> _T:
+        """``call()``, made once more on a new confluent-kafka client when librdkafka's "controller" (in
+        KRaft a broker it picked from the metadata, to which it sends config and topic requests) has
+        stopped: a broker killed mid-run. The calls given here are idempotent."""
         try:
-            return self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s)
+            return call()
         except ClusterUnreachableError as e:
             if "waiting for controller" not in str(e):
                 raise
-            log.info("the broker the admin client routed to as controller is gone; reading again with fresh metadata")
+            log.info("the broker the admin client routed to as controller is gone; asking again with fresh metadata")
             self._ck = None
-            return self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s)
+            return call()
 
     def _snapshot_once(
         self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
@@ -862,6 +869,9 @@ class KafkaClusterAdmin:
     ) -> tuple[PartitionResult, ...]:
         if not partitions:
             return ()
+        return self._on_fresh_controller(lambda: self._elect_preferred_leaders(partitions))
+
+    def _elect_preferred_leaders(self, partitions: Collection[TopicPartition]) -> tuple[PartitionResult, ...]:
         # confluent-kafka 2.16's elect_leaders fails on any timeout keyword (SystemError in its
         # argument parsing): call it bare; _wait still bounds the wait
         fut = self._confluent().elect_leaders(
@@ -886,6 +896,9 @@ class KafkaClusterAdmin:
         Static values from a broker's properties file and cluster-wide dynamic defaults are
         not ours to change and are not reported.
         """
+        return self._on_fresh_controller(lambda: self._describe_throttles(brokers, topics))
+
+    def _describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
         ck = self._confluent()
         broker_vals: dict[int, dict[str, str | None]] = {}
         for b in sorted(set(brokers)):
@@ -916,6 +929,13 @@ class KafkaClusterAdmin:
     ) -> None:
         """Set (a value) or delete (``None``) dynamic configs; one call per broker, since
         librdkafka accepts a single broker resource per IncrementalAlterConfigs."""
+        self._on_fresh_controller(lambda: self._set_throttles(broker_configs, topic_configs))
+
+    def _set_throttles(
+        self,
+        broker_configs: Mapping[int, Mapping[str, str | None]],
+        topic_configs: Mapping[str, Mapping[str, str | None]],
+    ) -> None:
         ck = self._confluent()
 
         def entries(values: Mapping[str, str | None]) -> list[ConfigEntry]:

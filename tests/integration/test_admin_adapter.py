@@ -184,10 +184,15 @@ def test_throttles_set_then_cleared_leave_configs_exactly_as_before(sandbox, adm
     res = ConfigResource(ConfigResource.Type.TOPIC, unique_topic, incremental_configs=[
         ConfigEntry(FOLLOWER_REPLICAS, "1:5", incremental_operation=AlterConfigOpType.SET)])
     ck.incremental_alter_configs([res])[res].result(20)
+    # a dynamic config reaches the broker that describes it through the metadata log: a moment later under load
+    wait_until(lambda: (LEADER_RATE, "777000") in _dynamic_configs(sandbox, [1], unique_topic)[
+        (ConfigResource.Type.BROKER, "1")], "broker 1 to show the value set", timeout=30)
     before = _dynamic_configs(sandbox, [1, 2, 3, 4], unique_topic)
 
     moves = [Move(topic=unique_topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 4))]
     backup = apply_throttle(admin, moves, 1_000_000)
+    wait_until(lambda: (FOLLOWER_RATE, "1000000") in _dynamic_configs(sandbox, [4], unique_topic)[
+        (ConfigResource.Type.BROKER, "4")], "broker 4 to show the throttle", timeout=30)
     during = _dynamic_configs(sandbox, [1, 2, 3, 4], unique_topic)
     assert (LEADER_RATE, "1000000") in during[(ConfigResource.Type.BROKER, "1")]
     assert (FOLLOWER_RATE, "1000000") in during[(ConfigResource.Type.BROKER, "4")]
@@ -196,7 +201,8 @@ def test_throttles_set_then_cleared_leave_configs_exactly_as_before(sandbox, adm
     assert topic_during[FOLLOWER_REPLICAS] == "0:3,0:4,1:5"
 
     restore_throttle(admin, backup)
-    assert _dynamic_configs(sandbox, [1, 2, 3, 4], unique_topic) == before
+    wait_until(lambda: _dynamic_configs(sandbox, [1, 2, 3, 4], unique_topic) == before, "the configs as before",
+               timeout=30)
     # leave the broker as the suite found it
     res = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
         ConfigEntry(LEADER_RATE, None, incremental_operation=AlterConfigOpType.DELETE)])
