@@ -28,6 +28,8 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.execution import (
+    NONE_SET,
+    RESTORED,
     cancel,
     rebase_rollback,
     restore_throttles,
@@ -162,7 +164,8 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
             result = cancel(admin, plan, cancel_all=bool(self.cancel_all), dry_run=options.dry_run, log=self.log)
             if lease is not None:
                 lease.confirm()
-            restored = False if options.dry_run else restore_throttles(admin, state, log=self.log)
+            restored = NONE_SET if options.dry_run else (
+                RESTORED if restore_throttles(admin, state, log=self.log) else NONE_SET)
             summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(),
                                        "throttles_restored": restored, "rollback": None}
             rolled = None

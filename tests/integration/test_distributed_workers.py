@@ -169,7 +169,7 @@ def test_deferrable_wait_runs_in_a_triggerer_with_its_own_directories(
     assert not [p.name for p in (triggerer / "tmp").iterdir() if p.name.startswith("akr-")]
     summary = json.loads(af.query("select value from xcom where dag_id=? and run_id=? and task_id='wait' and "
                                   "key='return_value'", dag_id, run_id)[0][0])
-    assert summary["done"] == 2 and summary["finish"]["throttles_restored"]
+    assert summary["done"] == 2 and summary["finish"]["throttles_restored"] == "yes"
     with KafkaClusterAdmin(config, timeout_s=30) as admin:
         assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
         assert throttles(admin, [unique_topic]) == before

@@ -184,7 +184,7 @@ def test_submit_pending_submits_within_the_limits(fake, plan_dir):
 def test_submit_pending_with_throttle_restores_the_throttle_at_the_end(fake, plan_dir):
     fake.broker_configs[1][LEADER_RATE] = "999"  # someone's value, kept exactly
     result = sensor(plan_dir, submit_pending=True, throttle_bytes_per_sec=100_000).execute({})
-    assert result["finish"]["throttles_restored"] is True
+    assert result["finish"]["throttles_restored"] == "yes"
     assert fake.broker_configs[1] == {LEADER_RATE: "999"}
     assert all(FOLLOWER_RATE not in c for c in fake.broker_configs.values())
     assert not (plan_dir / RUN_DIR / THROTTLE_BACKUP_FILE).exists()
