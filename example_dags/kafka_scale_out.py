@@ -20,14 +20,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.providers.common.compat.sdk import AirflowFailException
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.approval import PlanApprovalOperator
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
 
 KAFKA_CONN_ID = "kafka_default"
+#: The approval is void when the plan's snapshot is older than this (re-plan).
+MAX_SNAPSHOT_AGE = timedelta(hours=2)
+PLAN_MADE = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.plan_made")
+MOVES_FINISHED = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.moves_finished")
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
 #: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
 #: Airflow Variable ``akr_plan_storage`` to an object-storage prefix (``s3://kafka-plans/airflow``)
@@ -58,6 +63,7 @@ with DAG(
         "throttle_bytes_per_sec": Param(50_000_000, type="integer", minimum=100_000, maximum=1_000_000_000),
         "max_moves_per_broker": Param(2, type="integer", minimum=1, maximum=100),
         "topic_include": Param([".*"], type="array", items={"type": "string", "minLength": 1}, minItems=1),
+        "require_approval": Param(True, type="boolean", description="pause after the plan until a person approves it"),
     },
     tags=["kafka", "reassignment"],
 ) as dag:
@@ -89,6 +95,16 @@ with DAG(
         use_sizes=True,
         skip_if_empty=True,
         execution_timeout=timedelta(minutes=30),
+        outlets=[PLAN_MADE],
+    )
+
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        plan="{{ ti.xcom_pull(task_ids='plan') }}",
+        required="{{ params.require_approval }}",
+        subject="Scale out onto brokers {{ params.new_broker_ids }}: approve the plan?",
+        response_timeout=timedelta(hours=2),
+        retries=0,
     )
 
     execute = ExecuteReassignmentOperator(
@@ -99,6 +115,8 @@ with DAG(
         throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
         elect_leaders=True,
+        approval="{{ ti.xcom_pull(task_ids='approve') }}",
+        max_snapshot_age=MAX_SNAPSHOT_AGE,
         execution_timeout=timedelta(hours=10),
     )
 
@@ -110,7 +128,8 @@ with DAG(
         poke_interval=15,
         timeout=timedelta(hours=10),
         stuck_after=timedelta(minutes=15),
+        outlets=[MOVES_FINISHED],
     )
 
-    check_new_brokers() >> plan >> execute >> wait
+    check_new_brokers() >> plan >> approve >> execute >> wait
 # [END scale_out]

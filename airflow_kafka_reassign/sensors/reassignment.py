@@ -102,6 +102,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         ``<plan dir>/run``) and, with ``elect_leaders``, elect the preferred leaders. Default True.
     :param deferrable: wait in the triggerer instead of a worker slot (default: ``[operators] default_deferrable``).
     :param kafka_timeout_s: bound on every request to the cluster.
+    :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
+        rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
+        ExecuteReassignment (below).
 
     The execution parameters (``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
     ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``on_plan_error``,

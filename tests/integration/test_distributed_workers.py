@@ -96,7 +96,7 @@ def test_decommission_example_runs_each_task_in_its_own_process_and_directories(
     shutil.copyfile(EXAMPLES / f"{dag_id}.py", af.home / "dags" / f"{dag_id}.py")
     started = time.monotonic()
     run_id, state = run_dag(af, dag_id, {
-        "broker_ids": [5], "dry_run": False, "throttle_bytes_per_sec": 5_000_000,
+        "broker_ids": [5], "dry_run": False, "require_approval": False, "throttle_bytes_per_sec": 5_000_000,
         "topic_include": [f"{unique_topic}-.*"], "partial_drain": True})
     elapsed = time.monotonic() - started
     logs = task_logs(workers, dag_id)
