@@ -11,8 +11,12 @@ are reassigned to them. This DAG, triggered by hand::
    over the brokers, keep replication factors, spread partitions over racks, and change as few
    leaders as the leader balance needs (Kafka's own ``--generate`` moves about 1.4x as many replicas
    and changes most leaders);
-3. ``execute`` under a throttle and batch limits, ``wait`` with one progress line per poke; the
-   throttles are restored exactly at the end.
+3. ``approve``: a person approves the plan (see kafka_decommission_brokers; ``require_approval``);
+4. the deferrable split, the recommended shape for long moves: ``execute`` checks the approval and
+   the guards and submits the first batch under the throttle, then returns (no worker slot held for
+   hours); ``wait`` waits in the triggerer (``deferrable=True``), submits the next batches within
+   the same limits as moves finish (``submit_pending=True``), logs one progress line per poke
+   (bytes copied, rate, ETA) and restores the throttles exactly at the end.
 """
 
 from __future__ import annotations
@@ -117,7 +121,8 @@ with DAG(
         elect_leaders=True,
         approval="{{ ti.xcom_pull(task_ids='approve') }}",
         max_snapshot_age=MAX_SNAPSHOT_AGE,
-        execution_timeout=timedelta(hours=10),
+        wait_for_completion=False,  # submit the first batch, leave the throttles for `wait`
+        execution_timeout=timedelta(minutes=30),
     )
 
     wait = WaitForReassignmentSensor(
@@ -125,6 +130,11 @@ with DAG(
         storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         plan_uri=PLAN_URI,
+        deferrable=True,  # waits in the triggerer, not a worker slot
+        submit_pending=True,  # the next batches, within the same limits, as moves finish
+        throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
+        max_moves_per_broker="{{ params.max_moves_per_broker }}",
+        elect_leaders=True,
         poke_interval=15,
         timeout=timedelta(hours=10),
         stuck_after=timedelta(minutes=15),

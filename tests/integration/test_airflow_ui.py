@@ -46,10 +46,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: A real login (not make ui's "all admins": that mode lets anybody in, so it could not show a refusal).
+USER, PASSWORD = "sre", "test-only-password"
+
+
 class Api:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.token = json.loads(self._raw("GET", "/auth/token"))["access_token"]
+        self.token = json.loads(self._raw("POST", "/auth/token", {"username": USER, "password": PASSWORD}))[
+            "access_token"]
 
     def _raw(self, method: str, path: str, body: Any = None, token: str | None = None) -> bytes:
         req = urllib.request.Request(self.url + path, method=method,
@@ -57,11 +62,17 @@ class Api:
         req.add_header("Content-Type", "application/json")
         if token:
             req.add_header("Authorization", f"Bearer {token}")
-        with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 (local URL)
+        with urllib.request.urlopen(req, timeout=60) as r:  # noqa: S310 (local URL)
             return r.read()
 
     def __call__(self, method: str, path: str, body: Any = None) -> Any:
-        return json.loads(self._raw(method, "/api/v2" + path, body, self.token) or b"null")
+        for attempt in range(3):  # a loaded machine: the API server may answer late; a GET is safe to repeat
+            try:
+                return json.loads(self._raw(method, "/api/v2" + path, body, self.token) or b"null")
+            except (TimeoutError, urllib.error.URLError) as e:
+                if method != "GET" or attempt == 2 or isinstance(e, urllib.error.HTTPError):
+                    raise
+        raise AssertionError("unreachable")
 
     def get_or_none(self, path: str) -> Any:
         try:
@@ -90,13 +101,16 @@ def airflow_ui(sandbox, tmp_path_factory):
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": url,
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AKR_OUTPUT_DIR": str(home / "plans"),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
+    (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
     airflow = str(Path(sys.executable).with_name("airflow"))
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     log = open(home / "standalone.log", "wb")  # noqa: SIM115
@@ -168,10 +182,12 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     assert "replica moves" in detail["body"] and "Open the plan report" in detail["body"]
     assert ti_state(api, run_id, "execute") in (None, "none", "scheduled", "queued")  # nothing submitted yet
 
-    # the browser: log in (all-admins simple auth manager), the plan task's page, its "Plan report" link
-    browser.goto(f"{api.url}/auth/token/login?next={api.url}/")
-    task_page = f"{api.url}/dags/{DAG_ID}/runs/{run_id}/tasks/plan"
-    browser.goto(task_page)
+    # the browser: logged in as the UI does it (the JWT in Airflow's "_token" cookie), the plan task's page
+    browser.call("Network.setCookie", name="_token", value=api.token, url=api.url, path="/")
+    browser.goto(f"{api.url}/dags/{DAG_ID}/runs/{run_id}/tasks/plan")
+    # the task instance's "Details" tab holds its "Extra Links"
+    browser.wait_for("(() => { const t = [...document.querySelectorAll('a, button')].find(e => e.textContent.trim() "
+                     "=== 'Details'); if (t) { t.click(); } return !!t; })()", what="the task's Details tab")
     href = browser.wait_for(
         "(() => { const a = [...document.querySelectorAll('a')].find(e => e.textContent.trim() === 'Plan report');"
         " return a && a.href; })()", what="the 'Plan report' extra link on the plan task's page", timeout=90)
