@@ -116,9 +116,10 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         if HITL_AVAILABLE:
             super().__init__(subject=subject, body="(the plan summary is filled in when the task runs)", **kwargs)
         else:
-            kwargs.pop("response_timeout", None)
+            response_timeout = kwargs.pop("response_timeout", None)
             super().__init__(**kwargs)
             self.subject = subject
+            self.response_timeout = response_timeout
         self.plan = plan
         self.plan_task_id = plan_task_id
         self.required = required
