@@ -331,7 +331,7 @@ def _group_alive(pid: int) -> bool:
     return True
 
 
-def _stop_group(pid: int, timeout: float = 10.0) -> float:
+def _stop_group(pid: int, timeout: float = 6.0) -> float:
     """Stop the process group of ``airflow standalone`` within about ``timeout`` seconds; returns how long it took.
 
     SIGINT first (standalone's KeyboardInterrupt path stops its components), SIGTERM to every process
