@@ -286,7 +286,7 @@ class PlanReassignmentOperator(BaseOperator):
         """Refuse, by name, a ``spark_conn_id`` that is not an Airflow connection of type ``spark``."""
         if self.spark_conn_id is None:
             return
-        from airflow.sdk import BaseHook
+        from airflow.providers.common.compat.sdk import BaseHook
 
         fix = (f"create it (type spark, host = the master URL such as spark://host:7077 or local[4]), or leave "
                f"spark_conn_id unset to plan on spark_master={self.spark_master!r}")

@@ -27,8 +27,16 @@ BASE = {"timeout", "poke_interval", "mode", "response_timeout"}
 def _class(root: Path, target: str) -> ast.ClassDef:
     module, _, name = target.rpartition(".")
     path = root / (module.replace(".", "/") + ".py")
-    if not path.is_file():
-        raise PluginError(f"params: {target}: {path} does not exist")
+    if not path.is_file():  # no source tree beside mkdocs.yml (the installed wheel's check): the installed module
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(module)
+        except ImportError:
+            spec = None
+        if spec is None or not spec.origin:
+            raise PluginError(f"params: {target}: {path} does not exist")
+        path = Path(spec.origin)
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ClassDef) and node.name == name:
             return node
