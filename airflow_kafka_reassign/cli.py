@@ -172,6 +172,10 @@ def _plan_on_spark(args: argparse.Namespace, request: Any) -> dict[str, Any] | N
     def where(uri: str) -> str:
         return str(local_path(uri).resolve()) if is_local(uri) else uri
 
+    if is_local(args.snapshot):  # bad input fails here in a second, in one line, before a JVM starts
+        from airflow_kafka_reassign.spark.job_storage import check_local_snapshot
+
+        check_local_snapshot(where(args.snapshot))
     environment: dict[str, str] = {}
     for uri in (args.snapshot, args.out):
         if not is_local(uri):
@@ -181,17 +185,26 @@ def _plan_on_spark(args: argparse.Namespace, request: Any) -> dict[str, Any] | N
         request_file = Path(tmp) / "request.json"
         request_file.write_text(request.model_dump_json(), encoding="utf-8")
         conf = dict(kv.split("=", 1) for kv in args.conf or [])
+        # the job's output is captured: bad input is ONE line (below), any other failure shows the output's tail
         done = submit_plan(where(args.snapshot), where(args.out), str(request_file), master=args.master, conf=conf,
-                           partitions=args.partitions, environment=environment)
+                           partitions=args.partitions, environment=environment, capture=True)
     if done.returncode == JOB_BAD_INPUT:
         error = plan_store.read(ERROR_FILE)
-        if error is not None:
-            raise ConfigurationError(error.decode("utf-8", "replace").strip())
+        text = error.decode("utf-8", "replace").strip() if error is not None else _job_error_line(done.stderr)
+        raise ConfigurationError(text or "the Spark plan job refused its input (exit code 2) without saying why")
     if done.returncode != 0:
-        print(f"error: the Spark plan job failed (exit code {done.returncode}); see its output above", file=sys.stderr)
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+        print(f"{tail}\nerror: the Spark plan job failed (exit code {done.returncode}); its output's last lines are "
+              "above", file=sys.stderr)
         return None
     summary: dict[str, Any] = read_metrics(plan_store)["summary"]
     return summary
+
+
+def _job_error_line(output: str) -> str:
+    """The plan job's own "plan_job: ..." line from its output (spark-submit adds JVM chatter around it)."""
+    lines = [line.strip() for line in output.splitlines() if line.startswith("plan_job: ")]
+    return lines[-1].removeprefix("plan_job: ").removeprefix("no plan: ") if lines else ""
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:

@@ -268,6 +268,7 @@ def run(workdir: Path, keep: bool) -> int:
         conf = {
             "broker_ids": [DECOMMISSIONED],
             "dry_run": False,
+            "require_approval": False,  # `airflow dags test`: nobody to answer (make ui shows the approval)
             "throttle_bytes_per_sec": DEMO_THROTTLE,
             "max_moves": 12,
             "max_moves_per_broker": 4,
@@ -318,22 +319,39 @@ def _health(url: str) -> dict[str, Any] | None:
         return None
 
 
-def _stop_group(pid: int, timeout: float = 60.0) -> None:
-    """SIGINT to the process group of ``airflow standalone`` (its KeyboardInterrupt path stops every
-    component), then SIGKILL whatever is left after ``timeout``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGINT)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.5)
+def _group_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap the leader if it is our child (else it stays a zombie, "alive")
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_group(pid: int, timeout: float = 6.0) -> float:
+    """Stop the process group of ``airflow standalone`` within about ``timeout`` seconds; returns how long it took.
+
+    SIGINT first (standalone's KeyboardInterrupt path stops its components), SIGTERM to every process
+    of the group after a third of ``timeout`` (a component that waits for something, such as the API
+    server's open connections), SIGKILL to what is left at the end. The scheduler, triggerer and
+    executor hold no state that needs more: a task they ran is retried or resumed from the cluster
+    and the plan (docs/execute.md)."""
+    started = time.monotonic()
+    for sig, until in ((signal.SIGINT, timeout / 3), (signal.SIGTERM, timeout)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        while time.monotonic() - started < until:
+            if not _group_alive(pid):
+                return time.monotonic() - started
+            time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    while _group_alive(pid) and time.monotonic() - started < timeout + 5:
+        time.sleep(0.1)
+    return time.monotonic() - started
 
 
 def ui(workdir: Path, port: int) -> int:
@@ -390,13 +408,25 @@ def ui(workdir: Path, port: int) -> int:
     state_file.write_text(json.dumps({"standalone_pgid": proc.pid, "sandbox_dir": str(sandbox.dir), "url": url}))
     stopping = False
 
+    def stopped_elsewhere() -> bool:
+        """``ui-stop`` (another terminal) marks the state file, then stops everything itself."""
+        try:
+            return bool(json.loads(state_file.read_text()).get("stopping"))
+        except (OSError, ValueError):
+            return True  # the state file is gone: ui-stop is done
+
     def stop(*_: object) -> None:
         nonlocal stopping
         if stopping:
             return
         stopping = True
+        if stopped_elsewhere():
+            say("stopped by ui-stop")
+            out.close()
+            return
         say("stopping airflow standalone and the sandbox")
-        _stop_group(proc.pid)
+        took = _stop_group(proc.pid)
+        print(f"    airflow standalone stopped in {took:.1f} s", flush=True)
         sandbox.down()
         state_file.unlink(missing_ok=True)
         out.close()
@@ -421,7 +451,7 @@ def ui(workdir: Path, port: int) -> int:
         )
         while proc.poll() is None:
             time.sleep(1)
-        if not stopping:
+        if not stopping and not stopped_elsewhere():
             raise DemoError(f"airflow standalone exited {proc.returncode}; see {logs / 'standalone.log'}")
     except KeyboardInterrupt:
         pass
@@ -437,11 +467,13 @@ def ui_stop(workdir: Path) -> int:
     state_file = workdir / UI_STATE
     if state_file.exists():
         state = json.loads(state_file.read_text())
+        state_file.write_text(json.dumps({**state, "stopping": True}))  # the `make ui` terminal then ends cleanly
         say(f"stopping airflow standalone (process group {state['standalone_pgid']})")
-        _stop_group(int(state["standalone_pgid"]))
-        state_file.unlink(missing_ok=True)
+        took = _stop_group(int(state["standalone_pgid"]))
+        print(f"    stopped in {took:.1f} s", flush=True)
     say("stopping the sandbox")
     Sandbox(workdir / "sandbox").down()
+    state_file.unlink(missing_ok=True)
     return 0
 
 

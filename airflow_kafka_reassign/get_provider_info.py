@@ -74,6 +74,11 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_kafka_reassign.triggers.reassignment"],
             }
         ],
+        # the "Plan report" extra link and the plugin route that serves the report (Airflow's auth)
+        "extra-links": ["airflow_kafka_reassign.links.PlanReportLink"],
+        "plugins": [
+            {"name": "kafka_reassign", "plugin-class": "airflow_kafka_reassign.report_server.KafkaReassignPlugin"},
+        ],
         # "operators", "sensors" and "triggers" entries go here once those modules exist
         # (airflow_kafka_reassign.operators..., .sensors..., .triggers...); list only modules
         # that import: tests/unit/test_provider_info.py imports every module listed.

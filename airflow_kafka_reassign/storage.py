@@ -356,6 +356,22 @@ def open_plan(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = D
     return store
 
 
+def snapshot_taken_at(plan: Store, *, conn_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:
+    """``taken_at`` of the snapshot folder next to a plan directory (``<output>/snapshot``, where
+    PlanReassignment writes it); ``None`` when there is none."""
+    import json
+
+    if isinstance(plan, LocalStore):
+        base: str = str(plan.root.parent)
+    else:
+        base = plan.uri.rstrip("/").rsplit("/", 1)[0]
+    try:
+        data = open_store(f"{base}/snapshot", conn_id=conn_id, timeout_s=timeout_s).read("snapshot.json")
+        return str(json.loads(data)["taken_at"]) if data is not None else None
+    except (StoreError, ValueError, KeyError):
+        return None
+
+
 def run_state(plan: Store, state_dir: str | None = None, *, conn_id: str | None = None,
               timeout_s: float = DEFAULT_TIMEOUT_S) -> Store:
     """The run state of a plan: ``state_dir`` when given, else ``<plan>/run``."""

@@ -16,6 +16,13 @@ Nothing runs before the input is checked:
    that cannot be made (an RF larger than the brokers left, racks that cannot be spread over)
    fails here with the reason, before anything changed. The plan report is written next to it.
 
+4. ``approve`` pauses the run for a person (Airflow's human-in-the-loop approval, Airflow 3.1+): the
+   task's "Required actions" page shows the plan's summary and a link to the plan report; "Reject"
+   skips everything after it (nothing is submitted). The approval is bound to the plan's content
+   hash and its snapshot time: ``execute`` refuses a plan edited after the approval, or planned
+   more than ``MAX_SNAPSHOT_AGE`` ago, saying to re-plan. A dry run asks no approval; untick
+   ``require_approval`` only where nobody is there to answer (CI, ``airflow dags test``).
+
 Then ``execute`` submits the moves in batches under the throttle (``dry_run``: it logs the exact
 requests and changes nothing, and the run stops after it), ``wait`` follows them with one progress
 line per poke and restores the throttles, and ``verify_drained`` confirms the brokers hold no
@@ -34,14 +41,22 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.providers.common.compat.sdk import AirflowFailException
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.approval import PlanApprovalOperator
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
 
 KAFKA_CONN_ID = "kafka_default"
+# [START approval_bound]
+#: The approval is void when the plan's snapshot is older than this (re-plan: the cluster may have moved on).
+MAX_SNAPSHOT_AGE = timedelta(hours=2)
+#: Other DAGs can be scheduled on these (schedule=[PLAN_MADE]): a plan was made / its moves finished.
+PLAN_MADE = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.plan_made")
+MOVES_FINISHED = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.moves_finished")
+# [END approval_bound]
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
 # [START plan_storage]
 #: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
@@ -66,6 +81,10 @@ PARAMS = {
         description="broker ids (node.id) that must end with no replica",
     ),
     "dry_run": Param(True, type="boolean", title="Dry run", description="validate and log the requests only"),
+    "require_approval": Param(
+        True, type="boolean", title="Require approval",
+        description="pause after the plan until a person approves it (untick only where nobody can answer: CI)",
+    ),
     "throttle_bytes_per_sec": Param(
         50_000_000, type="integer", minimum=100_000, maximum=1_000_000_000,
         title="Replication throttle (bytes/s)", description="on the brokers and replicas involved, removed at the end",
@@ -135,6 +154,16 @@ with DAG(
         use_sizes=True,
         skip_if_empty=True,
         execution_timeout=timedelta(minutes=30),
+        outlets=[PLAN_MADE],
+    )
+
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        plan="{{ ti.xcom_pull(task_ids='plan') }}",
+        required="{{ params.require_approval and not params.dry_run }}",
+        subject="Drain brokers {{ params.broker_ids }}: approve the plan?",
+        response_timeout=timedelta(hours=4),
+        retries=0,
     )
 
     execute = ExecuteReassignmentOperator(
@@ -147,6 +176,8 @@ with DAG(
         max_moves="{{ params.max_moves }}",
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
         elect_leaders=True,
+        approval="{{ ti.xcom_pull(task_ids='approve') }}",
+        max_snapshot_age=MAX_SNAPSHOT_AGE,
         execution_timeout=timedelta(hours=10),
     )
 
@@ -164,6 +195,7 @@ with DAG(
         timeout=timedelta(hours=10),
         stuck_after=timedelta(minutes=15),
         on_timeout="leave",  # a drain is resumed, not undone: fix the cause and trigger again
+        outlets=[MOVES_FINISHED],
     )
 
     @task(retries=0)
@@ -195,5 +227,5 @@ with DAG(
             print(f"brokers {sorted(remove)} hold no replica: they can be shut down")
         return {"drained": sorted(remove), "left_for_later": len(on_removed)}
 
-    check_request() >> plan >> execute >> not_a_dry_run() >> wait >> verify_drained()
+    check_request() >> plan >> approve >> execute >> not_a_dry_run() >> wait >> verify_drained()
 # [END decommission]

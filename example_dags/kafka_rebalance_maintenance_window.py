@@ -26,13 +26,18 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Asset, Param
 
+from airflow_kafka_reassign.operators.approval import PlanApprovalOperator
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
 
 KAFKA_CONN_ID = "kafka_default"
+#: The approval is void when the plan's snapshot is older than this (re-plan).
+MAX_SNAPSHOT_AGE = timedelta(hours=1)
+PLAN_MADE = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.plan_made")
+MOVES_FINISHED = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.moves_finished")
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
 #: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
 #: Airflow Variable ``akr_plan_storage`` to an object-storage prefix (``s3://kafka-plans/airflow``)
@@ -67,6 +72,7 @@ with DAG(
         "window_minutes": Param(
             180, type="integer", minimum=5, description="no move is submitted later than this after the run started",
         ),
+        "require_approval": Param(True, type="boolean", description="pause after the plan until a person approves it"),
     },
     tags=["kafka", "reassignment"],
 ) as dag:
@@ -80,6 +86,16 @@ with DAG(
         use_sizes=True,  # balance bytes too, prefer moving small replicas
         skip_if_empty=True,
         execution_timeout=timedelta(minutes=30),
+        outlets=[PLAN_MADE],
+    )
+
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        plan="{{ ti.xcom_pull(task_ids='plan') }}",
+        required="{{ params.require_approval }}",
+        subject="Maintenance-window rebalance: approve the plan?",
+        response_timeout=timedelta(hours=2),
+        retries=0,
     )
 
     execute = ExecuteReassignmentOperator(
@@ -91,6 +107,8 @@ with DAG(
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
         deadline="{{ (dag_run.start_date + macros.timedelta(minutes=params.window_minutes)).isoformat() }}",
         elect_leaders=True,
+        approval="{{ ti.xcom_pull(task_ids='approve') }}",
+        max_snapshot_age=MAX_SNAPSHOT_AGE,
         execution_timeout=timedelta(hours=4),
     )
 
@@ -102,8 +120,9 @@ with DAG(
         poke_interval=30,
         timeout=timedelta(hours=1),
         stuck_after=timedelta(minutes=15),
+        outlets=[MOVES_FINISHED],
         on_timeout="cancel",
     )
 
-    plan >> execute >> wait
+    plan >> approve >> execute >> wait
 # [END rebalance_window]

@@ -11,8 +11,12 @@ are reassigned to them. This DAG, triggered by hand::
    over the brokers, keep replication factors, spread partitions over racks, and change as few
    leaders as the leader balance needs (Kafka's own ``--generate`` moves about 1.4x as many replicas
    and changes most leaders);
-3. ``execute`` under a throttle and batch limits, ``wait`` with one progress line per poke; the
-   throttles are restored exactly at the end.
+3. ``approve``: a person approves the plan (see kafka_decommission_brokers; ``require_approval``);
+4. the deferrable split, the recommended shape for long moves: ``execute`` checks the approval and
+   the guards and submits the first batch under the throttle, then returns (no worker slot held for
+   hours); ``wait`` waits in the triggerer (``deferrable=True``), submits the next batches within
+   the same limits as moves finish (``submit_pending=True``), logs one progress line per poke
+   (bytes copied, rate, ETA) and restores the throttles exactly at the end.
 """
 
 from __future__ import annotations
@@ -20,14 +24,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.providers.common.compat.sdk import AirflowFailException
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.approval import PlanApprovalOperator
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
 
 KAFKA_CONN_ID = "kafka_default"
+#: The approval is void when the plan's snapshot is older than this (re-plan).
+MAX_SNAPSHOT_AGE = timedelta(hours=2)
+PLAN_MADE = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.plan_made")
+MOVES_FINISHED = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.moves_finished")
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
 #: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
 #: Airflow Variable ``akr_plan_storage`` to an object-storage prefix (``s3://kafka-plans/airflow``)
@@ -58,6 +67,7 @@ with DAG(
         "throttle_bytes_per_sec": Param(50_000_000, type="integer", minimum=100_000, maximum=1_000_000_000),
         "max_moves_per_broker": Param(2, type="integer", minimum=1, maximum=100),
         "topic_include": Param([".*"], type="array", items={"type": "string", "minLength": 1}, minItems=1),
+        "require_approval": Param(True, type="boolean", description="pause after the plan until a person approves it"),
     },
     tags=["kafka", "reassignment"],
 ) as dag:
@@ -89,6 +99,16 @@ with DAG(
         use_sizes=True,
         skip_if_empty=True,
         execution_timeout=timedelta(minutes=30),
+        outlets=[PLAN_MADE],
+    )
+
+    approve = PlanApprovalOperator(
+        task_id="approve",
+        plan="{{ ti.xcom_pull(task_ids='plan') }}",
+        required="{{ params.require_approval }}",
+        subject="Scale out onto brokers {{ params.new_broker_ids }}: approve the plan?",
+        response_timeout=timedelta(hours=2),
+        retries=0,
     )
 
     execute = ExecuteReassignmentOperator(
@@ -99,7 +119,10 @@ with DAG(
         throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
         elect_leaders=True,
-        execution_timeout=timedelta(hours=10),
+        approval="{{ ti.xcom_pull(task_ids='approve') }}",
+        max_snapshot_age=MAX_SNAPSHOT_AGE,
+        wait_for_completion=False,  # submit the first batch, leave the throttles for `wait`
+        execution_timeout=timedelta(minutes=30),
     )
 
     wait = WaitForReassignmentSensor(
@@ -107,10 +130,16 @@ with DAG(
         storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         plan_uri=PLAN_URI,
+        deferrable=True,  # waits in the triggerer, not a worker slot
+        submit_pending=True,  # the next batches, within the same limits, as moves finish
+        throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
+        max_moves_per_broker="{{ params.max_moves_per_broker }}",
+        elect_leaders=True,
         poke_interval=15,
         timeout=timedelta(hours=10),
         stuck_after=timedelta(minutes=15),
+        outlets=[MOVES_FINISHED],
     )
 
-    check_new_brokers() >> plan >> execute >> wait
+    check_new_brokers() >> plan >> approve >> execute >> wait
 # [END scale_out]

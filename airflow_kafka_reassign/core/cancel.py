@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.throttle import restore_throttles
+from airflow_kafka_reassign.core.throttle import NONE_SET, RESTORED, restore_throttles
 from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class CancelResult:
         if self.order_unknown:
             out["order_unknown"] = len(self.order_unknown)
         if self.throttles_restored is not None:
-            out["throttles_restored"] = self.throttles_restored
+            out["throttles_restored"] = RESTORED if self.throttles_restored else NONE_SET
         return out
 
 

@@ -65,15 +65,18 @@ from airflow_kafka_reassign.core.adaptive import (
     soonest_eta_s,
 )
 from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
-
-# the journal and the run's throttles live in core/journal.py and core/throttle.py; importable from here too
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
 from airflow_kafka_reassign.core.store import as_store
-from airflow_kafka_reassign.core.throttle import (  # noqa: F401
+
+# the journal and the run's throttles live in core/journal.py and core/throttle.py; importable from here too
+from airflow_kafka_reassign.core.throttle import (  # noqa: F401 (re-exported)  # noqa: F401
+    NONE_SET,
+    NOT_RESTORED,
+    RESTORED,
     THROTTLE_BACKUP_FILE,
     backup_path,
     desired_throttles,
@@ -913,12 +916,12 @@ def finish(
     ``lease``, it is confirmed first (a run that lost it restores nothing).
     """
     log = log or _log
-    out: dict[str, Any] = {"throttles_restored": False}
+    out: dict[str, Any] = {"throttles_restored": NONE_SET}
     if options.dry_run:
         return out
     if lease is not None:
         lease.confirm()
-    out["throttles_restored"] = restore_throttles(admin, state_dir, log=log)
+    out["throttles_restored"] = RESTORED if restore_throttles(admin, state_dir, log=log) else NONE_SET
     if elect if elect is not None else options.elect_leaders:
         obs = _observe(admin, {m.topic for m in plan.moves})
         status = _classify(plan, obs, options, {})
@@ -938,6 +941,10 @@ class RunResult:
     """How a :func:`run` ended: the last status and what happened on the way."""
 
     status: ExecutionStatus
+    #: moves this call submitted, over all its steps (``status.submitted`` is the last step's only)
+    submitted: list[TopicPartition] = field(default_factory=list)
+    #: distinct moves of the plan submitted by any run so far (this one, earlier tries, the sensor), from the journal
+    submitted_total: int | None = None
     deadline_reached: bool = False
     stopped: bool = False
     cancel: CancelResult | None = None
@@ -956,6 +963,11 @@ class RunResult:
         out.update(deadline_reached=self.deadline_reached, stopped=self.stopped, steps=self.steps,
                    elapsed_s=round(self.elapsed_s, 1), unhealthy=self.unhealthy, paused_s=round(self.paused_s, 1),
                    adaptations=len(self.adaptations), **self.finish)
+        out["submitted"] = len(self.submitted)
+        out["submitted_total"] = self.submitted_total if self.submitted_total is not None else len(self.submitted)
+        # "yes" restored now, "none-set" nothing to restore, "no" left in place (wait_for_completion=False: the
+        # sensor restores them when the moves are done)
+        out.setdefault("throttles_restored", NOT_RESTORED)
         if self.cancel is not None:
             out["cancel"] = self.cancel.summary()
         return out
@@ -983,6 +995,7 @@ def run(
     adaptive: AdaptiveBounds | None = None,
     min_poll_interval_s: float = DEFAULT_MIN_POLL_S,
     clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[ExecutionStatus], None] | None = None,
 ) -> RunResult:
     """Execute ``plan`` to the end (or the deadline): pre-flight, then :func:`step` until done.
 
@@ -1012,6 +1025,9 @@ def run(
 
     With ``options.dry_run`` it stops after the pre-flight and one dry step that logs the exact
     requests of the first batch.
+
+    ``progress(status)`` is called after each step that leaves moves in flight (the operator logs the
+    bytes / rate / ETA line there, the sensor's line).
     """
     log = log or _log
     started = time.monotonic()
@@ -1063,7 +1079,10 @@ def run(
                           known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop, lease=lease)
             result.steps += 1
             result.status = status
+            result.submitted.extend(status.submitted)
             known.update(status.failed)
+            if progress is not None and status.in_flight and not status.complete:
+                progress(status)
             if status.complete or not wait:
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
@@ -1122,6 +1141,7 @@ def run(
                               "restores them from %s", backup_path(state_dir) if state_dir else "the backup")
     if result.status.blocked:
         log.error("%s", result.status.blocked)
+    result.submitted_total = submitted_total(state_dir, result.submitted)
     return result
 
 
@@ -1156,6 +1176,20 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
                     "(throttle_bytes_per_sec, or max_throttle with adaptive limits)" if rate else
                     "check the brokers of these moves")
     return soonest_eta_s(left, watch.rate)
+
+
+def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPartition] = ()) -> int:
+    """Distinct moves submitted for this plan by any run so far: the journal's ``submitted`` entries (and ``this_run``)."""
+    seen = {(tp.topic, tp.partition) for tp in this_run}
+    if state_dir is not None:
+        try:
+            entries = read_journal(state_dir)
+        except Exception:  # noqa: BLE001 (the journal is a best-effort record)
+            entries = []
+        for entry in entries:
+            if entry.get("event") == "submitted":
+                seen.update((str(t), int(p)) for t, p, *_ in entry.get("submitted", []))
+    return len(seen)
 
 
 # -- the rollback plan --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ path or any :class:`~airflow_kafka_reassign.core.store.Store` (object storage, t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -174,6 +175,20 @@ def read_plan(plan_dir: PlanLocation) -> ReassignmentPlan:
     ``plan_dir`` is a local path or any :class:`~airflow_kafka_reassign.core.store.Store` (object storage)."""
     _require(plan_dir, METRICS_FILE)
     return ReassignmentPlan.model_validate_json(_require(plan_dir, PLAN_FILE))
+
+
+def plan_digest(data: bytes) -> str:
+    """The content hash of a plan: ``sha256:`` and the hex SHA-256 of its ``plan.json`` bytes.
+
+    An approval names it; execution refuses a plan whose hash differs (edited after approval)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read_plan_with_digest(plan_dir: PlanLocation) -> tuple[ReassignmentPlan, str]:
+    """:func:`read_plan` and the :func:`plan_digest` of the very bytes it parsed."""
+    _require(plan_dir, METRICS_FILE)
+    data = _require(plan_dir, PLAN_FILE)
+    return ReassignmentPlan.model_validate_json(data), plan_digest(data)
 
 
 def read_rollback(plan_dir: PlanLocation) -> ReassignmentPlan:

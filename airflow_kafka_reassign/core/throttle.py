@@ -42,6 +42,10 @@ BrokerConfigs = dict[int, dict[str, str | None]]
 TopicConfigs = dict[str, dict[str, str | None]]
 
 
+#: ``throttles_restored`` values: restored now / none was set (nothing to restore) / left in place.
+RESTORED, NONE_SET, NOT_RESTORED = "yes", "none-set", "no"
+
+
 def throttled_replicas(moves: Iterable[Move]) -> dict[str, tuple[set[str], set[str]]]:
     """Per topic: the leader-side entries (current replicas) and follower-side entries
     (adding replicas) of the moves, as ``"partition:broker"`` strings."""

@@ -72,6 +72,10 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
     ``poll_interval`` apply to the rollback and mean what they mean for ExecuteReassignment (the
     rollback is refused whole, before anything is sent, on a plan error by default).
 
+    :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
+        rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / strict / elect_leaders /
+        deadline / poll_interval / kafka_timeout_s: as for ExecuteReassignment; used by the rollback.
+
     XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
     "not_reverted", "reordered", "order_changed", "leader_changed", "throttles_restored",
     "rollback": {...} | None}`` (see :class:`~airflow_kafka_reassign.core.cancel.CancelResult`).

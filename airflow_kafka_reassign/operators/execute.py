@@ -30,7 +30,8 @@ same plan from another DAG run while this one drives it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds
+from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
@@ -48,13 +50,15 @@ from airflow_kafka_reassign.core.execution import (
 )
 from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, LeaseLostError
-from airflow_kafka_reassign.core.plan_io import read_plan
+from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
+from airflow_kafka_reassign.core.progress import ReassignmentWatch
 from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.links import PlanReportLink, push_report_location
 from airflow_kafka_reassign.operators._params import as_bool
-from airflow_kafka_reassign.plan_access import lease_identity, plan_store
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, run_state
+from airflow_kafka_reassign.plan_access import lease_identity, log_progress, plan_store
+from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, run_state, snapshot_taken_at
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -262,6 +266,14 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         throttles in place for ``WaitForReassignmentSensor(submit_pending=True)`` to continue.
     :param state_dir: where the run state lives (default ``<plan>/run``; a path or a URI). Templated.
     :param kafka_timeout_s: bound on every request to the cluster.
+    :param approval: the approval task's result (``"{{ ti.xcom_pull(task_ids='approve') }}"``, see
+        :class:`~airflow_kafka_reassign.operators.approval.PlanApprovalOperator`). When set, the task
+        refuses (before anything is sent) a plan that was rejected, whose ``plan.json`` differs from
+        the approved content hash (edited after the approval), or whose snapshot is older than
+        ``max_snapshot_age``: the message says to re-plan. ``None``: no approval is checked. Templated.
+    :param max_snapshot_age: refuse a plan planned from a snapshot older than this (seconds, a
+        timedelta, or ``"2h"``); the snapshot's time comes from ``approval``, else from the
+        ``snapshot`` folder next to the plan. ``None``: no bound.
 
     XCom (``return_value``): ``{"plan_uri", "moves", "done", "in_flight", "pending", "stale",
     "failed", "foreign", "complete", "ok", "deadline_reached", ...}`` with at most a few
@@ -273,9 +285,10 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     # ("{{ params.throttle_bytes_per_sec }}"); the allow_* overrides are not: they belong in code.
     template_fields: Sequence[str] = (
         "plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id",
-        "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "dry_run",
+        "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "dry_run", "approval",
     )
     ui_color = "#fde8d0"
+    operator_extra_links = (PlanReportLink(),)
 
     def __init__(
         self,
@@ -309,10 +322,14 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         storage_conn_id: str | None = None,
         storage_timeout_s: float = DEFAULT_TIMEOUT_S,
         lease_ttl_s: float = DEFAULT_TTL_S,
+        approval: Any = None,
+        max_snapshot_age: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.plan_uri = plan_uri
+        self.approval = approval
+        self.max_snapshot_age = max_snapshot_age
         self.kafka_config_id = kafka_config_id
         self.storage_conn_id = storage_conn_id
         self.storage_timeout_s = storage_timeout_s
@@ -342,7 +359,9 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         try:
             store = plan_store(str(self.plan_uri), conn_id=self.storage_conn_id or None,
                                timeout_s=float(self.storage_timeout_s))
-            plan = read_plan(store)
+            plan, digest = read_plan_with_digest(store)
+            push_report_location(context, store.uri, self.storage_conn_id)
+            self._check_approval(store, digest)
             state = run_state(store, self.state_dir, conn_id=self.storage_conn_id or None,
                               timeout_s=float(self.storage_timeout_s))
             limits, options = self.execution_params()
@@ -350,7 +369,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             if self.on_deadline not in ("finish", "cancel"):
                 raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {self.on_deadline!r}")
             adaptive = self._adaptive_bounds()
-        except (ConfigurationError, StoreError, FileNotFoundError, ValueError) as e:
+        except (ConfigurationError, GuardRefusedError, StoreError, FileNotFoundError, ValueError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         self.log.info(
             "Executing %s: %d moves; max_moves=%s max_moves_per_broker=%s order=%s throttle=%s B/s rf_guard=%s "
@@ -377,6 +396,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
                 lease=lease,
                 adaptive=adaptive,
                 min_poll_interval_s=float(self.min_poll_interval),
+                progress=self._progress_logger(plan, admin),
             )
         except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
@@ -400,6 +420,39 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             raise ConfigurationError(f"adaptive_limits: unknown key(s) {sorted(set(bounds) - known)}; known: "
                                      f"{', '.join(sorted(known))}")
         return AdaptiveBounds(**{"max_moves": self.max_moves or 1, **bounds})
+
+    def _progress_logger(self, plan: ReassignmentPlan, admin: ClusterAdmin) -> Callable[[Any], None]:
+        """While the task waits for its moves: the sensor's progress line (bytes copied, rate, ETA) per poll."""
+        watch = ReassignmentWatch(plan, started_at=time.time(), stuck_after_s=600.0)
+        last: list[str | None] = [None]
+
+        def progress(_status: Any) -> None:
+            try:
+                last[0] = log_progress(self.log, watch.poke(admin, now=time.time()), watch, last[0])
+            except Exception as e:  # noqa: BLE001 (a progress line is never a reason to stop the run)
+                self.log.debug("no progress line this time: %s", e)
+
+        return progress
+
+    def _check_approval(self, store: Store, digest: str) -> None:
+        """Refuse a rejected plan, one edited after its approval, or one planned from too old a snapshot."""
+        now = datetime.now(UTC)
+        max_age = self.max_snapshot_age
+        max_age_s = None
+        if max_age is not None and max_age != "":
+            bound = parse_deadline(max_age, now=now)
+            max_age_s = (bound - now).total_seconds() if bound is not None else None
+            if max_age_s is not None and max_age_s <= 0:
+                raise ConfigurationError(f"max_snapshot_age must be a positive duration, not {max_age!r}")
+        if self.approval is not None and self.approval != "":
+            record = ApprovalRecord.parse(self.approval)
+            check_approval(record, plan_sha256=digest, now=now, max_snapshot_age_s=max_age_s)
+            self.log.info("Approval: plan %s %s%s; snapshot taken at %s", digest,
+                          "approved" if record.required else "run without approval (require_approval=false)",
+                          f" by {record.approved_by}" if record.approved_by else "", record.snapshot_taken_at)
+        elif max_age_s is not None:
+            check_snapshot_age(snapshot_taken_at(store, conn_id=self.storage_conn_id or None,
+                                                 timeout_s=float(self.storage_timeout_s)), now=now, max_snapshot_age_s=max_age_s)
 
     def _conclude(self, context: Context, result: RunResult, plan_uri: str) -> dict[str, Any]:
         summary = {"plan_uri": plan_uri, "dry_run": bool(self.dry_run), **result.summary()}

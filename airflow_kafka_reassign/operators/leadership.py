@@ -55,6 +55,23 @@ if TYPE_CHECKING:
 
 
 class _LeadershipOperator(BaseOperator):
+    """What the evacuation and the restore share.
+
+    :param record_uri: the folder of the record (local path or object-storage URI). Templated.
+        Default: ``$AKR_OUTPUT_DIR/<dag_id>/<run_id>/leadership`` on the worker's disk (one machine
+        only: distributed workers share no disk, give an object-storage URI).
+    :param kafka_config_id: the ``kafka`` connection. Templated.
+    :param batch_size: partitions per reorder request and election.
+    :param timeout_s: bound on waiting for the reorders and retrying elections.
+    :param allow_partial: succeed even when partitions were refused (no in-sync replica outside
+        the brokers, a reassignment in flight) or kept their leader there; default: fail naming them
+        (after doing everything it could).
+    :param dry_run: log and return what would change; change nothing, write no record.
+    :param kafka_timeout_s: bound on each Kafka request.
+    :param storage_conn_id: the connection of the record's object storage. Templated.
+    :param storage_timeout_s: bound on each request to that storage.
+    """
+
     template_fields: Sequence[str] = ("record_uri", "kafka_config_id", "storage_conn_id", "timeout_s")
     ui_color = "#e2e3f3"
 
@@ -143,19 +160,6 @@ class EvacuateLeadershipOperator(_LeadershipOperator):
     :param topics: only the partitions of topics matching one of these regular expressions (full
         match). Default: every topic, internal ones included (a group coordinator on a broker under
         maintenance moves too). Templated.
-    :param record_uri: the folder of the record (local path or object-storage URI). Templated.
-        Default: ``$AKR_OUTPUT_DIR/<dag_id>/<run_id>/leadership`` on the worker's disk (one machine
-        only: distributed workers share no disk, give an object-storage URI).
-    :param kafka_config_id: the ``kafka`` connection. Templated.
-    :param batch_size: partitions per reorder request and election.
-    :param timeout_s: bound on waiting for the reorders and retrying elections.
-    :param allow_partial: succeed even when partitions were refused (no in-sync replica outside
-        the brokers, a reassignment in flight) or kept their leader there; default: fail naming them
-        (after doing everything it could).
-    :param dry_run: log and return what would change; change nothing, write no record.
-    :param kafka_timeout_s: bound on each Kafka request.
-    :param storage_conn_id: the connection of the record's object storage. Templated.
-    :param storage_timeout_s: bound on each request to that storage.
 
     XCom (``return_value``): ``{"action", "brokers", "reordered", "elected", "refused", "failed",
     "not_moved", "refused_partitions", "failed_partitions", "not_moved_partitions", "record_uri"}``

@@ -241,6 +241,9 @@ class PlanHealOperator(BaseOperator):
         object-storage URI (``s3://...``) for distributed workers.
     :param storage_conn_id: the Airflow connection of that object storage (templated), for both.
     :param kafka_config_id: the ``kafka`` connection (templated).
+    :param prune_healed: drop healed partitions from the heal-targets file once they are at their RF.
+    :param rack_aware: spread the added replicas over ``broker.rack`` racks.
+    :param timeout_s: bound on every request to the cluster.
     """
 
     template_fields: Sequence[str] = ("heal_targets_path", "plan_dir", "kafka_config_id", "storage_conn_id")

@@ -55,12 +55,13 @@ from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSki
 from airflow.sdk import BaseOperator, Context
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
-from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, read_metrics
+from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.links import PlanReportLink, push_report_location
 from airflow_kafka_reassign.operators._params import as_bool
 from airflow_kafka_reassign.spark.submit import (
     DEFAULT_MASTER,
@@ -158,7 +159,11 @@ class PlanReassignmentOperator(BaseOperator):
         provider's ``aws`` connection; ``endpoint_url`` in its extra for an S3-compatible store).
     :param storage_timeout_s: bound on each request to the object storage.
     :param spark_conn_id: a ``spark`` connection (master URL, deploy mode); ``None`` runs on
-        ``spark_master`` without any connection.
+        ``spark_master`` without any connection. A connection id that does not exist (a typo) is
+        refused by name before the cluster is touched (the Spark provider would fall back to YARN).
+    :param spark_master: the master URL when ``spark_conn_id`` is ``None`` (default ``local[*]``). Templated.
+    :param spark_partitions: tasks of the plan job's per-topic stages (default: 4 per core).
+    :param include_internal: also plan internal topics (``__consumer_offsets``, ...).
     :param spark_conf: extra Spark conf.
     :param skip_if_empty: skip downstream tasks when the plan moves nothing.
     :param kafka_timeout_s: bound on each request to the cluster.
@@ -172,6 +177,7 @@ class PlanReassignmentOperator(BaseOperator):
         "spark_master", "partial_drain", "storage_conn_id",
     )
     ui_color = "#e8f0fe"
+    operator_extra_links = (PlanReportLink(),)
 
     def __init__(
         self,
@@ -304,8 +310,29 @@ class PlanReassignmentOperator(BaseOperator):
 
     # -- the task ----------------------------------------------------------------------------
 
+    def check_spark_connection(self) -> None:
+        """Refuse, by name, a ``spark_conn_id`` that is not an Airflow connection of type ``spark``."""
+        if self.spark_conn_id is None:
+            return
+        from airflow.providers.common.compat.sdk import BaseHook
+
+        fix = (f"create it (type spark, host = the master URL such as spark://host:7077 or local[4]), or leave "
+               f"spark_conn_id unset to plan on spark_master={self.spark_master!r}")
+        try:
+            conn = BaseHook.get_connection(self.spark_conn_id)
+        except Exception:  # noqa: BLE001 (AirflowNotFoundException; its class moved between Airflow versions)
+            raise ConfigurationError(
+                f"task {self.task_id}: spark_conn_id {self.spark_conn_id!r} is not an Airflow connection: {fix}"
+            ) from None
+        if conn.conn_type != "spark":
+            raise ConfigurationError(
+                f"task {self.task_id}: spark_conn_id {self.spark_conn_id!r} is a {conn.conn_type!r} connection, not a "
+                f"'spark' one: {fix}"
+            )
+
     def execute(self, context: Context) -> dict[str, Any]:
         request = self.build_request()
+        self.check_spark_connection()
         location = self.output_location(context)
         remote = not is_local(location)
         if remote:
@@ -355,6 +382,9 @@ class PlanReassignmentOperator(BaseOperator):
             "plan_uri": f"{base}/plan",
             "snapshot_uri": f"{base}/snapshot",
             "report_uri": f"{base}/plan/{report}" if report else None,
+            # what an approval binds to: the plan's content hash and the time of its snapshot
+            "plan_sha256": self._digest(plan_dir, location, remote),
+            "snapshot_taken_at": snapshot.taken_at.isoformat(),
             "goal": summary["goal"],
             "partitions_moved": summary["partitions_moved"],
             "replica_moves": summary["replica_moves"],
@@ -378,11 +408,22 @@ class PlanReassignmentOperator(BaseOperator):
         for w in summary["warnings"]:
             self.log.warning("Plan: %s", w)
         if report:
-            self.log.info("Plan report (open before approving the execution): %s", out["report_uri"])
+            push_report_location(context, out["plan_uri"], self.storage_conn_id)
+            self.log.info("Plan report (open it with the task's \"Plan report\" link before approving): %s",
+                          out["report_uri"])
         if self.skip_if_empty and out["partitions_moved"] == 0:
             context["ti"].xcom_push(key="plan", value=out)
             raise AirflowSkipException("the plan moves nothing: skipping the downstream tasks")
         return out
+
+    def _digest(self, plan_dir: Path, location: str, remote: bool) -> str:
+        if not remote:
+            return plan_digest((plan_dir / PLAN_FILE).read_bytes())
+        data = open_store(f"{location.rstrip('/')}/plan", conn_id=self.storage_conn_id or None,
+                          timeout_s=float(self.storage_timeout_s)).read(PLAN_FILE)
+        if data is None:
+            raise ConfigurationError(f"task {self.task_id}: the plan job wrote no {PLAN_FILE} to {location}/plan")
+        return plan_digest(data)
 
     def _plan_on_storage(self, base: str, work: Path, snapshot: Any) -> tuple[dict[str, Any], str | None]:
         """The snapshot and the request uploaded to ``base``; the plan job reads them from there and

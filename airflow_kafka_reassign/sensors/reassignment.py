@@ -71,6 +71,16 @@ def _seconds(value: timedelta | float | None, name: str) -> float | None:
     return seconds
 
 
+def _int(value: Any, name: str) -> int | None:
+    """A limit as an int (``None``/``""``: no limit); a rendered Param arrives as an int or its text."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be a whole number, not {value!r}") from None
+
+
 class WaitForReassignmentSensor(BaseSensorOperator):
     """Wait until every move of a plan is complete; log progress; act on a stall or a timeout.
 
@@ -103,6 +113,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         ``<plan dir>/run``) and, with ``elect_leaders``, elect the preferred leaders. Default True.
     :param deferrable: wait in the triggerer instead of a worker slot (default: ``[operators] default_deferrable``).
     :param kafka_timeout_s: bound on every request to the cluster.
+    :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
+        rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
+        ExecuteReassignment (below).
 
     The execution parameters (``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
     ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``on_plan_error``,
@@ -112,7 +125,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     fails naming the errors) once the moves already in flight are done.
     """
 
-    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id")
+    # the limits and the throttle are templated so that DAG Params can set them, as for ExecuteReassignment
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id",
+                                      "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec")
     ui_color = "#e8f4e4"
 
     def __init__(
@@ -152,6 +167,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         self.kafka_config_id = kafka_config_id
         self.which = which
         self.submit_pending = submit_pending
+        self.max_moves = max_moves
+        self.max_moves_per_broker = max_moves_per_broker
+        self.throttle_bytes_per_sec = throttle_bytes_per_sec
         self.limits = {"max_moves": max_moves, "max_moves_per_broker": max_moves_per_broker, "order": order}
         self.options = {
             "throttle_bytes_per_sec": throttle_bytes_per_sec,
@@ -178,7 +196,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         self._started_at: float | None = None
         self._last_blocked: str | None = None
         self._unreachable = 0
-        self.spec()  # validates which, the limits and the options now (at DAG parse time)
+        if not any(isinstance(v, str) and "{{" in v for v in (max_moves, max_moves_per_broker, throttle_bytes_per_sec)):
+            self.spec()  # validates which, the limits and the options now (at DAG parse time; else once rendered)
 
     # -- the spec shared with the trigger ---------------------------------------------------------------
 
@@ -190,10 +209,17 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             kafka_config_id=self.kafka_config_id, kafka_timeout_s=self.kafka_timeout_s,
             stuck_after_s=self.stuck_after_s or 600.0, timeout_s=self.wait_timeout_s,
             measure_bytes=self.measure_bytes, window_s=self.eta_window_s or DEFAULT_WINDOW_S,
-            submit_pending=self.submit_pending, limits=dict(self.limits), options=dict(self.options),
+            submit_pending=self.submit_pending, limits=self._limits(), options=self._options(),
             storage_conn_id=self.storage_conn_id or None, storage_timeout_s=float(self.storage_timeout_s),
             state_dir=str(self.state_dir) if self.state_dir else None, lease_holder=holder, lease_scope=scope,
         )
+
+    def _limits(self) -> dict[str, Any]:
+        return {**self.limits, "max_moves": _int(self.max_moves, "max_moves"),
+                "max_moves_per_broker": _int(self.max_moves_per_broker, "max_moves_per_broker")}
+
+    def _options(self) -> dict[str, Any]:
+        return {**self.options, "throttle_bytes_per_sec": _int(self.throttle_bytes_per_sec, "throttle_bytes_per_sec")}
 
     def _get_admin(self, spec: WaitSpec) -> ClusterAdmin:
         if self._admin is None:

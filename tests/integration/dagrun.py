@@ -16,6 +16,16 @@ import json, sys, importlib.util
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 
+import airflow, os
+if tuple(int(x) for x in airflow.__version__.split(".")[:2]) < (3, 1):
+    # Airflow 3.0's dag.test() does not register the DAG's assets: a task with outlets would fail on "inactive
+    # assets". What the dag processor does in a deployment, done here: the dags folder parsed into the database.
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.models.dagbag import DagBag
+
+    DagBundlesManager().sync_bundles_to_db()
+    DagBag(os.path.dirname(sys.argv[1]), include_examples=False).sync_to_db("dags-folder", None)
+
 spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)

@@ -96,7 +96,7 @@ def test_decommission_example_runs_each_task_in_its_own_process_and_directories(
     shutil.copyfile(EXAMPLES / f"{dag_id}.py", af.home / "dags" / f"{dag_id}.py")
     started = time.monotonic()
     run_id, state = run_dag(af, dag_id, {
-        "broker_ids": [5], "dry_run": False, "throttle_bytes_per_sec": 5_000_000,
+        "broker_ids": [5], "dry_run": False, "require_approval": False, "throttle_bytes_per_sec": 5_000_000,
         "topic_include": [f"{unique_topic}-.*"], "partial_drain": True})
     elapsed = time.monotonic() - started
     logs = task_logs(workers, dag_id)
@@ -169,7 +169,7 @@ def test_deferrable_wait_runs_in_a_triggerer_with_its_own_directories(
     assert not [p.name for p in (triggerer / "tmp").iterdir() if p.name.startswith("akr-")]
     summary = json.loads(af.query("select value from xcom where dag_id=? and run_id=? and task_id='wait' and "
                                   "key='return_value'", dag_id, run_id)[0][0])
-    assert summary["done"] == 2 and summary["finish"]["throttles_restored"]
+    assert summary["done"] == 2 and summary["finish"]["throttles_restored"] == "yes"
     with KafkaClusterAdmin(config, timeout_s=30) as admin:
         assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
         assert throttles(admin, [unique_topic]) == before

@@ -115,6 +115,7 @@ def test_maintenance_window_rebalance_balances_a_skewed_set_of_topics(sandbox, a
         "throttle_bytes_per_sec": THROTTLE,
         "max_moves_per_broker": 2,
         "window_minutes": 30,
+        "require_approval": False,  # nobody answers in dag.test(): the Chromium test approves in a real UI
     })
 
     assert_run(result, "success", {"plan": "success", "execute": "success", "wait": "success"})
@@ -155,6 +156,7 @@ def test_decommission_dry_run_then_real_run_drains_the_broker(sandbox, admin, ai
         "topic_include": topics_pattern(unique_topic),
         # other tests' topics share broker 5: drain this test's topics only (the plan refuses otherwise)
         "partial_drain": True,
+        "require_approval": False,  # nobody answers in dag.test(): the Chromium test approves in a real UI
     }
 
     # dry_run defaults to True: plans and validates, changes nothing, stops after execute
@@ -214,6 +216,7 @@ def test_scale_out_moves_a_share_onto_the_new_brokers(sandbox, admin, airflow_ho
         "throttle_bytes_per_sec": THROTTLE,
         "max_moves_per_broker": 2,
         "topic_include": topics_pattern(unique_topic),
+        "require_approval": False,
     })
 
     assert_run(result, "success", {"check_new_brokers": "success", "plan": "success", "execute": "success",

@@ -221,7 +221,7 @@ def test_throttle_configs_are_exactly_as_before_after_the_run(sandbox, admin, un
         watcher.start()
     if ending == "success":
         result = run(admin, plan, ExecutionLimits(), options, state_dir=tmp_path, poll_interval_s=0.5)
-        assert result.status.ok and result.finish["throttles_restored"]
+        assert result.status.ok and result.finish["throttles_restored"] == "yes"
     elif ending == "failure":
         with pytest.raises(ConnectionError):
             run(Recording(admin, fail_on_list=4), plan, ExecutionLimits(), options, state_dir=tmp_path,

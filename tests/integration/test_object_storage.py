@@ -174,7 +174,7 @@ def test_decommission_example_with_plans_on_s3_reads_nothing_from_a_worker_disk(
         worker.env["AKR_OUTPUT_DIR"] = str(tmp_path / "local-plans")
     started = time.monotonic()
     result = worker.start(dag, "2026-11-24T01:00:00+00:00" if storage == "s3" else "2026-11-24T01:30:00+00:00", {
-        "broker_ids": [5], "dry_run": False, "throttle_bytes_per_sec": 5_000_000,
+        "broker_ids": [5], "dry_run": False, "require_approval": False, "throttle_bytes_per_sec": 5_000_000,
         "topic_include": [f"{unique_topic}-.*"], "partial_drain": True}).result()
     elapsed = time.monotonic() - started
     assert result["state"] == "success", worker.log[-5000:]

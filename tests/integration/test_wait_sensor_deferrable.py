@@ -118,7 +118,7 @@ def test_deferred_wait_survives_a_killed_triggerer(sandbox, deployment, unique_t
     xcom = af.query("select value from xcom where dag_id=? and run_id=? and task_id='wait' and key='return_value'",
                     DAG_ID, run_id)
     summary = json.loads(xcom[0][0])
-    assert summary["status"] == "complete" and summary["done"] == 2 and summary["finish"]["throttles_restored"]
+    assert summary["status"] == "complete" and summary["done"] == 2 and summary["finish"]["throttles_restored"] == "yes"
     with KafkaClusterAdmin(config) as admin:
         parts = {p.partition: p.replicas for p in admin.snapshot(topics=[unique_topic]).partitions}
         assert parts == {0: (4, 2), 1: (2, 5)}

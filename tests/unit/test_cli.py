@@ -91,3 +91,24 @@ def test_plan_with_a_capacity_document_reports_disk_and_the_bytes_bound(tmp_path
     assert main(["plan", "--snapshot", str(snap), "--capacity", str(doc), "--out", str(tmp_path / "p2"),
                  "--no-spark"]) == 2
     assert "broker(s) [99]" in capsys.readouterr().err
+
+
+def test_plan_on_spark_with_a_missing_snapshot_exits_2_with_one_line(tmp_path, capsys):
+    # the Spark path (no --no-spark): refused in-process before any JVM starts
+    assert main(["plan", "--snapshot", str(tmp_path / "missing"), "--out", str(tmp_path / "plan")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1
+    assert captured.err.startswith(f"error: {tmp_path / 'missing'}: no snapshot there")
+
+
+def test_plan_job_bad_input_is_one_line_without_the_jvm_chatter(tmp_path, capsys, monkeypatch):
+    import subprocess
+
+    from airflow_kafka_reassign.spark import submit
+
+    snap = write_snapshot(synthetic_snapshot(brokers=3, racks=1, topics=2, seed=1), tmp_path / "snap")
+    chatter = "WARNING: Using incubator modules: jdk.incubator.vector\nplan_job: no plan: brokers [9] are unknown\n"
+    monkeypatch.setattr(submit, "submit_plan", lambda *a, **k: subprocess.CompletedProcess([], 2, "", chatter))
+    assert main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "plan")]) == 2
+    assert capsys.readouterr().err == "error: brokers [9] are unknown\n"

@@ -36,7 +36,7 @@ def test_the_site_builds_with_no_warning(tmp_path):
     nav_pages = re.findall(r":\s*([\w-]+)\.md\s*$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
     assert {"index", "getting-started", "safety", "performance", "troubleshooting"} <= set(nav_pages)
     for name in nav_pages:
-        page = site / ("index.html" if name == "index" else f"{name}/index.html")
+        page = site / f"{name}.html"  # use_directory_urls: false: links work from disk
         assert page.is_file(), name
     for page in site.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
@@ -146,3 +146,28 @@ def test_the_hook_works_in_a_real_strict_build(repo):
     result = build(repo / "mkdocs.yml", repo / "site2")
     assert result.returncode != 0
     assert "[START gone]" in result.stdout + result.stderr
+
+
+def test_every_operator_and_sensor_has_a_parameter_table_from_its_docstring(tmp_path):
+    spec = importlib.util.spec_from_file_location("param_tables", ROOT / "docs" / "hooks" / "param_tables.py")
+    assert spec is not None and spec.loader is not None
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    classes = [
+        "operators.plan.PlanReassignmentOperator", "operators.approval.PlanApprovalOperator",
+        "operators.execute.ExecuteReassignmentOperator", "operators.cancel.CancelReassignmentOperator",
+        "operators.partitions.GuardedCreatePartitionsOperator", "operators.partitions.PlanHealOperator",
+        "sensors.reassignment.WaitForReassignmentSensor",
+    ]
+    for name in classes:
+        assert f"<!-- params: airflow_kafka_reassign.{name} -->" in pages, name
+        table = tables.table(ROOT, f"airflow_kafka_reassign.{name}")
+        assert table.count("\n") > 3
+    # a parameter without its :param: fails the build, naming it
+    module = tmp_path / "pkg" / "op.py"
+    module.parent.mkdir()
+    module.write_text('class Op:\n    """Doc.\n\n    :param a: documented.\n    """\n\n'
+                      '    def __init__(self, *, a: int = 1, b: int = 2, **kwargs):\n        pass\n')
+    with pytest.raises(Exception, match=r"pkg.op.Op: no :param: for \['b'\]"):
+        tables.table(tmp_path, "pkg.op.Op")

@@ -62,10 +62,13 @@ def test_every_example_is_documented_and_marked_for_the_docs(dagbag):
 def test_the_maintenance_window_is_a_cron_schedule_with_one_run_at_a_time(dagbag):
     dag = dagbag.dags["kafka_rebalance_maintenance_window"]
     assert serialized(dag).timetable.summary == "0 2 * * 6"
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "execute", "wait"]
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "approve", "execute", "wait"]
     assert dag.task_dict["plan"].skip_if_empty is True
     assert dag.task_dict["wait"].on_timeout == "cancel"
-    assert all(t.execution_timeout for t in dag.tasks if t.task_id != "wait")
+    assert all(t.execution_timeout for t in dag.tasks if t.task_id not in ("wait", "approve"))
+    # a person's answer is bounded by response_timeout (HITL clears execution_timeout); no answer fails the task
+    approve = dag.task_dict["approve"]
+    assert getattr(approve, "response_timeout", None) or approve.execution_timeout
 
 
 def serialized(dag):

@@ -153,3 +153,11 @@ def test_kafka_connection_type_still_belongs_to_the_apache_kafka_provider(airflo
     assert_no_complaint_about_us(result)
     hooks = {h["connection_type"]: h for h in parse_json_output(result)}
     assert hooks["kafka"]["package_name"] == "apache-airflow-providers-apache-kafka"
+
+
+def test_the_report_plugin_is_an_airflow_plugin_entry_point():
+    # provider-info "plugins" is only listed by `airflow providers`; Airflow loads plugins from this group
+    eps = [ep for ep in importlib.metadata.entry_points(group="airflow.plugins") if ep.name == "kafka_reassign"]
+    assert len(eps) == 1
+    plugin = eps[0].load()
+    assert plugin.name == "kafka_reassign" and plugin.fastapi_apps[0]["url_prefix"] == "/kafka-reassign"

@@ -116,7 +116,7 @@ def test_execute_runs_the_plan_restores_throttles_and_pushes_a_small_summary(tmp
     cluster.broker_configs[3][LEADER_RATE] = "42"
     summary = op(plan_dir, throttle_bytes_per_sec=1000, max_moves=1).execute({"ti": TI()})
     assert summary["ok"] and summary["done"] == 2 and summary["moves"] == 2
-    assert summary["plan_uri"] == str(plan_dir) and summary["throttles_restored"]
+    assert summary["plan_uri"] == str(plan_dir) and summary["throttles_restored"] == "yes"
     assert len(json.dumps(summary)) < 2000
     assert cluster.replicas[tp("t", 0)] == (3, 4) and cluster.replicas[tp("t", 1)] == (4, 5)
     assert [len(r[0]) for r in cluster.alter_requests] == [1, 1]  # max_moves=1
@@ -261,7 +261,7 @@ def test_cancel_stops_the_plans_moves_clears_throttles_and_leaves_others(tmp_pat
     _start(cluster, plan_dir, throttle_bytes_per_sec=1000, allow_concurrent_reassignments=True)
     cluster.alter_reassignments({tp("other", 0): [3, 4]})
     summary = CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": TI()})
-    assert summary["cancelled"] == 2 and summary["rf_changed"] == {} and summary["throttles_restored"]
+    assert summary["cancelled"] == 2 and summary["rf_changed"] == {} and summary["throttles_restored"] == "yes"
     assert cluster.replicas[tp("t", 0)] == (1, 2) and list(cluster.inflight) == [tp("other", 0)]
     assert cluster.broker_configs == {b: {} for b in RACKS}
 
@@ -343,3 +343,68 @@ def test_a_refused_login_fails_execute_and_cancel_without_retry(tmp_path, cluste
         op(plan_dir).execute({"ti": TI()})
     with pytest.raises(AirflowFailException, match="authentication failed for user 'admin'"):
         CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": TI()})
+
+
+# -- approval, snapshot age, what the XCom says ---------------------------------------------------------
+
+
+def approval_for(plan_dir: Path, **kw) -> dict:
+    from airflow_kafka_reassign.core.plan_io import plan_digest
+
+    record = {"approved": True, "plan_sha256": plan_digest((plan_dir / PLAN_FILE).read_bytes()),
+              "snapshot_taken_at": datetime.now(UTC).isoformat(), "plan_uri": str(plan_dir),
+              "approved_by": "sre-on-call"}
+    return {**record, **kw}
+
+
+def test_an_approved_plan_runs_and_the_xcom_counts_this_try_and_all_tries(tmp_path, cluster, monkeypatch):
+    completing(cluster, monkeypatch)
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    ti = TI()
+    summary = op(plan_dir, throttle_bytes_per_sec=1000, max_moves=1, approval=approval_for(plan_dir),
+                 max_snapshot_age="1h").execute({"ti": ti})
+    # max_moves=1: two steps submitted one move each; the XCom counts both (it said 0 before)
+    assert summary["ok"] and summary["submitted"] == 2 and summary["submitted_total"] == 2
+    assert summary["throttles_restored"] == "yes"
+    assert ti.pushed["plan_report"] == {"report_uri": f"{plan_dir}/report/report.html", "storage_conn_id": None}
+    # a second run of the same, finished plan submits nothing now; the total remembers the first run's two
+    again = op(plan_dir, approval=approval_for(plan_dir)).execute({"ti": TI()})
+    assert again["submitted"] == 0 and again["submitted_total"] == 2 and again["throttles_restored"] == "none-set"
+
+
+def test_a_plan_edited_after_approval_is_refused_before_anything_is_sent(tmp_path, cluster):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    approval = approval_for(plan_dir)
+    edited = [MOVES[0], Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(5, 1))]
+    write_plan(plan_dir, edited)
+    before = {p.tp: p.replicas for p in cluster.snapshot().partitions}
+    with pytest.raises(AirflowFailException, match="the plan changed after it was approved.*re-plan"):
+        op(plan_dir, approval=approval).execute({"ti": TI()})
+    assert {p.tp: p.replicas for p in cluster.snapshot().partitions} == before
+    assert cluster.list_reassignments() == {}
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"approved": False, "approved_by": "alice"}, "was not approved \\(rejected by alice\\).*re-plan"),
+    ({"snapshot_taken_at": "2020-01-01T00:00:00+00:00"}, "longer ago than max_snapshot_age \\(60 min\\).*re-plan"),
+])
+def test_a_rejected_or_too_old_plan_is_refused(tmp_path, cluster, kw, message):
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    with pytest.raises(AirflowFailException, match=message):
+        op(plan_dir, approval=approval_for(plan_dir, **kw), max_snapshot_age=3600).execute({"ti": TI()})
+    assert cluster.list_reassignments() == {}
+
+
+def test_the_approval_may_arrive_as_rendered_text(tmp_path, cluster, monkeypatch):
+    completing(cluster, monkeypatch)
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    summary = op(plan_dir, approval=repr(approval_for(plan_dir))).execute({"ti": TI()})
+    assert summary["ok"]
+
+
+def test_the_execute_task_logs_the_sensors_progress_line_while_it_waits(tmp_path, cluster, monkeypatch, capsys):
+    completing(cluster, monkeypatch)
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    op(plan_dir, max_moves=2).execute({"ti": TI()})
+    lines = [line for line in capsys.readouterr().out.splitlines() if "| moves " in line]
+    assert lines and "0% | moves 0/2 done, 2 in flight, 0 pending" in lines[0] and "| ETA" in lines[0]

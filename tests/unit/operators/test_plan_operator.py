@@ -156,3 +156,24 @@ def test_capacity_parameters_build_a_load_aware_request(tmp_path):
     op = PlanReassignmentOperator(task_id="plan", capacity={"default": {"disk": 0}})
     with pytest.raises(ConfigurationError, match="default.disk: disk capacity 0 is not positive"):
         op.build_request()
+
+
+def test_a_spark_conn_id_typo_is_refused_by_name_before_anything_runs(cluster, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_PROD", json.dumps({"conn_type": "spark", "host": "spark://m:7077"}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": {}}))
+    with pytest.raises(ConfigurationError, match="spark_conn_id 'spark_prd' is not an Airflow connection: create it"):
+        PlanReassignmentOperator(task_id="plan", spark_conn_id="spark_prd").execute(context())
+    with pytest.raises(ConfigurationError, match="'kafka_prod' is a 'kafka' connection, not a 'spark' one"):
+        PlanReassignmentOperator(task_id="plan", spark_conn_id="kafka_prod").execute(context())
+    assert cluster == []  # nothing was snapshotted or submitted
+    PlanReassignmentOperator(task_id="plan", spark_conn_id="spark_prod").check_spark_connection()
+
+
+def test_the_plan_xcom_carries_what_an_approval_binds_to(cluster, tmp_path):
+    from airflow_kafka_reassign.core.plan_io import plan_digest
+
+    ctx = context()
+    out = PlanReassignmentOperator(task_id="plan", goal="add-brokers", brokers=[4],
+                                   output_uri=str(tmp_path / "out")).execute(ctx)
+    assert out["plan_sha256"] == plan_digest(Path(out["plan_uri"], "plan.json").read_bytes())
+    assert out["snapshot_taken_at"].startswith("20")

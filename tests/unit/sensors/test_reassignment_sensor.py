@@ -112,7 +112,15 @@ class TI:
 def test_init_only_stores_and_validates_arguments(plan_dir):
     op = sensor("{{ ti.xcom_pull('plan')['plan_uri'] }}", timeout=100, stuck_after=30)
     assert op.plan_uri.startswith("{{")
-    assert set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir", "storage_conn_id"}
+    assert set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir", "storage_conn_id", "max_moves",
+                                       "max_moves_per_broker", "throttle_bytes_per_sec"}
+    # limits from DAG Params: validated once rendered
+    templated = sensor(plan_dir, submit_pending=True, max_moves_per_broker="{{ params.max_moves_per_broker }}")
+    templated.max_moves_per_broker = "3"  # what rendering leaves
+    assert templated.spec().limits["max_moves_per_broker"] == 3
+    templated.max_moves_per_broker = "three"
+    with pytest.raises(ConfigurationError, match="max_moves_per_broker must be a whole number"):
+        templated.spec()
     assert op.wait_timeout_s == 100 and op.timeout > 100  # the base class's check is a later backstop
     with pytest.raises(ConfigurationError, match="leave, cancel, rollback"):
         sensor(plan_dir, on_timeout="ignore")
@@ -184,7 +192,7 @@ def test_submit_pending_submits_within_the_limits(fake, plan_dir):
 def test_submit_pending_with_throttle_restores_the_throttle_at_the_end(fake, plan_dir):
     fake.broker_configs[1][LEADER_RATE] = "999"  # someone's value, kept exactly
     result = sensor(plan_dir, submit_pending=True, throttle_bytes_per_sec=100_000).execute({})
-    assert result["finish"]["throttles_restored"] is True
+    assert result["finish"]["throttles_restored"] == "yes"
     assert fake.broker_configs[1] == {LEADER_RATE: "999"}
     assert all(FOLLOWER_RATE not in c for c in fake.broker_configs.values())
     assert not (plan_dir / RUN_DIR / THROTTLE_BACKUP_FILE).exists()
