@@ -143,7 +143,11 @@ class _LeadershipOperator(BaseOperator):
         if not result.ok and not self.allow_partial:
             context["ti"].xcom_push(key="summary", value=summary)
             raise AirflowFailException(f"task {self.task_id}: {result.problems()} (allow_partial=True accepts this)")
+        self._finished(store)
         return summary
+
+    def _finished(self, store: Store) -> None:
+        """After a run that did what it could (not a dry run)."""
 
 
 class EvacuateLeadershipOperator(_LeadershipOperator):
@@ -198,15 +202,11 @@ class RestoreLeadershipOperator(_LeadershipOperator):
         if record is None:
             raise ConfigurationError(f"no leadership record at {store.uri}/{RECORD_FILE}: give the record_uri "
                                      "of the evacuation to restore")
-        snapshot = admin.snapshot(topics=sorted({e.topic for e in record.partitions}) or None)
+        snapshot = admin.snapshot(topics=sorted({e.topic for e in record.partitions}))
         return restore_plan(snapshot, record), snapshot.cluster_id
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        summary = super().execute(context)
-        if not self.dry_run:
-            store = self._store(context)
-            data = store.read(RECORD_FILE)
-            if data is not None:
-                store.write(f"{RECORD_FILE}.restored", data)
-                store.delete(RECORD_FILE)
-        return summary
+    def _finished(self, store: Store) -> None:
+        data = store.read(RECORD_FILE)
+        if data is not None:
+            store.write(f"{RECORD_FILE}.restored", data)
+            store.delete(RECORD_FILE)
