@@ -68,6 +68,7 @@ from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, asses
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.move_state import MoveState, classify
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
 from airflow_kafka_reassign.core.store import as_store
@@ -451,35 +452,41 @@ def _classify(
             status.foreign.append(tp)
     for m in plan.moves:
         tp = m.tp
-        r = obs.reassignments.get(tp)
-        if r is not None:
-            if r.target_replicas == m.target_replicas:
-                status.in_flight.append(tp)
-                status.moves[tp] = _moved(m, r.original_replicas)
-            else:
-                status.stale[tp] = (m.current_replicas or r.original_replicas, r.replicas)
-                status.stale_why[tp] = _stale_in_flight(m, r)
-            continue
         live = obs.partitions.get(tp)
         if live is None:
-            missing.append(tp)
+            missing.append(tp)  # refused by check_plan, naming the topic or partition
             continue
-        replicas = live.replicas
-        if replicas == m.target_replicas:
-            status.moves[tp] = _moved(m, replicas)
-            if set(m.target_replicas) <= set(live.isr):
-                status.done.append(tp)
-            else:
-                status.lagging.append(tp)
-        elif m.current_replicas is None or replicas == m.current_replicas:
-            status.moves[tp] = _moved(m, replicas)
-            reason = rf_refusal(m, len(replicas), options) or known_failed.get(tp)
+        state = classify(m, live).state  # the one vocabulary the progress watch uses too
+        r = obs.reassignments.get(tp)
+        if state in (MoveState.DONE, MoveState.LAGGING):
+            status.moves[tp] = _moved(m, live.replicas)
+            (status.done if state is MoveState.DONE else status.lagging).append(tp)
+        elif state is MoveState.IN_FLIGHT:
+            status.in_flight.append(tp)
+            # the controller's listing keeps the original order; metadata that still shows a just-finished
+            # move's intermediate set (nothing listed) keeps the plan's move as it is
+            original = r.original_replicas if r is not None else live.original_replicas if live.reassigning else None
+            status.moves[tp] = _moved(m, original) if original is not None else m
+        elif state is MoveState.PENDING:
+            status.moves[tp] = _moved(m, live.replicas)
+            reason = rf_refusal(m, len(live.replicas), options) or known_failed.get(tp)
             if reason:
                 status.failed[tp] = reason
             else:
                 status.pending.append(tp)
-        else:
-            status.stale[tp] = (m.current_replicas, replicas)
+        elif state is MoveState.FOREIGN:
+            # somebody else's reassignment of this partition is in flight: refused, and listed as foreign
+            if r is None:  # the snapshot saw it, the (earlier) listing did not
+                r = InFlightReassignment(topic=tp.topic, partition=tp.partition, replicas=live.replicas,
+                                         adding_replicas=live.adding_replicas,
+                                         removing_replicas=live.removing_replicas)
+                status.reassignments[tp] = r
+            if tp not in status.foreign:
+                status.foreign.append(tp)
+            status.stale[tp] = (m.current_replicas or r.original_replicas, r.replicas)
+            status.stale_why[tp] = _stale_in_flight(m, r)
+        else:  # STALE: the partition is neither where the plan found it nor where it sends it
+            status.stale[tp] = (m.current_replicas or live.replicas, live.replicas)
     status.plan_errors, refused = check_plan(plan, obs, status, missing, options)
     if refused:
         status.failed.update(refused)

@@ -7,18 +7,9 @@ one line it formats per poke.
 **Completion rule** (per move): the partition's replicas equal the move's target replicas (same order), the ISR
 contains every target replica, and the controller lists no reassignment for it.
 
-**States** of a move (:class:`MoveState`):
-
-* ``done``: the completion rule holds;
-* ``in_flight``: the controller lists a reassignment to the plan's target, or the replicas already equal the target
-  but some target replica is not in the ISR yet, or the metadata still shows the intermediate replica set of a
-  reassignment that has just finished (metadata lags the controller by a moment);
-* ``pending``: the partition still has the move's current replicas and nothing is in flight: not submitted yet;
-* ``foreign``: the controller lists a reassignment of the partition to OTHER replicas (not this plan's);
-* ``stale``: the replicas are neither the plan's current nor its target replicas: someone moved the partition;
-* ``missing``: the partition does not exist (the topic was deleted).
-
-``foreign``, ``stale`` and ``missing`` are *blocked*: waiting cannot complete them.
+**States** of a move: :class:`~airflow_kafka_reassign.core.move_state.MoveState`, the one vocabulary the execution
+engine uses too (done, lagging, in flight, pending, stale, foreign, failed; see :mod:`~airflow_kafka_reassign.core.move_state`).
+Stale, foreign and failed moves are *blocked*: waiting cannot complete them.
 
 **Bytes** (from DescribeLogDirs sizes, see :meth:`ClusterAdmin.replica_sizes`): a move copies its partition once to
 every adding replica. Its *bytes to copy* are the size of its largest source replica times the number of adding
@@ -41,6 +32,7 @@ resumes with its start time and last progress time.
 
 Example::
 
+    >>> from airflow_kafka_reassign.core.models import Move
     >>> from airflow_kafka_reassign.testing import FakeClusterAdmin
     >>> fake = FakeClusterAdmin.build(brokers={1: None, 2: None, 3: None}, topics={"orders": [[1, 2]]})
     >>> plan = ReassignmentPlan(moves=(Move(topic="orders", partition=0, current_replicas=(1, 2),
@@ -57,18 +49,24 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import Field
 
 from airflow_kafka_reassign.core.models import (
     ClusterSnapshot,
-    Move,
-    PartitionState,
     ReassignmentPlan,
     TopicPartition,
     _Frozen,
+)
+from airflow_kafka_reassign.core.move_state import (
+    BLOCKED_STATES,
+    UNFINISHED_STATES,
+    MoveState,
+    PartitionProgress,
+    _construct,
+    classify,
+    format_bytes,
 )
 from airflow_kafka_reassign.core.ports import ClusterAdmin
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -83,136 +81,10 @@ MAX_NAMED = 20
 SETTLE_S = 1.0
 #: Width of the text bar.
 BAR_WIDTH = 20
-
-
-class MoveState(StrEnum):
-    DONE = "done"
-    IN_FLIGHT = "in_flight"
-    PENDING = "pending"
-    FOREIGN = "foreign"
-    STALE = "stale"
-    MISSING = "missing"
-
-
-BLOCKED_STATES = frozenset({MoveState.FOREIGN, MoveState.STALE, MoveState.MISSING})
+#: Moves whose data is being copied (a lagging move's last replica is catching up).
+COPYING_STATES = (MoveState.IN_FLIGHT, MoveState.LAGGING)
 
 WaitStatus = Literal["running", "complete", "blocked", "timeout"]
-
-
-class PartitionProgress(_Frozen):
-    """One move as observed: its state, bytes and a short human detail."""
-
-    topic: str
-    partition: int
-    state: MoveState
-    #: Bytes the move copies in total (source size x adding replicas); ``None`` when sizes are unknown.
-    bytes_total: int | None = None
-    bytes_copied: int | None = None
-    #: Target replicas not (yet) in the ISR.
-    lagging: tuple[int, ...] = ()
-    #: The controller lists a reassignment of the partition to the plan's target (cancellable as ours).
-    listed: bool = False
-    detail: str = ""
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-    @property
-    def bytes_remaining(self) -> int | None:
-        if self.bytes_total is None or self.bytes_copied is None:
-            return None
-        return max(0, self.bytes_total - self.bytes_copied)
-
-    def describe(self) -> str:
-        """``orders-3 (in_flight: replicas [4] not in ISR; 1.2 MB of 20.0 MB copied)``."""
-        parts = [self.state.value]
-        if self.detail:
-            parts[0] += f": {self.detail}"
-        if self.bytes_total is not None and self.state not in BLOCKED_STATES:
-            parts.append(f"{format_bytes(self.bytes_copied or 0)} of {format_bytes(self.bytes_total)} copied")
-        return f"{self.topic}-{self.partition} ({'; '.join(parts)})"
-
-
-def _construct(**fields: Any) -> PartitionProgress:
-    # Trusted values computed here: skip validation (a 10,000-move plan is assessed on every poke).
-    fields.setdefault("bytes_total", None)
-    fields.setdefault("bytes_copied", None)
-    fields.setdefault("lagging", ())
-    fields.setdefault("listed", False)
-    fields.setdefault("detail", "")
-    return PartitionProgress.model_construct(**fields)
-
-
-def _source_size(sizes: Mapping[int, int] | None, brokers: Sequence[int]) -> int | None:
-    if sizes is None:
-        return None
-    known = [sizes[b] for b in brokers if b in sizes]
-    return max(known) if known else None
-
-
-def classify(move: Move, part: PartitionState | None, sizes: Mapping[int, int] | None = None) -> PartitionProgress:
-    """The state and bytes of one move, from the partition as the cluster reports it.
-
-    ``part`` carries the controller's in-flight reassignment (``adding_replicas`` / ``removing_replicas``), as
-    :meth:`ClusterAdmin.snapshot` merges it; ``sizes`` is the partition's ``{broker: bytes}`` from DescribeLogDirs
-    (``None``: not measured).
-    """
-    topic, partition, target = move.topic, move.partition, move.target_replicas
-    if part is None:
-        return _construct(topic=topic, partition=partition, state=MoveState.MISSING,
-                          detail="the partition does not exist (topic deleted?)")
-    current = move.current_replicas
-    replicas = part.replicas
-    isr = set(part.isr)
-    lagging = tuple(b for b in target if b not in isr)
-    if part.reassigning:
-        if part.target_replicas != target:
-            return _construct(topic=topic, partition=partition, state=MoveState.FOREIGN,
-                              detail=f"the controller is moving it to {list(part.target_replicas)}, "
-                                     f"not to the plan's {list(target)}")
-        adding = part.adding_replicas
-        source = [b for b in replicas if b not in adding]
-        state, detail = MoveState.IN_FLIGHT, ""
-    elif replicas == target:
-        adding = tuple(b for b in target if b not in current) if current is not None else lagging
-        if not lagging:
-            size = _source_size(sizes, target)
-            total = None if size is None else size * len(adding)
-            return _construct(topic=topic, partition=partition, state=MoveState.DONE, bytes_total=total,
-                              bytes_copied=total)
-        source = [b for b in target if b in isr]
-        state, detail = MoveState.IN_FLIGHT, f"replicas {list(lagging)} not in ISR yet"
-    elif current is not None and replicas == current:
-        adding = tuple(b for b in target if b not in replicas)
-        size = _source_size(sizes, replicas)
-        total = None if size is None else size * len(adding)
-        return _construct(topic=topic, partition=partition, state=MoveState.PENDING, bytes_total=total,
-                          bytes_copied=None if total is None else 0, lagging=lagging)
-    elif set(target) < set(replicas) and (current is None or set(replicas) <= set(target) | set(current)):
-        # the intermediate replica set with no reassignment listed: the move has just finished and the
-        # metadata has not caught up with the controller yet
-        adding = tuple(b for b in target if b not in current) if current is not None else ()
-        source = [b for b in replicas if b not in adding]
-        state, detail = MoveState.IN_FLIGHT, "finishing"
-    elif current is None:
-        adding = tuple(b for b in target if b not in replicas)
-        size = _source_size(sizes, replicas)
-        total = None if size is None else size * len(adding)
-        return _construct(topic=topic, partition=partition, state=MoveState.PENDING, bytes_total=total,
-                          bytes_copied=None if total is None else 0, lagging=lagging)
-    else:
-        return _construct(topic=topic, partition=partition, state=MoveState.STALE,
-                          detail=f"replicas are {list(replicas)}, the plan expected {list(current)} "
-                                 f"(moving to {list(target)})")
-    size = _source_size(sizes, source)
-    if size is None:
-        total = copied = None
-    else:
-        total = size * len(adding)
-        copied = sum(size if b in isr else min(size, (sizes or {}).get(b, 0)) for b in adding)
-    return _construct(topic=topic, partition=partition, state=state, bytes_total=total, bytes_copied=copied,
-                      lagging=lagging, listed=part.reassigning, detail=detail)
 
 
 @dataclass(frozen=True)
@@ -263,7 +135,12 @@ class Observation:
 
     @property
     def in_flight(self) -> int:
-        return self.counts[MoveState.IN_FLIGHT]
+        """Moves being copied: in flight, or lagging (their last replicas catching up)."""
+        return self.counts[MoveState.IN_FLIGHT] + self.counts[MoveState.LAGGING]
+
+    @property
+    def lagging(self) -> int:
+        return self.counts[MoveState.LAGGING]
 
     @property
     def pending(self) -> int:
@@ -314,9 +191,9 @@ def assess(
         tp = m.tp
         p = classify(m, parts.get(tp), None if sizes is None else sizes.get(tp, {}))
         if refused and tp in refused and p.state is MoveState.PENDING:
-            p = _construct(topic=p.topic, partition=p.partition, state=MoveState.STALE,
+            p = _construct(topic=p.topic, partition=p.partition, state=MoveState.FAILED,
                            detail=f"submission refused: {refused[tp]}")
-        if live and p.state in (MoveState.IN_FLIGHT, MoveState.PENDING):
+        if live and p.state in UNFINISHED_STATES:
             waiting.update(b for b in m.target_replicas if b not in live)
         out.append(p)
     return Observation(at=at, partitions=tuple(out), waiting_on=tuple(sorted(waiting.items())))
@@ -388,7 +265,7 @@ class ProgressTracker:
             unit, remaining = "moves", float(obs.unfinished)
         if unit != s.unit:  # first observation, or the unit flipped (sizes became (un)known): restart the window
             s = s.model_copy(update={"unit": unit, "samples": (), "best_remaining": remaining})
-        in_flight_key = hash(frozenset(p.tp for p in obs.partitions if p.state is MoveState.IN_FLIGHT))
+        in_flight_key = hash(frozenset(p.tp for p in obs.partitions if p.state in COPYING_STATES))
         progressed = (
             obs.done > s.best_done
             or (s.best_remaining is not None and remaining < s.best_remaining)
@@ -421,7 +298,7 @@ class ProgressTracker:
         stuck: tuple[PartitionProgress, ...] = ()
         warn = False
         if obs.unfinished and stalled_for >= self.stuck_after_s:
-            stuck = obs.in_state(MoveState.IN_FLIGHT) or obs.in_state(MoveState.PENDING)
+            stuck = obs.in_state(*COPYING_STATES) or obs.in_state(MoveState.PENDING)
             if s.warned_at is None or now - s.warned_at >= self.stuck_after_s or s.warned_at < s.last_progress_at:
                 warn = True
                 s = s.model_copy(update={"warned_at": now})
@@ -500,7 +377,7 @@ class Progress:
         """The warning naming the stuck moves (empty when nothing is stuck)."""
         if not self.stuck:
             return ""
-        what = "in-flight" if self.stuck[0].state is MoveState.IN_FLIGHT else "pending"
+        what = "in-flight" if self.stuck[0].state in COPYING_STATES else "pending"
         msg = (f"no progress for {format_duration(self.stalled_for_s)}: {len(self.stuck)} {what} move(s) stuck: "
                f"{name_list(self.stuck)}")
         if what == "pending":
@@ -521,6 +398,10 @@ class Progress:
             "done": o.done,
             "in_flight": o.in_flight,
             "pending": o.pending,
+            "lagging": o.lagging,
+            "stale": o.counts[MoveState.STALE],
+            "foreign": o.counts[MoveState.FOREIGN],
+            "failed": o.counts[MoveState.FAILED],
             "blocked": o.blocked,
             "blocked_partitions": [p.describe() for p in blocked[:MAX_NAMED]],
             "stuck_partitions": [f"{p.topic}-{p.partition}" for p in self.stuck[:MAX_NAMED]],
@@ -580,7 +461,7 @@ def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_b
     except ConfigurationError:
         # A plan topic is unknown to the broker that answered: its metadata may lag a moment behind (seen with
         # new topics on a loaded cluster), so ask once more; still unknown, the topic was deleted: observe every
-        # topic, the deleted topic's moves are then reported "missing".
+        # topic, the deleted topic's moves are then reported "failed".
         time.sleep(retry_s)
         try:
             snap = admin.snapshot(topics=topics)
@@ -648,7 +529,7 @@ class ReassignmentWatch:
         if obs.unfinished == 0:
             return progress.with_status("blocked")
         if self.timeout_s is not None and now - self.state.started_at >= self.timeout_s:
-            stuck = progress.stuck or obs.in_state(MoveState.IN_FLIGHT) or obs.in_state(MoveState.PENDING)
+            stuck = progress.stuck or obs.in_state(*COPYING_STATES) or obs.in_state(MoveState.PENDING)
             return Progress(**{**progress.__dict__, "stuck": stuck, "status": "timeout"})
         return progress
 
@@ -681,16 +562,6 @@ def check_timeout_policy(policy: str) -> TimeoutPolicy:
             "move the finished ones back with the plan's rollback.json)"
         )
     return policy  # type: ignore[return-value]
-
-
-def format_bytes(n: float) -> str:
-    """Decimal units, as Kafka's configs use: ``999 B``, ``1.5 kB``, ``20.0 MB``, ``3.2 GB``."""
-    n = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def format_duration(seconds: float) -> str:

@@ -329,10 +329,23 @@ def test_a_plan_partition_moved_elsewhere_by_someone_else_is_stale_and_foreign()
     assert s.foreign == [tp("t", 0)] and tp("t", 0) in s.stale and s.submitted == []
 
 
-def test_a_stale_looking_move_is_observed_again_before_it_is_refused(monkeypatch):
-    """describe can lag the controller just after a move completes: look twice before refusing."""
+def test_a_just_finished_move_whose_metadata_lags_is_in_flight_not_stale():
+    """describe can lag the controller just after a move completes: the intermediate replica set with nothing
+    listed is a move finishing (the progress watch's vocabulary), not a stale one, and nothing is resubmitted."""
     f = fake(t=[[1, 2]])
     f.replicas[tp("t", 0)] = (1, 2, 3)  # what a lagging describe shows right after [1,2] -> [1,3]
+    sleeps: list[float] = []
+    s = step(f, plan_of(mv("t", 0, (1, 2), (1, 3))), NO_LIMITS, SAFE, sleep=sleeps.append, settle_s=0.5)
+    assert s.in_flight == [tp("t", 0)] and s.stale == {} and s.submitted == [] and sleeps == []
+    f.replicas[tp("t", 0)] = (1, 3)
+    s = step(f, plan_of(mv("t", 0, (1, 2), (1, 3))), NO_LIMITS, SAFE, sleep=sleeps.append, settle_s=0.5)
+    assert s.done == [tp("t", 0)] and s.ok
+
+
+def test_a_stale_looking_move_is_observed_again_before_it_is_refused(monkeypatch):
+    """A partition seen elsewhere for a moment is observed once more before the move is refused as stale."""
+    f = fake(t=[[1, 2]])
+    f.replicas[tp("t", 0)] = (2, 1)  # a transient view: neither the plan's current nor its target replicas
     sleeps = []
 
     def settle(s):

@@ -43,9 +43,11 @@ def test_done_needs_target_replicas_full_isr_and_no_reassignment():
     assert (p.bytes_total, p.bytes_copied) == (10 * MB, 10 * MB)
 
 
-def test_target_replicas_but_a_target_replica_outside_the_isr_is_still_in_flight():
+def test_target_replicas_but_a_target_replica_outside_the_isr_is_lagging_and_counts_as_in_flight():
     p = classify(MOVE, part([4, 2, 3], isr=[2, 3]), {4: 4 * MB, 2: 10 * MB, 3: 10 * MB})
-    assert p.state is MoveState.IN_FLIGHT
+    assert p.state is MoveState.LAGGING
+    obs = Observation(at=0.0, partitions=(p,))
+    assert (obs.in_flight, obs.lagging, obs.unfinished, obs.blocked) == (1, 1, 1, 0)
     assert p.lagging == (4,)
     assert "not in ISR" in p.detail
     assert (p.bytes_total, p.bytes_copied) == (10 * MB, 4 * MB)
@@ -81,12 +83,13 @@ def test_pending_when_still_on_the_current_replicas():
     assert (p.bytes_total, p.bytes_copied) == (5 * MB, 0)
 
 
-def test_foreign_reassignment_stale_and_missing_are_blocked():
+def test_foreign_reassignment_stale_and_missing_are_blocked_a_missing_partition_failed():
     foreign = classify(MOVE, part([5, 2, 3, 1], adding=[5], removing=[1]))
     assert foreign.state is MoveState.FOREIGN and "[5, 2, 3]" in foreign.detail
     stale = classify(MOVE, part([5, 2, 3]))
     assert stale.state is MoveState.STALE and "[5, 2, 3]" in stale.detail
-    assert classify(MOVE, None).state is MoveState.MISSING
+    missing = classify(MOVE, None)
+    assert missing.state is MoveState.FAILED and "does not exist" in missing.detail
 
 
 def test_plain_kafka_file_without_current_replicas_is_pending_until_moved():
@@ -357,7 +360,7 @@ def test_a_missing_topic_is_reported_not_raised(monkeypatch):
     gone = ReassignmentPlan(moves=(*plan.moves, Move(topic="deleted", partition=0, current_replicas=(1, 2),
                                                           target_replicas=(3, 2))))
     prog = ReassignmentWatch(gone, started_at=0, stuck_after_s=600).poke(fake, now=1)
-    assert prog.observation.counts["missing"] == 1
+    assert prog.observation.counts["failed"] == 1 and prog.summary()["failed"] == 1
 
 
 def test_submitter_runs_first_and_its_refusals_block_the_move():
@@ -370,7 +373,7 @@ def test_submitter_runs_first_and_its_refusals_block_the_move():
     watch = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, submitter=submitter)
     prog = watch.poke(fake, now=1)
     assert prog.submitted == 1 and "+1 submitted" in prog.line()
-    assert prog.observation.in_flight == 1 and prog.observation.counts["stale"] == 1
+    assert prog.observation.in_flight == 1 and prog.observation.counts["failed"] == 1
 
 
 def test_empty_plan_is_refused():

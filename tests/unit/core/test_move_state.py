@@ -1,0 +1,60 @@
+"""One move-state vocabulary: the engine's ExecutionStatus and the progress watch classify every move alike."""
+
+from __future__ import annotations
+
+import pytest
+from execution_helpers import fake, mv, plan_of, tp
+
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
+from airflow_kafka_reassign.core.move_state import BLOCKED_STATES, UNFINISHED_STATES, MoveState
+from airflow_kafka_reassign.core.progress import observe
+
+MOVE = mv("t", 0, (1, 2), (1, 3))
+
+
+def _set(f, replicas=None, inflight=None, down=()):
+    if replicas is not None:
+        f.replicas[tp("t", 0)] = tuple(replicas)
+    if inflight is not None:
+        f.inflight[tp("t", 0)] = inflight
+    f.down.update(down)
+
+
+# (scenario, how the fake shows partition t-0, the state both must name, the engine's bucket)
+CASES = [
+    ("untouched", {}, MoveState.PENDING, "pending"),
+    ("moved", {"replicas": (1, 3)}, MoveState.DONE, "done"),
+    ("moved, broker 3 not in the ISR", {"replicas": (1, 3), "down": {3}}, MoveState.LAGGING, "lagging"),
+    ("listed to the plan's target", {"inflight": ((1, 2), (1, 3))}, MoveState.IN_FLIGHT, "in_flight"),
+    ("metadata lagging a finished move", {"replicas": (1, 2, 3)}, MoveState.IN_FLIGHT, "in_flight"),
+    ("moved elsewhere", {"replicas": (4, 5)}, MoveState.STALE, "stale"),
+    ("listed to other replicas", {"inflight": ((1, 2), (4, 5))}, MoveState.FOREIGN, "stale"),
+]
+
+
+@pytest.mark.parametrize(("scenario", "view", "state", "bucket"), CASES, ids=[c[0] for c in CASES])
+def test_the_engine_and_the_watch_name_the_same_state(scenario, view, state, bucket):
+    f = fake(t=[[1, 2]])
+    _set(f, **view)
+    plan = plan_of(MOVE)
+    watched = observe(f, plan, at=1, retry_s=0)
+    assert watched.partitions[0].state is state
+    status = step(f, plan, ExecutionLimits(), ExecutionOptions(), submit=False, settle_s=-1)
+    assert tp("t", 0) in getattr(status, bucket)
+    assert status.summary()[bucket] == 1
+    if state is MoveState.FOREIGN:  # refused as stale, and listed among the foreign reassignments
+        assert status.foreign == [tp("t", 0)] and "reassigning it from [1, 2] to [4, 5]" in status.stale_why[tp("t", 0)]
+
+
+def test_a_deleted_topic_is_failed_for_both():
+    f = fake(t=[[1, 2]], other=[[1, 2]])
+    plan = plan_of(mv("gone", 0, (1, 2), (1, 3)), mv("t", 0, (1, 2), (1, 3)))
+    watched = observe(f, plan, at=1, retry_s=0)
+    assert [p.state for p in watched.partitions] == [MoveState.FAILED, MoveState.PENDING]
+    status = step(f, plan, ExecutionLimits(), ExecutionOptions(), submit=False, settle_s=-1)
+    assert list(status.failed) == [tp("gone", 0)] and "does not exist" in status.failed[tp("gone", 0)]
+
+
+def test_blocked_and_unfinished_partition_the_states():
+    assert BLOCKED_STATES | UNFINISHED_STATES | {MoveState.DONE} == set(MoveState)
+    assert not BLOCKED_STATES & UNFINISHED_STATES
