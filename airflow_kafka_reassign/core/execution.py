@@ -71,6 +71,7 @@ from airflow_kafka_reassign.core.models import Move, PartitionState, Reassignmen
 from airflow_kafka_reassign.core.move_state import MoveState, classify
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
+from airflow_kafka_reassign.core.progress import Observation, assess_parts
 from airflow_kafka_reassign.core.store import as_store
 
 # the journal and the run's throttles live in core/journal.py and core/throttle.py; importable from here too
@@ -264,6 +265,10 @@ class ExecutionStatus:
     below_min_isr: list[TopicPartition] = field(default_factory=list)
     #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
     stalled: bool = False
+    #: what this step read (the plan's partitions, the live brokers): the progress line reuses it
+    observation: _Observation | None = field(default=None, repr=False)
+    #: the plan's replica sizes measured this poll (DescribeLogDirs), when a progress line wants them
+    sizes: dict[TopicPartition, dict[int, int]] | None = field(default=None, repr=False)
     observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
@@ -363,13 +368,24 @@ class _Observation:
 
 def _observe(admin: ClusterAdmin, topics: Collection[str], *, everything: bool = False) -> _Observation:
     """The controller's in-flight reassignments (all of them), the live brokers and the live
-    state of ``topics`` (of every topic with ``everything``, for the health gate)."""
-    reassignments = admin.list_reassignments()
+    state of ``topics`` (of every topic with ``everything``, for the health gate).
+
+    A snapshot merges the controller's listing into its partitions, so a snapshot of every topic
+    needs no listing of its own; one of the plan's topics is completed by one ListPartitionReassignments."""
     try:
         snap = admin.snapshot() if everything else admin.snapshot(topics=sorted(topics))
     except ConfigurationError:
         # a plan topic was deleted: read every topic, the missing ones' moves then fail by name
         snap = admin.snapshot()
+        everything = True
+    if everything:
+        reassignments = {
+            p.tp: InFlightReassignment(topic=p.topic, partition=p.partition, replicas=p.replicas,
+                                       adding_replicas=p.adding_replicas, removing_replicas=p.removing_replicas)
+            for p in snap.partitions if p.reassigning
+        }
+    else:
+        reassignments = admin.list_reassignments()
     wanted = set(topics)
     parts = {p.tp: p for p in snap.partitions if p.topic in wanted}
     counts = Counter(tp.topic for tp in parts)
@@ -782,6 +798,7 @@ def step(
         (sleep or _sleep)(settle_s)
         obs = _observe(admin, topics, everything=gate)
         status = _classify(plan, obs, options, known_failed or {})
+    status.observation = obs
     _check_health(plan, obs, status, options, log)
 
     if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
@@ -1088,8 +1105,6 @@ def run(
             result.status = status
             result.submitted.extend(status.submitted)
             known.update(status.failed)
-            if progress is not None and status.in_flight and not status.complete:
-                progress(status)
             if status.complete or not wait:
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
@@ -1112,7 +1127,10 @@ def run(
                 result.paused_s += clock() - unhealthy_since
                 log.info("cluster healthy again after %.1f s: resuming submissions", clock() - unhealthy_since)
                 unhealthy_since = None
-            eta = _watch_copy(admin, status, watch, done_before, clock(), run_options, log)
+            eta = _watch_copy(admin, status, watch, done_before, clock(), run_options, log,
+                              measure=plan.partitions if progress is not None else None)
+            if progress is not None and status.in_flight:
+                progress(status)
             if current is not None and adaptive is not None:
                 current, why = adapt(current, adaptive, healthy=status.paused is None,
                                      progressing=watch.progressing or len(status.done) > done_before,
@@ -1168,11 +1186,19 @@ def _unhealthy_stop(policy: HealthPolicy, paused_s: float, status: ExecutionStat
 
 
 def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, done_before: int, at_s: float,
-                options: ExecutionOptions, log: logging.Logger) -> float | None:
+                options: ExecutionOptions, log: logging.Logger,
+                measure: Sequence[TopicPartition] | None = None) -> float | None:
     """Measure the copy in flight (DescribeLogDirs of its partitions): the net rate, a stall
-    (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown)."""
+    (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown).
+
+    ``measure`` (the plan's partitions, for the progress line) widens that one DescribeLogDirs;
+    the sizes are then kept in ``status.sizes``."""
     moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
-    left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
+    if measure is not None:
+        status.sizes = admin.replica_sizes(measure)
+        left = bytes_left(moving, status.sizes) if moving else {}
+    else:
+        left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
     status.stalled = watch.update(at_s, sum(left.values()) if left else None,
                                   finished=len(status.done) - done_before)
     if status.stalled:
@@ -1183,6 +1209,17 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
                     "(throttle_bytes_per_sec, or max_throttle with adaptive limits)" if rate else
                     "check the brokers of these moves")
     return soonest_eta_s(left, watch.rate)
+
+
+def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at: float) -> Observation:
+    """The progress watch's :class:`~airflow_kafka_reassign.core.progress.Observation` of ``plan`` from what
+    the step that made ``status`` read (its partitions, the live brokers, the sizes measured for the line):
+    the execute task's progress line costs no request of its own."""
+    obs = status.observation
+    if obs is None:
+        raise ValueError("this status was not made by step(): it has no observation to report progress from")
+    return assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at, refused=status.failed,
+                        submitted=set(status.submitted))
 
 
 def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPartition] = ()) -> int:

@@ -55,6 +55,7 @@ from pydantic import Field
 
 from airflow_kafka_reassign.core.models import (
     ClusterSnapshot,
+    PartitionState,
     ReassignmentPlan,
     TopicPartition,
     _Frozen,
@@ -183,8 +184,23 @@ def assess(
     ``refused`` names moves whose submission the cluster or a guard refused (with the reason): a pending move
     that was refused is reported blocked (``stale``) instead of pending forever.
     """
-    parts = snapshot.partition_map()
-    live = {b.id for b in snapshot.brokers}
+    return assess_parts(plan, snapshot.partition_map(), {b.id for b in snapshot.brokers}, sizes, at=at,
+                        refused=refused)
+
+
+def assess_parts(
+    plan: ReassignmentPlan,
+    parts: Mapping[TopicPartition, PartitionState],
+    live: Collection[int],
+    sizes: Mapping[TopicPartition, Mapping[int, int]] | None = None,
+    *,
+    at: float,
+    refused: Mapping[TopicPartition, str] | None = None,
+    submitted: Collection[TopicPartition] = (),
+) -> Observation:
+    """:func:`assess` from partitions already read (``parts``) and the live brokers' ids (``live``): the execution
+    engine's step has read them, so its progress line costs no request of its own. ``submitted``: pending moves
+    the step submitted after it read them, in flight now."""
     waiting: Counter[int] = Counter()
     out = []
     for m in plan.moves:
@@ -193,6 +209,10 @@ def assess(
         if refused and tp in refused and p.state is MoveState.PENDING:
             p = _construct(topic=p.topic, partition=p.partition, state=MoveState.FAILED,
                            detail=f"submission refused: {refused[tp]}")
+        elif p.state is MoveState.PENDING and tp in submitted:
+            p = _construct(topic=p.topic, partition=p.partition, state=MoveState.IN_FLIGHT, listed=True,
+                           bytes_total=p.bytes_total, bytes_copied=p.bytes_copied, lagging=p.lagging,
+                           detail="submitted")
         if live and p.state in UNFINISHED_STATES:
             waiting.update(b for b in m.target_replicas if b not in live)
         out.append(p)
@@ -523,6 +543,10 @@ class ReassignmentWatch:
             time.sleep(self.settle_s)
             obs = observe(admin, self.plan, at=now + self.settle_s, measure_bytes=self.measure_bytes,
                           refused=self.refused)
+        return self.record(obs, now=now, submitted=submitted)
+
+    def record(self, obs: Observation, *, now: float, submitted: int = 0) -> Progress:
+        """Track ``obs`` (observed by someone else: the execution engine's step) and decide the status."""
         progress = self.tracker.update(obs, submitted=submitted)
         if obs.complete:
             return progress.with_status("complete")

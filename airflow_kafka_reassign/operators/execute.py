@@ -43,8 +43,10 @@ from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval,
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
+    ExecutionStatus,
     RunResult,
     finish,
+    progress_observation,
     run,
     write_rollback_if_missing,
 )
@@ -396,7 +398,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
                 lease=lease,
                 adaptive=adaptive,
                 min_poll_interval_s=float(self.min_poll_interval),
-                progress=self._progress_logger(plan, admin),
+                progress=self._progress_logger(plan),
             )
         except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
@@ -421,14 +423,16 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
                                      f"{', '.join(sorted(known))}")
         return AdaptiveBounds(**{"max_moves": self.max_moves or 1, **bounds})
 
-    def _progress_logger(self, plan: ReassignmentPlan, admin: ClusterAdmin) -> Callable[[Any], None]:
+    def _progress_logger(self, plan: ReassignmentPlan) -> Callable[[ExecutionStatus], None]:
         """While the task waits for its moves: the sensor's progress line (bytes copied, rate, ETA) per poll."""
         watch = ReassignmentWatch(plan, started_at=time.time(), stuck_after_s=600.0)
         last: list[str | None] = [None]
 
-        def progress(_status: Any) -> None:
-            try:
-                last[0] = log_progress(self.log, watch.poke(admin, now=time.time()), watch, last[0])
+        def progress(status: ExecutionStatus) -> None:
+            try:  # from what the engine's step read this poll: no request of its own
+                now = time.time()
+                obs = progress_observation(plan, status, at=now)
+                last[0] = log_progress(self.log, watch.record(obs, now=now), watch, last[0])
             except Exception as e:  # noqa: BLE001 (a progress line is never a reason to stop the run)
                 self.log.debug("no progress line this time: %s", e)
 

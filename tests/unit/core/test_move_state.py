@@ -58,3 +58,34 @@ def test_a_deleted_topic_is_failed_for_both():
 def test_blocked_and_unfinished_partition_the_states():
     assert BLOCKED_STATES | UNFINISHED_STATES | {MoveState.DONE} == set(MoveState)
     assert not BLOCKED_STATES & UNFINISHED_STATES
+
+
+def test_the_progress_line_reuses_the_steps_reads_and_agrees_with_the_engine(tmp_path):
+    """ExecuteReassignment's progress line is built from what each step read: no snapshot of its own, one
+    DescribeLogDirs per poll either way, and it names the moves the step just submitted in flight."""
+    from airflow_kafka_reassign.core.execution import progress_observation, run
+
+    calls = {}
+    for with_line in (False, True):
+        f = fake(t=[[1, 2], [2, 3], [3, 1]])
+        f.sizes = {tp("t", p): {b: 1000 for b in (1, 2, 3)} for p in range(3)}
+        plan = plan_of(mv("t", 0, (1, 2), (1, 4)), mv("t", 1, (2, 3), (2, 5)), mv("t", 2, (3, 1), (3, 6)))
+        seen = []
+
+        def line(status, plan=plan, seen=seen):
+            obs = progress_observation(plan, status, at=0.0)
+            seen.append((obs.done, obs.in_flight, obs.pending, sorted(status.in_flight), sorted(status.pending)))
+
+        polls = iter(range(10))
+
+        def sleep(_s, f=f, polls=polls):
+            if next(polls) >= 1:  # moves finish from the second poll on
+                f.complete()
+
+        run(f, plan, ExecutionLimits(max_moves=2), ExecutionOptions(), state_dir=tmp_path / str(with_line),
+            sleep=sleep, settle_s=0, progress=line if with_line else None)
+        calls[with_line] = (f.calls.get("snapshot", 0), f.calls.get("replica_sizes", 0))
+        if with_line:
+            assert seen and seen[0][:3] == (0, 2, 1)  # the two moves submitted by that step count in flight
+            assert all(in_flight == len(engine_in_flight) for _, in_flight, _, engine_in_flight, _ in seen)
+    assert calls[True] == calls[False]
