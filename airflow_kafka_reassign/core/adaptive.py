@@ -145,28 +145,54 @@ def soonest_eta_s(left: Mapping[TopicPartition, int], rate: float | None) -> flo
     return min(left.values()) * len(left) / rate
 
 
+#: A follower fetches up to ``replica.fetch.max.bytes`` (1 MiB by default) at once, then the throttle holds it
+#: back: under a throttle of T bytes/s its bytes grow in steps up to this many bytes apart (1 MiB / T seconds).
+FETCH_STEP_BYTES = 1_048_576
+#: No copy is called stalled before this many seconds without a new low of its bytes left, whatever the polls.
+MIN_STALL_S = 10.0
+
+
+def stall_window_s(throttle_bytes_per_sec: int | None) -> float:
+    """The least time without gaining that means a stall: two fetch steps at the throttle (a throttled copy
+    gains in ~1 MiB steps), and never under :data:`MIN_STALL_S`."""
+    if not throttle_bytes_per_sec or throttle_bytes_per_sec <= 0:
+        return MIN_STALL_S
+    return max(MIN_STALL_S, 2 * FETCH_STEP_BYTES / throttle_bytes_per_sec)
+
+
 class CopyWatch:
-    """The bytes left over successive polls: the net copy rate, and whether the copy stalled."""
+    """The bytes left over successive polls: the net copy rate, and whether the copy stalled.
+
+    A copy is *stalled* when its bytes left have made no new low for ``stall_polls`` polls AND for at least
+    ``window_s`` seconds (:func:`stall_window_s`): fast polls under a low throttle see the follower's ~1 MiB fetch
+    steps as flat, which is not a stall. A move finishing, or the set of moves in flight changing (``key``),
+    starts the count again."""
 
     def __init__(self, stall_polls: int = 3) -> None:
         self.stall_polls = stall_polls
         self._last: tuple[float, int] | None = None
+        self._best: tuple[float, int] | None = None
+        self._key: object = None
         self._flat = 0
         #: net bytes/s gained on the leaders over the last interval (``None``: unknown)
         self.rate: float | None = None
 
-    def update(self, at_s: float, left: int | None, *, finished: int = 0) -> bool:
+    def update(self, at_s: float, left: int | None, *, finished: int = 0, key: object = None,
+               window_s: float = 0.0) -> bool:
         """Record the bytes left at ``at_s`` (monotonic seconds); ``finished`` moves ended since the
-        last poll. Returns whether the copy is stalled now."""
+        last poll; ``key`` names the moves in flight. Returns whether the copy is stalled now."""
         if left is None:
-            self._last, self.rate, self._flat = None, None, 0
+            self._last, self._best, self.rate, self._flat = None, None, None, 0
             return False
         if self._last is not None and at_s > self._last[0]:
             t0, left0 = self._last
             self.rate = (left0 - left) / (at_s - t0)
-            self._flat = 0 if (left < left0 or finished) else self._flat + 1
         self._last = (at_s, left)
-        return left > 0 and self._flat >= self.stall_polls
+        if self._best is None or finished or key != self._key or left < self._best[1]:
+            self._best, self._key, self._flat = (at_s, left), key, 0
+            return False
+        self._flat += 1
+        return left > 0 and self._flat >= self.stall_polls and at_s - self._best[0] >= window_s
 
     @property
     def progressing(self) -> bool:

@@ -63,6 +63,7 @@ from airflow_kafka_reassign.core.adaptive import (
     bytes_left,
     next_poll_s,
     soonest_eta_s,
+    stall_window_s,
 )
 from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
@@ -1200,7 +1201,8 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
     else:
         left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
     status.stalled = watch.update(at_s, sum(left.values()) if left else None,
-                                  finished=len(status.done) - done_before)
+                                  finished=len(status.done) - done_before, key=frozenset(left),
+                                  window_s=stall_window_s(options.throttle_bytes_per_sec))
     if status.stalled:
         rate = options.throttle_bytes_per_sec
         log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls, "

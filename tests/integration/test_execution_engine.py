@@ -52,21 +52,29 @@ def plan_of(topic: str, *moves: tuple[int, tuple[int, ...] | None, tuple[int, ..
 class Recording:
     """The real adapter, recording every partition submitted (AlterPartitionReassignments)."""
 
-    def __init__(self, admin: KafkaClusterAdmin, fail_on_list: int | None = None) -> None:
+    def __init__(self, admin: KafkaClusterAdmin, fail_on_read: int | None = None) -> None:
         self._admin = admin
         self.sent: list[TopicPartition] = []
-        self._lists = 0
-        self._fail_on_list = fail_on_list
+        self._reads = 0
+        self._fail_on_read = fail_on_read
 
     def alter_reassignments(self, targets, **kw):
         self.sent.extend(targets)
         return self._admin.alter_reassignments(targets, **kw)
 
-    def list_reassignments(self, partitions=None):
-        self._lists += 1
-        if self._fail_on_list is not None and self._lists >= self._fail_on_list:
+    def _read(self) -> None:
+        """The ``fail_on_read``-th read of the cluster's state (a snapshot or a listing) fails."""
+        self._reads += 1
+        if self._reads == self._fail_on_read:
             raise ConnectionError("simulated: the cluster stopped answering")
+
+    def list_reassignments(self, partitions=None):
+        self._read()
         return self._admin.list_reassignments(partitions)
+
+    def snapshot(self, **kw):
+        self._read()
+        return self._admin.snapshot(**kw)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._admin, name)
@@ -224,7 +232,7 @@ def test_throttle_configs_are_exactly_as_before_after_the_run(sandbox, admin, un
         assert result.status.ok and result.finish["throttles_restored"] == "yes"
     elif ending == "failure":
         with pytest.raises(ConnectionError):
-            run(Recording(admin, fail_on_list=4), plan, ExecutionLimits(), options, state_dir=tmp_path,
+            run(Recording(admin, fail_on_read=4), plan, ExecutionLimits(), options, state_dir=tmp_path,
                 poll_interval_s=0.5)
         assert admin.list_reassignments()  # the moves go on; only the throttles are back
         cancel(admin, plan)

@@ -8,12 +8,14 @@ import pytest
 
 from airflow_kafka_reassign.core.adaptive import (
     AdaptiveBounds,
+    MIN_STALL_S,
     CopyWatch,
     Limits,
     adapt,
     bytes_left,
     next_poll_s,
     soonest_eta_s,
+    stall_window_s,
 )
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, restore_throttles, run, step
 from airflow_kafka_reassign.core.health import HealthPolicy, assess, below_min_isr, drained_brokers
@@ -252,6 +254,18 @@ def test_a_copy_that_does_not_gain_on_its_leader_is_stalled():
     assert not w.update(20, 800) and w.update(30, 810)  # two polls without gaining
     assert not w.update(40, 810, finished=1)  # a move finished: progress after all
     assert not w.update(50, None) and w.rate is None
+
+
+def test_fast_polls_under_a_low_throttle_are_not_a_stall_before_two_fetch_steps():
+    """A follower under a 100 kB/s throttle gains in ~1 MiB steps, ~10 s apart: half-second polls see it flat."""
+    window = stall_window_s(100_000)
+    assert window == pytest.approx(2 * 1_048_576 / 100_000) and stall_window_s(None) == MIN_STALL_S
+    assert stall_window_s(1_000_000_000) == MIN_STALL_S
+    w = CopyWatch(stall_polls=3)
+    flat = [w.update(t / 2, 1_000_000, window_s=window) for t in range(50)]  # 25 s of flat half-second polls
+    first = flat.index(True) / 2
+    assert window <= first < window + 0.5 and all(flat[flat.index(True):])  # stalled after the window, not before
+    assert not w.update(25.0, 1_000_000, key="another move in flight", window_s=window)  # new moves: count again
 
 
 def test_bytes_left_eta_and_poll_interval():
