@@ -150,14 +150,17 @@ def soonest_eta_s(left: Mapping[TopicPartition, int], rate: float | None) -> flo
 FETCH_STEP_BYTES = 1_048_576
 #: No copy is called stalled before this many seconds without a new low of its bytes left, whatever the polls.
 MIN_STALL_S = 10.0
+#: Kafka measures a replication quota over 11 one-second windows (replication.quota.window.num): a throttled
+#: follower fetches again at least this often, however low the throttle.
+MAX_STALL_S = 24.0
 
 
 def stall_window_s(throttle_bytes_per_sec: int | None) -> float:
     """The least time without gaining that means a stall: two fetch steps at the throttle (a throttled copy
-    gains in ~1 MiB steps), and never under :data:`MIN_STALL_S`."""
+    gains in ~1 MiB steps), between :data:`MIN_STALL_S` and :data:`MAX_STALL_S` (two quota windows)."""
     if not throttle_bytes_per_sec or throttle_bytes_per_sec <= 0:
         return MIN_STALL_S
-    return max(MIN_STALL_S, 2 * FETCH_STEP_BYTES / throttle_bytes_per_sec)
+    return min(MAX_STALL_S, max(MIN_STALL_S, 2 * FETCH_STEP_BYTES / throttle_bytes_per_sec))
 
 
 class CopyWatch:
@@ -193,6 +196,18 @@ class CopyWatch:
             return False
         self._flat += 1
         return left > 0 and self._flat >= self.stall_polls and at_s - self._best[0] >= window_s
+
+    @property
+    def flat_s(self) -> float:
+        """Seconds since the bytes left made their last new low (0 when unknown)."""
+        if self._best is None or self._last is None:
+            return 0.0
+        return self._last[0] - self._best[0]
+
+    @property
+    def flat_polls(self) -> int:
+        """Polls since the bytes left made their last new low."""
+        return self._flat
 
     @property
     def progressing(self) -> bool:

@@ -1205,8 +1205,9 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
                                   window_s=stall_window_s(options.throttle_bytes_per_sec))
     if status.stalled:
         rate = options.throttle_bytes_per_sec
-        log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls, "
-                    "%d bytes left; %s", len(moving), _sample(list(moving)), watch.stall_polls, sum(left.values()),
+        log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls "
+                    "(%.0f s), %d bytes left; %s", len(moving), _sample(list(moving)), watch.flat_polls,
+                    watch.flat_s, sum(left.values()),
                     f"the throttle ({rate} B/s) is likely below these partitions' ingest rate: raise it "
                     "(throttle_bytes_per_sec, or max_throttle with adaptive limits)" if rate else
                     "check the brokers of these moves")

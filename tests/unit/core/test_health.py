@@ -7,8 +7,9 @@ import logging
 import pytest
 
 from airflow_kafka_reassign.core.adaptive import (
-    AdaptiveBounds,
+    MAX_STALL_S,
     MIN_STALL_S,
+    AdaptiveBounds,
     CopyWatch,
     Limits,
     adapt,
@@ -260,7 +261,7 @@ def test_fast_polls_under_a_low_throttle_are_not_a_stall_before_two_fetch_steps(
     """A follower under a 100 kB/s throttle gains in ~1 MiB steps, ~10 s apart: half-second polls see it flat."""
     window = stall_window_s(100_000)
     assert window == pytest.approx(2 * 1_048_576 / 100_000) and stall_window_s(None) == MIN_STALL_S
-    assert stall_window_s(1_000_000_000) == MIN_STALL_S
+    assert stall_window_s(1_000_000_000) == MIN_STALL_S and stall_window_s(1_000) == MAX_STALL_S
     w = CopyWatch(stall_polls=3)
     flat = [w.update(t / 2, 1_000_000, window_s=window) for t in range(50)]  # 25 s of flat half-second polls
     first = flat.index(True) / 2
@@ -286,18 +287,21 @@ def test_adaptive_run_logs_each_change_reports_a_stall_and_restores_throttles_ex
     for i in range(4):
         f.sizes[tp("t", i)] = {1: 1000, 2: 1000}
     polls: list[float] = []
+    clock = [0.0]
 
     def sleep(s: float) -> None:
         polls.append(s)
-        if len(polls) >= 6:  # the copy stalls for five polls, then moves finish one per poll
+        clock[0] += s
+        if len(polls) >= 6:  # the copy stalls for five polls (12.5 s: over the 10 s window), then moves finish
             f.complete()
 
-    bounds = AdaptiveBounds(min_moves=1, max_moves=4, min_throttle=100, max_throttle=400, stall_polls=2)
+    bounds = AdaptiveBounds(min_moves=1, max_moves=4, min_throttle=500_000, max_throttle=2_000_000, stall_polls=2)
     with caplog.at_level(logging.INFO):
-        result = run(f, plan, ExecutionLimits(order="plan"), ExecutionOptions(throttle_bytes_per_sec=200),
-                     state_dir=tmp_path, sleep=sleep, settle_s=0, adaptive=bounds, poll_interval_s=5.0)
-    assert "copy STALLED: 1 move(s) in flight (t-0) have not gained on their leaders for 2 polls" in caplog.text
-    assert "the throttle (200 B/s) is likely below these partitions' ingest rate" in caplog.text
+        result = run(f, plan, ExecutionLimits(order="plan"), ExecutionOptions(throttle_bytes_per_sec=1_000_000),
+                     state_dir=tmp_path, sleep=sleep, settle_s=0, adaptive=bounds, poll_interval_s=5.0,
+                     clock=lambda: clock[0])
+    assert "copy STALLED: 1 move(s) in flight (t-0) have not gained on their leaders for 5 polls (12 s)" in caplog.text
+    assert "the throttle (1000000 B/s) is likely below these partitions' ingest rate" in caplog.text
     assert result.status.ok and f.broker_configs[3] == {FOLLOWER_RATE: "9"} and f.broker_configs[1] == {}
     assert polls[:3] == [0.5, 1.0, 2.0]  # no rate known (nothing copied): sooner first, then rarer
     assert max(polls) <= 5.0
