@@ -957,12 +957,14 @@ class RunResult:
     paused_s: float = 0.0
     #: the adaptive limits' changes, one line each (``adaptive``)
     adaptations: list[str] = field(default_factory=list)
+    #: polls at which the copy in flight was stalled (not gaining on its leaders; see core/adaptive.py)
+    stalled_polls: int = 0
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
         out.update(deadline_reached=self.deadline_reached, stopped=self.stopped, steps=self.steps,
                    elapsed_s=round(self.elapsed_s, 1), unhealthy=self.unhealthy, paused_s=round(self.paused_s, 1),
-                   adaptations=len(self.adaptations), **self.finish)
+                   adaptations=len(self.adaptations), stalled_polls=self.stalled_polls, **self.finish)
         out["submitted"] = len(self.submitted)
         out["submitted_total"] = self.submitted_total if self.submitted_total is not None else len(self.submitted)
         # "yes" restored now, "none-set" nothing to restore, "no" left in place (wait_for_completion=False: the
@@ -1106,6 +1108,7 @@ def run(
                 log.info("cluster healthy again after %.1f s: resuming submissions", clock() - unhealthy_since)
                 unhealthy_since = None
             eta = _watch_copy(admin, status, watch, done_before, clock(), run_options, log)
+            result.stalled_polls += status.stalled
             if current is not None and adaptive is not None:
                 current, why = adapt(current, adaptive, healthy=status.paused is None,
                                      progressing=watch.progressing or len(status.done) > done_before,

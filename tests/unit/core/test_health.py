@@ -285,5 +285,6 @@ def test_adaptive_run_logs_each_change_reports_a_stall_and_restores_throttles_ex
     assert "copy STALLED: 1 move(s) in flight (t-0) have not gained on their leaders for 2 polls" in caplog.text
     assert "the throttle (200 B/s) is likely below these partitions' ingest rate" in caplog.text
     assert result.status.ok and f.broker_configs[3] == {FOLLOWER_RATE: "9"} and f.broker_configs[1] == {}
+    assert result.stalled_polls >= 1 and result.summary()["stalled_polls"] == result.stalled_polls
     assert polls[:3] == [0.5, 1.0, 2.0]  # no rate known (nothing copied): sooner first, then rarer
     assert max(polls) <= 5.0
