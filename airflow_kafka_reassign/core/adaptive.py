@@ -192,11 +192,19 @@ class CopyWatch:
         return self.rate is not None and self.rate > 0
 
 
-def next_poll_s(eta_s: float | None, *, previous_s: float | None, floor_s: float, ceiling_s: float) -> float:
+def next_poll_s(eta_s: float | None, *, previous_s: float | None, floor_s: float, ceiling_s: float,
+                progressed: bool = False) -> float:
     """Seconds until the next poll: half the ETA of what is in flight, between ``floor_s`` and
     ``ceiling_s``; without an ETA, twice the previous interval (from the floor), so a small plan
-    is polled soon and a long one does not flood the controller."""
+    is polled soon and a long one does not flood the controller; but the previous interval again
+    when moves finished since the last poll (``progressed``: the plan moves at that pace, and the
+    rate of a set of moves that changed is unknown until the next poll)."""
     if ceiling_s <= floor_s:
         return ceiling_s
-    wait = (floor_s if previous_s is None else previous_s * 2) if eta_s is None else eta_s / 2
+    if eta_s is not None:
+        wait = eta_s / 2
+    elif previous_s is None:
+        wait = floor_s
+    else:
+        wait = previous_s if progressed else previous_s * 2
     return min(ceiling_s, max(floor_s, wait))

@@ -1169,7 +1169,7 @@ def run(
             eta = governor.adapt(admin, status, done_before, at=clock(), options=run_options, state_dir=state_dir,
                                  log=log)
             poll = next_poll_s(eta, previous_s=poll, floor_s=min(min_poll_interval_s, poll_interval_s),
-                               ceiling_s=poll_interval_s)
+                               ceiling_s=poll_interval_s, progressed=len(status.done) > done_before)
             (sleep or _sleep)(poll)
         done_cleanly = True
     except LeaseLostError:

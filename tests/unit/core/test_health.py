@@ -262,6 +262,8 @@ def test_bytes_left_eta_and_poll_interval():
     assert next_poll_s(10.0, previous_s=None, floor_s=0.5, ceiling_s=30) == 5.0
     assert next_poll_s(0.1, previous_s=None, floor_s=0.5, ceiling_s=30) == 0.5  # about to finish: soon
     assert next_poll_s(None, previous_s=None, floor_s=0.5, ceiling_s=30) == 0.5
+    assert next_poll_s(None, previous_s=2, floor_s=0.5, ceiling_s=30) == 4  # nothing finished: rarer
+    assert next_poll_s(None, previous_s=2, floor_s=0.5, ceiling_s=30, progressed=True) == 2  # moves finish: same pace
     assert next_poll_s(None, previous_s=20, floor_s=0.5, ceiling_s=30) == 30  # far, unknown: rarely
 
 
