@@ -18,14 +18,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_reassign.core.cancel import live_rollback
-from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
+from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
+from airflow_kafka_reassign.core.cancel import cancel, live_rollback
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, RunGovernor, step
+from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseKeeper
 from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
 from airflow_kafka_reassign.core.progress import (
@@ -112,8 +115,10 @@ class WaitSpec:
 
     ``limits`` and ``options`` are the keyword arguments of
     :class:`~airflow_kafka_reassign.core.execution.ExecutionLimits` /
-    :class:`~airflow_kafka_reassign.core.execution.ExecutionOptions`, used when ``submit_pending`` is on and for
-    finishing (throttles, leader election) and the timeout policies.
+    :class:`~airflow_kafka_reassign.core.execution.ExecutionOptions` (``options["health"]``: those of
+    :class:`~airflow_kafka_reassign.core.health.HealthPolicy`), used when ``submit_pending`` is on and for
+    finishing (throttles, leader election) and the timeout policies. ``adaptive``: the
+    :class:`~airflow_kafka_reassign.core.adaptive.AdaptiveBounds` of the submissions (``None``: fixed limits).
     """
 
     plan_uri: str
@@ -133,11 +138,13 @@ class WaitSpec:
     lease_holder: str | None = None
     lease_scope: str | None = None
     lease_ttl_s: float = DEFAULT_TTL_S
+    adaptive: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.which not in ("plan", "rollback"):
             raise ConfigurationError(f"which must be 'plan' or 'rollback', not {self.which!r}")
         self.execution()  # validate the limits and options now, not at the first poke
+        self.adaptive_bounds()
 
     @cached_property
     def plan_store(self) -> Store:
@@ -170,13 +177,27 @@ class WaitSpec:
                                 log=log)
 
     def execution(self) -> tuple[ExecutionLimits, ExecutionOptions]:
+        options = dict(self.options)
+        health = options.pop("health", None)
         try:
-            return ExecutionLimits(**self.limits), ExecutionOptions(**self.options)
+            if health is not None:
+                options["health"] = HealthPolicy(**health)
+            return ExecutionLimits(**self.limits), ExecutionOptions(**options)
         except TypeError as e:
             raise ConfigurationError(f"invalid execution limits or options: {e}") from None
 
+    def adaptive_bounds(self) -> AdaptiveBounds | None:
+        return AdaptiveBounds.parse(self.adaptive, max_moves=self.limits.get("max_moves"))
+
     def submitter(self, plan: ReassignmentPlan) -> Submitter | None:
-        """Calls :func:`~airflow_kafka_reassign.core.execution.step` on every poke (with ``submit_pending``)."""
+        """Calls :func:`~airflow_kafka_reassign.core.execution.step` on every poke (with ``submit_pending``).
+
+        The pokes share one :class:`~airflow_kafka_reassign.core.execution.RunGovernor`, as ExecuteReassignment's
+        steps do: the health gate pauses (one ``PAUSED`` line per poke) and its policy stops the submissions
+        (``max_pause_s`` passed, ``on_unhealthy="fail"``, or ``"cancel"``, which also cancels the plan's moves in
+        flight); the pending moves are then refused by name, the wait goes on for the moves in flight and ends
+        ``blocked``. With ``adaptive`` bounds the concurrency and the throttle follow AIMD from poke to poke.
+        """
         if not self.submit_pending:
             return None
         limits, options = self.execution()
@@ -184,21 +205,42 @@ class WaitSpec:
         known: dict[TopicPartition, str] = {}
         log = _step_logger()
         leases: list[LeaseKeeper | None] = []
+        governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec)
+        stopped: list[str] = []
+        done_before = [0]
 
         def submit(admin: ClusterAdmin) -> SubmitOutcome:
             if not leases:  # taken at the first submission, in the process that submits (worker or triggerer)
                 leases.append(self.take_lease(log))
+            step_limits, step_options = governor.for_step(limits, options)
+            changes = len(governor.adaptations)
             with _quiet(ADAPTER_LOGGER):
-                status = step(admin, plan, limits, options, state_dir=state, submit=True, log=log,
+                status = step(admin, plan, step_limits, step_options, state_dir=state, submit=not stopped, log=log,
                               known_failed=known, lease=leases[0])
+                if not stopped:
+                    stop = governor.health(status, at=time.monotonic(), submitting=True, log=log)
+                    if stop is not None:
+                        stopped.append(stop)
+                        log.error("%s", stop)
+                        if options.health.on_unhealthy == "cancel" and status.in_flight:
+                            cancel(admin, plan, rf_guard=options.rf_guard, log=log)
+                    else:
+                        governor.adapt(admin, status, done_before[0], at=time.monotonic(), options=step_options,
+                                       state_dir=state, log=log)
+            if stopped:  # never sent now (nor a cancelled move again): the wait ends "blocked", naming them,
+                # once the moves in flight are done
+                known.update(dict.fromkeys(status.pending, f"not sent: {stopped[0]}"))
+            done_before[0] = len(status.done)
             known.update(status.failed)
-            refused = dict(status.failed)
+            refused = {**status.failed, **{tp: known[tp] for tp in status.pending if tp in known}}
             if status.plan_errors and status.blocked:
                 # the plan is refused whole: its pending moves are never sent, so the wait does not wait for them
                 # (it ends "blocked", naming them, once the moves in flight are done)
                 refused.update(dict.fromkeys(status.pending, "not sent: the whole plan is refused for its plan "
                                                              "errors (see the warning)"))
-            return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=status.blocked)
+            return SubmitOutcome(submitted=len(status.submitted), refused=refused,
+                                 blocked=stopped[0] if stopped else status.blocked,
+                                 notes=tuple(f"adaptive limits: {why}" for why in governor.adaptations[changes:]))
 
         return submit
 
@@ -224,6 +266,8 @@ def make_admin(spec: WaitSpec) -> ClusterAdmin:
 def log_progress(log: logging.Logger | Any, progress: Progress, watch: ReassignmentWatch, last_blocked: str | None) -> str | None:
     """Log a poke: ONE line, plus a warning when moves are stuck or submission is blocked (when that changes)."""
     log.info("%s", progress.line())
+    for note in watch.notes:
+        log.info("%s", note)
     if progress.warn:
         log.warning("%s", progress.stuck_message())
     if watch.blocked and watch.blocked != last_blocked:

@@ -41,6 +41,11 @@ class Limits:
     throttle: int | None = None
 
 
+#: The keys of a task's ``adaptive_limits`` (the fields of :class:`AdaptiveBounds`).
+BOUND_KEYS = frozenset({"max_moves", "min_moves", "min_throttle", "max_throttle", "increase_moves",
+                        "increase_throttle", "decrease", "stall_polls"})
+
+
 @dataclass(frozen=True)
 class AdaptiveBounds:
     """The user's bounds for adaptive execution.
@@ -80,6 +85,20 @@ class AdaptiveBounds:
                                      f"{self.min_throttle} .. {self.max_throttle}")
         if not 0 < self.decrease < 1:
             raise ConfigurationError(f"adaptive decrease must be a factor between 0 and 1, not {self.decrease!r}")
+
+    @classmethod
+    def parse(cls, bounds: object, *, max_moves: int | None = None) -> AdaptiveBounds | None:
+        """The bounds from a task's ``adaptive_limits`` dict (``None`` or empty: not adaptive), their
+        ``max_moves`` defaulting to the task's ``max_moves`` (or 1); an unknown key is named."""
+        if not bounds:
+            return None
+        if not isinstance(bounds, Mapping):
+            raise ConfigurationError(f"adaptive_limits must be a dict such as {{'max_moves': 8}}, not {bounds!r}")
+        unknown = set(bounds) - BOUND_KEYS
+        if unknown:
+            raise ConfigurationError(f"adaptive_limits: unknown key(s) {sorted(unknown)}; known: "
+                                     f"{', '.join(sorted(BOUND_KEYS))}")
+        return cls(**{"max_moves": max_moves or 1, **bounds})
 
     def start(self, throttle: int | None) -> Limits:
         """Where a run starts: the fewest moves, the given throttle clamped into the bounds."""
@@ -214,11 +233,19 @@ class CopyWatch:
         return self.rate is not None and self.rate > 0
 
 
-def next_poll_s(eta_s: float | None, *, previous_s: float | None, floor_s: float, ceiling_s: float) -> float:
+def next_poll_s(eta_s: float | None, *, previous_s: float | None, floor_s: float, ceiling_s: float,
+                progressed: bool = False) -> float:
     """Seconds until the next poll: half the ETA of what is in flight, between ``floor_s`` and
     ``ceiling_s``; without an ETA, twice the previous interval (from the floor), so a small plan
-    is polled soon and a long one does not flood the controller."""
+    is polled soon and a long one does not flood the controller; but the previous interval again
+    when moves finished since the last poll (``progressed``: the plan moves at that pace, and the
+    rate of a set of moves that changed is unknown until the next poll)."""
     if ceiling_s <= floor_s:
         return ceiling_s
-    wait = (floor_s if previous_s is None else previous_s * 2) if eta_s is None else eta_s / 2
+    if eta_s is not None:
+        wait = eta_s / 2
+    elif previous_s is None:
+        wait = floor_s
+    else:
+        wait = previous_s if progressed else previous_s * 2
     return min(ceiling_s, max(floor_s, wait))

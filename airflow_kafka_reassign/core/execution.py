@@ -59,6 +59,7 @@ from airflow_kafka_reassign.core.adaptive import (
     DEFAULT_MIN_POLL_S,
     AdaptiveBounds,
     CopyWatch,
+    Limits,
     adapt,
     bytes_left,
     next_poll_s,
@@ -961,6 +962,78 @@ def finish(
 # -- the whole loop -----------------------------------------------------------------------------
 
 
+class RunGovernor:
+    """What carries over from one step of a run to the next: the health gate's pause clock and policy,
+    the adaptive limits (AIMD) and the copy watch (stall, rate, ETA).
+
+    One object, two drivers: :func:`run` (ExecuteReassignment) and the sensor's submitter
+    (``WaitForReassignmentSensor(submit_pending=True)``, ``plan_access.WaitSpec.submitter``), so both
+    pause, give up after ``max_pause_s``, cancel or fail, and adapt their limits the same way. Per step::
+
+        limits, options = governor.for_step(limits, options)
+        status = step(admin, plan, limits, options, ...)
+        stop = governor.health(status, at=clock(), submitting=True, log=log)   # the policy's verdict
+        eta = governor.adapt(admin, status, done_before, at=clock(), options=options, state_dir=..., log=log)
+    """
+
+    def __init__(self, policy: HealthPolicy, adaptive: AdaptiveBounds | None = None,
+                 throttle: int | None = None) -> None:
+        self.policy = policy
+        self.adaptive = adaptive
+        #: the limits in force (``None``: not adaptive, the task's own limits apply)
+        self.current: Limits | None = adaptive.start(throttle) if adaptive is not None else None
+        self.watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
+        self.unhealthy_since: float | None = None
+        self.paused_s = 0.0
+        self.adaptations: list[str] = []
+        self.stalled_polls = 0
+
+    def for_step(self, limits: ExecutionLimits, options: ExecutionOptions) -> tuple[ExecutionLimits, ExecutionOptions]:
+        """The limits and options of the next step: the adaptive ones in place of the task's, when adaptive."""
+        if self.current is None:
+            return limits, options
+        return (replace(limits, max_moves=self.current.moves),
+                replace(options, throttle_bytes_per_sec=self.current.throttle))
+
+    def health(self, status: ExecutionStatus, *, at: float, submitting: bool, log: logging.Logger) -> str | None:
+        """Keep the pause clock: why the health policy stops the run now (``None``: it goes on).
+
+        ``submitting``: the run may still submit (not past its deadline); a pause only counts then."""
+        if status.paused and status.pending and submitting:
+            self.unhealthy_since = at if self.unhealthy_since is None else self.unhealthy_since
+            return _unhealthy_stop(self.policy, at - self.unhealthy_since, status)
+        if self.unhealthy_since is not None:
+            self.paused_s += at - self.unhealthy_since
+            log.info("cluster healthy again after %.1f s: resuming submissions", at - self.unhealthy_since)
+            self.unhealthy_since = None
+        return None
+
+    def adapt(self, admin: ClusterAdmin, status: ExecutionStatus, done_before: int, *, at: float,
+              options: ExecutionOptions, state_dir: StateLocation | None, log: logging.Logger,
+              measure: Sequence[TopicPartition] | None = None) -> float | None:
+        """Measure the copy in flight (a stall is warned and counted; ``measure`` widens that one DescribeLogDirs
+        to the plan's partitions for the progress line), move the adaptive limits (each change logged and
+        journalled); returns the ETA of the first move in flight to finish (``None``: unknown)."""
+        eta = _watch_copy(admin, status, self.watch, done_before, at, options, log, measure=measure)
+        self.stalled_polls += status.stalled
+        if self.current is not None and self.adaptive is not None:
+            self.current, why = adapt(self.current, self.adaptive, healthy=status.paused is None,
+                                      progressing=self.watch.progressing or len(status.done) > done_before,
+                                      stalled=status.stalled)
+            if why:
+                self.adaptations.append(why)
+                log.info("adaptive limits: %s", why)
+                journal(state_dir, {"event": "adapted", "why": why, "max_moves": self.current.moves,
+                                    "throttle_bytes_per_sec": self.current.throttle}, log=log)
+        return eta
+
+    def close(self, at: float) -> None:
+        """End of the run: a pause still running counts into ``paused_s``."""
+        if self.unhealthy_since is not None:
+            self.paused_s += at - self.unhealthy_since
+            self.unhealthy_since = None
+
+
 @dataclass
 class RunResult:
     """How a :func:`run` ended: the last status and what happened on the way."""
@@ -982,12 +1055,14 @@ class RunResult:
     paused_s: float = 0.0
     #: the adaptive limits' changes, one line each (``adaptive``)
     adaptations: list[str] = field(default_factory=list)
+    #: polls at which the copy in flight was stalled (not gaining on its leaders; see core/adaptive.py)
+    stalled_polls: int = 0
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
         out.update(deadline_reached=self.deadline_reached, stopped=self.stopped, steps=self.steps,
                    elapsed_s=round(self.elapsed_s, 1), unhealthy=self.unhealthy, paused_s=round(self.paused_s, 1),
-                   adaptations=len(self.adaptations), **self.finish)
+                   adaptations=len(self.adaptations), stalled_polls=self.stalled_polls, **self.finish)
         out["submitted"] = len(self.submitted)
         out["submitted_total"] = self.submitted_total if self.submitted_total is not None else len(self.submitted)
         # "yes" restored now, "none-set" nothing to restore, "no" left in place (wait_for_completion=False: the
@@ -1062,9 +1137,7 @@ def run(
     lost = False
     keep_throttles = False
     policy = options.health
-    current = adaptive.start(options.throttle_bytes_per_sec) if adaptive is not None else None
-    watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
-    unhealthy_since: float | None = None
+    governor = RunGovernor(policy, adaptive, options.throttle_bytes_per_sec)
     poll: float | None = None
     try:
         if deadline is not None and deadline.tzinfo is None:
@@ -1096,10 +1169,7 @@ def run(
 
                     result.cancel = cancel(admin, plan, rf_guard=options.rf_guard, log=log, sleep=sleep)
             done_before = len(status.done)
-            run_limits, run_options = limits, options
-            if current is not None:
-                run_limits = replace(limits, max_moves=current.moves)
-                run_options = replace(options, throttle_bytes_per_sec=current.throttle)
+            run_limits, run_options = governor.for_step(limits, options)
             status = step(admin, plan, run_limits, run_options, state_dir=state_dir, submit=not past, log=log,
                           known_failed=known, settle_s=settle_s, sleep=sleep, should_stop=should_stop, lease=lease)
             result.steps += 1
@@ -1110,39 +1180,23 @@ def run(
                 break
             if not status.in_flight and (past or (status.blocked and not status.lagging)):
                 break
-            if status.paused and status.pending and not past:
-                t = clock()
-                unhealthy_since = t if unhealthy_since is None else unhealthy_since
-                stop = _unhealthy_stop(policy, t - unhealthy_since, status)
-                if stop is not None:
-                    result.unhealthy = stop
-                    status.blocked = stop
-                    if policy.on_unhealthy == "cancel" and status.in_flight:
-                        from airflow_kafka_reassign.core.cancel import cancel  # it builds on this module
+            stop = governor.health(status, at=clock(), submitting=not past, log=log)
+            if stop is not None:
+                result.unhealthy = stop
+                status.blocked = stop
+                if policy.on_unhealthy == "cancel" and status.in_flight:
+                    from airflow_kafka_reassign.core.cancel import cancel  # it builds on this module
 
-                        result.cancel = cancel(admin, plan, rf_guard=options.rf_guard, log=log, sleep=sleep)
-                    elif status.in_flight:
-                        keep_throttles = True
-                    break
-            elif unhealthy_since is not None:
-                result.paused_s += clock() - unhealthy_since
-                log.info("cluster healthy again after %.1f s: resuming submissions", clock() - unhealthy_since)
-                unhealthy_since = None
-            eta = _watch_copy(admin, status, watch, done_before, clock(), run_options, log,
-                              measure=plan.partitions if progress is not None else None)
+                    result.cancel = cancel(admin, plan, rf_guard=options.rf_guard, log=log, sleep=sleep)
+                elif status.in_flight:
+                    keep_throttles = True
+                break
+            eta = governor.adapt(admin, status, done_before, at=clock(), options=run_options, state_dir=state_dir,
+                                 log=log, measure=plan.partitions if progress is not None else None)
             if progress is not None and status.in_flight:
                 progress(status)
-            if current is not None and adaptive is not None:
-                current, why = adapt(current, adaptive, healthy=status.paused is None,
-                                     progressing=watch.progressing or len(status.done) > done_before,
-                                     stalled=status.stalled)
-                if why:
-                    result.adaptations.append(why)
-                    log.info("adaptive limits: %s", why)
-                    journal(state_dir, {"event": "adapted", "why": why, "max_moves": current.moves,
-                                        "throttle_bytes_per_sec": current.throttle}, log=log)
             poll = next_poll_s(eta, previous_s=poll, floor_s=min(min_poll_interval_s, poll_interval_s),
-                               ceiling_s=poll_interval_s)
+                               ceiling_s=poll_interval_s, progressed=len(status.done) > done_before)
             (sleep or _sleep)(poll)
         done_cleanly = True
     except LeaseLostError:
@@ -1150,8 +1204,9 @@ def run(
         raise
     finally:
         result.elapsed_s = time.monotonic() - started
-        if unhealthy_since is not None:
-            result.paused_s += clock() - unhealthy_since
+        governor.close(clock())
+        result.paused_s, result.adaptations = governor.paused_s, governor.adaptations
+        result.stalled_polls = governor.stalled_polls
         if keep_throttles:
             log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
                         "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),

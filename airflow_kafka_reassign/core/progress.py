@@ -461,6 +461,8 @@ class SubmitOutcome:
     refused: Mapping[TopicPartition, str] = field(default_factory=dict)
     #: Why nothing may be submitted now (for example foreign reassignments in flight), or ``None``.
     blocked: str | None = None
+    #: Lines worth a place in the task log beside the progress line (an adaptive limit changed).
+    notes: tuple[str, ...] = ()
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -524,6 +526,8 @@ class ReassignmentWatch:
         self.refused: dict[TopicPartition, str] = {}
         #: The submitter's latest reason for submitting nothing (logged by the caller when it changes).
         self.blocked: str | None = None
+        #: The submitter's notes of the latest poke (logged by the caller).
+        self.notes: tuple[str, ...] = ()
 
     @property
     def state(self) -> TrackerState:
@@ -536,6 +540,7 @@ class ReassignmentWatch:
             submitted = outcome.submitted
             self.refused.update(outcome.refused)
             self.blocked = outcome.blocked
+            self.notes = outcome.notes
         obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
         if obs.unfinished == 0 and not obs.complete and self.settle_s > 0:
             # "blocked" ends the wait: make sure it is not a broker's metadata lagging a moment behind the

@@ -58,7 +58,7 @@ from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.links import PlanReportLink, push_report_location
-from airflow_kafka_reassign.operators._params import as_bool
+from airflow_kafka_reassign.operators._params import as_bool, health_args
 from airflow_kafka_reassign.plan_access import lease_identity, log_progress, plan_store
 from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, run_state, snapshot_taken_at
 
@@ -176,12 +176,10 @@ class _ExecutionParams:
                 throttle_bytes_per_sec=as_int(self.throttle_bytes_per_sec),
                 elect_leaders=bool(self.elect_leaders),
                 dry_run=as_bool(self.dry_run, "dry_run"),
-                health=HealthPolicy(
-                    gate=as_bool(getattr(self, "health_gate", True), "health_gate"),
-                    on_unhealthy=getattr(self, "on_unhealthy", "pause"),
-                    max_pause_s=None if getattr(self, "max_pause_s", 1800.0) is None else float(self.max_pause_s),
-                    below_min_isr=getattr(self, "below_min_isr", "last"),
-                ),
+                health=HealthPolicy(**health_args(getattr(self, "health_gate", True),
+                                                  getattr(self, "on_unhealthy", "pause"),
+                                                  getattr(self, "max_pause_s", 1800.0),
+                                                  getattr(self, "below_min_isr", "last"))),
             ),
         )
 
@@ -411,17 +409,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         return self._conclude(context, result, store.uri)
 
     def _adaptive_bounds(self) -> AdaptiveBounds | None:
-        bounds = self.adaptive_limits
-        if not bounds:
-            return None
-        if not isinstance(bounds, dict):
-            raise ConfigurationError(f"adaptive_limits must be a dict such as {{'max_moves': 8}}, not {bounds!r}")
-        known = {"max_moves", "min_moves", "min_throttle", "max_throttle", "increase_moves", "increase_throttle",
-                 "decrease", "stall_polls"}
-        if set(bounds) - known:
-            raise ConfigurationError(f"adaptive_limits: unknown key(s) {sorted(set(bounds) - known)}; known: "
-                                     f"{', '.join(sorted(known))}")
-        return AdaptiveBounds(**{"max_moves": self.max_moves or 1, **bounds})
+        return AdaptiveBounds.parse(self.adaptive_limits, max_moves=self.execution_params()[0].max_moves)
 
     def _progress_logger(self, plan: ReassignmentPlan) -> Callable[[ExecutionStatus], None]:
         """While the task waits for its moves: the sensor's progress line (bytes copied, rate, ETA) per poll."""

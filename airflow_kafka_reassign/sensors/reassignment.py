@@ -42,6 +42,7 @@ from airflow_kafka_reassign.core.progress import (
     format_duration,
 )
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
+from airflow_kafka_reassign.operators._params import health_args
 from airflow_kafka_reassign.plan_access import (
     MAX_UNREACHABLE_POLLS,
     WaitSpec,
@@ -116,6 +117,12 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
         rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
         ExecuteReassignment (below).
+    :param health_gate / on_unhealthy / max_pause_s / below_min_isr / adaptive_limits: as for ExecuteReassignment,
+        with ``submit_pending``: the same health gate and adaptive limits (one
+        :class:`~airflow_kafka_reassign.core.execution.RunGovernor` across the pokes). When the health policy stops
+        the submissions (a pause longer than ``max_pause_s``, ``on_unhealthy="fail"``, or ``"cancel"``, which also
+        cancels the plan's moves in flight), the pending moves are refused by name and the wait ends ``blocked``
+        (the task fails) once nothing of the plan is in flight; the throttles are restored then.
 
     The execution parameters (``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
     ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``on_plan_error``,
@@ -147,6 +154,11 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         on_plan_error: str = "refuse",
         allow_offline_brokers: bool = False,
         elect_leaders: bool = False,
+        health_gate: bool = True,
+        on_unhealthy: str = "pause",
+        max_pause_s: float | None = 1800.0,
+        below_min_isr: str = "last",
+        adaptive_limits: dict[str, Any] | None = None,
         stuck_after: timedelta | float = 600,
         on_timeout: str = "leave",
         measure_bytes: bool = True,
@@ -179,7 +191,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             "on_plan_error": on_plan_error,
             "allow_offline_brokers": allow_offline_brokers,
             "elect_leaders": elect_leaders,
+            "health": health_args(health_gate, on_unhealthy, max_pause_s, below_min_isr),
         }
+        self.adaptive_limits = adaptive_limits
         self.stuck_after_s = _seconds(stuck_after, "stuck_after")
         self.on_timeout: TimeoutPolicy = check_timeout_policy(on_timeout)
         self.measure_bytes = measure_bytes
@@ -212,6 +226,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             submit_pending=self.submit_pending, limits=self._limits(), options=self._options(),
             storage_conn_id=self.storage_conn_id or None, storage_timeout_s=float(self.storage_timeout_s),
             state_dir=str(self.state_dir) if self.state_dir else None, lease_holder=holder, lease_scope=scope,
+            adaptive=dict(self.adaptive_limits) if self.adaptive_limits else None,
         )
 
     def _limits(self) -> dict[str, Any]:

@@ -120,7 +120,10 @@ def setup(config: dict[str, str], partitions: int, kb: float) -> tuple[list[str]
     return topics, ReassignmentPlan(moves=tuple(moves))
 
 
-def reference(sandbox: Sandbox, plan: ReassignmentPlan, throttle: int, work: Path) -> tuple[float, int]:
+def reference(sandbox: Sandbox, plan: ReassignmentPlan, throttle: int, work: Path,
+              every: float = 0.0) -> tuple[float, int]:
+    """``--execute --throttle``, then ``--verify`` until nothing is in progress: the next one starts ``every``
+    seconds after the previous one started (at once if that took longer). Returns (seconds, --verify runs)."""
     path = work / "reference.json"
     path.write_text(plan.to_kafka_json())
     started = time.monotonic()
@@ -129,12 +132,14 @@ def reference(sandbox: Sandbox, plan: ReassignmentPlan, throttle: int, work: Pat
         raise RuntimeError(f"--execute exited {proc.returncode}: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
     verifies = 0
     while True:
+        begun = time.monotonic()
         verify = sandbox.reassign_tool(["--verify", "--reassignment-json-file", str(path)])
         verifies += 1
         if "still in progress" not in verify.stdout and verify.returncode == 0:
             return time.monotonic() - started, verifies
         if time.monotonic() - started > 1800:
             raise TimeoutError("the reference execution did not finish in 30 minutes")
+        time.sleep(max(0.0, every - (time.monotonic() - begun)))
 
 
 def ours(env: dict[str, str], plan_dir: Path, throttle: int, poll: float) -> dict:
@@ -182,6 +187,24 @@ def own_or_given(sandbox_dir: Path | None, tmp: Path) -> Iterator[Sandbox]:
         yield sandbox
     finally:
         sandbox.down()
+
+
+@contextlib.contextmanager
+def bench_sandbox(sandbox_dir: Path | None, prefix: str) -> Iterator[tuple[Sandbox, Path]]:
+    """A benchmark's sandbox (``sandbox_dir``'s, else its own, stopped on any exit, SIGTERM included) and a
+    temporary working directory."""
+    signal.signal(signal.SIGTERM, _raise_exit)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp_name:
+        tmp = Path(tmp_name)
+        with own_or_given(sandbox_dir, tmp) as sandbox:
+            yield sandbox, tmp
+
+
+def size_args(ap: argparse.ArgumentParser, *, partitions: int, kb: float, throttle: int) -> None:
+    """The plan's size and throttle options every execution benchmark takes."""
+    ap.add_argument("--partitions", type=int, default=partitions)
+    ap.add_argument("--kb", type=float, default=kb, help="kB of records per partition")
+    ap.add_argument("--throttle", type=int, default=throttle, help="bytes/s, every execution")
 
 
 def main() -> None:

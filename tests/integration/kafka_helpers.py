@@ -139,11 +139,13 @@ class Traffic:
         traffic.check()
     """
 
-    def __init__(self, config: dict[str, Any], topic: str, *, partitions: int, per_second: float = 20) -> None:
+    def __init__(self, config: dict[str, Any], topic: str, *, partitions: int, per_second: float = 20,
+                 pad_bytes: int = 0) -> None:
         self._config = dict(config)
         self.topic = topic
         self.partitions = partitions
         self._interval = 1.0 / per_second
+        self._pad = b":" + b"x" * pad_bytes if pad_bytes else b""  # a hot partition: bytes per record
         self.acked: set[tuple[int, int]] = set()
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -157,6 +159,10 @@ class Traffic:
         self._stop.set()
         self._thread.join(120)
 
+    def stop(self) -> None:
+        """Stop sending (returns at once; leaving the ``with`` block still waits for the last acknowledgements)."""
+        self._stop.set()
+
     def _produce(self) -> None:
         producer = Producer({**self._config, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
 
@@ -169,7 +175,7 @@ class Traffic:
         seq = 0
         while not self._stop.is_set():
             for p in range(self.partitions):
-                producer.produce(self.topic, f"seq:{seq}".encode(), partition=p, on_delivery=delivered)
+                producer.produce(self.topic, f"seq:{seq}".encode() + self._pad, partition=p, on_delivery=delivered)
             seq += 1
             producer.poll(self._interval)
         left = producer.flush(60)

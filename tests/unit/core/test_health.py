@@ -277,6 +277,8 @@ def test_bytes_left_eta_and_poll_interval():
     assert next_poll_s(10.0, previous_s=None, floor_s=0.5, ceiling_s=30) == 5.0
     assert next_poll_s(0.1, previous_s=None, floor_s=0.5, ceiling_s=30) == 0.5  # about to finish: soon
     assert next_poll_s(None, previous_s=None, floor_s=0.5, ceiling_s=30) == 0.5
+    assert next_poll_s(None, previous_s=2, floor_s=0.5, ceiling_s=30) == 4  # nothing finished: rarer
+    assert next_poll_s(None, previous_s=2, floor_s=0.5, ceiling_s=30, progressed=True) == 2  # moves finish: same pace
     assert next_poll_s(None, previous_s=20, floor_s=0.5, ceiling_s=30) == 30  # far, unknown: rarely
 
 
@@ -303,5 +305,6 @@ def test_adaptive_run_logs_each_change_reports_a_stall_and_restores_throttles_ex
     assert "copy STALLED: 1 move(s) in flight (t-0) have not gained on their leaders for 5 polls (12 s)" in caplog.text
     assert "the throttle (1000000 B/s) is likely below these partitions' ingest rate" in caplog.text
     assert result.status.ok and f.broker_configs[3] == {FOLLOWER_RATE: "9"} and f.broker_configs[1] == {}
+    assert result.stalled_polls >= 1 and result.summary()["stalled_polls"] == result.stalled_polls
     assert polls[:3] == [0.5, 1.0, 2.0]  # no rate known (nothing copied): sooner first, then rarer
     assert max(polls) <= 5.0

@@ -22,6 +22,7 @@ except ImportError:  # Airflow < 3.2
     from airflow.exceptions import AirflowRescheduleException
 
 from airflow_kafka_reassign.core.execution import RUN_DIR, THROTTLE_BACKUP_FILE
+from airflow_kafka_reassign.core.journal import read_journal
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -174,16 +175,24 @@ def test_poke_mode_waits_for_completion_one_line_per_poke(fake, plan_dir, capsys
     assert len(log) <= len(lines) + 4  # nothing else but the start, the end and the finish
 
 
-def test_submit_pending_submits_within_the_limits(fake, plan_dir):
-    limit_seen = []
+def in_flight_after_each_submission(fake, then=None) -> list[int]:
+    """Record how many moves are in flight right after each AlterPartitionReassignments (and call ``then``)."""
+    seen: list[int] = []
     orig = fake.alter_reassignments
 
     def alter(targets, **kw):
         out = orig(targets, **kw)
-        limit_seen.append(len(fake.inflight))
+        seen.append(len(fake.inflight))
+        if then is not None:
+            then()
         return out
 
     fake.alter_reassignments = alter
+    return seen
+
+
+def test_submit_pending_submits_within_the_limits(fake, plan_dir):
+    limit_seen = in_flight_after_each_submission(fake)
     result = sensor(plan_dir, submit_pending=True, max_moves=1).execute({})
     assert result["status"] == "complete" and result["submitted"] == 3
     assert max(limit_seen) == 1
@@ -412,3 +421,59 @@ def test_the_python_examples_of_docs_wait_md_run():
         namespace: dict = {}
         exec(compile(block, "docs/wait.md", "exec"), namespace)
     assert namespace["execute_and_wait"].limits["max_moves_per_broker"] == 2
+
+
+# -- the health gate and adaptive limits on the submit path (the same RunGovernor as ExecuteReassignment) ----
+
+def unhealthy_fake(monkeypatch, **kw):
+    """Three moves of "orders" onto broker 3; "other" has a replica on broker 4, which a test takes down."""
+    admin = SteppingFake.build(brokers={1: "r1", 2: "r2", 3: "r3", 4: "r1"},
+                               topics={"orders": [[1, 2]] * 3, "other": [[4, 1]]}, **kw)
+    for i in range(3):
+        admin.sizes[TopicPartition("orders", i)] = {1: MB, 2: MB}
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    return admin
+
+
+def test_submit_pending_adapts_its_concurrency_like_execute(fake, plan_dir, capsys):
+    in_flight_after = in_flight_after_each_submission(fake)
+    fake.every = 2  # a move completes every other snapshot: the copy progresses, poke after poke
+    result = sensor(plan_dir, submit_pending=True, max_moves=3, adaptive_limits={"min_moves": 1}).execute({})
+    assert result["status"] == "complete" and result["submitted"] == 3
+    assert in_flight_after[0] == 1  # starts at min_moves, not at max_moves
+    log = task_log(capsys)
+    assert any("adaptive limits: healthy and progressing: moves 1 -> 2" in line for line in log)  # in the task log
+    journal = [e for e in read_journal(plan_dir / RUN_DIR) if e.get("event") == "adapted"]
+    assert journal and journal[0]["max_moves"] == 2
+
+
+def test_submit_pending_pauses_while_unhealthy_and_gives_up_after_max_pause_s(monkeypatch, plan_dir):
+    admin = unhealthy_fake(monkeypatch)
+    admin.down.add(4)  # "other-0" under-replicated: not this plan's doing
+    with pytest.raises(AirflowFailException) as e:
+        sensor(plan_dir, submit_pending=True, max_pause_s=0).execute({})
+    assert admin.alter_requests == []  # nothing submitted while paused, nor after giving up
+    assert "gave up after pausing" in str(e.value) and "max_pause_s=0.0" in str(e.value)
+    assert "other-0: replicas [4, 1], ISR [1], missing 4" in str(e.value)
+
+
+def test_submit_pending_on_unhealthy_cancel_cancels_the_moves_in_flight(monkeypatch, plan_dir):
+    admin = unhealthy_fake(monkeypatch)
+    admin.frozen = True  # nothing completes by itself
+    in_flight_after_each_submission(admin, then=lambda: admin.down.add(4))  # trouble right after the first one
+    with pytest.raises(AirflowFailException) as e:
+        sensor(plan_dir, submit_pending=True, max_moves=1, on_unhealthy="cancel").execute({})
+    assert "on_unhealthy='cancel'" in str(e.value)
+    assert not admin.inflight  # the move in flight was cancelled
+    assert [p.replicas for p in admin.snapshot(topics=["orders"]).partitions] == [(1, 2)] * 3
+    assert not (plan_dir / RUN_DIR / THROTTLE_BACKUP_FILE).exists()
+
+
+def test_health_and_adaptive_options_are_validated_at_parse_time(plan_dir):
+    with pytest.raises(ConfigurationError, match="on_unhealthy must be 'pause'"):
+        sensor(plan_dir, submit_pending=True, on_unhealthy="panic")
+    with pytest.raises(ConfigurationError, match=r"adaptive_limits: unknown key\(s\) \['max_move'\]"):
+        sensor(plan_dir, submit_pending=True, adaptive_limits={"max_move": 3})
+    spec = sensor(plan_dir, submit_pending=True, max_pause_s="60", adaptive_limits={"max_moves": 4}).spec()
+    again = WaitSpec(**json.loads(json.dumps(spec.to_dict())))  # the trigger's kwargs
+    assert again.execution()[1].health.max_pause_s == 60.0 and again.adaptive_bounds().max_moves == 4
