@@ -45,6 +45,16 @@ def _brokers(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of broker ids, e.g. 4,5") from None
 
 
+def _window(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (e.g. 30; 0 samples no rates)")
+    return value
+
+
 def _kv_file(path: str) -> dict[str, str]:
     """librdkafka ``key=value`` lines (``#`` comments), as Kafka's --command-config files."""
     out: dict[str, str] = {}
@@ -87,6 +97,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     admin = KafkaClusterAdmin(config, timeout_s=args.timeout)
     try:  # complete or IncompleteSnapshotError (exit 1): nothing is written from a partial view
         snapshot = admin.snapshot(include_sizes=args.sizes, settle_timeout_s=args.settle_timeout)
+        if args.sample_window_s:
+            from airflow_kafka_reassign.core.rates import snapshot_bytes_in
+
+            snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, args.sample_window_s)
     finally:
         admin.close()
     with _writable(args.out, args) as local:
@@ -246,6 +260,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--command-config", help="librdkafka key=value file with security settings")
     s.add_argument("--out", required=True, help="snapshot directory to write")
     s.add_argument("--sizes", action="store_true", help="also record replica sizes (DescribeLogDirs)")
+    s.add_argument("--sample-window-s", type=_window, nargs="?", const=30.0, default=0.0, metavar="SECONDS",
+                   help="also estimate each partition's bytes-in rate from two reads of the replicas' sizes this "
+                        "many seconds apart (alone: 30; default: no rates). An estimate: retention and compaction "
+                        "during the window skew it")
     s.add_argument("--timeout", type=float, default=30.0, help="bound on each request to the cluster (s)")
     s.add_argument("--settle-timeout", type=float, default=DEFAULT_SETTLE_S, metavar="SECONDS",
                    help="how long to keep reading while the cluster's metadata settles (topics created a moment "
