@@ -144,7 +144,7 @@ def build_request(args: argparse.Namespace) -> Any:
         from airflow_kafka_reassign.core.capacity import load_capacity
 
         fields["capacity"] = load_capacity(args.capacity)
-    for name in ("disk_cap", "disk_tolerance", "offload_threshold"):
+    for name in ("disk_cap", "disk_tolerance", "offload_threshold", "ingress_tolerance"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     return PlanRequest(**fields)
@@ -288,6 +288,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--disk-cap", type=float, help="no broker above this share of its disk after the plan (0.85)")
     p.add_argument("--disk-tolerance", type=float, help="disk share within this of the mean (0.02)")
     p.add_argument("--offload-threshold", type=float, help="goal offload: brokers above this share shed down to it")
+    p.add_argument("--ingress-tolerance", type=float,
+                   help="with network_in capacities and a snapshot with bytes-in rates: bytes-in share within this "
+                        "of the mean (0.05)")
     p.add_argument("--out", required=True, help="plan directory to write")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--conf", action="append", help="extra Spark conf KEY=VALUE; repeatable")
