@@ -286,6 +286,8 @@ class IngressStep:
         self.topic: list[int] = []
         self.key: list[tuple[int, int]] = []
         self.on: dict[int, list[int]] = {b: [] for b in self.live}
+        #: replicas that arrived on a broker during the step (not in its sorted lists)
+        self.arrived: dict[int, list[int]] = {b: [] for b in self.live}
         tcounts: list[dict[int, int]] = []
         for ti, (t, reps, rs) in enumerate(zip(topics, replicas, rates, strict=True)):
             sizes = t.sizes or [0] * len(reps)
@@ -309,6 +311,10 @@ class IngressStep:
                         if movable:
                             self.on[b].append(e)
             tcounts.append(tc)
+        # sorted once: the busiest per byte (free moves first) to shed, the quietest to swap back
+        for b, lst in self.on.items():
+            lst.sort(key=lambda e, b=b: (b in self.orig[e], self.size[e] / self.r[e] if self.r[e] > 0 else float("inf")))
+        self.quiet = {b: sorted(lst, key=lambda q: (self.r[q], self.size[q])) for b, lst in self.on.items()}
         self.total_bytes = sum(self.bytes.values())
         disk = goal.disk
         band = disk.band(self.total_bytes)
@@ -361,26 +367,27 @@ class IngressStep:
         self.rate[dst] += r
         self.counts.apply({src: -1, dst: 1})
         self.tcounts[self.topic[e]].apply({src: -1, dst: 1})
-        self.on[dst].append(e)
+        self.arrived[dst].append(e)
         self.touched.add(e)
         self.out.moves += 1
 
     # -- moving ----------------------------------------------------------------------------
     def candidates(self, src: int, most: float) -> list[int]:
         """Movable replicas on ``src`` with a rate up to ``most``: free moves first, then the most rate per byte."""
-        out = []
+        out = [e for e in self.arrived[src] if 0 < self.r[e] <= most and src in self.reps[e]]
         for e in self.on[src]:
+            if len(out) >= CANDIDATES:
+                break
             r = self.r[e]
             if r <= 0 or r > most or src not in self.reps[e]:
                 continue
             out.append(e)
-        out.sort(key=lambda e: (src in self.orig[e], self.size[e] / self.r[e]))
         return out[:CANDIDATES]
 
     def swap_back(self, e: int, src: int, dst: int) -> int | None:
         """A quiet replica on ``dst`` that may go to ``src`` in exchange for ``e`` (rate lower than ``e``'s)."""
         tried = 0
-        for q in sorted(self.on[dst], key=lambda q: (self.r[q], self.size[q])):
+        for q in self.quiet[dst]:
             if tried >= SWAP_CANDIDATES or self.r[q] * 2 >= self.r[e]:
                 return None
             if dst not in self.reps[q] or q == e:
