@@ -28,6 +28,7 @@ weigh against the whole.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -313,7 +314,7 @@ class IngressStep:
             tcounts.append(tc)
         # sorted once: the busiest per byte (free moves first) to shed, the quietest to swap back
         for b, lst in self.on.items():
-            lst.sort(key=lambda e, b=b: (b in self.orig[e], self.size[e] / self.r[e] if self.r[e] > 0 else float("inf")))
+            lst.sort(key=functools.partial(self.shed_order, b=b))
         self.quiet = {b: sorted(lst, key=lambda q: (self.r[q], self.size[q])) for b, lst in self.on.items()}
         self.total_bytes = sum(self.bytes.values())
         disk = goal.disk
@@ -329,6 +330,10 @@ class IngressStep:
         #: moves left: each shrinks a broker's distance to its band, this bounds the passes' work
         self.budget = 2 * len(self.reps) + 16
         self.out = IngressOutcome(before=dict(self.rate))
+
+    def shed_order(self, e: int, b: int) -> tuple[bool, float]:
+        """Sort key of ``e`` on ``b``: put there by an earlier step (free to move on) first, then bytes per rate."""
+        return (b in self.orig[e], self.size[e] / self.r[e] if self.r[e] > 0 else float("inf"))
 
     # -- checks ----------------------------------------------------------------------------
     def cost(self, e: int, src: int, dst: int) -> int:
