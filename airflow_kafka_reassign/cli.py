@@ -45,6 +45,16 @@ def _brokers(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of broker ids, e.g. 4,5") from None
 
 
+def _window(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0 (e.g. 30; 0 samples no rates)")
+    return value
+
+
 def _kv_file(path: str) -> dict[str, str]:
     """librdkafka ``key=value`` lines (``#`` comments), as Kafka's --command-config files."""
     out: dict[str, str] = {}
@@ -87,6 +97,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     admin = KafkaClusterAdmin(config, timeout_s=args.timeout)
     try:  # complete or IncompleteSnapshotError (exit 1): nothing is written from a partial view
         snapshot = admin.snapshot(include_sizes=args.sizes, settle_timeout_s=args.settle_timeout)
+        if args.sample_window_s:
+            from airflow_kafka_reassign.core.rates import snapshot_bytes_in
+
+            snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, args.sample_window_s)
     finally:
         admin.close()
     with _writable(args.out, args) as local:
@@ -130,7 +144,7 @@ def build_request(args: argparse.Namespace) -> Any:
         from airflow_kafka_reassign.core.capacity import load_capacity
 
         fields["capacity"] = load_capacity(args.capacity)
-    for name in ("disk_cap", "disk_tolerance", "offload_threshold"):
+    for name in ("disk_cap", "disk_tolerance", "offload_threshold", "ingress_tolerance"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
     return PlanRequest(**fields)
@@ -246,6 +260,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--command-config", help="librdkafka key=value file with security settings")
     s.add_argument("--out", required=True, help="snapshot directory to write")
     s.add_argument("--sizes", action="store_true", help="also record replica sizes (DescribeLogDirs)")
+    s.add_argument("--sample-window-s", type=_window, nargs="?", const=30.0, default=0.0, metavar="SECONDS",
+                   help="also estimate each partition's bytes-in rate from two reads of the replicas' sizes this "
+                        "many seconds apart (alone: 30; default: no rates). An estimate: retention and compaction "
+                        "during the window skew it")
     s.add_argument("--timeout", type=float, default=30.0, help="bound on each request to the cluster (s)")
     s.add_argument("--settle-timeout", type=float, default=DEFAULT_SETTLE_S, metavar="SECONDS",
                    help="how long to keep reading while the cluster's metadata settles (topics created a moment "
@@ -270,6 +288,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--disk-cap", type=float, help="no broker above this share of its disk after the plan (0.85)")
     p.add_argument("--disk-tolerance", type=float, help="disk share within this of the mean (0.02)")
     p.add_argument("--offload-threshold", type=float, help="goal offload: brokers above this share shed down to it")
+    p.add_argument("--ingress-tolerance", type=float,
+                   help="with network_in capacities and a snapshot with bytes-in rates: bytes-in share within this "
+                        "of the mean (0.05)")
     p.add_argument("--out", required=True, help="plan directory to write")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--conf", action="append", help="extra Spark conf KEY=VALUE; repeatable")

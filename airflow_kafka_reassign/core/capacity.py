@@ -98,6 +98,11 @@ class CapacityDocument(_Frozen):
     racks: dict[str, BrokerCapacity] = Field(default_factory=dict)
     brokers: dict[int, BrokerCapacity] = Field(default_factory=dict)
 
+    def gives_network_in(self) -> bool:
+        """Whether any entry gives a ``network_in`` capacity (the bytes-in goal then applies)."""
+        entries = [self.default, *self.racks.values(), *self.brokers.values()]
+        return any(c is not None and c.network_in is not None for c in entries)
+
     def resolve(self, brokers: Mapping[int, str | None]) -> dict[int, BrokerCapacity]:
         """Capacity of every broker of ``brokers`` (id -> rack name); raises
         :class:`ConfigurationError` naming the broker or rack that does not fit the cluster."""

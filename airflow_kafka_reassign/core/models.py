@@ -129,13 +129,19 @@ class TopicState(_Frozen):
     partition_count: int = Field(ge=0)
     replication_factor: int = Field(ge=0)
     #: Topic configs that guards and throttles read, by Kafka name; only those present.
-    #: Keys used: ``min.insync.replicas``, ``cleanup.policy``,
+    #: Keys used: ``min.insync.replicas``, ``cleanup.policy``, ``remote.storage.enable``,
     #: ``leader.replication.throttled.replicas``, ``follower.replication.throttled.replicas``.
     configs: dict[str, str] = Field(default_factory=dict)
 
     @property
     def is_compacted(self) -> bool:
         return "compact" in self.configs.get("cleanup.policy", "")
+
+    @property
+    def is_tiered(self) -> bool:
+        """Tiered storage (KIP-405, ``remote.storage.enable=true``): older segments live in remote
+        storage, so a replica's local bytes (what DescribeLogDirs reports) are all a move copies."""
+        return self.configs.get("remote.storage.enable", "").strip().lower() == "true"
 
     @property
     def is_coordinator_topic(self) -> bool:
@@ -165,6 +171,9 @@ class PartitionState(_Frozen):
     removing_replicas: tuple[int, ...] = ()
     #: Bytes on disk of each replica, by broker id (from DescribeLogDirs), when known.
     replica_sizes: dict[int, int] | None = None
+    #: Estimated bytes per second produced to the partition (each replica takes them in), when
+    #: sampled (:mod:`airflow_kafka_reassign.core.rates`).
+    bytes_in_per_s: float | None = Field(default=None, ge=0)
 
     @property
     def tp(self) -> TopicPartition:
@@ -240,6 +249,17 @@ class SnapshotCheck(_Frozen):
             other.topics, other.partitions, other.replicas, other.replica_sizes, other.partition_counts)
 
 
+class BytesInWindow(_Frozen):
+    """How a snapshot's bytes-in rates were sampled (:mod:`airflow_kafka_reassign.core.rates`)."""
+
+    #: Seconds between the two reads of the replicas' sizes.
+    window_s: float = Field(gt=0)
+    #: Partitions whose log shrank during the window (retention, compaction): rate counted as 0.
+    shrunk: int = Field(default=0, ge=0)
+    #: Partitions without a rate (absent from one read).
+    unmeasured: int = Field(default=0, ge=0)
+
+
 class ClusterSnapshot(_Frozen):
     """Brokers, topics and partitions at one moment, plus what the controller was moving.
 
@@ -254,6 +274,8 @@ class ClusterSnapshot(_Frozen):
     topics: tuple[TopicState, ...] = ()
     partitions: tuple[PartitionState, ...] = ()
     check: SnapshotCheck | None = None
+    #: Set when the partitions carry sampled bytes-in rates (``bytes_in_per_s``).
+    bytes_in: BytesInWindow | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSnapshot:

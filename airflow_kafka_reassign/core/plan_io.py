@@ -73,6 +73,8 @@ def metrics_document(result: PlanResult, *, snapshot: str | None = None) -> dict
         "excluded_in_flight": [f"{tp.topic}-{tp.partition}" for tp in result.excluded_in_flight],
         "snapshot": snapshot,
         **({"disk": result.disk.model_dump(mode="json"), "bytes_ratio": _ratio(result.bytes_ratio)} if result.disk else {}),
+        **({"ingress": result.ingress.model_dump(mode="json")} if result.ingress else {}),
+        **({"tiered": result.tiered.model_dump(mode="json")} if result.tiered else {}),
     }
 
 

@@ -5,14 +5,17 @@ Layout (``format_version`` 1; see docs/formats.md)::
     SNAPSHOT_DIR/
       snapshot.json        {"format_version": 1, "cluster_id": ..., "taken_at": ISO-8601,
                             "check": {"source", "topics", "partitions", "replicas", "replica_sizes",
-                                      "partition_counts": {topic: n}, "attempts", "settle_s"}}
+                                      "partition_counts": {topic: n}, "attempts", "settle_s"},
+                            "bytes_in": {"window_s", "shrunk", "unmeasured"} (only when sampled)}
       brokers.parquet      id int32, rack string (null: no broker.rack)
       topics.parquet       name string, internal bool, partition_count int32,
                            replication_factor int32, configs map<string, string>
       partitions.parquet   topic string, partition int32, replicas list<int32>,
                            isr list<int32>, leader int32 (null: none),
                            adding_replicas list<int32>, removing_replicas list<int32>,
-                           replica_sizes list<int64> (aligned with replicas; null: unknown)
+                           replica_sizes list<int64> (aligned with replicas; null: unknown),
+                           bytes_in_per_s float64 (estimated bytes/s; null: not sampled;
+                           optional: older snapshots have no such column)
 
 Columnar so that a Spark job reads ``partitions.parquet`` in parallel splits and a million
 replicas stay a few tens of MB. Rows are sorted by (topic, partition) and every topic is whole
@@ -42,7 +45,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_kafka_reassign.core.completeness import PartitionIds, compare_counts, id_ranges, mismatch_message
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, SnapshotCheck, TopicState
+from airflow_kafka_reassign.core.models import (
+    Broker,
+    BytesInWindow,
+    ClusterSnapshot,
+    PartitionState,
+    SnapshotCheck,
+    TopicState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +67,7 @@ PARTITIONS_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("replicas", pa.list_(pa.int32())),
     ("isr", pa.list_(pa.int32())), ("leader", pa.int32()),
     ("adding_replicas", pa.list_(pa.int32())), ("removing_replicas", pa.list_(pa.int32())),
-    ("replica_sizes", pa.list_(pa.int64())),
+    ("replica_sizes", pa.list_(pa.int64())), ("bytes_in_per_s", pa.float64()),
 ])
 
 
@@ -76,6 +86,7 @@ def partitions_table(snapshot: ClusterSnapshot) -> pa.Table:
                 None if p.replica_sizes is None else [p.replica_sizes.get(b, 0) for b in p.replicas]
                 for p in parts
             ],
+            "bytes_in_per_s": [p.bytes_in_per_s for p in parts],
         },
         schema=PARTITIONS_SCHEMA,
     )
@@ -168,6 +179,8 @@ def write_snapshot(snapshot: ClusterSnapshot, directory: str | Path) -> Path:
     write_partitions(partitions_table(snapshot), out / "partitions.parquet")
     meta = {"format_version": FORMAT_VERSION, "cluster_id": snapshot.cluster_id,
             "taken_at": snapshot.taken_at.isoformat(), "check": check.model_dump(mode="json")}
+    if snapshot.bytes_in is not None:
+        meta["bytes_in"] = snapshot.bytes_in.model_dump(mode="json")
     (out / "snapshot.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out
 
@@ -270,4 +283,5 @@ def read_snapshot(directory: str | Path) -> ClusterSnapshot:
         topics=topics,
         partitions=tuple(partitions),
         check=check,
+        bytes_in=BytesInWindow.model_validate(meta["bytes_in"]) if meta.get("bytes_in") else None,
     )

@@ -180,7 +180,8 @@ ALTER_PARTITION_REASSIGNMENTS_KEY = 45
 RF_GUARD_MIN_VERSION = 1
 
 #: Topic configs a snapshot keeps (guards and throttles read them).
-SNAPSHOT_TOPIC_CONFIGS = ("min.insync.replicas", "cleanup.policy", *TOPIC_THROTTLE_KEYS)
+#: ``remote.storage.enable``: tiered topics (KIP-405) cost only their local bytes to move.
+SNAPSHOT_TOPIC_CONFIGS = ("min.insync.replicas", "cleanup.policy", "remote.storage.enable", *TOPIC_THROTTLE_KEYS)
 
 
 def check_rf_guard_support(max_version: int | None, *, bootstrap: str) -> None:

@@ -57,6 +57,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
+from airflow_kafka_reassign.core.rates import snapshot_bytes_in
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
@@ -146,6 +147,11 @@ class PlanReassignmentOperator(BaseOperator):
     :param capacity: a capacity document (a JSON/YAML file path or a mapping; see
         :mod:`airflow_kafka_reassign.core.capacity`): balance disk usage as a share of each
         broker's capacity (sizes are then always snapshotted). Needed by ``goal="offload"``.
+    :param sample_window_s: seconds between the two reads of the replicas' sizes (DescribeLogDirs)
+        that estimate each partition's bytes-in rate (:mod:`airflow_kafka_reassign.core.rates`; an
+        estimate: retention and compaction during the window skew it); ``0`` samples no rates.
+        Default: 30 s when ``capacity`` gives a ``network_in`` capacity (the bytes-in goal needs
+        the rates), else 0. The snapshot takes that much longer.
     :param disk_cap: with ``capacity``: no broker above this share of its disk after the plan (0.85).
     :param offload_threshold: ``goal="offload"``: brokers above this share shed down to it
         (default ``disk_cap``); the others only receive.
@@ -193,6 +199,7 @@ class PlanReassignmentOperator(BaseOperator):
         use_sizes: bool = False,
         partial_drain: bool = False,
         capacity: Any = None,
+        sample_window_s: float | None = None,
         disk_cap: float | None = None,
         offload_threshold: float | None = None,
         request: Mapping[str, Any] | None = None,
@@ -220,6 +227,7 @@ class PlanReassignmentOperator(BaseOperator):
         self.use_sizes = use_sizes
         self.partial_drain = partial_drain
         self.capacity = capacity
+        self.sample_window_s = sample_window_s
         self.disk_cap = disk_cap
         self.offload_threshold = offload_threshold
         self.request = dict(request or {})
@@ -269,6 +277,25 @@ class PlanReassignmentOperator(BaseOperator):
             return PlanRequest(**fields)
         except ValueError as e:
             raise ConfigurationError(f"task {self.task_id}: the plan request is not valid: {e}") from None
+
+    def sample_window(self, request: PlanRequest) -> float:
+        """Seconds to sample bytes-in rates over (0: none); see ``sample_window_s``."""
+        from airflow_kafka_reassign.core.rates import DEFAULT_SAMPLE_WINDOW_S
+
+        if self.sample_window_s is None:
+            cap = request.capacity
+            wanted = cap is not None and cap.gives_network_in()
+            return DEFAULT_SAMPLE_WINDOW_S if wanted else 0.0
+        try:
+            window = float(self.sample_window_s)
+        except (TypeError, ValueError):
+            window = -1.0
+        if not window >= 0:
+            raise ConfigurationError(
+                f"task {self.task_id}: sample_window_s {self.sample_window_s!r} is not a number of seconds >= 0; "
+                "give e.g. 30, or 0 to sample no bytes-in rates"
+            )
+        return window
 
     def output_location(self, context: Context) -> str:
         if self.output_uri:
@@ -353,11 +380,15 @@ class PlanReassignmentOperator(BaseOperator):
         snapshot_dir, plan_dir = work / "snapshot", work / "plan"
         work.mkdir(parents=True, exist_ok=True)
 
+        window = self.sample_window(request)  # bad input fails before the cluster is touched
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
         admin = hook.get_admin()
         try:  # complete, or IncompleteSnapshotError: the task fails before anything is written or submitted
             snapshot = admin.snapshot(include_sizes=request.use_sizes or request.capacity is not None,
                                       settle_timeout_s=float(self.snapshot_settle_timeout_s))
+            if window:
+                self.log.info("Sampling bytes-in rates: replica sizes read twice, %g s apart", window)
+                snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, window)
         finally:
             admin.close()
         write_snapshot(snapshot, snapshot_dir)

@@ -317,6 +317,46 @@ def disk_table(disk: Mapping[str, Any], order: Sequence[int]) -> str:
     )
 
 
+def ingress_table(ingress: Mapping[str, Any], order: Sequence[int], tiered: Mapping[str, Any] | None = None) -> str:
+    """Per broker: estimated bytes in per second before and after the plan, and its share of the
+    broker's ``network_in`` capacity when the capacity document gives one (the ``ingress`` report of
+    ``metrics.json``); with ``tiered``, a line on the tiered topics counted at their local bytes."""
+    capacity = {int(b): int(c) for b, c in ingress.get("capacity", {}).items()}
+    before = {int(b): float(v) for b, v in ingress.get("rate_before", {}).items()}
+    after = {int(b): float(v) for b, v in ingress.get("rate_after", {}).items()}
+    brokers = [b for b in order if b in before or b in after] + sorted((set(before) | set(after)) - set(order))
+    rows = []
+    for b in brokers:
+        x, y = before.get(b, 0.0), after.get(b, 0.0)
+        row = [str(b), e(human_bytes(x)) + "/s", e(human_bytes(y)) + "/s"]
+        if capacity:
+            c = capacity.get(b)
+            row += [e(human_bytes(c)) + "/s" if c else "", f"{x / c:.1%}" if c else "", f"{y / c:.1%}" if c else ""]
+        rows.append(row)
+    window = ingress.get("window_s")
+    how = f" sampled over {float(window):.0f} s" if window else ""
+    if ingress.get("balanced"):
+        cap_total = sum(capacity.values())
+        mean = sum(after.values()) / cap_total if cap_total else 0.0
+        goal = (f"every broker within {float(ingress.get('tolerance', 0.0)):.0%} of the mean share {mean:.1%} of its "
+                f"network_in ({int(ingress.get('moves', 0))} replica moves, {int(ingress.get('swaps', 0))} swaps, "
+                "after disk balance)")
+    else:
+        goal = "not balanced (the capacity document gives no network_in, or the goal is not a rebalance)"
+    headers = ["broker", "bytes in before", "after"] + (["network_in", "share before", "share after"] if capacity else [])
+    note = ""
+    if tiered:
+        note = (f"<p>Tiered topics (remote.storage.enable): {num(int(tiered['topics']))} topic(s), "
+                f"{num(int(tiered['partitions']))} partition(s), counted at their local bytes: "
+                f"{e(human_bytes(int(tiered['local_bytes'])))} of {e(human_bytes(int(tiered['total_bytes'])))} on the "
+                f"brokers' disks; {e(human_bytes(int(tiered.get('bytes_to_move', 0))))} of them move.</p>")
+    return (
+        f"<p>Bytes in per broker (estimated{e(how)}; goal: {e(goal)}).</p>"
+        + table(headers, rows, numeric=[False] + [True] * (len(headers) - 1), scroll=len(rows) > 30)
+        + note
+    )
+
+
 def topics_table(view: PlanView, limit: int) -> str:
     top = view.topic_moves.most_common(limit)
     if not top:

@@ -174,6 +174,12 @@ def _body(
             "mean share and the band the plan aims at (or the offload threshold).",
         ))
         body.append(page.disk_table(disk, order))
+    if metrics.get("ingress"):
+        body.append(page.ingress_table(metrics["ingress"], order, metrics.get("tiered")))
+    elif metrics.get("tiered"):
+        tiered = metrics["tiered"]
+        body.append(f"<p>Tiered topics (remote.storage.enable): {page.num(int(tiered['partitions']))} partition(s) "
+                    "counted at their local bytes.</p>")
     if view.bytes_before is None:
         body.append("<p>No replica sizes in the snapshot: bytes per broker are unknown "
                     "(snapshots taken with <code>include_sizes=True</code> have them).</p>")

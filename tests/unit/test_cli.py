@@ -112,3 +112,22 @@ def test_plan_job_bad_input_is_one_line_without_the_jvm_chatter(tmp_path, capsys
     monkeypatch.setattr(submit, "submit_plan", lambda *a, **k: subprocess.CompletedProcess([], 2, "", chatter))
     assert main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "plan")]) == 2
     assert capsys.readouterr().err == "error: brokers [9] are unknown\n"
+
+
+def test_snapshot_samples_bytes_in_rates_over_the_window_given(tmp_path, capsys, monkeypatch):
+    import pytest
+
+    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.kafka import admin as kafka_admin
+    from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+    fake = FakeClusterAdmin.build({1: "a", 2: "b"}, {"orders": [[1, 2]]})
+    monkeypatch.setattr(kafka_admin, "KafkaClusterAdmin", lambda config, timeout_s: fake)
+    out = tmp_path / "snap"
+    assert main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(out), "--sample-window-s", "0.01"]) == 0
+    assert read_snapshot(out).bytes_in.window_s > 0
+    assert main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(tmp_path / "s2")]) == 0
+    assert read_snapshot(tmp_path / "s2").bytes_in is None
+    with pytest.raises(SystemExit):
+        main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(tmp_path / "s3"), "--sample-window-s", "-2"])
+    assert "'-2' is not a number of seconds >= 0" in capsys.readouterr().err

@@ -29,6 +29,7 @@ from airflow_kafka_reassign.core.models import (
     check_partition_replicas,
 )
 from airflow_kafka_reassign.core.models import target_of as target_of_replicas
+from airflow_kafka_reassign.core.planner.ingress import IngressReport, TieredReport
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -113,6 +114,9 @@ class PlanRequest(_Frozen):
     #: How far the disk step may spread a topic's replicas per broker (max-min); ``None``: as far
     #: as disk balance needs (disk balance comes before per-topic balance in the goals' order).
     disk_topic_spread: int | None = Field(default=None, ge=1)
+    #: With a ``network_in`` capacity and bytes-in rates in the snapshot: every broker's bytes in
+    #: within this of the mean share of its ``network_in`` (after disk balance, before counts).
+    ingress_tolerance: float = Field(default=0.05, gt=0, lt=1)
     #: goal offload: brokers above this share of their disk shed down to it (default ``disk_cap``).
     offload_threshold: float | None = Field(default=None, gt=0, le=1)
 
@@ -203,6 +207,10 @@ class PlanResult(_Frozen):
     bytes_lower_bound: int | None = None
     #: With a capacity document: per-broker disk before/after against capacity.
     disk: DiskReport | None = None
+    #: With bytes-in rates in the snapshot: bytes in per broker before/after (against network_in).
+    ingress: IngressReport | None = None
+    #: With tiered topics in the snapshot: how many, and their local bytes.
+    tiered: TieredReport | None = None
 
     @property
     def bytes_ratio(self) -> float | None:
@@ -237,6 +245,8 @@ class PlanResult(_Frozen):
             "replica_balance_bounded_by": list(self.replica_balance_bounded_by),
             "topics_uneven_for_racks": self.topics_uneven_for_racks,
             **({"bytes_lower_bound": self.bytes_lower_bound, "disk": self.disk.summary()} if self.disk else {}),
+            **({"ingress": self.ingress.summary()} if self.ingress else {}),
+            **({"tiered": self.tiered.model_dump(mode="json")} if self.tiered else {}),
             "warnings": list(self.warnings),
         }
 

@@ -6,7 +6,7 @@ module is the single-process reference (CLI ``metrics``, tests, small clusters).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
 from airflow_kafka_reassign.core.planner.disk import (
@@ -17,7 +17,24 @@ from airflow_kafka_reassign.core.planner.disk import (
     check_disk_goal,
     replica_moves_lower_bound_disk,
 )
-from airflow_kafka_reassign.core.planner.goals import DiskReport, PlanRequest, PlanResult, Scope, prepare
+from airflow_kafka_reassign.core.planner.goals import (
+    BALANCE_GOALS,
+    DiskReport,
+    PlanRequest,
+    PlanResult,
+    Scope,
+    prepare,
+)
+from airflow_kafka_reassign.core.planner.ingress import (
+    IngressGoal,
+    IngressOutcome,
+    IngressReport,
+    IngressStep,
+    ingress_goal,
+    ingress_min_out,
+    rate_per_broker,
+    tiered_report,
+)
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
 from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
@@ -36,11 +53,14 @@ def plan_topics(
     group_replicas: int = GROUP_REPLICAS,
     disk: DiskGoal | None = None,
     disk_outcome: list[DiskOutcome] | None = None,
+    ingress: tuple[IngressGoal, ClusterSnapshot] | None = None,
+    ingress_outcome: list[IngressOutcome] | None = None,
 ) -> tuple[list[TopicMove], list[str], QuotaPlan]:
-    """Global step, every per-topic step, the disk step (with ``disk``), then the leader fix-up,
-    on plain data: the moves, the global step's warnings and its :class:`~.quotas.QuotaPlan`
-    (quotas, balance floor). The disk step's :class:`~.disk.DiskOutcome` is appended to
-    ``disk_outcome`` when given."""
+    """Global step, every per-topic step, the disk step (with ``disk``), the bytes-in step (with
+    ``ingress``: its goal and the snapshot whose rates it balances), then the leader fix-up, on plain
+    data: the moves, the global step's warnings and its :class:`~.quotas.QuotaPlan` (quotas, balance
+    floor). The disk and bytes-in steps' outcomes are appended to ``disk_outcome`` /
+    ``ingress_outcome`` when given."""
     layout = scope.layout
     if disk is not None:
         use_sizes = True
@@ -58,6 +78,11 @@ def plan_topics(
         warnings.extend(outcome.warnings)
         if disk_outcome is not None:
             disk_outcome.append(outcome)
+    if ingress is not None:
+        flow = ingress_step(scope, by_topic, *ingress)
+        warnings.extend(flow.warnings)
+        if ingress_outcome is not None:
+            ingress_outcome.append(flow)
     if scope.balance and leaders:
         by_topic = fix_leaders(scope.topics, by_topic, scope, max_leader_spread)
     return [m for moves in by_topic for m in moves], warnings, quota_plan
@@ -70,8 +95,40 @@ def disk_step(scope: Scope, by_topic: list[list[TopicMove]], disk: DiskGoal) -> 
         moved = {m.partition: m.target_replicas for m in moves}
         current.append([moved.get(p, reps) for p, reps in zip(t.partitions, t.replicas, strict=True)])
     outcome = balance_disk(scope.topics, current, scope.layout, scope.fixed_bytes, scope.fixed_load, disk)
+    apply_changes(scope, by_topic, outcome.changed)
+    return outcome
+
+
+def ingress_step(scope: Scope, by_topic: list[list[TopicMove]], goal: IngressGoal,
+                 snapshot: ClusterSnapshot) -> IngressOutcome:
+    """Apply :class:`~.ingress.IngressStep` to the results so far (``by_topic`` updated in place),
+    with the rates of ``snapshot``'s partitions; partitions the plan leaves alone count as fixed load."""
+    rate = {(p.topic, p.partition): p.bytes_in_per_s or 0.0 for p in snapshot.partitions}
+    current: list[list[tuple[int, ...]]] = []
+    rates: list[list[float]] = []
+    planned: set[tuple[str, int]] = set()
+    for t, moves in zip(scope.topics, by_topic, strict=True):
+        moved = {m.partition: m.target_replicas for m in moves}
+        current.append([moved.get(p, reps) for p, reps in zip(t.partitions, t.replicas, strict=True)])
+        rates.append([rate[(t.topic, p)] for p in t.partitions])
+        planned.update((t.topic, p) for p in t.partitions)
+    live = set(scope.layout.brokers)
+    fixed: dict[int, float] = {}
+    for p in snapshot.partitions:
+        if p.bytes_in_per_s and (p.topic, p.partition) not in planned:
+            for b in target_of(p):
+                if b in live:
+                    fixed[b] = fixed.get(b, 0.0) + p.bytes_in_per_s
+    outcome = IngressStep(scope.topics, current, rates, scope.layout, scope.fixed_bytes, scope.fixed_load,
+                          fixed, goal).run()
+    apply_changes(scope, by_topic, outcome.changed)
+    return outcome
+
+
+def apply_changes(scope: Scope, by_topic: list[list[TopicMove]], changed: dict[tuple[int, int], tuple[int, ...]]) -> None:
+    """Set the new replicas of ``changed`` ((topic index, partition index) -> replicas) in ``by_topic``."""
     by_ti: dict[int, dict[int, tuple[int, ...]]] = {}
-    for (ti, pi), reps in outcome.changed.items():
+    for (ti, pi), reps in changed.items():
         by_ti.setdefault(ti, {})[pi] = reps
     for ti, changes in by_ti.items():
         t = scope.topics[ti]
@@ -87,7 +144,6 @@ def disk_step(scope: Scope, by_topic: list[list[TopicMove]], disk: DiskGoal) -> 
                 moves.append(TopicMove(t.topic, p, t.replicas[pi], reps, size))
         moves[:] = [m for m in moves if m.target_replicas != m.current_replicas]
         moves.sort(key=lambda m: m.partition)
-    return outcome
 
 
 def disk_goal(snapshot: ClusterSnapshot, request: PlanRequest, scope: Scope) -> DiskGoal | None:
@@ -195,6 +251,8 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     layout = scope.layout
     disk = disk_goal(snapshot, request, scope)
     outcomes: list[DiskOutcome] = []
+    flow_goal, flow_notes = ingress_of(snapshot, request, scope, disk)
+    flows: list[IngressOutcome] = []
     moves, warnings, quota_plan = plan_topics(
         scope,
         use_sizes=request.use_sizes,
@@ -204,7 +262,10 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         group_replicas=request.quota_group_replicas,
         disk=disk,
         disk_outcome=outcomes,
+        ingress=(flow_goal, snapshot) if flow_goal is not None else None,
+        ingress_outcome=flows,
     )
+    warnings = [*flow_notes, *warnings]
     moves.sort(key=lambda m: (m.topic, m.partition))
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves),
                                             partition_counts=snapshot.partition_counts({m.topic for m in moves}))
@@ -241,8 +302,17 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     moves_bound = bound.moves
     bytes_bound: int | None = None
     report: DiskReport | None = None
+    moved = {(m.topic, m.partition): m.target_replicas for m in moves}
+    flow = ingress_report(snapshot, moved, layout.brokers, request, flow_goal, flows)
+    tiered = tiered_report(snapshot, moves)
     if disk is not None:
-        report, bytes_bound, disk_moves = disk_bounds(snapshot, moves, disk, request, layout.brokers)
+        extra = None
+        if flow_goal is not None and flow is not None:
+            extra = ingress_min_out(snapshot, flow.rate_before, flow.rate_after, flow_goal,
+                                    include_in_flight=request.include_in_flight)
+        report, bytes_bound, disk_moves = disk_bounds(snapshot, moves, disk, request, layout.brokers, extra)
+        if tiered is not None:
+            report = report.model_copy(update={"tiered_topics": tiered.topics})
         parts["disk"] = disk_moves
         moves_bound = max(moves_bound, disk_moves)
     warnings = [*scope.warnings, *warnings]
@@ -271,13 +341,17 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         topics_uneven_for_racks=quota_plan.relaxed_topics,
         bytes_lower_bound=bytes_bound,
         disk=report,
+        ingress=flow,
+        tiered=tiered,
     )
 
 
 def disk_bounds(
-    snapshot: ClusterSnapshot, moves: Sequence[TopicMove], disk: DiskGoal, request: PlanRequest, live: Sequence[int]
+    snapshot: ClusterSnapshot, moves: Sequence[TopicMove], disk: DiskGoal, request: PlanRequest, live: Sequence[int],
+    extra_min_out: Mapping[int, int] | None = None,
 ) -> tuple[DiskReport, int, int]:
-    """The disk report, the bytes lower bound and the disk part of the replica-moves bound."""
+    """The disk report, the bytes lower bound and the disk part of the replica-moves bound.
+    ``extra_min_out``: bytes that must leave a broker for another goal (bytes in), per broker."""
     moved = {(m.topic, m.partition): m.target_replicas for m in moves}
     before: dict[int, int] = {}
     after: dict[int, int] = dict.fromkeys(live, 0)
@@ -314,6 +388,8 @@ def disk_bounds(
         sizes = largest.get(b, [])
         if shed > 0 and sizes:
             min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
+    for b, x in (extra_min_out or {}).items():
+        min_out[b] = max(min_out.get(b, 0), x)
     bytes_bound = bytes_lower_bound(before, after, disk, live, total, min_out)
     moves_bound = replica_moves_lower_bound_disk(before, after, disk, live, total, largest)
     report = DiskReport(
@@ -327,3 +403,38 @@ def disk_bounds(
         mean_share=total / sum(disk.capacity.values()),
     )
     return report, bytes_bound, moves_bound
+
+
+def ingress_of(
+    snapshot: ClusterSnapshot, request: PlanRequest, scope: Scope, disk: DiskGoal | None
+) -> tuple[IngressGoal | None, list[str]]:
+    """The bytes-in goal (``None``: the step does not run) and why not, when a user may expect it."""
+    if disk is None or request.capacity is None or request.goal not in BALANCE_GOALS:
+        return None, []
+    caps = request.capacity.resolve({b.id: b.rack for b in snapshot.brokers})
+    goal = ingress_goal({b: c.network_in for b, c in caps.items()}, scope.layout, disk, request.ingress_tolerance)
+    if goal is None:
+        return None, []
+    if not any(p.bytes_in_per_s is not None for p in snapshot.partitions):
+        return None, ["bytes in not balanced: the capacity document gives network_in but the snapshot has no "
+                      "bytes-in rates (take it with sample_window_s > 0, or snapshot --sample-window-s)"]
+    return goal, []
+
+
+def ingress_report(
+    snapshot: ClusterSnapshot, moved: Mapping[tuple[str, int], tuple[int, ...]], live: Sequence[int],
+    request: PlanRequest, goal: IngressGoal | None, flows: Sequence[IngressOutcome],
+) -> IngressReport | None:
+    """Bytes in per broker before and after the plan, when the snapshot has rates (``None`` otherwise)."""
+    if snapshot.bytes_in is None and not any(p.bytes_in_per_s is not None for p in snapshot.partitions):
+        return None
+    return IngressReport(
+        capacity=dict(goal.capacity) if goal is not None else {},
+        rate_before=rate_per_broker(snapshot),
+        rate_after=rate_per_broker(snapshot, moved, live),
+        tolerance=request.ingress_tolerance,
+        balanced=goal is not None,
+        moves=sum(f.moves for f in flows),
+        swaps=sum(f.swaps for f in flows),
+        window_s=snapshot.bytes_in.window_s if snapshot.bytes_in is not None else None,
+    )

@@ -177,3 +177,32 @@ def test_the_plan_xcom_carries_what_an_approval_binds_to(cluster, tmp_path):
                                    output_uri=str(tmp_path / "out")).execute(ctx)
     assert out["plan_sha256"] == plan_digest(Path(out["plan_uri"], "plan.json").read_bytes())
     assert out["snapshot_taken_at"].startswith("20")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "window"),
+    [
+        ({}, 0.0),
+        ({"capacity": {"default": {"disk": "1TB"}}}, 0.0),
+        ({"capacity": {"default": {"disk": "1TB"}, "brokers": {"2": {"disk": "1TB", "network_in": "10MB"}}}}, 30.0),
+        ({"capacity": {"default": {"disk": "1TB", "network_in": "10MB"}}, "sample_window_s": 0}, 0.0),
+        ({"sample_window_s": "5"}, 5.0),
+    ],
+)
+def test_bytes_in_rates_are_sampled_by_default_only_for_a_network_in_capacity(kwargs, window):
+    op = PlanReassignmentOperator(task_id="plan", **kwargs)
+    assert op.sample_window(op.build_request()) == window
+
+
+@pytest.mark.parametrize("bad", [-1, "soon"])
+def test_a_bad_sample_window_fails_before_the_cluster_is_touched(bad, cluster, tmp_path):
+    op = PlanReassignmentOperator(task_id="plan", sample_window_s=bad, output_uri=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="sample_window_s .* is not a number of seconds >= 0"):
+        op.execute(context())
+    assert cluster == []
+
+
+def test_the_snapshot_carries_the_sampled_rates(cluster, tmp_path):
+    out = PlanReassignmentOperator(task_id="plan", sample_window_s=0.01, output_uri=str(tmp_path)).execute(context())
+    snap = read_snapshot(out["snapshot_uri"])
+    assert snap.bytes_in is not None and snap.bytes_in.window_s > 0

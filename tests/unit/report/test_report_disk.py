@@ -50,3 +50,30 @@ def test_the_report_marks_a_broker_left_over_its_cap(tmp_path):
     plan_dir = write_plan_dir(result, tmp_path / "plan", snapshot=str(write_snapshot(snap, tmp_path / "snapshot")))
     html = write_report(plan_dir).read_text(encoding="utf-8")
     assert '<span class="removed">90.0% (over the cap)</span>' in html
+
+
+def test_the_report_shows_bytes_in_per_broker_against_network_in_and_tiered_topics(tmp_path):
+    # one topic, hot partitions (10 MB/s) on brokers 1 and 2, idle ones on 3 and 4; topic "logs" is tiered
+    snap = snapshot_from_assignment({1: None, 2: None, 3: None, 4: None},
+                                    {"t": [[1, 2]] * 4 + [[3, 4]] * 4, "logs": [[1, 3], [2, 4]]},
+                                    sizes={"t": [10**9] * 8, "logs": [10**6] * 2})
+    rates = {"t": [10**7] * 4 + [0.0] * 4, "logs": [0.0, 0.0]}
+    snap = snap.model_copy(update={
+        "partitions": tuple(p.model_copy(update={"bytes_in_per_s": rates[p.topic][p.partition]}) for p in snap.partitions),
+        "topics": tuple(t.model_copy(update={"configs": {"remote.storage.enable": str(t.name == "logs").lower()}})
+                        for t in snap.topics)})
+    doc = capacity_document({"default": {"disk": "20GB", "network_in": "100MB"}})
+    result = plan_reassignment(snap, PlanRequest(capacity=doc))
+    plan_dir = write_plan_dir(result, tmp_path / "plan", snapshot=str(write_snapshot(snap, tmp_path / "snapshot")))
+    metrics = read_metrics(plan_dir)
+    assert metrics["ingress"]["rate_before"]["1"] == 4e7 and metrics["summary"]["ingress"]["balanced"]
+    assert metrics["tiered"]["partitions"] == 2 and metrics["tiered"]["local_bytes"] == 4 * 10**6
+    html = write_report(plan_dir, embed_images=False).read_text(encoding="utf-8")
+    assert "Bytes in per broker (estimated; goal: every broker within 5% of the mean share 20.0% of its network_in" in html
+    section = html.split("Bytes in per broker")[1].split("</table>")[0]
+    rows = dict(re.findall(r"<tr><td>(\d)</td>(.*?)</tr>", section))
+    cells = re.findall(r'<td class="n">(.*?)</td>', rows["1"])
+    after = metrics["ingress"]["rate_after"]["1"]
+    assert cells[0] == "40.0 MB/s" and cells[2] == "100.0 MB/s" and cells[3] == "40.0%"
+    assert cells[4] == f"{after / 10**8:.1%}" and abs(after - 2e7) <= 5e6
+    assert "Tiered topics (remote.storage.enable): 1 topic(s), 2 partition(s), counted at their local bytes" in html
