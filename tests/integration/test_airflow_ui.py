@@ -125,8 +125,8 @@ def airflow_ui(sandbox, tmp_path_factory):
         api("PATCH", f"/dags/{DAG_ID}", {"is_paused": False})
         yield api, home
     finally:
-        took = _stop_group(proc.pid)
-        print(f"\nairflow standalone stopped in {took:.1f} s (make ui-stop stops it the same way)")
+        stopped = _stop_group(proc.pid)
+        print(f"\nairflow standalone stopped in {stopped.line()} (make ui-stop stops it the same way)")
         log.close()
 
 
