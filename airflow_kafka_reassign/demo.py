@@ -384,47 +384,48 @@ class Stopped:
         return f"{self.seconds:.1f} s{how}"
 
 
-def _stop_group(pid: int, timeout: float = 30.0, *, runner_grace: float = 3.0) -> Stopped:
+def _stop_group(pid: int, timeout: float = 30.0, *, runner_grace: float = 10.0) -> Stopped:
     """Stop the process group of ``airflow standalone`` the way it stops itself; returns how it went.
 
-    1. SIGINT to the triggerer's trigger runner (what the triggerer itself sends it when stopping), and up
-       to ``runner_grace`` s for it to end: stopped by SIGTERM first, Airflow 3.3's triggerer can wait
-       10 s (its escalation delay) for a runner that exited between two of its polls; a runner that has
-       already ended is seen at the triggerer's next poll (1 s), and it ends on its own;
-    2. SIGINT to ``airflow standalone`` (the leader): its Ctrl-C path, SIGTERM to each component (API
-       server, scheduler, DAG processor, triggerer), each of which stops its own children (the executor's
-       workers, serve-logs) and exits. A leader that ignores SIGINT (started in the background by a
-       script) gets the same done for it: SIGTERM to each component, then to the leader once they are gone;
-    3. only if something is still running after ``timeout`` s: SIGTERM to every process of the group, and
-       SIGKILL 5 s later. Those escalations are reported in :attr:`Stopped.forced`.
+    ``airflow standalone`` (the leader) stops on Ctrl-C by sending SIGTERM to each component (API
+    server, scheduler, DAG processor, triggerer), each of which stops its own children (the executor's
+    workers, serve-logs) and exits. That is done here for it, with one change for the triggerer:
+
+    1. SIGINT to the triggerer's trigger runner (what the triggerer itself sends it when stopping) and
+       SIGTERM to every other component, at once;
+    2. the triggerer ends on its own once its runner has ended (it sees that at its next poll); it gets
+       its SIGTERM only then (or after ``runner_grace`` s): stopped by SIGTERM first, Airflow 3.3's
+       triggerer can wait 10 s (its escalation delay) for a runner that exited between two of its polls;
+    3. once the components are gone, SIGINT to the leader (SIGTERM when it ignores SIGINT: started in
+       the background by a script), which then has nothing left to stop;
+    4. only if something is still running after ``timeout`` s: SIGTERM to every process of the group,
+       and SIGKILL 5 s later. Those escalations are reported in :attr:`Stopped.forced`.
 
     The scheduler, triggerer and executor hold no state that needs more: a task they ran is retried or
     resumed from the cluster and the plan (docs/execute.md)."""
     started = time.monotonic()
     out = Stopped(0.0)
-    runners = _trigger_runners(pid)
-    for runner in runners:
+    procs = _group_processes(pid)
+    components = [c for c, (ppid, state, _) in procs.items() if ppid == pid and state != "Z"]
+    runners = {r: procs[r][0] for r in _trigger_runners(pid)}  # runner -> its triggerer
+    for target, sig in [*((r, signal.SIGINT) for r in runners),
+                        *((c, signal.SIGTERM) for c in components if c not in runners.values())]:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(runner, signal.SIGINT)
-    while runners and time.monotonic() - started < runner_grace:
+            os.kill(target, sig)
+    waiting = dict(runners)
+    while time.monotonic() - started < timeout:
         procs = _group_processes(pid)
-        runners = [r for r in runners if r in procs]  # gone once the triggerer reaped it
+        for runner, triggerer in list(waiting.items()):
+            if runner not in procs or time.monotonic() - started > runner_grace:  # reaped by its triggerer
+                del waiting[runner]
+                if triggerer in procs and procs[triggerer][1] != "Z":
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(triggerer, signal.SIGTERM)
+        if not waiting and not any(c in procs and procs[c][1] != "Z" for c in components):
+            break
         time.sleep(0.1)
-    if not _ignores_sigint(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)
-    else:  # standalone's Ctrl-C path, done for it
-        components = [c for c, (ppid, state, _) in _group_processes(pid).items() if ppid == pid and state != "Z"]
-        for component in components:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(component, signal.SIGTERM)
-        while time.monotonic() - started < timeout:
-            procs = _group_processes(pid)
-            if not any(c in procs and procs[c][1] != "Z" for c in components):
-                break
-            time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM if _ignores_sigint(pid) else signal.SIGINT)
     for sig, until in ((None, timeout), (signal.SIGTERM, timeout + 5)):
         if sig is not None:
             out.forced.append(f"{sig.name} to {len(_group_processes(pid)) or 'the'} process(es) left after "
