@@ -171,6 +171,9 @@ def test_decommission_dry_run_then_real_run_drains_the_broker(sandbox, admin, ai
 
     assert_run(real, "success", {"check_request": "success", "plan": "success", "execute": "success",
                                  "wait": "success", "verify_drained": "success"})
+    # the deferrable split: execute submitted the first batch and left the throttles to the deferrable wait
+    assert real["xcom"]["execute.return_value"]["submitted"] >= 1
+    assert real["xcom"]["execute.return_value"]["throttles_restored"] == "no"
     assert real["xcom"]["verify_drained.return_value"]["drained"] == [DECOMMISSIONED]
     assert real["xcom"]["verify_drained.return_value"]["left_for_later"] > 0  # other-..., and other tests' topics
     assert "partial drain:" in real["log"]
