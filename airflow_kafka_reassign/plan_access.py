@@ -21,6 +21,7 @@ import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -106,6 +107,29 @@ def _quiet(name: str) -> Iterator[None]:
         log.setLevel(before)
 
 
+def absolute_deadline(value: Any, name: str = "deadline") -> datetime | None:
+    """An aware datetime from a datetime or ISO-8601 text (naive means UTC); ``None``/``""``: no deadline.
+
+    A duration is refused: a wait re-reads its arguments at every poke (and after a reschedule), so
+    "2h from now" would move; the DAG renders the absolute time once, for example
+    ``"{{ (dag_run.start_date + macros.timedelta(minutes=params.window_minutes)).isoformat() }}"``."""
+    if value is None or value == "":
+        return None
+    at = value
+    if isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            at = None
+    if not isinstance(at, datetime):
+        raise ConfigurationError(
+            f"{name} {value!r} is not a date-time: give a datetime or ISO-8601 text, such as "
+            "'{{ (dag_run.start_date + macros.timedelta(minutes=90)).isoformat() }}' renders to (a duration would "
+            "restart at every poke)"
+        )
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
 @dataclass(frozen=True)
 class WaitSpec:
     """Everything a wait needs, JSON-serialisable (the trigger's kwargs carry it as a dict).
@@ -133,11 +157,19 @@ class WaitSpec:
     lease_holder: str | None = None
     lease_scope: str | None = None
     lease_ttl_s: float = DEFAULT_TTL_S
+    #: With ``submit_pending``: no move is submitted at or after this time (ISO-8601 with a time zone); the
+    #: wait then ends once the moves in flight are done, leaving the pending ones for the next run.
+    submit_until: str | None = None
 
     def __post_init__(self) -> None:
         if self.which not in ("plan", "rollback"):
             raise ConfigurationError(f"which must be 'plan' or 'rollback', not {self.which!r}")
         self.execution()  # validate the limits and options now, not at the first poke
+        self.deadline()
+
+    def deadline(self) -> datetime | None:
+        """``submit_until`` as an aware datetime (``None``: no deadline)."""
+        return absolute_deadline(self.submit_until, "submit_until")
 
     @cached_property
     def plan_store(self) -> Store:
@@ -184,13 +216,21 @@ class WaitSpec:
         known: dict[TopicPartition, str] = {}
         log = _step_logger()
         leases: list[LeaseKeeper | None] = []
+        until = self.deadline()
+        said: list[bool] = []
 
         def submit(admin: ClusterAdmin) -> SubmitOutcome:
             if not leases:  # taken at the first submission, in the process that submits (worker or triggerer)
                 leases.append(self.take_lease(log))
+            past = until is not None and datetime.now(UTC) >= until
             with _quiet(ADAPTER_LOGGER):
-                status = step(admin, plan, limits, options, state_dir=state, submit=True, log=log,
+                status = step(admin, plan, limits, options, state_dir=state, submit=not past, log=log,
                               known_failed=known, lease=leases[0])
+            if past and status.pending and not said:
+                said.append(True)
+                log.warning("deadline %s passed: no new move is submitted; %d in flight finish, %d pending are left "
+                            "for the next run", until.isoformat() if until else "", len(status.in_flight),
+                            len(status.pending))
             known.update(status.failed)
             refused = dict(status.failed)
             if status.plan_errors and status.blocked:
@@ -198,7 +238,8 @@ class WaitSpec:
                 # (it ends "blocked", naming them, once the moves in flight are done)
                 refused.update(dict.fromkeys(status.pending, "not sent: the whole plan is refused for its plan "
                                                              "errors (see the warning)"))
-            return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=status.blocked)
+            return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=status.blocked,
+                                 closed=past)
 
         return submit
 

@@ -96,7 +96,7 @@ class MoveState(StrEnum):
 
 BLOCKED_STATES = frozenset({MoveState.FOREIGN, MoveState.STALE, MoveState.MISSING})
 
-WaitStatus = Literal["running", "complete", "blocked", "timeout"]
+WaitStatus = Literal["running", "complete", "blocked", "timeout", "deadline"]
 
 
 class PartitionProgress(_Frozen):
@@ -560,6 +560,9 @@ class SubmitOutcome:
     refused: Mapping[TopicPartition, str] = field(default_factory=dict)
     #: Why nothing may be submitted now (for example foreign reassignments in flight), or ``None``.
     blocked: str | None = None
+    #: The submission deadline has passed: nothing more will be submitted (the wait ends "deadline" once the moves
+    #: in flight are done, leaving the pending ones for the next run).
+    closed: bool = False
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -595,7 +598,9 @@ class ReassignmentWatch:
 
     Every :meth:`poke` submits pending moves (when a ``submitter`` is given), observes the plan, updates the
     tracker and decides the status: ``complete`` (every move done), ``blocked`` (nothing left in flight or pending
-    but some moves cannot complete), ``timeout`` (``timeout_s`` after ``started_at``) or ``running``.
+    but some moves cannot complete), ``timeout`` (``timeout_s`` after ``started_at``), ``deadline`` (the
+    submitter's deadline passed and nothing is in flight: the pending moves are left for the next run) or
+    ``running``.
     """
 
     def __init__(
@@ -623,6 +628,8 @@ class ReassignmentWatch:
         self.refused: dict[TopicPartition, str] = {}
         #: The submitter's latest reason for submitting nothing (logged by the caller when it changes).
         self.blocked: str | None = None
+        #: The submitter's deadline has passed (:attr:`SubmitOutcome.closed`).
+        self.closed = False
 
     @property
     def state(self) -> TrackerState:
@@ -635,6 +642,7 @@ class ReassignmentWatch:
             submitted = outcome.submitted
             self.refused.update(outcome.refused)
             self.blocked = outcome.blocked
+            self.closed = outcome.closed
         obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
         if obs.unfinished == 0 and not obs.complete and self.settle_s > 0:
             # "blocked" ends the wait: make sure it is not a broker's metadata lagging a moment behind the
@@ -647,6 +655,8 @@ class ReassignmentWatch:
             return progress.with_status("complete")
         if obs.unfinished == 0:
             return progress.with_status("blocked")
+        if self.closed and obs.in_flight == 0:  # nothing more will be submitted, nothing left to wait for
+            return progress.with_status("blocked" if obs.blocked else "deadline")
         if self.timeout_s is not None and now - self.state.started_at >= self.timeout_s:
             stuck = progress.stuck or obs.in_state(MoveState.IN_FLIGHT) or obs.in_state(MoveState.PENDING)
             return Progress(**{**progress.__dict__, "stuck": stuck, "status": "timeout"})
@@ -654,12 +664,16 @@ class ReassignmentWatch:
 
 
 def final_message(progress: Progress) -> str:
-    """The message a failing task ends with (blocked or timed out), naming the partitions."""
+    """The message a wait ends with when not complete (blocked, timed out, deadline), naming the partitions."""
     o = progress.observation
     if progress.status == "blocked":
         return (f"{o.blocked} of {o.moves} move(s) cannot complete ({o.done} done): "
                 f"{name_list(o.in_state(*BLOCKED_STATES))}. Look at each partition's current replicas, plan again "
                 "from a fresh snapshot, and run the new plan")
+    if progress.status == "deadline":
+        return (f"the submission deadline passed with {o.done}/{o.moves} move(s) done and {o.pending} not submitted "
+                f"({name_list(o.in_state(MoveState.PENDING))}); run the plan again (a new run resumes them) or "
+                "plan again from the cluster")
     if progress.status == "timeout":
         why = f" ({waiting_line(o.waiting_on)})" if o.waiting_on else ""
         return (f"timed out after {format_duration(progress.elapsed_s)} with {o.done}/{o.moves} move(s) done, "
