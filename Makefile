@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup chromium demo ui ui-stop test unit integration bench lint docs clean compat compat-spark compat-airflow
+.PHONY: setup chromium demo ui ui-stop screenshots test unit integration bench lint docs clean compat compat-spark compat-airflow
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -33,6 +33,9 @@ ui: setup  ## airflow standalone (http://127.0.0.1:8080) with the example DAGs a
 
 ui-stop: setup  ## stop what 'make ui' started (when its terminal is gone)
 	$(PY) -m airflow_kafka_reassign.demo ui-stop
+
+screenshots: setup chromium  ## docs/img/first-decommission-*.png, from the Chromium UI test (a sandbox + airflow standalone)
+	AKR_SCREENSHOTS_DIR=$(CURDIR)/docs/img $(VENV)/bin/pytest tests/integration/test_airflow_ui.py
 
 chromium:  ## Debian's chromium for the plan report's browser test (apt-get install when missing)
 	@command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || { \

@@ -34,9 +34,11 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -331,27 +333,118 @@ def _group_alive(pid: int) -> bool:
     return True
 
 
-def _stop_group(pid: int, timeout: float = 6.0) -> float:
-    """Stop the process group of ``airflow standalone`` within about ``timeout`` seconds; returns how long it took.
+def _group_processes(pgid: int) -> dict[int, tuple[int, str, str]]:
+    """``{pid: (parent pid, state, command line)}`` of the processes of group ``pgid`` (Linux ``/proc``; empty elsewhere)."""
+    found: dict[int, tuple[int, str, str]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+                fields = stat.rsplit(")", 1)[1].split()
+                if int(fields[2]) != pgid:
+                    continue
+                cmd = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            found[int(entry.name)] = (int(fields[1]), fields[0], cmd.strip())
+    return found
 
-    SIGINT first (standalone's KeyboardInterrupt path stops its components), SIGTERM to every process
-    of the group after a third of ``timeout`` (a component that waits for something, such as the API
-    server's open connections), SIGKILL to what is left at the end. The scheduler, triggerer and
-    executor hold no state that needs more: a task they ran is retried or resumed from the cluster
-    and the plan (docs/execute.md)."""
+
+def _trigger_runners(pgid: int) -> list[int]:
+    """The trigger runner processes of the triggerer that ``airflow standalone`` (leader ``pgid``) started."""
+    procs = _group_processes(pgid)
+    triggerers = {pid for pid, (ppid, _, cmd) in procs.items() if ppid == pgid and " triggerer" in f" {cmd}"}
+    return [pid for pid, (ppid, state, cmd) in procs.items()
+            if ppid in triggerers and state != "Z" and "serve-logs" not in cmd]
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether ``pid`` ignores SIGINT (started in the background by a non-interactive shell: ``nohup``, CI)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+@dataclass
+class Stopped:
+    """How a process group was stopped: how long it took, and what needed more than a polite signal."""
+
+    seconds: float
+    #: escalations beyond the processes' own shutdown ("SIGTERM to the group", "SIGKILL to 3 process(es)")
+    forced: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        how = f" ({'; '.join(self.forced)})" if self.forced else " (each process by its own shutdown, no SIGKILL)"
+        return f"{self.seconds:.1f} s{how}"
+
+
+def _stop_group(pid: int, timeout: float = 30.0, *, runner_grace: float = 10.0) -> Stopped:
+    """Stop the process group of ``airflow standalone`` the way it stops itself; returns how it went.
+
+    ``airflow standalone`` (the leader) stops on Ctrl-C by sending SIGTERM to each component (API
+    server, scheduler, DAG processor, triggerer), each of which stops its own children (the executor's
+    workers, serve-logs) and exits. That is done here for it, with one change for the triggerer:
+
+    1. SIGINT to the triggerer's trigger runner (what the triggerer itself sends it when stopping) and
+       SIGTERM to every other component, at once;
+    2. the triggerer ends on its own once its runner has ended (it sees that at its next poll); it gets
+       its SIGTERM only then (or after ``runner_grace`` s): stopped by SIGTERM first, Airflow 3.3's
+       triggerer can wait 10 s (its escalation delay) for a runner that exited between two of its polls;
+    3. once the components are gone, SIGINT to the leader (SIGTERM when it ignores SIGINT: started in
+       the background by a script), which then has nothing left to stop;
+    4. only if something is still running after ``timeout`` s: SIGTERM to every process of the group,
+       and SIGKILL 5 s later. Those escalations are reported in :attr:`Stopped.forced`.
+
+    The scheduler, triggerer and executor hold no state that needs more: a task they ran is retried or
+    resumed from the cluster and the plan (docs/execute.md)."""
     started = time.monotonic()
-    for sig, until in ((signal.SIGINT, timeout / 3), (signal.SIGTERM, timeout)):
+    out = Stopped(0.0)
+    procs = _group_processes(pid)
+    components = [c for c, (ppid, state, _) in procs.items() if ppid == pid and state != "Z"]
+    runners = {r: procs[r][0] for r in _trigger_runners(pid)}  # runner -> its triggerer
+    for target, sig in [*((r, signal.SIGINT) for r in runners),
+                        *((c, signal.SIGTERM) for c in components if c not in runners.values())]:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
+            os.kill(target, sig)
+    waiting = dict(runners)
+    while time.monotonic() - started < timeout:
+        procs = _group_processes(pid)
+        for runner, triggerer in list(waiting.items()):
+            if runner not in procs or time.monotonic() - started > runner_grace:  # reaped by its triggerer
+                del waiting[runner]
+                if triggerer in procs and procs[triggerer][1] != "Z":
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(triggerer, signal.SIGTERM)
+        if not waiting and not any(c in procs and procs[c][1] != "Z" for c in components):
+            break
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM if _ignores_sigint(pid) else signal.SIGINT)
+    for sig, until in ((None, timeout), (signal.SIGTERM, timeout + 5)):
+        if sig is not None:
+            out.forced.append(f"{sig.name} to {len(_group_processes(pid)) or 'the'} process(es) left after "
+                              f"{time.monotonic() - started:.0f} s")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
         while time.monotonic() - started < until:
             if not _group_alive(pid):
-                return time.monotonic() - started
-            time.sleep(0.2)
+                out.seconds = time.monotonic() - started
+                return out
+            time.sleep(0.1)
+    out.forced.append(f"SIGKILL to {len(_group_processes(pid)) or 'the'} process(es) left after "
+                      f"{time.monotonic() - started:.0f} s")
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    while _group_alive(pid) and time.monotonic() - started < timeout + 5:
+    while _group_alive(pid) and time.monotonic() - started < timeout + 10:
         time.sleep(0.1)
-    return time.monotonic() - started
+    out.seconds = time.monotonic() - started
+    return out
 
 
 def ui(workdir: Path, port: int) -> int:
@@ -401,6 +494,9 @@ def ui(workdir: Path, port: int) -> int:
     airflow(env, "connections", "add", "kafka_default", "--conn-type", "kafka", "--conn-extra",
             json.dumps(config), log=logs / "airflow-connections.log", timeout=120)
 
+    # Ctrl-C stops everything, even when this was started from a script that ignores SIGINT; airflow standalone
+    # then honours SIGINT too (a handled signal is reset to its default in a child)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     say(f"starting airflow standalone on {url} (logs: {logs / 'standalone.log'})")
     out = open(logs / "standalone.log", "ab")  # noqa: SIM115 (closed at the end)
     proc = subprocess.Popen([airflow_bin(), "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -424,10 +520,9 @@ def ui(workdir: Path, port: int) -> int:
             say("stopped by ui-stop")
             out.close()
             return
-        say("stopping airflow standalone and the sandbox")
-        took = _stop_group(proc.pid)
-        print(f"    airflow standalone stopped in {took:.1f} s", flush=True)
-        sandbox.down()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would leave things half stopped
+        say("stopping airflow standalone and the sandbox (a few seconds)")
+        stop_everything(proc.pid, sandbox.dir)
         state_file.unlink(missing_ok=True)
         out.close()
 
@@ -450,7 +545,7 @@ def ui(workdir: Path, port: int) -> int:
             flush=True,
         )
         while proc.poll() is None:
-            time.sleep(1)
+            time.sleep(0.2)  # ui-stop waits for this process to reap airflow standalone
         if not stopping and not stopped_elsewhere():
             raise DemoError(f"airflow standalone exited {proc.returncode}; see {logs / 'standalone.log'}")
     except KeyboardInterrupt:
@@ -460,19 +555,43 @@ def ui(workdir: Path, port: int) -> int:
     return 0
 
 
-def ui_stop(workdir: Path) -> int:
-    """Stop what ``ui`` started from ``workdir`` (when its terminal is gone)."""
+def stop_everything(standalone_pgid: int | None, sandbox_dir: Path) -> None:
+    """Stop ``airflow standalone`` (:func:`_stop_group`) and the sandbox at the same time, saying how long each took."""
     from airflow_kafka_reassign.sandbox import Sandbox
 
+    started = time.monotonic()
+    sandbox_done: list[float | BaseException] = []
+
+    def sandbox_down() -> None:
+        try:
+            Sandbox(sandbox_dir).down()
+            sandbox_done.append(time.monotonic() - started)
+        except BaseException as e:  # noqa: BLE001 (re-raised below, in the caller's thread)
+            sandbox_done.append(e)
+
+    thread = threading.Thread(target=sandbox_down, name="sandbox-down", daemon=True)
+    thread.start()
+    if standalone_pgid is not None:
+        print(f"    airflow standalone stopped in {_stop_group(standalone_pgid).line()}", flush=True)
+    thread.join()
+    if isinstance(sandbox_done[0], BaseException):
+        raise sandbox_done[0]
+    print(f"    sandbox stopped in {sandbox_done[0]:.1f} s; everything stopped in {time.monotonic() - started:.1f} s",
+          flush=True)
+
+
+def ui_stop(workdir: Path) -> int:
+    """Stop what ``ui`` started from ``workdir`` (when its terminal is gone)."""
     state_file = workdir / UI_STATE
+    pgid = None
     if state_file.exists():
         state = json.loads(state_file.read_text())
         state_file.write_text(json.dumps({**state, "stopping": True}))  # the `make ui` terminal then ends cleanly
-        say(f"stopping airflow standalone (process group {state['standalone_pgid']})")
-        took = _stop_group(int(state["standalone_pgid"]))
-        print(f"    stopped in {took:.1f} s", flush=True)
-    say("stopping the sandbox")
-    Sandbox(workdir / "sandbox").down()
+        pgid = int(state["standalone_pgid"])
+        say(f"stopping airflow standalone (process group {pgid}) and the sandbox (a few seconds)")
+    else:
+        say("stopping the sandbox")
+    stop_everything(pgid, workdir / "sandbox")
     state_file.unlink(missing_ok=True)
     return 0
 

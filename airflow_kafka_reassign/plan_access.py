@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -109,6 +110,29 @@ def _quiet(name: str) -> Iterator[None]:
         log.setLevel(before)
 
 
+def absolute_deadline(value: Any, name: str = "deadline") -> datetime | None:
+    """An aware datetime from a datetime or ISO-8601 text (naive means UTC); ``None``/``""``: no deadline.
+
+    A duration is refused: a wait re-reads its arguments at every poke (and after a reschedule), so
+    "2h from now" would move; the DAG renders the absolute time once, for example
+    ``"{{ (dag_run.start_date + macros.timedelta(minutes=params.window_minutes)).isoformat() }}"``."""
+    if value is None or value == "":
+        return None
+    at = value
+    if isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            at = None
+    if not isinstance(at, datetime):
+        raise ConfigurationError(
+            f"{name} {value!r} is not a date-time: give a datetime or ISO-8601 text, such as "
+            "'{{ (dag_run.start_date + macros.timedelta(minutes=90)).isoformat() }}' renders to (a duration would "
+            "restart at every poke)"
+        )
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
 @dataclass(frozen=True)
 class WaitSpec:
     """Everything a wait needs, JSON-serialisable (the trigger's kwargs carry it as a dict).
@@ -139,12 +163,20 @@ class WaitSpec:
     lease_scope: str | None = None
     lease_ttl_s: float = DEFAULT_TTL_S
     adaptive: dict[str, Any] | None = None
+    #: With ``submit_pending``: no move is submitted at or after this time (ISO-8601 with a time zone); the
+    #: wait then ends once the moves in flight are done, leaving the pending ones for the next run.
+    submit_until: str | None = None
 
     def __post_init__(self) -> None:
         if self.which not in ("plan", "rollback"):
             raise ConfigurationError(f"which must be 'plan' or 'rollback', not {self.which!r}")
         self.execution()  # validate the limits and options now, not at the first poke
         self.adaptive_bounds()
+        self.deadline()
+
+    def deadline(self) -> datetime | None:
+        """``submit_until`` as an aware datetime (``None``: no deadline)."""
+        return absolute_deadline(self.submit_until, "submit_until")
 
     @cached_property
     def plan_store(self) -> Store:
@@ -208,16 +240,19 @@ class WaitSpec:
         governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec)
         stopped: list[str] = []
         done_before = [0]
+        until = self.deadline()
+        said: list[bool] = []
 
         def submit(admin: ClusterAdmin) -> SubmitOutcome:
             if not leases:  # taken at the first submission, in the process that submits (worker or triggerer)
                 leases.append(self.take_lease(log))
+            past = until is not None and datetime.now(UTC) >= until
             step_limits, step_options = governor.for_step(limits, options)
             changes = len(governor.adaptations)
             with _quiet(ADAPTER_LOGGER):
-                status = step(admin, plan, step_limits, step_options, state_dir=state, submit=not stopped, log=log,
-                              known_failed=known, lease=leases[0])
-                if not stopped:
+                status = step(admin, plan, step_limits, step_options, state_dir=state,
+                              submit=not stopped and not past, log=log, known_failed=known, lease=leases[0])
+                if not stopped and not past:
                     stop = governor.health(status, at=time.monotonic(), submitting=True, log=log)
                     if stop is not None:
                         stopped.append(stop)
@@ -227,6 +262,11 @@ class WaitSpec:
                     else:
                         governor.adapt(admin, status, done_before[0], at=time.monotonic(), options=step_options,
                                        state_dir=state, log=log)
+            if past and status.pending and not said:
+                said.append(True)
+                log.warning("deadline %s passed: no new move is submitted; %d in flight finish, %d pending are left "
+                            "for the next run", until.isoformat() if until else "", len(status.in_flight),
+                            len(status.pending))
             if stopped:  # never sent now (nor a cancelled move again): the wait ends "blocked", naming them,
                 # once the moves in flight are done
                 known.update(dict.fromkeys(status.pending, f"not sent: {stopped[0]}"))
@@ -240,7 +280,8 @@ class WaitSpec:
                                                              "errors (see the warning)"))
             return SubmitOutcome(submitted=len(status.submitted), refused=refused,
                                  blocked=stopped[0] if stopped else status.blocked,
-                                 notes=tuple(f"adaptive limits: {why}" for why in governor.adaptations[changes:]))
+                                 notes=tuple(f"adaptive limits: {why}" for why in governor.adaptations[changes:]),
+                                 closed=past)
 
         return submit
 

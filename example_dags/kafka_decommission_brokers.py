@@ -23,10 +23,13 @@ Nothing runs before the input is checked:
    more than ``MAX_SNAPSHOT_AGE`` ago, saying to re-plan. A dry run asks no approval; untick
    ``require_approval`` only where nobody is there to answer (CI, ``airflow dags test``).
 
-Then ``execute`` submits the moves in batches under the throttle (``dry_run``: it logs the exact
-requests and changes nothing, and the run stops after it), ``wait`` follows them with one progress
-line per poke and restores the throttles, and ``verify_drained`` confirms the brokers hold no
-replica any more: they can be shut down.
+Then the deferrable split, the recommended shape for long moves: ``execute`` checks the approval and
+the guards and submits the first batch under the throttle, then returns (no worker slot held for
+hours; ``dry_run``: it logs the exact requests and changes nothing, and the run stops after it);
+``wait`` waits in the triggerer (``deferrable=True``), submits the next batches within the same
+limits as moves finish (``submit_pending=True``), logs one progress line per poke (bytes copied,
+rate, ETA) and restores the throttles exactly at the end; ``verify_drained`` confirms the brokers
+hold no replica any more: they can be shut down.
 
 A large decommission can run in steps: with ``topic_include`` naming some topics and
 ``partial_drain`` ticked, only those topics are drained in this run (the plan refuses otherwise,
@@ -178,7 +181,8 @@ with DAG(
         elect_leaders=True,
         approval="{{ ti.xcom_pull(task_ids='approve') }}",
         max_snapshot_age=MAX_SNAPSHOT_AGE,
-        execution_timeout=timedelta(hours=10),
+        wait_for_completion=False,  # submit the first batch, leave the throttles for `wait`
+        execution_timeout=timedelta(minutes=30),
     )
 
     @task.short_circuit
@@ -191,6 +195,12 @@ with DAG(
         storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         plan_uri=PLAN_URI,
+        deferrable=True,  # waits in the triggerer, not a worker slot
+        submit_pending=True,  # the next batches, within the same limits, as moves finish
+        throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
+        max_moves="{{ params.max_moves }}",
+        max_moves_per_broker="{{ params.max_moves_per_broker }}",
+        elect_leaders=True,
         poke_interval=15,
         timeout=timedelta(hours=10),
         stuck_after=timedelta(minutes=15),

@@ -8,14 +8,18 @@ replication throttle in batches, and wait until every move is complete.
   the plan directory and the moves against the lower bound, and it writes the plan report
   (HTML) next to the plan. A balanced cluster gives an empty plan: the run stops there
   (``skip_if_empty``), the downstream tasks are skipped.
-* ``execute`` re-checks every move against the live cluster (stale moves and reassignments it did
-  not start are refused; KIP-860's replication-factor guard is on), then submits the moves at
-  most ``max_moves_per_broker`` at a time per broker under ``throttle_bytes_per_sec``, and stops
-  submitting at the end of the window (``window_minutes`` after the run started): moves in
-  flight finish, the rest are reported and the next run resumes the same plan... or plans again.
-* ``wait`` logs one progress line per poke (a bar, moves, bytes, throughput, ETA), restores the
-  throttles exactly as they were when every move is done, and cancels the in-flight moves if
-  they are not done an hour later (``on_timeout="cancel"``).
+* ``approve``: a person approves the plan (see kafka_decommission_brokers; ``require_approval``).
+* the deferrable split, the recommended shape for long moves: ``execute`` re-checks every move
+  against the live cluster (stale moves and reassignments it did not start are refused; KIP-860's
+  replication-factor guard is on) and submits the first batch, at most ``max_moves_per_broker``
+  at a time per broker under ``throttle_bytes_per_sec``, then returns; ``wait`` waits in the
+  triggerer (``deferrable=True``), submits the next batches within the same limits as moves finish
+  (``submit_pending=True``) and logs one progress line per poke (a bar, moves, bytes, throughput,
+  ETA). Both stop submitting at the end of the window (``deadline``: ``window_minutes`` after the
+  run started): moves in flight finish, the rest are named and left for the next run (which
+  resumes the same plan... or plans again). ``wait`` restores the throttles exactly as they were,
+  and cancels the moves still in flight 5 hours after it started (``on_timeout="cancel"``: the
+  window is at most 4 hours).
 
 ``max_active_runs=1`` and ``catchup=False``: one window at a time, and a missed window is not
 replayed. Every task is retry-safe: a retried ``execute`` recomputes what is done, in flight and
@@ -39,6 +43,8 @@ MAX_SNAPSHOT_AGE = timedelta(hours=1)
 PLAN_MADE = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.plan_made")
 MOVES_FINISHED = Asset(f"kafka_reassign.{KAFKA_CONN_ID}.moves_finished")
 PLAN_URI = "{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}"
+#: The window closes window_minutes after the run started: no move is submitted after it.
+WINDOW_END = "{{ (dag_run.start_date + macros.timedelta(minutes=params.window_minutes)).isoformat() }}"
 #: Where plans go. Distributed workers (Celery, Kubernetes) and the triggerer share no disk: set the
 #: Airflow Variable ``akr_plan_storage`` to an object-storage prefix (``s3://kafka-plans/airflow``)
 #: and ``akr_storage_conn_id`` to its connection (an ``aws`` connection); unset, plans stay on the
@@ -70,7 +76,8 @@ with DAG(
         ),
         "max_moves_per_broker": Param(2, type="integer", minimum=1, maximum=50),
         "window_minutes": Param(
-            180, type="integer", minimum=5, description="no move is submitted later than this after the run started",
+            180, type="integer", minimum=5, maximum=240,
+            description="no move is submitted later than this after the run started",
         ),
         "require_approval": Param(True, type="boolean", description="pause after the plan until a person approves it"),
     },
@@ -105,11 +112,12 @@ with DAG(
         plan_uri=PLAN_URI,
         throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
-        deadline="{{ (dag_run.start_date + macros.timedelta(minutes=params.window_minutes)).isoformat() }}",
+        deadline=WINDOW_END,
         elect_leaders=True,
         approval="{{ ti.xcom_pull(task_ids='approve') }}",
         max_snapshot_age=MAX_SNAPSHOT_AGE,
-        execution_timeout=timedelta(hours=4),
+        wait_for_completion=False,  # submit the first batch, leave the throttles for `wait`
+        execution_timeout=timedelta(minutes=30),
     )
 
     wait = WaitForReassignmentSensor(
@@ -117,8 +125,14 @@ with DAG(
         storage_conn_id=STORAGE_CONN_ID,
         kafka_config_id=KAFKA_CONN_ID,
         plan_uri=PLAN_URI,
+        deferrable=True,  # waits in the triggerer, not a worker slot
+        submit_pending=True,  # the next batches, within the same limits, as moves finish...
+        deadline=WINDOW_END,  # ...until the window closes
+        throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}",
+        max_moves_per_broker="{{ params.max_moves_per_broker }}",
+        elect_leaders=True,
         poke_interval=30,
-        timeout=timedelta(hours=1),
+        timeout=timedelta(hours=5),  # the window (at most 4 h) and an hour for the moves in flight
         stuck_after=timedelta(minutes=15),
         outlets=[MOVES_FINISHED],
         on_timeout="cancel",

@@ -752,6 +752,90 @@ def _submit(
 # -- one iteration ------------------------------------------------------------------------------
 
 
+def _assess(
+    admin: ClusterAdmin,
+    plan: ReassignmentPlan,
+    options: ExecutionOptions,
+    *,
+    known_failed: Mapping[TopicPartition, str] | None,
+    settle_s: float,
+    sleep: Callable[[float], None] | None,
+    log: logging.Logger,
+    rf_guard_check: bool,
+) -> tuple[ExecutionStatus, _Observation]:
+    """Observe and classify, read-only: every move's state, the plan errors, the health gate, and
+    ``status.blocked`` when nothing may be submitted (``rf_guard_check``: also when the brokers lack
+    KIP-860's flag and a pending move needs it)."""
+    topics = {m.topic for m in plan.moves}
+    gate = options.health.gate
+    obs = _observe(admin, topics, everything=gate)
+    status = _classify(plan, obs, options, known_failed or {})
+    suspects = [tp for tp in status.stale if tp not in status.reassignments]
+    if suspects and settle_s >= 0:
+        (sleep or _sleep)(settle_s)
+        obs = _observe(admin, topics, everything=gate)
+        status = _classify(plan, obs, options, known_failed or {})
+    status.observation = obs
+    _check_health(plan, obs, status, options, log)
+
+    if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
+        status.blocked = plan_refusal(status.plan_errors, options)
+    elif status.foreign and not options.allow_concurrent_reassignments:
+        status.blocked = (
+            f"{len(status.foreign)} reassignment(s) are in flight that this plan did not start "
+            f"({', '.join(_names(status.foreign, 10))}); wait for them to finish, cancel them "
+            "(CancelReassignmentOperator with cancel_all=True), or pass allow_concurrent_reassignments=True"
+        )
+    elif options.strict and (status.stale or status.failed):
+        status.blocked = (
+            f"strict=True: the whole plan is refused because {len(status.stale)} move(s) are stale and "
+            f"{len(status.failed)} refused ({', '.join(_names([*status.stale, *status.failed], 10))}); "
+            "plan again from the current cluster, or pass strict=False to run the other moves"
+        )
+    needs_guard = [status.moves[tp] for tp in status.pending if not status.moves[tp].changes_rf]
+    if status.blocked is None and rf_guard_check and needs_guard:
+        supported = rf_guard_supported(admin)
+        if supported is False and options.rf_guard == "broker":
+            status.blocked = _RF_GUARD_UNSUPPORTED
+        elif supported is False:
+            log.warning(_RF_GUARD_CLIENT_LIMITS)
+    return status, obs
+
+
+def preflight(
+    admin: ClusterAdmin,
+    plan: ReassignmentPlan,
+    options: ExecutionOptions,
+    *,
+    settle_s: float = SETTLE_RECHECK_S,
+    sleep: Callable[[float], None] | None = None,
+    log: logging.Logger | None = None,
+) -> ExecutionStatus:
+    """What execution would find now, without changing anything (no throttle, no submission).
+
+    The same checks as the first :func:`step` of :func:`run`: stale moves, reassignments in flight that
+    the plan did not start, plan errors (brokers, topics or partitions missing), KIP-860 RF changes
+    not allowed, moves below min ISR, the health gate, and the RF guard the brokers support. The
+    approval step (operators/approval.py) shows it to the person before asking;
+    :func:`refusal` says whether execution would refuse the whole plan.
+    """
+    return _assess(admin, plan, options, known_failed=None, settle_s=settle_s, sleep=sleep, log=log or _log,
+                   rf_guard_check=True)[0]
+
+
+def refusal(status: ExecutionStatus) -> str | None:
+    """Why execution would run none of the plan's moves (``None``: some would run, or every move is done).
+
+    ``status.blocked`` (the plan refused as a whole), or every move not done is stale or refused."""
+    if status.blocked:
+        return status.blocked
+    if not status.remaining and (status.stale or status.failed):
+        return (f"none of the plan's {status.total} move(s) can run: {len(status.stale)} stale and "
+                f"{len(status.failed)} refused ({', '.join(_names([*status.stale, *status.failed], 10))}); "
+                "plan again from the current cluster")
+    return None
+
+
 def step(
     admin: ClusterAdmin,
     plan: ReassignmentPlan,
@@ -791,40 +875,8 @@ def step(
             "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
             "pass state_dir (the operators use <plan dir>/run)"
         )
-    topics = {m.topic for m in plan.moves}
-    gate = options.health.gate
-    obs = _observe(admin, topics, everything=gate)
-    status = _classify(plan, obs, options, known_failed or {})
-    suspects = [tp for tp in status.stale if tp not in status.reassignments]
-    if suspects and settle_s >= 0:
-        (sleep or _sleep)(settle_s)
-        obs = _observe(admin, topics, everything=gate)
-        status = _classify(plan, obs, options, known_failed or {})
-    status.observation = obs
-    _check_health(plan, obs, status, options, log)
-
-    if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
-        status.blocked = plan_refusal(status.plan_errors, options)
-    elif status.foreign and not options.allow_concurrent_reassignments:
-        status.blocked = (
-            f"{len(status.foreign)} reassignment(s) are in flight that this plan did not start "
-            f"({', '.join(_names(status.foreign, 10))}); wait for them to finish, cancel them "
-            "(CancelReassignmentOperator with cancel_all=True), or pass allow_concurrent_reassignments=True"
-        )
-    elif options.strict and (status.stale or status.failed):
-        status.blocked = (
-            f"strict=True: the whole plan is refused because {len(status.stale)} move(s) are stale and "
-            f"{len(status.failed)} refused ({', '.join(_names([*status.stale, *status.failed], 10))}); "
-            "plan again from the current cluster, or pass strict=False to run the other moves"
-        )
-    needs_guard = [status.moves[tp] for tp in status.pending if not status.moves[tp].changes_rf]
-    if status.blocked is None and submit and needs_guard:
-        supported = rf_guard_supported(admin)
-        if supported is False and options.rf_guard == "broker":
-            status.blocked = _RF_GUARD_UNSUPPORTED
-        elif supported is False:
-            log.warning(_RF_GUARD_CLIENT_LIMITS)
-
+    status, obs = _assess(admin, plan, options, known_failed=known_failed, settle_s=settle_s, sleep=sleep, log=log,
+                          rf_guard_check=submit)
     batch: list[Move] = []
     if submit and status.blocked is None and status.paused is None and status.pending:
         pending = [status.moves[tp] for tp in status.pending]
@@ -894,31 +946,45 @@ def _elect(admin: ClusterAdmin, partitions: Sequence[TopicPartition], status: Ex
     log.info("preferred leaders elected for %d moved partition(s)", sum(1 for e in status.elections.values() if e is None))
 
 
-def report_preflight(status: ExecutionStatus, log: logging.Logger | None = None) -> None:
-    """Log what pre-flight found: stale moves with their diff, refusals, foreign reassignments."""
-    log = log or _log
-    for tp, (expected, actual) in sorted(status.stale.items())[:SUMMARY_SAMPLE]:
+def preflight_findings(status: ExecutionStatus, limit: int = SUMMARY_SAMPLE) -> list[tuple[int, str]]:
+    """What pre-flight found, one ``(logging level, line)`` each: stale moves with their diff, plan
+    errors, refused moves, foreign reassignments, the health gate's pause, and why the plan is blocked
+    (last). At most ``limit`` moves are named per kind. :func:`report_preflight` logs them; the approval
+    form lists them."""
+    out: list[tuple[int, str]] = []
+    for tp, (expected, actual) in sorted(status.stale.items())[:limit]:
         if tp in status.stale_why:
-            log.warning("stale move %s refused: %s", tp, status.stale_why[tp])
+            out.append((logging.WARNING, f"stale move {tp} refused: {status.stale_why[tp]}"))
             continue
         r = status.reassignments.get(tp)
         extra = f" (being reassigned to {list(r.target_replicas)} by someone else)" if r else ""
-        log.warning("stale move %s refused: the plan expects replicas %s, the cluster has %s%s",
-                    tp, list(expected), list(actual), extra)
-    if len(status.stale) > SUMMARY_SAMPLE:
-        log.warning("... and %d more stale move(s)", len(status.stale) - SUMMARY_SAMPLE)
-    for problem in status.plan_errors:
-        log.warning("plan error: %s", problem)
-    for tp, why in sorted(status.failed.items())[:SUMMARY_SAMPLE]:
-        log.warning("move %s %s", tp, why)
-    if len(status.failed) > SUMMARY_SAMPLE:
-        log.warning("... and %d more refused move(s)", len(status.failed) - SUMMARY_SAMPLE)
-    for tp in status.foreign:
+        out.append((logging.WARNING, f"stale move {tp} refused: the plan expects replicas {list(expected)}, "
+                                     f"the cluster has {list(actual)}{extra}"))
+    if len(status.stale) > limit:
+        out.append((logging.WARNING, f"... and {len(status.stale) - limit} more stale move(s)"))
+    out += [(logging.WARNING, f"plan error: {problem}") for problem in status.plan_errors]
+    out += [(logging.WARNING, f"move {tp} {why}") for tp, why in sorted(status.failed.items())[:limit]]
+    if len(status.failed) > limit:
+        out.append((logging.WARNING, f"... and {len(status.failed) - limit} more refused move(s)"))
+    for tp in status.foreign[:limit]:
         r = status.reassignments[tp]
-        log.warning("foreign reassignment in flight: %s %s -> %s", tp, list(r.original_replicas),
-                    list(r.target_replicas))
+        out.append((logging.WARNING, f"foreign reassignment in flight: {tp} {list(r.original_replicas)} -> "
+                                     f"{list(r.target_replicas)}"))
+    if len(status.foreign) > limit:
+        out.append((logging.WARNING, f"... and {len(status.foreign) - limit} more foreign reassignment(s)"))
+    if status.paused:
+        out.append((logging.WARNING, f"cluster unhealthy now, submissions would pause: {status.paused}"))
     if status.blocked:
-        log.error("%s", status.blocked)
+        out.append((logging.ERROR, status.blocked))
+    return out
+
+
+def report_preflight(status: ExecutionStatus, log: logging.Logger | None = None) -> None:
+    """Log what pre-flight found (:func:`preflight_findings`), then its counts."""
+    log = log or _log
+    for level, line in preflight_findings(status):
+        if not line.startswith("cluster unhealthy now"):  # step() already logged the pause
+            log.log(level, "%s", line)
     log.info("pre-flight: %s", status.progress_line())
 
 

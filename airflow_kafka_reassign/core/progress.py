@@ -85,7 +85,7 @@ BAR_WIDTH = 20
 #: Moves whose data is being copied (a lagging move's last replica is catching up).
 COPYING_STATES = (MoveState.IN_FLIGHT, MoveState.LAGGING)
 
-WaitStatus = Literal["running", "complete", "blocked", "timeout"]
+WaitStatus = Literal["running", "complete", "blocked", "timeout", "deadline"]
 
 
 @dataclass(frozen=True)
@@ -463,6 +463,9 @@ class SubmitOutcome:
     blocked: str | None = None
     #: Lines worth a place in the task log beside the progress line (an adaptive limit changed).
     notes: tuple[str, ...] = ()
+    #: The submission deadline has passed: nothing more will be submitted (the wait ends "deadline" once the moves
+    #: in flight are done, leaving the pending ones for the next run).
+    closed: bool = False
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -498,7 +501,9 @@ class ReassignmentWatch:
 
     Every :meth:`poke` submits pending moves (when a ``submitter`` is given), observes the plan, updates the
     tracker and decides the status: ``complete`` (every move done), ``blocked`` (nothing left in flight or pending
-    but some moves cannot complete), ``timeout`` (``timeout_s`` after ``started_at``) or ``running``.
+    but some moves cannot complete), ``timeout`` (``timeout_s`` after ``started_at``), ``deadline`` (the
+    submitter's deadline passed and nothing is in flight: the pending moves are left for the next run) or
+    ``running``.
     """
 
     def __init__(
@@ -528,6 +533,8 @@ class ReassignmentWatch:
         self.blocked: str | None = None
         #: The submitter's notes of the latest poke (logged by the caller).
         self.notes: tuple[str, ...] = ()
+        #: The submitter's deadline has passed (:attr:`SubmitOutcome.closed`).
+        self.closed = False
 
     @property
     def state(self) -> TrackerState:
@@ -541,6 +548,7 @@ class ReassignmentWatch:
             self.refused.update(outcome.refused)
             self.blocked = outcome.blocked
             self.notes = outcome.notes
+            self.closed = outcome.closed
         obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
         if obs.unfinished == 0 and not obs.complete and self.settle_s > 0:
             # "blocked" ends the wait: make sure it is not a broker's metadata lagging a moment behind the
@@ -557,6 +565,8 @@ class ReassignmentWatch:
             return progress.with_status("complete")
         if obs.unfinished == 0:
             return progress.with_status("blocked")
+        if self.closed and obs.in_flight == 0:  # nothing more will be submitted, nothing left to wait for
+            return progress.with_status("blocked" if obs.blocked else "deadline")
         if self.timeout_s is not None and now - self.state.started_at >= self.timeout_s:
             stuck = progress.stuck or obs.in_state(*COPYING_STATES) or obs.in_state(MoveState.PENDING)
             return Progress(**{**progress.__dict__, "stuck": stuck, "status": "timeout"})
@@ -564,12 +574,16 @@ class ReassignmentWatch:
 
 
 def final_message(progress: Progress) -> str:
-    """The message a failing task ends with (blocked or timed out), naming the partitions."""
+    """The message a wait ends with when not complete (blocked, timed out, deadline), naming the partitions."""
     o = progress.observation
     if progress.status == "blocked":
         return (f"{o.blocked} of {o.moves} move(s) cannot complete ({o.done} done): "
                 f"{name_list(o.in_state(*BLOCKED_STATES))}. Look at each partition's current replicas, plan again "
                 "from a fresh snapshot, and run the new plan")
+    if progress.status == "deadline":
+        return (f"the submission deadline passed with {o.done}/{o.moves} move(s) done and {o.pending} not submitted "
+                f"({name_list(o.in_state(MoveState.PENDING))}); run the plan again (a new run resumes them) or "
+                "plan again from the cluster")
     if progress.status == "timeout":
         why = f" ({waiting_line(o.waiting_on)})" if o.waiting_on else ""
         return (f"timed out after {format_duration(progress.elapsed_s)} with {o.done}/{o.moves} move(s) done, "

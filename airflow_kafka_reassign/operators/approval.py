@@ -15,8 +15,17 @@ and ExecuteReassignment (``approval="{{ ti.xcom_pull(task_ids='approve') }}"``) 
 whose ``plan.json`` no longer has that hash, or whose snapshot is older than its
 ``max_snapshot_age``, with a message that says to re-plan (core/approval.py).
 
+Before asking, the task runs the execution's pre-flight against the cluster, read-only (the same
+core code as ExecuteReassignment's first step: :func:`airflow_kafka_reassign.core.execution.preflight`,
+with the execute task's guard options): moves that are stale (the cluster changed since the
+snapshot), reassignments in flight that the plan did not start, brokers, topics or partitions
+missing, KIP-860 replication-factor changes not allowed, moves below min ISR, an unhealthy cluster.
+The form lists what it found. A plan that execute would refuse entirely (or whose ``plan.json`` no
+longer has the hash the plan task reported) fails the task before anybody is asked, in one line.
+
 ``required=False`` (a rendered Param, ``"{{ params.require_approval }}"``) returns an approval
-record at once without asking anybody (for ``airflow dags test``, CI, and dry runs).
+record at once without asking anybody (for ``airflow dags test``, CI, and dry runs); no pre-flight
+runs then (execute's own pre-flight does).
 
 Airflow 3.0 has no human-in-the-loop operator: there the task fails closed when an approval is
 required, saying so (upgrade to 3.1+, or trigger with ``require_approval`` false after reading the
@@ -26,6 +35,7 @@ report), and works as above when it is not.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,7 +43,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_reassign.core.execution import ExecutionOptions, ExecutionStatus, preflight, preflight_findings, refusal
+from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
 from airflow_kafka_reassign.core.report import human_bytes
+from airflow_kafka_reassign.exceptions import KafkaReassignError
 from airflow_kafka_reassign.links import report_url
 from airflow_kafka_reassign.operators._params import as_bool
 
@@ -48,7 +61,11 @@ except Exception:  # noqa: BLE001 (ImportError, or the provider's "needs Airflow
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_kafka_reassign.core.ports import ClusterAdmin
+
 REQUEST_KEY = "approval_request"
+#: Findings listed in the form (the counts line covers the rest).
+FINDINGS_SHOWN = 10
 
 
 def _as_dict(value: Any, name: str) -> dict[str, Any]:
@@ -63,8 +80,24 @@ def _as_dict(value: Any, name: str) -> dict[str, Any]:
     return dict(value)
 
 
-def plan_body(plan: Mapping[str, Any], report_link: str | None) -> str:
-    """The approval form's text (Markdown): what the plan does, what it found, where the report is."""
+def preflight_section(status: ExecutionStatus) -> list[str]:
+    """The form's pre-flight part (Markdown lines): the counts as execution logs them, then what it would
+    refuse or skip (:func:`~airflow_kafka_reassign.core.execution.preflight_findings`)."""
+    findings = [line for _, line in preflight_findings(status, limit=FINDINGS_SHOWN)]
+    lines = ["", "**Pre-flight against the cluster now** (what execute would find; nothing was changed): "
+             + status.progress_line() + "."]
+    if findings:
+        lines += [f"- {line}" for line in findings[:FINDINGS_SHOWN]]
+        if len(findings) > FINDINGS_SHOWN:
+            lines.append(f"- ... and {len(findings) - FINDINGS_SHOWN} more (the execute task logs them all)")
+    else:
+        lines.append("Every move can run as planned.")
+    return lines
+
+
+def plan_body(plan: Mapping[str, Any], report_link: str | None, status: ExecutionStatus | None = None) -> str:
+    """The approval form's text (Markdown): what the plan does, what it found, what pre-flight found
+    against the cluster now (``status``), where the report is."""
     before, after = plan.get("before") or {}, plan.get("after") or {}
     lines = [
         f"**{plan.get('goal', '?')}**: {plan.get('partitions_moved', '?')} partitions to move, "
@@ -85,6 +118,8 @@ def plan_body(plan: Mapping[str, Any], report_link: str | None) -> str:
     warnings = plan.get("warnings") or []
     lines += ["", f"**Warnings ({len(warnings)})**" if warnings else "No warning."]
     lines += [f"- {w}" for w in warnings]
+    if status is not None:
+        lines += preflight_section(status)
     lines += ["", f"Plan `{plan.get('plan_sha256')}`, snapshot taken at {plan.get('snapshot_taken_at')}. "
               "Execution refuses this approval if the plan file changes or the snapshot gets too old."]
     if report_link:
@@ -103,6 +138,10 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
     :param subject: the form's headline.
     :param response_timeout: how long to wait for a decision (a timedelta); then the task fails and
         nothing is executed. ``None``: no bound (the DAG run's timeout still applies).
+    :param execute_task_id: the ExecuteReassignment task that runs the plan (default ``"execute"``):
+        its Kafka connection, plan storage connection and guard options (``allow_*``, ``strict``,
+        ``on_plan_error``, ``rf_guard``, health gate) drive the pre-flight shown in the form.
+        ``None`` (or no such task in the DAG): no pre-flight.
 
     The other keyword arguments go to Airflow's ``ApprovalOperator`` (``assigned_users``,
     ``notifiers``, ...). XCom ``return_value``: the approval record (see the module doc).
@@ -112,7 +151,8 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
     ui_color = "#fff4d6"
 
     def __init__(self, *, plan: Any, plan_task_id: str = "plan", required: Any = True,
-                 subject: str = "Approve this Kafka reassignment plan?", **kwargs: Any) -> None:
+                 subject: str = "Approve this Kafka reassignment plan?", execute_task_id: str | None = "execute",
+                 **kwargs: Any) -> None:
         if HITL_AVAILABLE:
             super().__init__(subject=subject, body="(the plan summary is filled in when the task runs)", **kwargs)
         else:
@@ -123,6 +163,7 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         self.plan = plan
         self.plan_task_id = plan_task_id
         self.required = required
+        self.execute_task_id = execute_task_id
 
     def execute(self, context: Context) -> Any:
         plan = _as_dict(self.plan, "plan")
@@ -142,11 +183,69 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
                 "the plan cannot be approved here and nothing is executed. Read the plan report "
                 f"({plan.get('report_uri')}), then trigger again with require_approval=false, or upgrade Airflow"
             )
+        status = self._preflight(context, plan)
+        if status is not None:
+            record["preflight"] = {k: v for k, v in status.summary().items()
+                                   if k in ("moves", "done", "in_flight", "pending", "lagging", "stale", "failed",
+                                            "foreign", "below_min_isr")}
         ti.xcom_push(key=REQUEST_KEY, value=record)
-        self.body = plan_body(plan, link)
+        self.body = plan_body(plan, link, status)
         self.log.info("Waiting for a person to approve plan %s (the task's 'Required actions' in the UI)%s",
                       record["plan_sha256"], f"; report: {link}" if link else "")
         return super().execute(context)
+
+    def _execute_task(self, context: Context) -> Any:
+        """The execute task of this DAG, its connection ids rendered for this run (``None``: no pre-flight)."""
+        dag = getattr(self, "dag", None) if self.execute_task_id else None
+        if dag is None or not dag.has_task(self.execute_task_id):
+            return None
+        task = dag.get_task(self.execute_task_id)
+        if not callable(getattr(task, "execution_params", None)):
+            return None
+        task = copy.copy(task)  # rendered here for the pre-flight only; the execute task renders its own
+        for name in ("kafka_config_id", "storage_conn_id", "max_moves", "max_moves_per_broker",
+                     "throttle_bytes_per_sec", "dry_run"):
+            if hasattr(task, name):
+                setattr(task, name, self.render_template(getattr(task, name), context))
+        return task
+
+    def _admin(self, kafka_config_id: str, timeout_s: float) -> ClusterAdmin:
+        from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+
+        return KafkaReassignHook(kafka_config_id=kafka_config_id, timeout_s=timeout_s).get_admin()
+
+    def _preflight(self, context: Context, plan: Mapping[str, Any]) -> ExecutionStatus | None:
+        """Execution's pre-flight, read-only; refuses (before anybody is asked) what execute would refuse."""
+        task = self._execute_task(context)
+        if task is None:
+            self.log.info("No pre-flight: no execute task %r in this DAG", self.execute_task_id)
+            return None
+        from airflow_kafka_reassign.plan_access import plan_store
+
+        fail = f"task {self.task_id}: the plan is refused before approval (nobody is asked, nothing is executed): "
+        try:
+            options: ExecutionOptions = task.execution_params()[1]
+            store = plan_store(str(plan.get("plan_uri")), conn_id=task.storage_conn_id or None,
+                               timeout_s=float(getattr(task, "storage_timeout_s", 60.0)))
+            moves, digest = read_plan_with_digest(store)
+            if digest != plan.get("plan_sha256"):
+                raise AirflowFailException(
+                    f"{fail}{store.uri} has changed since the plan task wrote it (plan task: {plan.get('plan_sha256')}, "
+                    f"now: {digest}); re-plan (trigger the DAG again)")
+            admin = self._admin(str(task.kafka_config_id), float(getattr(task, "kafka_timeout_s", 30.0)))
+            try:
+                status = preflight(admin, moves, options, log=self.log)
+            finally:
+                admin.close()
+        except (KafkaReassignError, OSError, ValueError) as e:  # storage, cluster, bad options
+            raise AirflowFailException(f"task {self.task_id}: the pre-flight could not run, nobody is asked: {e}") from e
+        why = refusal(status)
+        if why:
+            raise AirflowFailException(f"{fail}{why}")
+        self.log.info("Pre-flight (as %s would find it now): %s", self.execute_task_id, status.progress_line())
+        for level, line in preflight_findings(status):
+            self.log.log(level, "pre-flight: %s", line)
+        return status
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         response = super().execute_complete(context=context, event=event)

@@ -46,6 +46,7 @@ from airflow_kafka_reassign.operators._params import health_args
 from airflow_kafka_reassign.plan_access import (
     MAX_UNREACHABLE_POLLS,
     WaitSpec,
+    absolute_deadline,
     event_payload,
     lease_identity,
     log_progress,
@@ -114,6 +115,12 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         ``<plan dir>/run``) and, with ``elect_leaders``, elect the preferred leaders. Default True.
     :param deferrable: wait in the triggerer instead of a worker slot (default: ``[operators] default_deferrable``).
     :param kafka_timeout_s: bound on every request to the cluster.
+    :param deadline: with ``submit_pending``, no move is submitted at or after this time (a datetime, or
+        ISO-8601 text such as ``"{{ (dag_run.start_date + macros.timedelta(minutes=180)).isoformat() }}"``
+        renders to; a duration is refused, since it would restart at every poke). Once it has passed, the
+        moves in flight finish, and the wait ends with status ``"deadline"`` (the task succeeds, the
+        throttles are restored, and the moves not submitted are named in a warning and in the XCom's
+        ``pending``: running the plan again resumes them). ``None``: no deadline. Templated.
     :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
         rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
         ExecuteReassignment (below).
@@ -134,7 +141,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
 
     # the limits and the throttle are templated so that DAG Params can set them, as for ExecuteReassignment
     template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id",
-                                      "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec")
+                                      "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "deadline")
     ui_color = "#e8f4e4"
 
     def __init__(
@@ -169,10 +176,12 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         storage_timeout_s: float = DEFAULT_TIMEOUT_S,
         state_dir: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deadline: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.plan_uri = plan_uri
+        self.deadline = deadline
         self.storage_conn_id = storage_conn_id
         self.storage_timeout_s = storage_timeout_s
         self.state_dir = state_dir
@@ -210,7 +219,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         self._started_at: float | None = None
         self._last_blocked: str | None = None
         self._unreachable = 0
-        if not any(isinstance(v, str) and "{{" in v for v in (max_moves, max_moves_per_broker, throttle_bytes_per_sec)):
+        if not any(isinstance(v, str) and "{{" in v for v in (max_moves, max_moves_per_broker, throttle_bytes_per_sec,
+                                                                 deadline)):
             self.spec()  # validates which, the limits and the options now (at DAG parse time; else once rendered)
 
     # -- the spec shared with the trigger ---------------------------------------------------------------
@@ -227,7 +237,15 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             storage_conn_id=self.storage_conn_id or None, storage_timeout_s=float(self.storage_timeout_s),
             state_dir=str(self.state_dir) if self.state_dir else None, lease_holder=holder, lease_scope=scope,
             adaptive=dict(self.adaptive_limits) if self.adaptive_limits else None,
+            submit_until=self._submit_until(),
         )
+
+    def _submit_until(self) -> str | None:
+        at = absolute_deadline(self.deadline, "deadline")
+        if at is not None and not self.submit_pending:
+            raise ConfigurationError("deadline bounds the submissions of submit_pending=True: set submit_pending=True, "
+                                     "or leave deadline unset (the sensor's timeout bounds the wait)")
+        return at.isoformat() if at is not None else None
 
     def _limits(self) -> dict[str, Any]:
         return {**self.limits, "max_moves": _int(self.max_moves, "max_moves"),
@@ -317,7 +335,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     # -- deferrable mode --------------------------------------------------------------------------------
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        if not isinstance(event, dict) or event.get("status") not in ("complete", "blocked", "timeout", "error"):
+        if not isinstance(event, dict) or event.get("status") not in ("complete", "blocked", "timeout", "deadline",
+                                                                       "error"):
             raise AirflowException(f"the reassignment trigger sent an unexpected event: {event!r}")
         if event["status"] == "error":
             if event.get("fatal"):  # the cluster refused the client (authentication, authorization, TLS)
@@ -336,12 +355,19 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         limits, options = spec.execution()
         admin = self._get_admin(spec)
         plan = spec.load_plan(admin)
+        if status == "deadline":
+            self.log.warning("%s", message)
         if status == "complete" and not self.finish_on_complete:
             self.log.info("all %d move(s) complete in %s", summary["moves"], format_duration(summary["elapsed_s"]))
+            return summary
+        if status == "deadline" and not self.finish_on_complete:
             return summary
         # Finishing and the timeout policies change the cluster: under the plan's lease.
         lease = spec.take_lease(self.log)
         try:
+            if status == "deadline":  # nothing in flight: the throttles go, the done moves get their leaders
+                summary["finish"] = finish(admin, plan, options, state_dir=spec.state, log=self.log, lease=lease)
+                return summary
             if status == "complete":
                 summary["finish"] = finish(admin, plan, options, state_dir=spec.state, log=self.log, lease=lease)
                 self.log.info("all %d move(s) complete in %s", summary["moves"],

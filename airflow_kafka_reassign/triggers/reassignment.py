@@ -5,7 +5,7 @@
 a thread (``asyncio.to_thread``: the Kafka clients block), logs one progress line, and yields ONE event when the
 wait is over::
 
-    {"status": "complete" | "blocked" | "timeout" | "error", "message": str, "summary": {...}}
+    {"status": "complete" | "blocked" | "timeout" | "deadline" | "error", "message": str, "summary": {...}}
 
 The worker then concludes (XCom summary, throttles restored, the timeout policy): the trigger itself never cancels
 or rolls back anything. With ``submit_pending`` it does submit the plan's pending moves within the limits

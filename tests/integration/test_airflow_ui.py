@@ -12,7 +12,10 @@ browser.py). One test, two DAG runs:
 2. rejected: trigger again on other topics -> reject -> ``execute`` is skipped and the topics'
    assignment is unchanged.
 
-The task page's screenshot is written to the test's tmp dir (docs/first-decommission.md uses one).
+The walk-through's screenshots (docs/first-decommission.md: the approval form, the plan task's
+"Plan report" link, the report) are taken on the way, into the test's tmp dir, or into
+``AKR_SCREENSHOTS_DIR`` when set: ``make screenshots`` regenerates docs/img/ that way (PNG, reduced
+to a 256-colour palette: each well under 200 kB, checked by tests/unit/test_docs_build.py).
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ def airflow_ui(sandbox, tmp_path_factory):
         api("PATCH", f"/dags/{DAG_ID}", {"is_paused": False})
         yield api, home
     finally:
-        took = _stop_group(proc.pid)
-        print(f"\nairflow standalone stopped in {took:.1f} s (make ui-stop stops it the same way)")
+        stopped = _stop_group(proc.pid)
+        print(f"\nairflow standalone stopped in {stopped.line()} (make ui-stop stops it the same way)")
         log.close()
 
 
@@ -164,6 +167,23 @@ def wait_for_run(api: Api, run_id: str) -> str:
     return wait_until(ended, what=f"the run {run_id} ended", timeout=600, every=1.5)
 
 
+#: The screenshots docs/first-decommission.md shows, as this test names them (docs/img/).
+SCREENSHOTS = ("first-decommission-approve.png", "first-decommission-plan-task.png", "first-decommission-report.png")
+
+
+def doc_screenshot(browser, default_dir: Path, name: str) -> Path:  # noqa: F811
+    """A screenshot for the docs: the page as shown, reduced to a palette PNG (small, sharp for a UI)."""
+    from PIL import Image
+
+    assert name in SCREENSHOTS
+    target = Path(os.environ.get("AKR_SCREENSHOTS_DIR") or default_dir) / name
+    raw = browser.screenshot(target.with_suffix(".raw.png"))
+    with Image.open(raw) as image:
+        image.convert("RGB").quantize(colors=256).save(target, optimize=True)
+    raw.unlink()
+    return target
+
+
 def assignment(sandbox, topics: list[str]) -> dict:
     from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
@@ -184,10 +204,16 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     run_id = trigger(api, conf)
     detail = wait_for_approval_request(api, run_id)
     assert "replica moves" in detail["body"] and "Open the plan report" in detail["body"]
+    assert "Pre-flight against the cluster now" in detail["body"] and "Every move can run as planned." in detail["body"]
     assert ti_state(api, run_id, "execute") in (None, "none", "scheduled", "queued")  # nothing submitted yet
 
-    # the browser: logged in as the UI does it (the JWT in Airflow's "_token" cookie), the plan task's page
+    # the browser: logged in as the UI does it (the JWT in Airflow's "_token" cookie); the approval form first
     browser.call("Network.setCookie", name="_token", value=api.token, url=api.url, path="/")
+    browser.goto(f"{api.url}/dags/{DAG_ID}/runs/{run_id}/tasks/approve/required_actions")
+    browser.wait_for("document.body.innerText.includes('Pre-flight against the cluster now') && "
+                     "[...document.querySelectorAll('button')].some(b => b.textContent.trim() === 'Approve')",
+                     what="the approval form with the plan's summary, its pre-flight and the Approve button", timeout=90)
+    approve_shot = doc_screenshot(browser, tmp_path, "first-decommission-approve.png")
     browser.goto(f"{api.url}/dags/{DAG_ID}/runs/{run_id}/tasks/plan")
     # the task instance's "Details" tab holds its "Extra Links"
     browser.wait_for("(() => { const t = [...document.querySelectorAll('a, button')].find(e => e.textContent.trim() "
@@ -196,7 +222,7 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
         "(() => { const a = [...document.querySelectorAll('a')].find(e => e.textContent.trim() === 'Plan report');"
         " return a && a.href; })()", what="the 'Plan report' extra link on the plan task's page", timeout=90)
     assert href.startswith(f"{api.url}/kafka-reassign/report/{DAG_ID}/")
-    shot = browser.screenshot(tmp_path / "plan-task-with-report-link.png")
+    shot = doc_screenshot(browser, tmp_path, "first-decommission-plan-task.png")
     browser.eval("(() => { const a = [...document.querySelectorAll('a')].find(e => e.textContent.trim() === "
                  "'Plan report'); a.removeAttribute('target'); a.click(); })()")
     browser.wait_for("location.href.includes('/kafka-reassign/report/') && document.readyState === 'complete'",
@@ -204,9 +230,10 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     text = browser.eval("document.body.innerText")
     assert "replica moves" in text.lower()
     assert browser.eval("[...document.images].filter(i => i.complete && i.naturalWidth > 0).length") >= 5
-    report_shot = browser.screenshot(tmp_path / "plan-report.png")
+    browser.eval("window.scrollTo(0, 0)")
+    report_shot = doc_screenshot(browser, tmp_path, "first-decommission-report.png")
     with capsys.disabled():
-        print(f"\nscreenshots: {shot} {report_shot}")
+        print(f"\nscreenshots: {approve_shot} {shot} {report_shot}")
     # the same route without Airflow's login is refused
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(href, timeout=30)  # noqa: S310

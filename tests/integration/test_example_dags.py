@@ -128,7 +128,11 @@ def test_maintenance_window_rebalance_balances_a_skewed_set_of_topics(sandbox, a
     assert {b for r in after.values() for b in r} == set(BROKERS)  # the empty brokers took their share
     assert admin.describe_throttles(BROKERS, topics) == throttles
     assert Path(out["report_uri"]).is_file()
-    # execute waits for its moves: the wait's one progress line shows them done
+    # the deferrable split: execute submitted the first batch, the wait (deferrable, submit_pending, the window's
+    # deadline not reached) submitted the rest, its one progress line shows them done
+    assert result["xcom"]["execute.return_value"]["submitted"] >= 1
+    assert result["xcom"]["execute.return_value"]["throttles_restored"] == "no"
+    assert result["xcom"]["wait.return_value"]["status"] == "complete"
     assert any("100% | moves " in line and "done" in line for line in result["log"].splitlines())
 
 
@@ -171,6 +175,9 @@ def test_decommission_dry_run_then_real_run_drains_the_broker(sandbox, admin, ai
 
     assert_run(real, "success", {"check_request": "success", "plan": "success", "execute": "success",
                                  "wait": "success", "verify_drained": "success"})
+    # the deferrable split: execute submitted the first batch and left the throttles to the deferrable wait
+    assert real["xcom"]["execute.return_value"]["submitted"] >= 1
+    assert real["xcom"]["execute.return_value"]["throttles_restored"] == "no"
     assert real["xcom"]["verify_drained.return_value"]["drained"] == [DECOMMISSIONED]
     assert real["xcom"]["verify_drained.return_value"]["left_for_later"] > 0  # other-..., and other tests' topics
     assert "partial drain:" in real["log"]

@@ -171,3 +171,18 @@ def test_every_operator_and_sensor_has_a_parameter_table_from_its_docstring(tmp_
                       '    def __init__(self, *, a: int = 1, b: int = 2, **kwargs):\n        pass\n')
     with pytest.raises(Exception, match=r"pkg.op.Op: no :param: for \['b'\]"):
         tables.table(tmp_path, "pkg.op.Op")
+
+
+def test_the_docs_screenshots_are_small_shown_and_made_by_the_browser_test():
+    """Every image in docs/img/ is a PNG under 200 kB that a page shows and that ``make screenshots``
+    (tests/integration/test_airflow_ui.py) produces; every screenshot that test names is there."""
+    images = sorted((ROOT / "docs" / "img").glob("*"))
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    ui_test = (ROOT / "tests" / "integration" / "test_airflow_ui.py").read_text()
+    named = set(re.findall(r'"(first-decommission-[\w-]+\.png)"', ui_test))
+    assert named and named <= {p.name for p in images}
+    for image in images:
+        assert image.suffix == ".png" and image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image.name
+        assert image.stat().st_size < 200_000, (image.name, image.stat().st_size)
+        assert f"img/{image.name}" in pages, f"{image.name} is shown by no docs page"
+        assert image.name in named, f"{image.name} is not produced by make screenshots"

@@ -839,3 +839,35 @@ def test_a_stop_requested_while_observing_submits_nothing_and_writes_nothing(tmp
                    state_dir=tmp_path, should_stop=lambda: True)
     assert s.pending == [tp("t", 0)] and s.submitted == []
     assert f.alter_requests == [] and f.broker_configs == {b: {} for b in RACKS} and list(tmp_path.iterdir()) == []
+
+
+# -- the read-only pre-flight (the approval form shows it) ------------------------------------------------
+
+
+def test_preflight_finds_what_the_first_step_finds_and_writes_nothing(tmp_path):
+    from airflow_kafka_reassign.core.execution import preflight, preflight_findings, refusal
+
+    plan = plan_of(mv("t", 0, [1, 2], [4, 2]), mv("t", 1, [2, 1], [5, 3]))  # t-1 is on [2, 3]: stale
+    options = ExecutionOptions(throttle_bytes_per_sec=1_000_000)
+    f = fake(t=[[1, 2], [2, 3], [3, 1]])
+    f.broker_configs[1][LEADER_RATE] = "7"  # an operator's own throttle
+    configs = json.dumps([f.broker_configs, f.topic_configs], sort_keys=True)
+    status = preflight(f, plan, options, settle_s=0, sleep=lambda s: None)
+    assert json.dumps([f.broker_configs, f.topic_configs], sort_keys=True) == configs and f.alter_requests == []
+    first = quiet_step(fake(t=[[1, 2], [2, 3], [3, 1]]), plan, options=options, submit=False,
+                       state_dir=tmp_path / "run")
+    assert (status.pending, status.stale, status.blocked) == (first.pending, first.stale, first.blocked)
+    assert refusal(status) is None
+    assert [line for _, line in preflight_findings(status)] == [
+        "stale move t-1 refused: the plan expects replicas [2, 1], the cluster has [2, 3]"]
+
+
+def test_refusal_names_why_no_move_would_run():
+    from airflow_kafka_reassign.core.execution import preflight, refusal
+
+    f = fake(t=[[1, 2]])
+    stale_only = plan_of(mv("t", 0, [3, 4], [4, 5]))
+    why = refusal(preflight(f, stale_only, SAFE, settle_s=0, sleep=lambda s: None))
+    assert why is not None and why.startswith("none of the plan's 1 move(s) can run: 1 stale and 0 refused (t-0)")
+    done = plan_of(mv("t", 0, [3, 4], [1, 2]))  # already where the plan wants it: nothing to refuse
+    assert refusal(preflight(f, done, SAFE, settle_s=0, sleep=lambda s: None)) is None

@@ -66,3 +66,119 @@ def test_an_approval_returns_the_record_of_what_was_shown():
                                                        "responded_by_user": {"id": "7", "name": "alice"}})
     assert out["approved"] is True and out["plan_sha256"] == "sha256:ab" and out["approved_by"] == "alice"
     assert out["responded_at"] == at.isoformat()
+
+
+# -- the pre-flight before asking (execution's own, read-only, on the fake cluster) --------------------
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+    admin = FakeClusterAdmin.build({1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"},
+                                   {"t": [[1, 2], [2, 3], [3, 1]], "other": [[1, 2]]})
+    admin.close = lambda: None  # type: ignore[method-assign]
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    return admin
+
+
+def plan_dir(tmp_path, moves) -> dict:
+    """A plan directory and the plan task's XCom for it."""
+    from airflow_kafka_reassign.core.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, plan_digest
+
+    d = tmp_path / "plan"
+    d.mkdir()
+    data = ReassignmentPlan(moves=tuple(moves)).model_dump_json().encode()
+    (d / PLAN_FILE).write_bytes(data)
+    (d / METRICS_FILE).write_text('{"format_version": 1}')
+    return {**PLAN, "plan_uri": str(d), "plan_sha256": plan_digest(data), "report_uri": None}
+
+
+def approval_in_dag(xcom: dict, **execute_kw) -> PlanApprovalOperator:
+    from airflow.sdk import DAG
+
+    from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+
+    with DAG("d", schedule=None, render_template_as_native_obj=True):
+        approve = PlanApprovalOperator(task_id="approve", plan=xcom)
+        execute = ExecuteReassignmentOperator(task_id="execute", plan_uri=xcom["plan_uri"], kafka_config_id="k",
+                                              **execute_kw)
+        approve >> execute
+    return approve
+
+
+def move(p, current, target, **kw):
+    from airflow_kafka_reassign.core.models import Move
+
+    return Move(topic="t", partition=p, current_replicas=current, target_replicas=target, **kw)
+
+
+def test_the_form_lists_what_execute_would_skip_and_changes_nothing(cluster, tmp_path):
+    xcom = plan_dir(tmp_path, [move(0, (1, 2), (4, 2)), move(1, (2, 1), (5, 3))])  # t-1 is on [2, 3]: stale
+    op = approval_in_dag(xcom, throttle_bytes_per_sec=1_000_000)
+    status = op._preflight({"ti": TI()}, xcom)
+    assert [str(tp) for tp in status.pending] == ["t-0"] and [str(tp) for tp in status.stale] == ["t-1"]
+    body = plan_body(xcom, None, status)
+    assert "**Pre-flight against the cluster now**" in body and "1 pending, 1 stale (refused)" in body
+    assert "- stale move t-1 refused: the plan expects replicas [2, 1], the cluster has [2, 3]" in body
+    assert cluster.alter_requests == [] and all(not c for c in cluster.broker_configs.values())  # read-only
+
+
+def test_a_clean_plan_says_every_move_can_run(cluster, tmp_path):
+    xcom = plan_dir(tmp_path, [move(0, (1, 2), (4, 2))])
+    status = approval_in_dag(xcom)._preflight({"ti": TI()}, xcom)
+    assert "Every move can run as planned." in plan_body(xcom, None, status)
+
+
+@pytest.mark.parametrize(("arrange", "moves", "refused"), [
+    pytest.param(lambda c: c.inflight.update({_tp("other", 0): ((1, 2), (3, 4))}), [((1, 2), (4, 2), {})],
+                 r"1 reassignment\(s\) are in flight that this plan did not start \(other-0\).*"
+                 "allow_concurrent_reassignments=True", id="foreign-reassignment"),
+    pytest.param(None, [((1, 2), (9, 2), {})], r"the whole plan is refused.*broker 9 does not exist in the cluster.*Plan again",
+                 id="broker-missing"),
+    pytest.param(None, [((1, 2), (1, 2, 4), {"allow_rf_change": True})],
+                 r"none of the plan's 1 move\(s\) can run: 0 stale and 1 refused.*plan again", id="kip-860-rf-change"),
+    pytest.param(None, [((3, 4), (4, 5), {})], r"none of the plan's 1 move\(s\) can run: 1 stale", id="all-stale"),
+    pytest.param(lambda c: setattr(c, "rf_guard_supported", False), [((1, 2), (4, 2), {})],
+                 r"the brokers do not support KIP-860's AllowReplicationFactorChange.*rf_guard=\"client\"", id="no-rf-guard"),
+])
+def test_a_plan_execute_would_refuse_entirely_is_refused_before_asking(cluster, tmp_path, arrange, moves, refused):
+    if arrange:
+        arrange(cluster)
+    xcom = plan_dir(tmp_path, [move(0, *m[:2], **m[2]) for m in moves])
+    op = approval_in_dag(xcom)
+    ti = TI()
+    with pytest.raises(AirflowFailException, match="the plan is refused before approval \\(nobody is asked, "
+                                                   "nothing is executed\\): " + refused) as e:
+        op.execute({"ti": ti})
+    assert "\n" not in str(e.value) and approval_module.REQUEST_KEY not in ti.pushed  # one line; nothing asked
+    assert cluster.alter_requests == []
+
+
+def test_the_execute_tasks_guard_options_apply(cluster, tmp_path):
+    cluster.inflight[_tp("other", 0)] = ((1, 2), (3, 4))
+    xcom = plan_dir(tmp_path, [move(0, (1, 2), (4, 2))])
+    status = approval_in_dag(xcom, allow_concurrent_reassignments=True)._preflight({"ti": TI()}, xcom)
+    assert status.blocked is None and [str(tp) for tp in status.foreign] == ["other-0"]
+    assert "- foreign reassignment in flight: other-0 [1, 2] -> [3, 4]" in plan_body(xcom, None, status)
+
+
+def test_a_plan_edited_since_the_plan_task_is_refused_before_asking(cluster, tmp_path):
+    xcom = plan_dir(tmp_path, [move(0, (1, 2), (4, 2))])
+    (tmp_path / "plan" / "plan.json").write_text((tmp_path / "plan" / "plan.json").read_text().replace("4", "5"))
+    with pytest.raises(AirflowFailException, match="has changed since the plan task wrote it.*re-plan"):
+        approval_in_dag(xcom).execute({"ti": TI()})
+
+
+def test_no_execute_task_no_preflight(tmp_path):
+    xcom = plan_dir(tmp_path, [move(0, (1, 2), (4, 2))])
+    op = PlanApprovalOperator(task_id="approve", plan=xcom, execute_task_id=None)
+    assert op._preflight({"ti": TI()}, xcom) is None
+
+
+def _tp(topic, p):
+    from airflow_kafka_reassign.core.models import TopicPartition
+
+    return TopicPartition(topic, p)

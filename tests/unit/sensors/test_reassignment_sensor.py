@@ -114,7 +114,7 @@ def test_init_only_stores_and_validates_arguments(plan_dir):
     op = sensor("{{ ti.xcom_pull('plan')['plan_uri'] }}", timeout=100, stuck_after=30)
     assert op.plan_uri.startswith("{{")
     assert set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir", "storage_conn_id", "max_moves",
-                                       "max_moves_per_broker", "throttle_bytes_per_sec"}
+                                       "max_moves_per_broker", "throttle_bytes_per_sec", "deadline"}
     # limits from DAG Params: validated once rendered
     templated = sensor(plan_dir, submit_pending=True, max_moves_per_broker="{{ params.max_moves_per_broker }}")
     templated.max_moves_per_broker = "3"  # what rendering leaves
@@ -477,3 +477,49 @@ def test_health_and_adaptive_options_are_validated_at_parse_time(plan_dir):
     spec = sensor(plan_dir, submit_pending=True, max_pause_s="60", adaptive_limits={"max_moves": 4}).spec()
     again = WaitSpec(**json.loads(json.dumps(spec.to_dict())))  # the trigger's kwargs
     assert again.execution()[1].health.max_pause_s == 60.0 and again.adaptive_bounds().max_moves == 4
+
+
+# -- a submission deadline (the maintenance window) -------------------------------------------------------------
+
+
+PAST = "2026-01-01T00:00:00+00:00"
+
+
+def test_after_the_deadline_nothing_is_submitted_the_moves_in_flight_finish_and_the_wait_succeeds(fake, plan_dir):
+    fake.alter_reassignments({TopicPartition("orders", 0): (3, 2)})  # submitted before the window closed
+    fake.broker_configs[1][LEADER_RATE] = "999"
+    result = sensor(plan_dir, submit_pending=True, max_moves=1, throttle_bytes_per_sec=100_000,
+                    deadline=PAST).execute({})
+    assert result["status"] == "deadline" and result["submitted"] == 0
+    assert (result["done"], result["pending"], result["in_flight"]) == (1, 2, 0)
+    assert [targets for targets, _ in fake.alter_requests] == [{TopicPartition("orders", 0): (3, 2)}]  # only ours
+    assert result["finish"]["throttles_restored"] in ("yes", "none-set") and fake.broker_configs[1] == {LEADER_RATE: "999"}
+
+
+def test_before_the_deadline_the_sensor_submits_as_usual(fake, plan_dir):
+    result = sensor(plan_dir, submit_pending=True, max_moves=1, deadline="2999-01-01T00:00:00Z").execute({})
+    assert result["status"] == "complete" and result["submitted"] == 3
+
+
+def test_the_deadline_reaches_the_trigger_and_ends_a_deferred_wait(fake, plan_dir):
+    fake.alter_reassignments({TopicPartition("orders", 0): (3, 2)})
+    fake.frozen = True  # the move in flight finishes only when the trigger has polled once
+    op = sensor(plan_dir, submit_pending=True, deferrable=True, deadline=PAST)
+    with pytest.raises(TaskDeferred) as d:
+        op.execute({})
+    trigger = d.value.trigger
+    assert WaitSpec(**trigger.spec).submit_until == PAST
+    fake.frozen = False
+    event = run_trigger(trigger)
+    assert event["status"] == "deadline" and "1/3 move(s) done and 2 not submitted (orders-1 (pending" in event["message"]
+    assert op.execute_complete({}, event)["status"] == "deadline"
+    assert len(fake.alter_requests) == 1
+
+
+@pytest.mark.parametrize(("kw", "error"), [
+    ({"submit_pending": True, "deadline": "2h"}, "deadline '2h' is not a date-time.*a duration would restart"),
+    ({"deadline": PAST}, "deadline bounds the submissions of submit_pending=True"),
+])
+def test_a_bad_deadline_is_refused_in_one_line(plan_dir, kw, error):
+    with pytest.raises(ConfigurationError, match=error):
+        sensor(plan_dir, **kw)
