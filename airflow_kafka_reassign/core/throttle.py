@@ -281,7 +281,8 @@ def sync_throttles(
 
 def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
     """Put every throttle config this run touched back to its value before the run, exactly,
-    check it, and delete the backup. Returns whether there was anything to restore.
+    check it, and delete the backup. Returns whether there was anything to restore. Only the configs
+    that differ from the backup are written (none after a run whose first throttle write was refused).
 
     A broker of the backup that is down now (the cluster does not list it as alive) is skipped,
     with one line naming it: the backup then keeps only its entries, and the next run on the plan
@@ -301,13 +302,16 @@ def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, l
                     backup_path(state_dir))
         backup = ThrottleBackup(brokers={b: v for b, v in backup.brokers.items() if b not in down},
                                 topics=backup.topics)
-    for attempt in (1, 2):
-        admin.set_throttles(backup.brokers, backup.topics)
+    # only what differs from the backup is written: a run whose first throttle write was refused (a user
+    # without ALTER_CONFIGS) changed nothing, and its restore needs no write either
+    for attempt in (0, 1, 2):
         current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
         db, dt = _diff(current, backup.brokers, backup.topics)
         if not db and not dt:
             break
-        if attempt == 2:
+        if attempt < 2:
+            admin.set_throttles(db, dt)
+        else:
             raise RuntimeError(
                 f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
                 f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"

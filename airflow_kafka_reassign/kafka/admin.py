@@ -29,9 +29,9 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException
 from confluent_kafka import TopicCollection as CKTopicCollection
@@ -174,6 +174,29 @@ _ACCESS_CODES = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: "authorization",
 }
 
+
+
+class Refused(NamedTuple):
+    """What a request needs from the authorizer, to name it when the cluster refuses it: the ACL
+    ``operation`` (Kafka's name: ``ALTER``, ``ALTER_CONFIGS`` ...) on ``resource`` for ``request``, and
+    the ``kafka-acls`` options that grant it."""
+
+    operation: str
+    resource: str
+    request: str
+    grant: str
+
+    @classmethod
+    def on_cluster(cls, operation: str, request: str) -> Refused:
+        option = "".join(w.capitalize() for w in operation.split("_"))
+        return cls(operation, "the cluster", request, f"--operation {option} --cluster")
+
+    @classmethod
+    def on_topic(cls, operation: str, topic: str, request: str) -> Refused:
+        option = "".join(w.capitalize() for w in operation.split("_"))
+        return cls(operation, f"topic {topic!r}", request, f"--operation {option} --topic {topic}")
+
+
 #: Kafka's api key of AlterPartitionReassignments.
 ALTER_PARTITION_REASSIGNMENTS_KEY = 45
 #: The first AlterPartitionReassignments version that carries AllowReplicationFactorChange.
@@ -278,8 +301,9 @@ class KafkaClusterAdmin:
             self._ck = AdminClient(conf, logger=LIBRDKAFKA_LOGGER)
         return self._ck
 
-    def _access_error(self, cause: str, detail: str) -> ClusterAccessError:
-        """The one error for a client the cluster refused: what failed, for whom, and the fix; no secret."""
+    def _access_error(self, cause: str, detail: str, refused: Refused | None = None) -> ClusterAccessError:
+        """The one error for a client the cluster refused: what failed, for whom, and the fix; no secret.
+        ``refused``: the ACL an authorization failure lacked (operation, resource, request, grant)."""
         for key, value in self._config.items():  # the brokers' text should hold none; make sure
             if is_secret_key(key) and value:
                 detail = detail.replace(value, "***")
@@ -293,15 +317,28 @@ class KafkaClusterAdmin:
                 f"{detail}. Check sasl.username and sasl.password (and sasl.mechanism) in the connection's extra; "
                 "retrying with the same credentials cannot succeed", cause)
         if cause == "authorization":
-            user = self._config.get("sasl.username") or "the client's principal"
+            name = self._config.get("sasl.username")
+            user = f"user {name!r}" if name else "the client's principal"
+            detail = detail.rstrip(". ")
+            needs = ("the provider needs DESCRIBE and ALTER on the cluster, DESCRIBE and DESCRIBE_CONFIGS on the "
+                     "topics, ALTER_CONFIGS on the cluster and the topics for throttles")
+            if refused is None:
+                return ClusterAccessError(
+                    f"authorization failed for {user} at {where}: {detail}. Grant the principal the ACLs the "
+                    f"provider needs ({needs.removeprefix('the provider needs ')}) or use a connection whose user "
+                    "has them", cause)
+            principal = f"User:{name}" if name else "<the client's principal>"
             return ClusterAccessError(
-                f"authorization failed for {user!r} at {where}: {detail}. Grant the principal the ACLs the "
-                "provider needs (Describe and Alter on the Cluster, Describe and DescribeConfigs on the topics, "
-                "AlterConfigs for throttles) or use a connection whose user has them", cause)
+                f"authorization failed for {user} at {where}: {refused.operation} on {refused.resource} was "
+                f"refused ({refused.request}: {detail}); nothing was changed by this request. Grant it: "
+                f"kafka-acls.sh --add --allow-principal {principal} {refused.grant} (or use a connection whose "
+                f"user has it; {needs})", cause)
+        reason = next((r for r in ("certificate verify failed", "wrong version number", "unexpected eof",
+                                   "handshake failure") if r in detail.lower()), "")
         return ClusterAccessError(
-            f"the TLS handshake with {where} failed ({protocol}): {detail}. Check ssl.ca.location (the CA that "
-            "signed the brokers' certificates), the client certificate and key, and that the listener speaks TLS",
-            cause)
+            f"TLS handshake failed with {where} over {protocol}{f' ({reason})' if reason else ''}: {detail}. "
+            "Check ssl.ca.location (the CA that signed the brokers' certificates), the client certificate and "
+            "key, and that the listener speaks TLS", cause)
 
     def _refused(self) -> ClusterAccessError | None:
         """An authentication, authorization or TLS failure librdkafka reported (after serving its queue)."""
@@ -370,6 +407,16 @@ class KafkaClusterAdmin:
                 client.close()
             return call(self._kafka_python())
 
+    @contextlib.contextmanager
+    def _authorized(self, refused: Refused) -> Iterator[None]:
+        """kafka-python's authorization errors (the broker's answer to a request the principal has no ACL
+        for) as :class:`ClusterAccessError` naming the ACL ``refused``: no retry can fix them."""
+        try:
+            yield
+        except kp_errors.AuthorizationError as e:
+            raise self._access_error("authorization", getattr(e, "message", None) or type(e).__name__,
+                                     refused) from None
+
     def _unreachable(self, e: BaseException) -> ClusterUnreachableError:
         last = next((err.str() for err in reversed(self._ck_errors)), None)
         seen = f"; last error: {last}" if last else ""
@@ -379,11 +426,12 @@ class KafkaClusterAdmin:
             "brokers' listener), the listener's security.protocol, and that the brokers are up"
         )
 
-    def _wait(self, future: Future[Any], *, timeout_s: float | None = None) -> Any:
+    def _wait(self, future: Future[Any], *, timeout_s: float | None = None, needs: Refused | None = None) -> Any:
         """A confluent-kafka future's result. While waiting, librdkafka's queue is served (its log lines
         and errors): an authentication, authorization or TLS failure raises
         :class:`~airflow_kafka_reassign.exceptions.ClusterAccessError` at once, naming the cause; no answer
-        within the timeout raises :class:`ClusterUnreachableError` naming the bootstrap servers."""
+        within the timeout raises :class:`ClusterUnreachableError` naming the bootstrap servers. ``needs``
+        names the ACL the request needs, for an authorization failure's message."""
         deadline = time.monotonic() + (self._timeout_s + 5 if timeout_s is None else timeout_s)
         try:
             while True:
@@ -401,7 +449,7 @@ class KafkaClusterAdmin:
         except KafkaException as e:
             err = e.args[0] if e.args else None
             if isinstance(err, KafkaError) and err.code() in _ACCESS_CODES:
-                raise self._refused() or self._access_error(_ACCESS_CODES[err.code()], err.str()) from None
+                raise self._refused() or self._access_error(_ACCESS_CODES[err.code()], err.str(), needs) from None
             if isinstance(err, KafkaError) and err.code() in (
                 KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
             ):
@@ -649,7 +697,7 @@ class KafkaClusterAdmin:
         out: dict[str, dict[str, str]] = {}
         for res, fut in futures.items():
             try:
-                entries = self._wait(fut)
+                entries = self._wait(fut, needs=Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs"))
             except KafkaException as e:
                 if e.args and isinstance(e.args[0], KafkaError) and (
                     e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -664,7 +712,8 @@ class KafkaClusterAdmin:
 
     def _replica_sizes(self, live: Collection[int]) -> dict[TopicPartition, dict[int, int]]:
         """Every replica's size on the live brokers (DescribeLogDirs to each; none to a broker that is down)."""
-        return _sizes_from_log_dirs(self._kafka_python().describe_log_dirs(brokers=sorted(live)))
+        with self._authorized(Refused.on_cluster("DESCRIBE", "DescribeLogDirs")):
+            return _sizes_from_log_dirs(self._kafka_python().describe_log_dirs(brokers=sorted(live)))
 
     def replica_sizes(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, dict[int, int]]:
         """Bytes on disk of each replica of ``partitions``, by broker id.
@@ -710,9 +759,10 @@ class KafkaClusterAdmin:
         if kp_tps == []:
             return {}
         try:
-            raw = self._with_fresh_controller(
-                lambda kp: kp.list_partition_reassignments(kp_tps, timeout_ms=int(self._timeout_s * 1000))
-            )
+            with self._authorized(Refused.on_cluster("DESCRIBE", "ListPartitionReassignments")):
+                raw = self._with_fresh_controller(
+                    lambda kp: kp.list_partition_reassignments(kp_tps, timeout_ms=int(self._timeout_s * 1000))
+                )
         except kp_errors.KafkaTimeoutError as e:
             raise self._unreachable(e) from e
         return {
@@ -804,9 +854,10 @@ class KafkaClusterAdmin:
             yield kp_errors.for_code(r.error_code)
 
         try:
-            response = self._with_fresh_controller(
-                lambda kp: kp._manager.run(kp._send_request_to_controller, request, top_level_error)
-            )
+            with self._authorized(Refused.on_cluster("ALTER", "AlterPartitionReassignments")):
+                response = self._with_fresh_controller(
+                    lambda kp: kp._manager.run(kp._send_request_to_controller, request, top_level_error)
+                )
         except kp_errors.IncompatibleBrokerVersion as e:
             raise UnsupportedBrokerError(
                 f"the cluster at {self._bootstrap} refused AlterPartitionReassignments "
@@ -858,7 +909,7 @@ class KafkaClusterAdmin:
         out: dict[str, TopicResult] = {}
         for topic, fut in futures.items():
             try:
-                self._wait(fut)
+                self._wait(fut, needs=Refused.on_topic("ALTER", topic, "CreatePartitions"))
                 out[topic] = TopicResult(topic=topic)
             except KafkaException as e:
                 err = e.args[0]
@@ -878,7 +929,7 @@ class KafkaClusterAdmin:
         fut = self._confluent().elect_leaders(
             ElectionType.PREFERRED, [CKTopicPartition(t, p) for t, p in partitions]
         )
-        results = self._wait(fut)
+        results = self._wait(fut, needs=Refused.on_cluster("ALTER", "ElectLeaders"))
         out = []
         for tp, exc in results.items():
             err = exc.args[0] if isinstance(exc, KafkaException) else exc
@@ -904,7 +955,8 @@ class KafkaClusterAdmin:
         broker_vals: dict[int, dict[str, str | None]] = {}
         for b in sorted(set(brokers)):
             res = ConfigResource(ConfigResource.Type.BROKER, str(b))
-            entries = self._wait(ck.describe_configs([res], request_timeout=self._timeout_s)[res])
+            entries = self._wait(ck.describe_configs([res], request_timeout=self._timeout_s)[res],
+                                 needs=Refused.on_cluster("DESCRIBE_CONFIGS", f"DescribeConfigs of broker {b}"))
             broker_vals[b] = {
                 k: (entries[k].value if k in entries
                     and entries[k].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value else None)
@@ -915,7 +967,7 @@ class KafkaClusterAdmin:
         if names:
             resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in names]
             for res, fut in ck.describe_configs(resources, request_timeout=self._timeout_s).items():
-                entries = self._wait(fut)
+                entries = self._wait(fut, needs=Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs"))
                 topic_vals[res.name] = {
                     k: (entries[k].value if k in entries and entries[k].source
                         == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entries[k].value else None)
@@ -950,14 +1002,17 @@ class KafkaClusterAdmin:
             if values:
                 res = ConfigResource(ConfigResource.Type.BROKER, str(b),
                                      incremental_configs=entries(values))
-                self._wait(ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res])
+                self._wait(ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res],
+                           needs=Refused.on_cluster("ALTER_CONFIGS",
+                                                      f"IncrementalAlterConfigs of broker {b}'s throttle rates"))
         resources = [
             ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=entries(values))
             for t, values in sorted(topic_configs.items()) if values
         ]
         if resources:
-            for fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).values():
-                self._wait(fut)
+            for res, fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).items():
+                self._wait(fut, needs=Refused.on_topic("ALTER_CONFIGS", res.name,
+                                                         "IncrementalAlterConfigs of its throttled replicas"))
 
 
 class _MetadataBarrier:

@@ -8,6 +8,7 @@ security settings) and a bounded timeout.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -260,3 +261,36 @@ def upsert_scram_user(
             pass
         time.sleep(0.2)
     raise ReadinessError(f"SCRAM user {username} was not visible within {timeout:g} s")
+
+
+def allow_describe_only(config: Mapping[str, str | int], username: str, timeout: float = 30.0) -> None:
+    """ACLs that let ``User:<username>`` describe the cluster (and its broker configs), every topic and
+    their configs, and nothing more (no Alter, no AlterConfigs). Waits until the broker that answers
+    DescribeAcls lists them."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    principal = f"User:{username}"
+    bindings = [
+        AclBinding(resource, name, ResourcePatternType.LITERAL, principal, "*", operation, AclPermissionType.ALLOW)
+        for resource, name in ((ResourceType.BROKER, "kafka-cluster"), (ResourceType.TOPIC, "*"))
+        for operation in (AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)
+    ]
+    admin = _admin(config)
+    for fut in admin.create_acls(bindings, request_timeout=timeout).values():
+        fut.result(timeout)
+    wanted = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
+                              AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(KafkaException):
+            if len(admin.describe_acls(wanted, request_timeout=timeout).result(timeout)) >= len(bindings):
+                return
+        time.sleep(0.2)
+    raise ReadinessError(f"the ACLs of {principal} were not visible within {timeout:g} s")

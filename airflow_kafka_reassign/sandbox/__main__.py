@@ -2,8 +2,11 @@
 
 Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
 
-    up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--kafka-version V] [--timeout 120] [--object-store]
+    up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--tls] [--acls] [--kafka-version V] [--timeout 120]
+       [--object-store]
         start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids);
+        --tls adds an SSL listener (its CA certificate under "tls_ca"), --acls (with --sasl) the
+        StandardAuthorizer and the limited SCRAM users sandbox-limited and sandbox-nobody;
         with --object-store also an S3-compatible store (S3Proxy) in DIR/objectstore: its
         endpoint, bucket and the path of its credentials file (mode 600) under "object_store"
     down --dir DIR                     stop every node and the object store (idempotent)
@@ -56,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         "--racks", type=int, default=3, help="racks r1..rR assigned round-robin; 0: no broker.rack"
     )
     up.add_argument("--sasl", action="store_true", help="add a SASL_PLAINTEXT SCRAM-SHA-512 listener")
+    up.add_argument("--tls", action="store_true",
+                    help="add an SSL listener (self-signed CA and broker certificate made once in DIR/tls)")
+    up.add_argument("--acls", action="store_true",
+                    help="with --sasl: StandardAuthorizer; ANONYMOUS and sandbox-admin are super users, "
+                         "sandbox-limited may only describe, sandbox-nobody has no ACL")
     up.add_argument("--kafka-version", help=f"Kafka >= 4.1 (default: ${VERSION_ENV} or newest 4.x)")
     up.add_argument("--timeout", type=float, default=120.0, help="readiness timeout in s (120)")
     up.add_argument("--object-store", action="store_true",
@@ -97,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sasl=args.sasl,
                 kafka_version=args.kafka_version,
                 timeout=args.timeout,
+                tls=args.tls,
+                acls=args.acls,
             )
             if args.object_store:
                 info["object_store"] = ObjectStoreSandbox(os.path.join(args.dir, "objectstore")).up()

@@ -2,9 +2,11 @@
 
 Layout of a sandbox directory ``DIR``::
 
-    DIR/sandbox.json             state (mode 600): ports, pids, command lines, SASL password
+    DIR/sandbox.json             state (mode 600): ports, pids, command lines, SASL passwords
                                  (created through the admin API, never on a command line)
     DIR/tools-log4j2.xml         log4j2 configuration of Kafka command-line tools (stderr, WARN)
+    DIR/tls/                     with ``tls``: the CA certificate and the brokers' PEM keystore (:mod:`.tls`),
+                                 made once and kept when the sandbox is replaced
     DIR/node-<id>/server.properties
     DIR/node-<id>/log4j2.xml
     DIR/node-<id>/server.log     the broker's log (log4j2)
@@ -20,7 +22,12 @@ survives the loss of any one controller. With ``R`` racks, broker ``i`` gets
 Every node listens on 127.0.0.1 only: a PLAINTEXT listener (clients and inter-broker
 traffic), a CONTROLLER listener on controller nodes and, with ``sasl=True``, a
 SASL_PLAINTEXT listener accepting SCRAM-SHA-512 for the user ``sandbox-admin`` whose random
-password is kept only in ``sandbox.json``.
+password is kept only in ``sandbox.json``. With ``tls=True`` an SSL listener (server-side TLS,
+certificates from :mod:`.tls` in ``DIR/tls``). With ``acls=True`` (needs ``sasl``) KRaft's
+StandardAuthorizer: ``User:ANONYMOUS`` (the PLAINTEXT, CONTROLLER and SSL listeners) and
+``sandbox-admin`` are super users; two more SCRAM users are refused what the provider needs:
+``sandbox-limited`` may only describe (the cluster, every topic and their configs), not alter
+reassignments or configs, and ``sandbox-nobody`` has no ACL at all.
 
 The JVMs run in their own sessions: they outlive the Python process that started them and
 are stopped by :meth:`Sandbox.down` (or ``python -m airflow_kafka_reassign.sandbox down``).
@@ -55,6 +62,11 @@ log = logging.getLogger(__name__)
 STATE_FILE = "sandbox.json"
 STATE_SCHEMA = 1
 SASL_USERNAME = "sandbox-admin"
+#: with ``acls``: may describe the cluster, topics and configs, nothing more
+LIMITED_USERNAME = "sandbox-limited"
+#: with ``acls``: no ACL at all
+NO_ACL_USERNAME = "sandbox-nobody"
+AUTHORIZER_CLASS = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SASL_MECHANISM = "SCRAM-SHA-512"
 MAX_CONTROLLERS = 3
 #: a node still running this long after the KRaft quorum is gone is SIGKILLed by ``down``
@@ -227,8 +239,11 @@ def node_properties(
     brokers: int,
     data_dir: Path,
     sasl: bool,
+    keystore: Path | None = None,
+    acls: bool = False,
 ) -> dict[str, object]:
-    """``server.properties`` of one node of a ``brokers``-node sandbox."""
+    """``server.properties`` of one node of a ``brokers``-node sandbox (``keystore``: the PEM keystore
+    of an SSL listener; ``acls``: KRaft's StandardAuthorizer with the sandbox's super users)."""
     controller = "controller" in node["roles"]
     listeners = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
     advertised = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
@@ -237,6 +252,9 @@ def node_properties(
     if sasl:
         listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node['sasl_port']}")
         advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{node['sasl_port']}")
+    if keystore is not None:
+        listeners.append(f"SSL://127.0.0.1:{node['ssl_port']}")
+        advertised.append(f"SSL://127.0.0.1:{node['ssl_port']}")
     internal_rf = min(MAX_CONTROLLERS, brokers)
     props: dict[str, object] = {
         "process.roles": ",".join(node["roles"]),
@@ -247,7 +265,7 @@ def node_properties(
         "advertised.listeners": ",".join(advertised),
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": (
-            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL"
         ),
         "log.dirs": str(data_dir),
         "auto.create.topics.enable": "false",
@@ -277,6 +295,12 @@ def node_properties(
         props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         )
+    if keystore is not None:  # server-side TLS only: a client without a certificate is User:ANONYMOUS
+        props["listener.name.ssl.ssl.keystore.type"] = "PEM"
+        props["listener.name.ssl.ssl.keystore.location"] = str(keystore)
+    if acls:
+        props["authorizer.class.name"] = AUTHORIZER_CLASS
+        props["super.users"] = f"User:ANONYMOUS;User:{SASL_USERNAME}"
     return props
 
 
@@ -367,6 +391,24 @@ class Sandbox:
         return ",".join(f"127.0.0.1:{n['sasl_port']}" for n in self.state["nodes"])
 
     @property
+    def ssl_bootstrap_servers(self) -> str | None:
+        """``host:port`` list of the SSL (TLS) listeners, or ``None`` without ``tls``."""
+        if not self.state.get("tls"):
+            return None
+        return ",".join(f"127.0.0.1:{n['ssl_port']}" for n in self.state["nodes"])
+
+    @property
+    def tls_ca_path(self) -> Path | None:
+        """The CA certificate that signed the brokers' certificates (``ssl.ca.location``), or ``None``."""
+        ca = self.state.get("tls_ca")
+        return Path(ca) if ca else None
+
+    @property
+    def acls(self) -> bool:
+        """Whether the brokers run StandardAuthorizer with the sandbox's users and ACLs."""
+        return bool(self.state.get("acls"))
+
+    @property
     def sasl_credentials(self) -> tuple[str, str] | None:
         """``(username, password)`` of the SCRAM-SHA-512 admin user, or ``None`` without SASL."""
         if not self.state["sasl"]:
@@ -397,25 +439,44 @@ class Sandbox:
                     "pid": n["pid"],
                     "port": n["port"],
                     "sasl_port": n.get("sasl_port"),
+                    "ssl_port": n.get("ssl_port"),
                 }
                 for n in state["nodes"]
             ],
+            "ssl_bootstrap_servers": self.ssl_bootstrap_servers,
+            "tls_ca": state.get("tls_ca"),
+            "acls": self.acls,
             "controllers": list(state["controllers"]),
             "kafka_version": state["kafka_version"],
             "dir": str(self.dir),
             "started_in_s": state.get("started_in_s"),
         }
 
-    def client_config(self, sasl: bool = False) -> dict[str, str]:
+    def client_config(self, sasl: bool = False, *, tls: bool = False, user: str | None = None) -> dict[str, str]:
         """A librdkafka (confluent-kafka) configuration dict reaching the sandbox.
 
-        With ``sasl=True`` it uses the SASL_PLAINTEXT listener and the admin credentials.
+        With ``sasl=True`` it uses the SASL_PLAINTEXT listener and the admin credentials, or those
+        of ``user`` (:data:`LIMITED_USERNAME` or :data:`NO_ACL_USERNAME`, with ``acls``). With
+        ``tls=True`` the SSL listener, trusting the sandbox's CA (``ssl.ca.location``).
         """
-        if not sasl:
+        if tls:
+            if sasl or user:
+                raise SandboxError("the sandbox's TLS listener is SSL only (no SASL): pass tls or sasl, not both")
+            if self.ssl_bootstrap_servers is None:
+                raise SandboxError("this sandbox was started without --tls")
+            return {"bootstrap.servers": self.ssl_bootstrap_servers, "security.protocol": "SSL",
+                    "ssl.ca.location": str(self.tls_ca_path)}
+        if not sasl and user is None:
             return {"bootstrap.servers": self.bootstrap_servers}
         creds = self.sasl_credentials
         if creds is None:
             raise SandboxError("this sandbox was started without --sasl")
+        if user is not None and user != creds[0]:
+            users: dict[str, str] = self.state.get("acl_users") or {}
+            if user not in users:
+                raise SandboxError(f"no SCRAM user {user!r} in this sandbox (start it with --acls for "
+                                   f"{LIMITED_USERNAME!r} and {NO_ACL_USERNAME!r})")
+            creds = (user, users[user])
         return {
             "bootstrap.servers": self.sasl_bootstrap_servers or "",
             "security.protocol": "SASL_PLAINTEXT",
@@ -551,8 +612,14 @@ class Sandbox:
         sasl: bool = False,
         kafka_version: str | None = None,
         timeout: float = 120.0,
+        *,
+        tls: bool = False,
+        acls: bool = False,
     ) -> dict[str, Any]:
         """Create and start a fresh cluster; return :attr:`info` once it is ready.
+
+        ``tls`` adds an SSL listener (certificates made once in ``DIR/tls``); ``acls`` (with
+        ``sasl``) runs KRaft's StandardAuthorizer with the limited users described above.
 
         Ready means: every broker is registered (the cluster metadata lists all ids) and a topic
         with replication factor ``min(3, brokers)`` can be created and deleted, within
@@ -566,6 +633,8 @@ class Sandbox:
             raise SandboxError("a sandbox needs at least 1 broker")
         if racks < 0:
             raise SandboxError("racks must be >= 0 (0: no broker.rack)")
+        if acls and not sasl:
+            raise SandboxError("acls needs sasl: the limited users are SCRAM users (pass --sasl with --acls)")
         started = time.monotonic()
         with self._lock():
             self._prepare_dir()
@@ -574,7 +643,7 @@ class Sandbox:
             except maven.KafkaFetchError as exc:
                 raise SandboxError(str(exc)) from exc
             archives = cds.ensure_archives(dist, _java(), self._train_archives(dist))
-            self._start(dist, brokers, racks, sasl, timeout, archives)
+            self._start(dist, brokers, racks, sasl, timeout, archives, tls=tls, acls=acls)
             self.state["started_in_s"] = round(time.monotonic() - started, 1)
             self._save()
         log.info("sandbox ready in %.1f s: %s", self.state["started_in_s"], self.bootstrap_servers)
@@ -589,8 +658,16 @@ class Sandbox:
         timeout: float,
         archives: tuple[Path | None, Path | None],
         broker_jvm_extra: Sequence[str] = (),
+        *,
+        tls: bool = False,
+        acls: bool = False,
     ) -> None:
-        self._state = self._create_state(dist, brokers, racks, sasl)
+        self._state = self._create_state(dist, brokers, racks, sasl, tls=tls, acls=acls)
+        if tls:
+            from airflow_kafka_reassign.sandbox.tls import ensure_certificates
+
+            files = ensure_certificates(self.dir / "tls")
+            self.state["tls_ca"], self.state["tls_keystore"] = str(files.ca), str(files.keystore)
         self.state["cds"] = {
             "broker": str(archives[0]) if archives[0] else None,
             "tools": str(archives[1]) if archives[1] else None,
@@ -612,11 +689,22 @@ class Sandbox:
                 readiness.upsert_scram_user(
                     self.client_config(), SASL_USERNAME, self.state["sasl_password"], timeout=timeout
                 )
+            if self.state.get("acls"):
+                self._add_acl_users(timeout)
         except BaseException:
             log.error("start-up failed: stopping the nodes already started")
             self._terminate(self.state["nodes"], timeout=10.0, quorum_grace=1.0)
             raise
         log.info("%d brokers ready %.1f s after launch", brokers, time.monotonic() - launched)
+
+    def _add_acl_users(self, timeout: float) -> None:
+        """The limited SCRAM users and their ACLs, through the admin API on the PLAINTEXT listener
+        (``User:ANONYMOUS``, a super user)."""
+        from airflow_kafka_reassign.kafka import readiness
+
+        for user, password in self.state["acl_users"].items():
+            readiness.upsert_scram_user(self.client_config(), user, password, timeout=timeout)
+        readiness.allow_describe_only(self.client_config(), LIMITED_USERNAME, timeout=timeout)
 
     def _train_archives(self, dist: maven.KafkaDistribution) -> Callable[[Path, Path, Path], None]:
         """How :func:`.cds.ensure_archives` trains: a throwaway 1-node SASL sandbox whose broker
@@ -668,10 +756,11 @@ class Sandbox:
                 path.unlink()
 
     def _create_state(
-        self, dist: maven.KafkaDistribution, brokers: int, racks: int, sasl: bool
+        self, dist: maven.KafkaDistribution, brokers: int, racks: int, sasl: bool, *, tls: bool = False,
+        acls: bool = False,
     ) -> dict[str, Any]:
         voters = controller_ids(brokers)
-        ports = iter(free_ports(brokers + len(voters) + (brokers if sasl else 0)))
+        ports = iter(free_ports(brokers + len(voters) + (brokers if sasl else 0) + (brokers if tls else 0)))
         nodes = []
         for node_id in range(1, brokers + 1):
             controller = node_id in voters
@@ -684,6 +773,7 @@ class Sandbox:
                     "port": next(ports),
                     "controller_port": next(ports) if controller else None,
                     "sasl_port": next(ports) if sasl else None,
+                    "ssl_port": next(ports) if tls else None,
                     "dir": str(node_dir),
                     "properties": str(node_dir / "server.properties"),
                     "pid": None,
@@ -691,6 +781,10 @@ class Sandbox:
                 }
             )
         alphabet = string.ascii_letters + string.digits
+
+        def password() -> str:
+            return "".join(secrets.choice(alphabet) for _ in range(32))
+
         return {
             "schema": STATE_SCHEMA,
             "dir": str(self.dir),
@@ -703,7 +797,12 @@ class Sandbox:
             "sasl": sasl,
             "sasl_mechanism": SASL_MECHANISM if sasl else None,
             "sasl_username": SASL_USERNAME if sasl else None,
-            "sasl_password": "".join(secrets.choice(alphabet) for _ in range(32)) if sasl else None,
+            "sasl_password": password() if sasl else None,
+            "tls": tls,
+            "tls_ca": None,
+            "tls_keystore": None,
+            "acls": acls,
+            "acl_users": {LIMITED_USERNAME: password(), NO_ACL_USERNAME: password()} if acls else {},
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "started_in_s": None,
             "nodes": nodes,
@@ -722,7 +821,9 @@ class Sandbox:
             node_dir = Path(node["dir"])
             data_dir = node_dir / "data"
             data_dir.mkdir(parents=True)
-            props = node_properties(node, voters, state["brokers"], data_dir, state["sasl"])
+            keystore = state.get("tls_keystore")
+            props = node_properties(node, voters, state["brokers"], data_dir, state["sasl"],
+                                    keystore=Path(keystore) if keystore else None, acls=bool(state.get("acls")))
             Path(node["properties"]).write_text(render_properties(props))
             log4j = node_dir / "log4j2.xml"
             log4j.write_text(_render_log4j2("broker-log4j2.xml", node_dir / "server.log"))

@@ -2,10 +2,12 @@
 
 * Every test under ``tests/integration`` is marked ``integration`` (``-m "not integration"``
   skips them).
-* ``sandbox`` (session): a 5-broker, 3-rack KRaft cluster with a SASL/SCRAM listener,
+* ``sandbox`` (session): a 5-broker, 3-rack KRaft cluster with a SASL/SCRAM listener, a TLS
+  listener and the StandardAuthorizer (``--tls --acls``: the PLAINTEXT clients and
+  ``sandbox-admin`` are super users, so only the tests that ask for a limited user meet an ACL),
   started in a temporary directory and stopped at the end. ``AKR_SANDBOX_DIR=<dir>`` reuses
   a sandbox already running there (started with ``python -m airflow_kafka_reassign.sandbox
-  up --dir <dir> --sasl``) and leaves it running; ``AKR_SANDBOX_KEEP=1`` leaves the
+  up --dir <dir> --sasl --tls --acls``) and leaves it running; ``AKR_SANDBOX_KEEP=1`` leaves the
   session's own sandbox running (its directory is printed) for a post-mortem.
 * When an integration test fails, the tail of every broker's ``server.log`` is attached to
   its report.
@@ -62,7 +64,7 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    """The session's Kafka cluster: 5 brokers on racks r1, r2, r3, r1, r2; SASL enabled."""
+    """The session's Kafka cluster: 5 brokers on racks r1, r2, r3, r1, r2; SASL, TLS and ACLs enabled."""
     reuse = os.environ.get("AKR_SANDBOX_DIR")
     if reuse:
         existing = Sandbox.load(reuse)
@@ -82,6 +84,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         racks=3,
         sasl=True,
         timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")),
+        tls=True,  # their start-up cost: docs/sandbox.md
+        acls=True,
     )
     _ACTIVE["session"] = started
     try:

@@ -4,6 +4,11 @@ A wrong SCRAM password fails the plan task and the wait sensor at once (no retry
 with "authentication failed for user X with mechanism Y"; the password is in no log line, no XCom and no
 process command line. A wrong bootstrap address gives one error naming the servers, not hundreds of
 librdkafka / kafka-python "Connection refused" lines.
+
+On a sandbox with ``--acls --tls`` (the session's own) the same DAG run also has: an execute task whose user may
+only describe (it fails at once naming the ACL refused and the grant, nothing submitted, throttles untouched),
+and plan tasks whose user has no ACL, or whose client does not trust the brokers' CA ("TLS handshake failed ...
+(certificate verify failed)"). test_access_errors_acl_tls.py covers the adapter and the engine.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from datetime import datetime
 from pathlib import Path
 
 from dagrun import run_dag_file
-from kafka_helpers import write_plan_dir
+from kafka_helpers import make_topic, replicas, throttles, write_plan_dir
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.sandbox.cluster import LIMITED_USERNAME, NO_ACL_USERNAME
+from airflow_kafka_reassign.sandbox.tls import new_ca
 
 DAG = '''
 from datetime import datetime, timedelta
@@ -37,6 +45,17 @@ with DAG("akr_access_errors", schedule=None, start_date=datetime(2026, 1, 1), ca
         WaitForReassignmentSensor(task_id=f"wait_{{conn}}", plan_uri={plan_dir!r}, kafka_config_id=conn,
                                   kafka_timeout_s=timeout, deferrable=False, mode="poke", poke_interval=1,
                                   timeout=600, retries=retries, retry_delay=timedelta(seconds=1))
+{secured}
+'''
+# on a sandbox with --acls --tls: a refused ACL or TLS handshake must not use the retries either
+SECURED_TASKS = '''
+    from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+    ExecuteReassignmentOperator(task_id="execute_kafka_limited", plan_uri={real_plan_dir!r},
+                                kafka_config_id="kafka_limited", throttle_bytes_per_sec=1000000,
+                                kafka_timeout_s={timeout}, retries=2, retry_delay=timedelta(seconds=1))
+    for conn in ("kafka_nobody", "kafka_untrusted_ca"):
+        PlanReassignmentOperator(task_id=f"plan_{{conn}}", kafka_config_id=conn, goal="rebalance",
+                                 kafka_timeout_s={timeout}, retries=2, retry_delay=timedelta(seconds=1))
 '''
 TIMEOUT_S = 10
 
@@ -81,15 +100,35 @@ def test_a_wrong_scram_password_fails_the_plan_and_the_sensor_at_once_naming_the
     plan = ReassignmentPlan(moves=(Move(topic="t-access", partition=0, current_replicas=(1, 2),
                                         target_replicas=(3, 2)),))
     plan_dir = write_plan_dir(tmp_path / "plan", plan)
+    secrets_ = [password]
+    secured, expected = "", {}
+    if sandbox.acls and sandbox.tls_ca_path:
+        topic = f"t-access-limited-{secrets.token_hex(4)}"
+        make_topic(sandbox.client_config(), topic, [[1, 2]])
+        real = ReassignmentPlan(moves=(Move(topic=topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),))
+        other_ca = tmp_path / "other-ca.pem"
+        other_ca.write_bytes(new_ca("not the sandbox's CA")[0])
+        env |= {
+            "AIRFLOW_CONN_KAFKA_LIMITED": json.dumps(
+                {"conn_type": "kafka", "extra": sandbox.client_config(user=LIMITED_USERNAME)}),
+            "AIRFLOW_CONN_KAFKA_NOBODY": json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(user=NO_ACL_USERNAME)}),
+            "AIRFLOW_CONN_KAFKA_UNTRUSTED_CA": json.dumps({"conn_type": "kafka", "extra": {
+                **sandbox.client_config(tls=True), "ssl.ca.location": str(other_ca)}}),
+        }
+        secrets_ += list(sandbox.state["acl_users"].values())
+        secured = SECURED_TASKS.format(real_plan_dir=str(write_plan_dir(tmp_path / "real-plan", real)), timeout=TIMEOUT_S)
+        expected = {"execute_kafka_limited": "failed", "plan_kafka_nobody": "failed", "plan_kafka_untrusted_ca": "failed"}
+        with KafkaClusterAdmin(sandbox.client_config(), timeout_s=30) as admin:
+            before = (replicas(admin, topic), throttles(admin, [topic]))
     dag_file = Path(airflow_home["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_access_errors.py"
-    dag_file.write_text(textwrap.dedent(DAG.format(plan_dir=str(plan_dir), timeout=TIMEOUT_S)))
+    dag_file.write_text(textwrap.dedent(DAG.format(plan_dir=str(plan_dir), timeout=TIMEOUT_S, secured=secured)))
 
     seen_in_argv: list[str] = []
     done = threading.Event()
 
     def scan() -> None:  # every process's command line, while the tasks run
         while not done.is_set():
-            if password in _command_lines():
+            if any(s in _command_lines() for s in secrets_):
                 seen_in_argv.append("found")
             time.sleep(0.2)
 
@@ -102,7 +141,8 @@ def test_a_wrong_scram_password_fails_the_plan_and_the_sensor_at_once_naming_the
         scanner.join(10)
     log = result["log"]
     assert result["tis"] == {"plan_kafka_wrong_password": "failed", "wait_kafka_wrong_password": "failed",
-                             "plan_kafka_wrong_bootstrap": "failed", "wait_kafka_wrong_bootstrap": "failed"}, log[-6000:]
+                             "plan_kafka_wrong_bootstrap": "failed", "wait_kafka_wrong_bootstrap": "failed",
+                             **expected}, log[-6000:]
     cause = "authentication failed for user 'sandbox-admin' with mechanism SCRAM-SHA-512"
     for task in ("plan_kafka_wrong_password", "wait_kafka_wrong_password"):
         part = _task_log(log, task)
@@ -114,7 +154,25 @@ def test_a_wrong_scram_password_fails_the_plan_and_the_sensor_at_once_naming_the
         took = _task_seconds(log, task)
         print(f"{task}: failed {took:.1f} s after its first use of the connection")
         assert took < TIMEOUT_S, (task, took)
-    assert password not in log and password not in json.dumps(result["xcom"]) and not seen_in_argv
+    assert not any(s in log or s in json.dumps(result["xcom"]) for s in secrets_) and not seen_in_argv
+    if expected:  # authorization and TLS: at once, naming what was refused and the fix; nothing changed
+        causes = {
+            "execute_kafka_limited": (f"authorization failed for user '{LIMITED_USERNAME}'",
+                                      "ALTER_CONFIGS on the cluster was refused",
+                                      f"--allow-principal User:{LIMITED_USERNAME} --operation AlterConfigs --cluster"),
+            "plan_kafka_nobody": (f"authorization failed for user '{NO_ACL_USERNAME}'",
+                                  "DESCRIBE on the cluster was refused", "--operation Describe --cluster"),
+            "plan_kafka_untrusted_ca": ("TLS handshake failed with bootstrap.servers=", "(certificate verify failed)",
+                                        "Check ssl.ca.location"),
+        }
+        for task, needles in causes.items():
+            part = _task_log(log, task)
+            assert f"task {task}: {needles[0]}" in part and all(n in part for n in needles[1:]), part[-6000:]
+            assert "up_for_retry" not in part and "did not answer within" not in part, part[-6000:]
+            assert "restoring the throttles failed" not in part, part[-6000:]
+        with KafkaClusterAdmin(sandbox.client_config(), timeout_s=30) as admin:
+            assert (replicas(admin, topic), throttles(admin, [topic])) == before
+            assert not admin.list_reassignments()
     # the unreachable cluster: one error naming the bootstrap servers and the fix, no client noise
     assert "Kafka cluster at bootstrap.servers=127.0.0.1:1,127.0.0.1:2 did not answer within" in log
     assert log.count("Connection refused") + log.count("ECONNREFUSED") <= 6, log[-6000:]

@@ -43,3 +43,26 @@ def test_the_clients_connection_errors_go_to_debug(caplog):
         logging.getLogger("kafka.net.manager").error("Connection failed: KafkaConnectionError: 111 ECONNREFUSED")
     assert "Connection refused" not in caplog.text and "ECONNREFUSED" not in caplog.text
     assert "CONFWARN something" in caplog.text
+
+
+def test_an_authorization_failure_names_the_acl_refused_and_the_grant():
+    from airflow_kafka_reassign.kafka.admin import Refused
+
+    admin = KafkaClusterAdmin(CONFIG)
+    e = admin._access_error("authorization", "Cluster authorization failed.",
+                            Refused.on_cluster("ALTER_CONFIGS", "IncrementalAlterConfigs of broker 1's throttle rates"))
+    assert str(e).startswith("authorization failed for user 'ops' at bootstrap.servers=b1:9093: ALTER_CONFIGS on "
+                             "the cluster was refused (IncrementalAlterConfigs of broker 1's throttle rates: Cluster "
+                             "authorization failed); nothing was changed by this request. Grant it: kafka-acls.sh "
+                             "--add --allow-principal User:ops --operation AlterConfigs --cluster")
+    topic = admin._access_error("authorization", "TOPIC_AUTHORIZATION_FAILED", Refused.on_topic("ALTER", "t1", "x"))
+    assert "ALTER on topic 't1' was refused" in str(topic) and "--operation Alter --topic t1" in str(topic)
+    assert "hunter2-secret" not in str(e) + str(topic)
+
+
+def test_a_tls_failure_says_handshake_failed_and_why():
+    tls = KafkaClusterAdmin({"bootstrap.servers": "b1:9093", "security.protocol": "SSL"})
+    e = tls._access_error("tls", "ssl://b1:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::"
+                                 "certificate verify failed: broker certificate could not be verified")
+    assert str(e).startswith("TLS handshake failed with bootstrap.servers=b1:9093 over SSL (certificate verify "
+                             "failed): ssl://b1:9093/bootstrap")
