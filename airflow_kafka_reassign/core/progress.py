@@ -136,7 +136,12 @@ class Observation:
 
     @property
     def in_flight(self) -> int:
-        """Moves being copied: in flight, or lagging (their last replicas catching up)."""
+        """Moves in flight (as ExecuteReassignment counts them: lagging moves apart)."""
+        return self.counts[MoveState.IN_FLIGHT]
+
+    @property
+    def copying(self) -> int:
+        """Moves whose data is being copied: in flight, or lagging (their last replicas catching up)."""
         return self.counts[MoveState.IN_FLIGHT] + self.counts[MoveState.LAGGING]
 
     @property
@@ -153,7 +158,7 @@ class Observation:
 
     @property
     def unfinished(self) -> int:
-        return self.in_flight + self.pending
+        return self.copying + self.pending
 
     @property
     def complete(self) -> bool:
@@ -368,7 +373,9 @@ class Progress:
         frac = o.fraction
         filled = min(BAR_WIDTH, int(frac * BAR_WIDTH))
         bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-        text = f"[{bar}] {int(frac * 100):3d}% | moves {o.done}/{o.moves} done, {o.in_flight} in flight, {o.pending} pending"
+        lagging = f", {o.lagging} lagging" if o.lagging else ""
+        text = (f"[{bar}] {int(frac * 100):3d}% | moves {o.done}/{o.moves} done, {o.in_flight} in flight{lagging}, "
+                f"{o.pending} pending")
         if o.blocked:
             text += f", {o.blocked} blocked"
         if o.bytes_total is not None:
@@ -565,7 +572,7 @@ class ReassignmentWatch:
             return progress.with_status("complete")
         if obs.unfinished == 0:
             return progress.with_status("blocked")
-        if self.closed and obs.in_flight == 0:  # nothing more will be submitted, nothing left to wait for
+        if self.closed and obs.copying == 0:  # nothing more will be submitted, nothing left to wait for
             return progress.with_status("blocked" if obs.blocked else "deadline")
         if self.timeout_s is not None and now - self.state.started_at >= self.timeout_s:
             stuck = progress.stuck or obs.in_state(*COPYING_STATES) or obs.in_state(MoveState.PENDING)
@@ -587,7 +594,7 @@ def final_message(progress: Progress) -> str:
     if progress.status == "timeout":
         why = f" ({waiting_line(o.waiting_on)})" if o.waiting_on else ""
         return (f"timed out after {format_duration(progress.elapsed_s)} with {o.done}/{o.moves} move(s) done, "
-                f"{o.in_flight} in flight, {o.pending} pending{why}; unfinished: {name_list(progress.stuck)}")
+                f"{o.copying} in flight, {o.pending} pending{why}; unfinished: {name_list(progress.stuck)}")
     return progress.line()
 
 

@@ -330,7 +330,8 @@ class KafkaClusterAdmin:
             principal = f"User:{name}" if name else "<the client's principal>"
             return ClusterAccessError(
                 f"authorization failed for {user} at {where}: {refused.operation} on {refused.resource} was "
-                f"refused ({refused.request}: {detail}); nothing was changed by this request. Grant it: "
+                f"refused ({refused.request}: {detail}); this request changed nothing (a run restores the throttles it set before "
+                f"it from its backup; CancelReassignmentOperator does so too). Grant it: "
                 f"kafka-acls.sh --add --allow-principal {principal} {refused.grant} (or use a connection whose "
                 f"user has it; {needs})", cause)
         reason = next((r for r in ("certificate verify failed", "wrong version number", "unexpected eof",
@@ -748,7 +749,8 @@ class KafkaClusterAdmin:
                     node, type(e).__name__, e)
                 self._sizes_warned.add(node)
         sizes = _sizes_from_log_dirs(responses)
-        return {tp: s for tp, s in sizes.items() if tp.partition in request.get(tp.topic, ())}
+        asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
+        return {tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}
 
     # -- reassignments --------------------------------------------------------------------
 

@@ -74,7 +74,7 @@ def test_the_progress_line_reuses_the_steps_reads_and_agrees_with_the_engine(tmp
 
         def line(status, plan=plan, seen=seen):
             obs = progress_observation(plan, status, at=0.0)
-            seen.append((obs.done, obs.in_flight, obs.pending, sorted(status.in_flight), sorted(status.pending)))
+            seen.append((obs.done, obs.copying, obs.pending, sorted(status.in_flight), sorted(status.pending)))
 
         polls = iter(range(10))
 

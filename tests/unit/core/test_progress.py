@@ -47,7 +47,7 @@ def test_target_replicas_but_a_target_replica_outside_the_isr_is_lagging_and_cou
     p = classify(MOVE, part([4, 2, 3], isr=[2, 3]), {4: 4 * MB, 2: 10 * MB, 3: 10 * MB})
     assert p.state is MoveState.LAGGING
     obs = Observation(at=0.0, partitions=(p,))
-    assert (obs.in_flight, obs.lagging, obs.unfinished, obs.blocked) == (1, 1, 1, 0)
+    assert (obs.in_flight, obs.lagging, obs.copying, obs.unfinished, obs.blocked) == (0, 1, 1, 1, 0)
     assert p.lagging == (4,)
     assert "not in ISR" in p.detail
     assert (p.bytes_total, p.bytes_copied) == (10 * MB, 4 * MB)

@@ -53,8 +53,9 @@ def test_an_authorization_failure_names_the_acl_refused_and_the_grant():
                             Refused.on_cluster("ALTER_CONFIGS", "IncrementalAlterConfigs of broker 1's throttle rates"))
     assert str(e).startswith("authorization failed for user 'ops' at bootstrap.servers=b1:9093: ALTER_CONFIGS on "
                              "the cluster was refused (IncrementalAlterConfigs of broker 1's throttle rates: Cluster "
-                             "authorization failed); nothing was changed by this request. Grant it: kafka-acls.sh "
-                             "--add --allow-principal User:ops --operation AlterConfigs --cluster")
+                             "authorization failed); this request changed nothing (a run restores the throttles it "
+                             "set before it from its backup; CancelReassignmentOperator does so too). Grant it: "
+                             "kafka-acls.sh --add --allow-principal User:ops --operation AlterConfigs --cluster")
     topic = admin._access_error("authorization", "TOPIC_AUTHORIZATION_FAILED", Refused.on_topic("ALTER", "t1", "x"))
     assert "ALTER on topic 't1' was refused" in str(topic) and "--operation Alter --topic t1" in str(topic)
     assert "hunter2-secret" not in str(e) + str(topic)
