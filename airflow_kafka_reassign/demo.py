@@ -424,8 +424,9 @@ def _stop_group(pid: int, timeout: float = 30.0, *, runner_grace: float = 10.0) 
         if not waiting and not any(c in procs and procs[c][1] != "Z" for c in components):
             break
         time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM if _ignores_sigint(pid) else signal.SIGINT)
+    if pid in _group_processes(pid):  # still the leader of its own group (a stale pid may have been reused)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM if _ignores_sigint(pid) else signal.SIGINT)
     for sig, until in ((None, timeout), (signal.SIGTERM, timeout + 5)):
         if sig is not None:
             out.forced.append(f"{sig.name} to {len(_group_processes(pid)) or 'the'} process(es) left after "

@@ -30,8 +30,9 @@ from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
 from airflow_kafka_reassign.core.cancel import cancel, live_rollback
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, RunGovernor, step
 from airflow_kafka_reassign.core.health import HealthPolicy
+from airflow_kafka_reassign.core.journal import journal, read_journal
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseKeeper
-from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
+from airflow_kafka_reassign.core.plan_io import read_plan, read_plan_with_digest, read_rollback
 from airflow_kafka_reassign.core.progress import (
     DEFAULT_WINDOW_S,
     Progress,
@@ -76,6 +77,11 @@ def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str
               + f" on {socket.gethostname()} (pid {os.getpid()})")
     return holder, f"{dag_id}/{run_id}"
 
+
+#: Journal events: ExecuteReassignment ran this plan.json (its digest), and a health policy stopped a task try's
+#: submissions (kept across the sensor's pokes, deferral and triggerer restarts).
+PLAN_EXECUTED = "plan-executed"
+HEALTH_STOPPED = "health-stopped"
 
 #: The logger the execution engine logs to while the sensor submits: its INFO lines (the exact requests,
 #: throttle changes) are kept out of the task log, so each poke stays ONE line; warnings and errors pass.
@@ -197,7 +203,9 @@ class WaitSpec:
         where each partition is now (:func:`~airflow_kafka_reassign.core.cancel.live_rollback`): a partition
         that a cancel left on its replicas in another order, or finished, is not refused as stale."""
         if self.which == "plan":
-            return read_plan(self.plan_store)
+            plan, digest = read_plan_with_digest(self.plan_store)
+            object.__setattr__(self, "_digest", digest)  # a frozen spec: the digest of the plan it loaded, not a field
+            return plan
         rollback = read_rollback(self.plan_store)
         return rollback if admin is None else live_rollback(admin, rollback, read_plan(self.plan_store))
 
@@ -237,9 +245,14 @@ class WaitSpec:
         known: dict[TopicPartition, str] = {}
         log = _step_logger()
         leases: list[LeaseKeeper | None] = []
+        self._check_executed_digest(state)
         governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec)
-        stopped: list[str] = []
-        done_before = [0]
+        # a stop by the health policy outlives this submitter (rebuilt at each reschedule poke, at the deferral
+        # and when the triggerer restarts): the same task try never submits again after it
+        key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
+        stopped: list[str] = [e["why"] for e in read_journal(state)
+                              if key and e.get("event") == HEALTH_STOPPED and e.get("holder") == key][:1]
+        done_before: list[int | None] = [None]
         until = self.deadline()
         said: list[bool] = []
 
@@ -257,10 +270,12 @@ class WaitSpec:
                     if stop is not None:
                         stopped.append(stop)
                         log.error("%s", stop)
+                        journal(state, {"event": HEALTH_STOPPED, "holder": key, "why": stop}, log=log)
                         if options.health.on_unhealthy == "cancel" and status.in_flight:
                             cancel(admin, plan, rf_guard=options.rf_guard, log=log)
-                    else:
-                        governor.adapt(admin, status, done_before[0], at=time.monotonic(), options=step_options,
+                    else:  # a new submitter's first poke counts nothing as just finished
+                        before = len(status.done) if done_before[0] is None else done_before[0]
+                        governor.adapt(admin, status, before, at=time.monotonic(), options=step_options,
                                        state_dir=state, log=log)
             if past and status.pending and not said:
                 said.append(True)
@@ -284,6 +299,16 @@ class WaitSpec:
                                  closed=past)
 
         return submit
+
+    def _check_executed_digest(self, state: Store) -> None:
+        """Refuse to submit from a plan.json other than the one ExecuteReassignment ran (and its approval
+        covered): its digest is in the run's journal (``plan-executed``)."""
+        digest = getattr(self, "_digest", None)
+        ran = [e.get("plan_sha256") for e in read_journal(state) if e.get("event") == PLAN_EXECUTED]
+        if digest and ran and ran[-1] != digest:
+            raise ConfigurationError(
+                f"plan.json in {self.plan_uri} changed since ExecuteReassignment ran it (sha256 {ran[-1]}, now "
+                f"{digest}): nothing is submitted from an edited plan. Plan again (and approve it again), then run it")
 
     def watch(self, *, started_at: float, state: TrackerState | None = None,
               plan: ReassignmentPlan | None = None, admin: ClusterAdmin | None = None) -> ReassignmentWatch:

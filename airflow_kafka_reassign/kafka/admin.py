@@ -330,8 +330,8 @@ class KafkaClusterAdmin:
             principal = f"User:{name}" if name else "<the client's principal>"
             return ClusterAccessError(
                 f"authorization failed for {user} at {where}: {refused.operation} on {refused.resource} was "
-                f"refused ({refused.request}: {detail}); this request changed nothing (a run restores the throttles it set before "
-                f"it from its backup; CancelReassignmentOperator does so too). Grant it: "
+                f"refused ({refused.request}: {detail}); this request changed nothing (a run restores the "
+                f"throttles it set before it from its backup; CancelReassignmentOperator does so too). Grant it: "
                 f"kafka-acls.sh --add --allow-principal {principal} {refused.grant} (or use a connection whose "
                 f"user has it; {needs})", cause)
         reason = next((r for r in ("certificate verify failed", "wrong version number", "unexpected eof",

@@ -51,6 +51,7 @@ from airflow_kafka_reassign.core.execution import (
     write_rollback_if_missing,
 )
 from airflow_kafka_reassign.core.health import HealthPolicy
+from airflow_kafka_reassign.core.journal import journal
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
 from airflow_kafka_reassign.core.progress import ReassignmentWatch
@@ -59,7 +60,7 @@ from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationE
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.links import PlanReportLink, push_report_location
 from airflow_kafka_reassign.operators._params import as_bool, health_args
-from airflow_kafka_reassign.plan_access import lease_identity, log_progress, plan_store
+from airflow_kafka_reassign.plan_access import PLAN_EXECUTED, lease_identity, log_progress, plan_store
 from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, run_state, snapshot_taken_at
 
 if TYPE_CHECKING:
@@ -365,6 +366,8 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             state = run_state(store, self.state_dir, conn_id=self.storage_conn_id or None,
                               timeout_s=float(self.storage_timeout_s))
             limits, options = self.execution_params()
+            if not options.dry_run:  # the sensor that submits the later batches refuses a plan.json other than this
+                journal(state, {"event": PLAN_EXECUTED, "plan_sha256": digest}, log=self.log)
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
             if self.on_deadline not in ("finish", "cancel"):
                 raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {self.on_deadline!r}")

@@ -119,8 +119,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         ISO-8601 text such as ``"{{ (dag_run.start_date + macros.timedelta(minutes=180)).isoformat() }}"``
         renders to; a duration is refused, since it would restart at every poke). Once it has passed, the
         moves in flight finish, and the wait ends with status ``"deadline"`` (the task succeeds, the
-        throttles are restored, and the moves not submitted are named in a warning and in the XCom's
-        ``pending``: running the plan again resumes them). ``None``: no deadline. Templated.
+        throttles are restored, the moves not submitted are named in a warning and counted in the XCom's
+        ``pending``: running the plan again resumes them). If some moves are blocked (stale, foreign, failed)
+        the wait ends ``"blocked"`` instead and fails, naming them. ``None``: no deadline. Templated.
     :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
         rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
         ExecuteReassignment (below).

@@ -523,3 +523,36 @@ def test_the_deadline_reaches_the_trigger_and_ends_a_deferred_wait(fake, plan_di
 def test_a_bad_deadline_is_refused_in_one_line(plan_dir, kw, error):
     with pytest.raises(ConfigurationError, match=error):
         sensor(plan_dir, **kw)
+
+
+# -- what outlives one submitter: the plan execute ran, a health policy's stop (review of 2026-11-24) ----------
+
+
+def test_the_sensor_submits_nothing_from_a_plan_edited_after_execute_ran_it(fake, plan_dir):
+    from airflow_kafka_reassign.core.journal import journal
+    from airflow_kafka_reassign.plan_access import PLAN_EXECUTED
+
+    journal(plan_dir / RUN_DIR, {"event": PLAN_EXECUTED, "plan_sha256": "sha256:what-execute-ran-and-was-approved"})
+    with pytest.raises((ConfigurationError, AirflowFailException), match="changed since ExecuteReassignment ran it"):
+        sensor(plan_dir, submit_pending=True).execute({})
+    assert fake.alter_requests == []
+
+
+def test_a_health_stop_outlives_the_submitter_of_the_same_try_but_not_a_new_try(fake, plan_dir):
+    from airflow_kafka_reassign.core.journal import journal
+    from airflow_kafka_reassign.plan_access import HEALTH_STOPPED
+
+    def spec(try_number):
+        return WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True,
+                        lease_holder=f"dag d / run r / task wait / try {try_number} on host (pid {try_number})",
+                        lease_scope="d/r")
+
+    journal(plan_dir / RUN_DIR, {"event": HEALTH_STOPPED, "holder": "dag d / run r / task wait / try 1",
+                                 "why": "stopped by the health gate, on_unhealthy='cancel': ..."})
+    same_try = spec(1)
+    outcome = same_try.submitter(same_try.load_plan())(fake)  # rebuilt (a reschedule poke, the triggerer)
+    assert outcome.submitted == 0 and fake.alter_requests == []
+    assert all(why.startswith("not sent: stopped by the health gate") for why in outcome.refused.values())
+    assert len(outcome.refused) == 3
+    new_try = spec(2)  # cleared once the cluster is healthy: it resumes
+    assert new_try.submitter(new_try.load_plan())(fake).submitted > 0
