@@ -28,7 +28,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
 from airflow_kafka_reassign.core.cancel import cancel, live_rollback
-from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, RunGovernor, step
+from airflow_kafka_reassign.core.execution import (
+    ExecutionLimits,
+    ExecutionOptions,
+    RunGovernor,
+    progress_observation,
+    step,
+)
 from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.journal import journal, read_journal
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseKeeper
@@ -276,7 +282,7 @@ class WaitSpec:
                     else:  # a new submitter's first poke counts nothing as just finished
                         before = len(status.done) if done_before[0] is None else done_before[0]
                         governor.adapt(admin, status, before, at=time.monotonic(), options=step_options,
-                                       state_dir=state, log=log)
+                                       state_dir=state, log=log, measure=plan.partitions if self.measure_bytes else None)
             if past and status.pending and not said:
                 said.append(True)
                 log.warning("deadline %s passed: no new move is submitted; %d in flight finish, %d pending are left "
@@ -293,10 +299,14 @@ class WaitSpec:
                 # (it ends "blocked", naming them, once the moves in flight are done)
                 refused.update(dict.fromkeys(status.pending, "not sent: the whole plan is refused for its plan "
                                                              "errors (see the warning)"))
+            # the poke's progress line from this step's reads, when they cover the plan (sizes measured or not wanted)
+            covered = status.observation is not None and (status.sizes is not None or not self.measure_bytes)
+            observed = (lambda at, refused_now: progress_observation(plan, status, at=at, refused=refused_now)) \
+                if covered else None
             return SubmitOutcome(submitted=len(status.submitted), refused=refused,
                                  blocked=stopped[0] if stopped else status.blocked,
                                  notes=tuple(f"adaptive limits: {why}" for why in governor.adaptations[changes:]),
-                                 closed=past)
+                                 closed=past, observed=observed)
 
         return submit
 

@@ -1335,15 +1335,17 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
     return soonest_eta_s(left, watch.rate)
 
 
-def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at: float) -> Observation:
+def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at: float,
+                         refused: Mapping[TopicPartition, str] | None = None) -> Observation:
     """The progress watch's :class:`~airflow_kafka_reassign.core.progress.Observation` of ``plan`` from what
     the step that made ``status`` read (its partitions, the live brokers, the sizes measured for the line):
-    the execute task's progress line costs no request of its own."""
+    the execute task's progress line, and the sensor's poke that submitted, cost no request of their own.
+    ``refused``: the moves refused so far (default: this step's ``status.failed``)."""
     obs = status.observation
     if obs is None:
         raise ValueError("this status was not made by step(): it has no observation to report progress from")
-    return assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at, refused=status.failed,
-                        submitted=set(status.submitted))
+    return assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
+                        refused=status.failed if refused is None else refused, submitted=set(status.submitted))
 
 
 def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPartition] = ()) -> int:

@@ -473,6 +473,9 @@ class SubmitOutcome:
     #: The submission deadline has passed: nothing more will be submitted (the wait ends "deadline" once the moves
     #: in flight are done, leaving the pending ones for the next run).
     closed: bool = False
+    #: The plan as the submitter's step observed it (``observed(at, refused)``), sizes included: the poke then
+    #: reads the cluster no second time. ``None``: the poke observes the plan itself.
+    observed: Callable[[float, Mapping[TopicPartition, str]], Observation] | None = None
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -549,14 +552,19 @@ class ReassignmentWatch:
 
     def poke(self, admin: ClusterAdmin, *, now: float) -> Progress:
         submitted = 0
+        observed = None
         if self.submitter is not None:
             outcome = self.submitter(admin)
+            observed = outcome.observed
             submitted = outcome.submitted
             self.refused.update(outcome.refused)
             self.blocked = outcome.blocked
             self.notes = outcome.notes
             self.closed = outcome.closed
-        obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
+        if observed is not None:  # what the submitter's step read this poke: no second snapshot or DescribeLogDirs
+            obs = observed(now, self.refused)
+        else:
+            obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
         if obs.unfinished == 0 and not obs.complete and self.settle_s > 0:
             # "blocked" ends the wait: make sure it is not a broker's metadata lagging a moment behind the
             # controller (a new topic not known yet, a finished move still showing its old replicas)

@@ -556,3 +556,18 @@ def test_a_health_stop_outlives_the_submitter_of_the_same_try_but_not_a_new_try(
     assert len(outcome.refused) == 3
     new_try = spec(2)  # cleared once the cluster is healthy: it resumes
     assert new_try.submitter(new_try.load_plan())(fake).submitted > 0
+
+
+def test_a_poke_that_submits_reads_the_cluster_once(fake, plan_dir):
+    """The submitter's step and the progress line share one snapshot and one DescribeLogDirs per poke."""
+    spec = WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True, limits={"max_moves": 1})
+    watch = spec.watch(started_at=0, admin=fake)
+    fake.frozen = True  # nothing completes: every poke has moves in flight
+    before = dict(fake.calls)
+    progress = watch.poke(fake, now=1)
+    calls = {k: v - before.get(k, 0) for k, v in fake.calls.items() if v != before.get(k, 0)}
+    # one snapshot (every topic: the health gate's, which needs no listing of its own); DescribeLogDirs once to
+    # order the batch (max_moves) and once for the copy watch and the line
+    assert calls.get("snapshot") == 1 and calls.get("replica_sizes") == 2 and "list_reassignments" not in calls
+    assert progress.submitted == 1 and progress.observation.in_flight == 1 and progress.observation.pending == 2
+    assert progress.observation.bytes_total == 3 * MB  # sizes measured by that one DescribeLogDirs
