@@ -182,9 +182,10 @@ def balance_disk(
 
 class _Spread:
     """Counts per broker with their histogram: whether moving one from ``src`` to ``dst`` keeps
-    max - min within ``limit`` (the larger of the wanted spread and the one it starts with)."""
+    max - min within ``limit`` (the larger of the wanted spread and the one it starts with).
+    Both checks are O(1): only the two counts that change and the histogram's ends matter."""
 
-    __slots__ = ("counts", "hist", "limit")
+    __slots__ = ("counts", "hist", "hi", "limit", "lo")
 
     def __init__(self, counts: dict[int, int], brokers: int, spread: int) -> None:
         self.counts = counts
@@ -196,26 +197,36 @@ class _Spread:
             hist[0] = hist.get(0, 0) + zeros
         self.hist = hist
         keys = [k for k, v in hist.items() if v]
-        self.limit = max(spread, max(keys) - min(keys)) if keys else spread
+        self.lo = min(keys) if keys else 0
+        self.hi = max(keys) if keys else 0
+        self.limit = max(spread, self.hi - self.lo)
 
-    def _after(self, src: int, dst: int) -> dict[int, int]:
+    def _ends(self, src: int, dst: int) -> tuple[int, int]:
+        """(min, max) of the counts once one moved from ``src`` to ``dst``."""
         a = self.counts.get(src, 0)
         c = self.counts.get(dst, 0)
-        h = dict(self.hist)
+        lo, hi = self.lo, self.hi
+        # the max rises to c + 1, or drops by one when ``src`` was alone at it (a - 1 is then the max)
+        new_hi = c + 1 if c + 1 > hi else (hi - 1 if a == hi and self.hist[hi] == 1 and c + 1 < hi else hi)
+        new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and self.hist[lo] == 1 and a - 1 > lo else lo)
+        return new_lo, new_hi
+
+    def allows(self, src: int, dst: int) -> bool:
+        lo, hi = self._ends(src, dst)
+        return hi - lo <= self.limit
+
+    def move(self, src: int, dst: int) -> None:
+        lo, hi = self._ends(src, dst)
+        a = self.counts.get(src, 0)
+        c = self.counts.get(dst, 0)
+        h = self.hist
         h[a] -= 1
         h[c] -= 1
         h[a - 1] = h.get(a - 1, 0) + 1
         h[c + 1] = h.get(c + 1, 0) + 1
-        return h
-
-    def allows(self, src: int, dst: int) -> bool:
-        keys = [k for k, v in self._after(src, dst).items() if v > 0]
-        return max(keys) - min(keys) <= self.limit
-
-    def move(self, src: int, dst: int) -> None:
-        self.hist = self._after(src, dst)
-        self.counts[src] = self.counts.get(src, 0) - 1
-        self.counts[dst] = self.counts.get(dst, 0) + 1
+        self.counts[src] = a - 1
+        self.counts[dst] = c + 1
+        self.lo, self.hi = lo, hi
 
 
 class _DiskStep:
@@ -295,7 +306,11 @@ class _DiskStep:
         self.band = goal.band(self.total)
         n = len(self.live)
         self.count_spread = _Spread(self.count, n, goal.count_spread)
-        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount]
+        #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
+        self.check_topics = not self.offload and goal.topic_spread < max((len(t.partitions) for t in topics), default=0) * 4
+        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
+        #: per broker, where the search for a small replica to swap back starts (entries before it moved)
+        self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)
         self.out = DiskOutcome(before=dict(self.bytes))
 
     # -- constraints -------------------------------------------------------------------------
@@ -313,7 +328,7 @@ class _DiskStep:
         return len(after) >= min(need, len(before))
 
     def topic_ok(self, e: int, src: int, dst: int) -> bool:
-        if self.offload:
+        if not self.check_topics:
             return True
         return self.tspread[self.topic[e]].allows(src, dst)
 
@@ -334,15 +349,22 @@ class _DiskStep:
         self.bytes[src] -= s
         self.bytes[dst] += s
         self.count_spread.move(src, dst)
-        self.tspread[self.topic[e]].move(src, dst)
+        if self.check_topics:
+            self.tspread[self.topic[e]].move(src, dst)
         self.touched.add(e)
         self.out.moves += 1
 
     def swap_back(self, dst: int, src: int, limit: float) -> int | None:
         """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``)."""
         lst = self.on[dst]
+        start = self.swap_from[dst]
+        # entries already moved never come back: skip them for good
+        while start < len(lst) and lst[start][1] in self.touched:
+            start += 1
+        self.swap_from[dst] = start
         tried = 0
-        for s, q in lst:
+        for i in range(start, len(lst)):
+            s, q = lst[i]
             if s >= limit or tried >= SWAP_CANDIDATES:
                 return None
             if q in self.touched or dst not in self.reps[q]:
@@ -352,22 +374,65 @@ class _DiskStep:
                 return q
         return None
 
-    def try_move(self, e: int, src: int, receivers: Sequence[int], room: dict[int, float]) -> bool:
+    def rack_test(self, reps: Sequence[int], src: int) -> tuple[int, set[int] | None]:
+        """Which racks may take ``src``'s replica of a partition on ``reps`` (the rule of
+        :meth:`racks_ok`, once per replica rather than per receiver): ``(rack of src, None)``: any
+        rack; ``(rack of src, kept)``: the rack of ``src``, or a rack not in ``kept`` (the racks
+        the partition keeps without it, one short of what it must span)."""
+        rack = self.rack
+        r_src = rack.get(src, -1)
+        kept = {rack.get(b, -1) for b in reps if b != src}
+        need = min(len(reps), self.n_racks, len(kept | {r_src}))
+        return r_src, (None if len(kept) >= need else kept)
+
+    def targets(self, src: int, receivers: Sequence[int], room: Mapping[int, float]) -> list[tuple[int, float, bool, float]]:
+        """Per receiver, what decides whether it can take a replica of ``src`` of size ``s``
+        without looking at the replica: ``(broker, room, counts allow a plain move, size of its
+        smallest replica that could come back in a swap)``; a swap needs ``s`` above 16 times it."""
+        out = []
+        for dst in receivers:
+            if dst == src:
+                continue
+            allow = self.counts_allow(src, dst)
+            small = 0.0
+            if not allow:
+                lst = self.on[dst]
+                start = self.swap_from[dst]
+                while start < len(lst) and lst[start][1] in self.touched:
+                    start += 1
+                self.swap_from[dst] = start
+                small = float(lst[start][0]) if start < len(lst) else float("inf")
+            out.append((dst, room[dst], allow, small))
+        return out
+
+    def try_move(self, e: int, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> bool:
+        """Move ``e``'s replica on ``src`` to the first of ``targets`` (see :meth:`targets`) that
+        takes it, a broker that held it before the count steps first (moving it back costs no
+        bytes); as a swap with one of the receiver's smallest replicas where counts need it."""
         s = self.size[e]
-        if e in self.touched or src not in self.reps[e]:
+        reps = self.reps[e]
+        if e in self.touched or src not in reps:
             return False
+        r_src, kept = self.rack_test(reps, src)
+        rack = self.rack
+        orig = self.orig[e]
+        if any(b not in reps and b != src for b in orig):
+            back = [t for t in targets if t[0] in orig]
+            order: Sequence[tuple[int, float, bool, float]] = back + [t for t in targets if t[0] not in orig]
+        else:
+            order = targets
         tried = 0
-        # a broker that held the replica before the count steps first: moving it back costs no bytes
-        back = [b for b in self.orig[e] if b in room and b not in self.reps[e]]
-        for dst in (back + list(receivers)) if back else receivers:
-            if tried >= RECEIVERS:
-                break
-            if room[dst] < s or dst == src:
+        for dst, room, allow, small in order:
+            if room < s or (not allow and small * 16 >= s) or dst in reps:
+                continue
+            if kept is not None and rack.get(dst, -1) != r_src and rack.get(dst, -1) in kept:
+                continue
+            if not self.topic_ok(e, src, dst):
                 continue
             tried += 1
-            if not self.can_place(e, src, dst):
-                continue
-            if self.counts_allow(src, dst):
+            if tried > RECEIVERS:
+                break
+            if allow:
                 self.apply(e, src, dst)
                 return True
             q = self.swap_back(dst, src, s / 16)
@@ -443,6 +508,15 @@ class _DiskStep:
         """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
         ``lst``, sizes up to ``largest``) that some receiver takes; its size, or ``None``."""
         lst = self.on[src] if lst is None else lst
+        targets = self.targets(src, receivers, room)
+        if not targets:
+            return None
+        # a replica no receiver could take whatever its partition: larger than every room, or
+        # (counts needing a swap everywhere) too small to be worth one
+        best_room = max(t[1] for t in targets)
+        any_plain = any(t[2] for t in targets)
+        swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
+        descending = order.step < 0
         tried = 0
         for i in order:
             if tried >= CANDIDATES:
@@ -450,10 +524,16 @@ class _DiskStep:
             s, e = lst[i]
             if s > largest:
                 return None
+            if s > best_room:
+                continue
+            if not any_plain and s <= swap_floor:
+                if descending:
+                    return None  # the rest are smaller still
+                continue
             if e in self.touched or src not in self.reps[e]:
                 continue
             tried += 1
-            if self.try_move(e, src, receivers, room):
+            if self.try_move(e, src, targets):
                 return s
         return None
 

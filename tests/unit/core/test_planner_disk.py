@@ -229,3 +229,34 @@ def test_rack_holding_one_replica_of_every_partition_gets_its_own_band():
     assert [w.split(" can hold ")[1][:16] for w in notes[1:]] == ["no less than 50.", "no less than 50."]
     assert d.bytes_after[0] == d.bytes_after[1] == 4000
     assert d.bytes_after[2] == d.bytes_after[3] == d.bytes_after[4] == d.bytes_after[5] == 4000
+
+
+# -- the disk step's count windows ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_count_window_checks_match_recounting(seed):
+    """The disk step's O(1) check of a move against the count window (max - min within the
+    limit) gives what recounting every broker gives, and keeps min and max exact."""
+    import random
+
+    from airflow_kafka_reassign.core.planner.disk import _Spread
+
+    rng = random.Random(seed)
+    for _ in range(300):
+        nb = rng.randint(2, 6)
+        counts = {b: rng.randint(0, 5) for b in range(nb) if rng.random() < 0.8}
+        spread = _Spread(dict(counts), nb, rng.randint(1, 3))
+        full = {b: counts.get(b, 0) for b in range(nb)}
+        for _ in range(20):
+            src, dst = rng.sample(range(nb), 2)
+            if full[src] == 0:
+                continue
+            after = dict(full)
+            after[src] -= 1
+            after[dst] += 1
+            ok = max(after.values()) - min(after.values()) <= spread.limit
+            assert spread.allows(src, dst) == ok, (full, src, dst)
+            if ok or rng.random() < 0.5:
+                spread.move(src, dst)
+                full = after
+                assert (spread.lo, spread.hi) == (min(full.values()), max(full.values()))
