@@ -53,6 +53,9 @@ class DiskGoal:
     #: Replica-count and per-topic windows (max - min) the disk step keeps.
     count_spread: int = 2
     topic_spread: int = 2
+    #: The disk step first brings the brokers' replica counts within ``count_spread`` itself
+    #: (the count steps before it then balanced nothing), moving the smallest replicas.
+    balance_counts: bool = False
 
     def band(self, total: int) -> dict[int, tuple[float, float]]:
         """Broker -> (lowest, highest) bytes the goal accepts for ``total`` bytes on the live brokers."""
@@ -556,6 +559,15 @@ class _DiskStep:
                 if got is not None:
                     break
             if got is None:
+                # every replica larger than what is missing: the smallest larger one that leaves
+                # ``dst`` under its band's top and the donor above its bottom
+                for src in donors[:RECEIVERS]:
+                    spare = self.bytes[src] - self.band[src][0]
+                    cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
+                    got = self.first_moved(src, range(cut, len(self.on[src])), [dst], {dst: most}, min(spare, most))
+                    if got is not None:
+                        break
+            if got is None:
                 return
             need -= got
             most -= got
@@ -660,9 +672,56 @@ class _DiskStep:
             )
         return notes
 
+    def count_window(self) -> tuple[int, int]:
+        """The replica counts every live broker should end within: ``count_spread`` wide, around
+        the mean (a broker with replicas of partitions that may not move can stay above it)."""
+        n = len(self.live)
+        total = sum(self.count.values())
+        lo = max(0, -(-total // n) - (self.goal.count_spread + 1) // 2)
+        return lo, lo + self.goal.count_spread
+
+    def balance_counts(self) -> None:
+        """Bring every live broker's replica count into :meth:`count_window` by moving the
+        smallest replicas: off brokers above it to brokers below it first, then to brokers with
+        the most disk room; brokers below it then pull from brokers above its bottom. The disk
+        passes after it move the bytes (a receiver's disk does not limit these small replicas)."""
+        lo, hi = self.count_window()
+        cap = self.goal.capacity
+        unlimited = float("inf")
+
+        def targets(src: int, pull: int | None) -> list[tuple[int, float, bool, float]]:
+            rs = [pull] if pull is not None else [b for b in self.live if b != src and self.count[b] < hi]
+            rs.sort(key=lambda b: (self.count[b] >= lo, self.bytes[b] / cap[b]))
+            return [(b, unlimited, True, 0.0) for b in rs]
+
+        def move_smallest(src: int, pull: int | None) -> bool:
+            ts = targets(src, pull)
+            if not ts:
+                return False
+            # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
+            # a few may leave for another rack, and count moves are few
+            for _, e in self.on[src]:
+                if e not in self.touched and src in self.reps[e] and self.try_move(e, src, ts):
+                    return True
+            return False
+
+        for src in sorted(self.live, key=lambda b: -self.count[b]):
+            while self.count[src] > hi and move_smallest(src, None):
+                pass
+        for dst in sorted(self.live, key=lambda b: self.count[b]):
+            donors = sorted((b for b in self.live if b != dst), key=lambda b: -self.count[b])
+            for src in donors:
+                if self.count[dst] >= lo:
+                    break
+                while self.count[src] > lo and self.count[dst] < lo and move_smallest(src, dst):
+                    pass
+        self.count_spread = _Spread(self.count, len(self.live), self.goal.count_spread)
+
     def run(self) -> DiskOutcome:
         cap = self.goal.capacity
         band = self.band
+        if self.goal.balance_counts and not self.offload:
+            self.balance_counts()
         self.passes()
         if not self.offload and self.n_racks > 1:
             notes = self.rack_bands()

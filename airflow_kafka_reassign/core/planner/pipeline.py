@@ -50,8 +50,11 @@ def plan_topics(
     )
     warnings = list(quota_plan.warnings)
     by_topic: list[list[TopicMove]] = []
+    # per-topic balance ranks below disk balance: where the disk step may spread topics freely,
+    # the count steps only fix racks and empty removed brokers, and the disk step balances counts
+    counts_in_disk = disk is not None and disk.balance_counts
     for t in scope.topics:
-        params = TopicParams(balance=t.balance, fix_racks=t.balance, use_sizes=use_sizes)
+        params = TopicParams(balance=t.balance and not counts_in_disk, fix_racks=t.balance, use_sizes=use_sizes)
         by_topic.append(plan_topic(t, quota_plan.quotas[t.topic], layout, params))
     if disk is not None:
         outcome = disk_step(scope, by_topic, disk)
@@ -111,6 +114,7 @@ def disk_goal(snapshot: ClusterSnapshot, request: PlanRequest, scope: Scope) -> 
         offload_threshold=(request.offload_threshold or request.disk_cap) if request.goal == "offload" else None,
         count_spread=2,
         topic_spread=request.disk_topic_spread if request.disk_topic_spread is not None else 10**9,
+        balance_counts=request.disk_topic_spread is None and request.goal != "offload",
     )
     total = sum((partition_size(p.replica_sizes) or 0) * len(target_of(p)) for p in snapshot.partitions)
     check_disk_goal(goal, total, scope.layout)
