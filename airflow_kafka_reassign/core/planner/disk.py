@@ -700,10 +700,7 @@ class _DiskStep:
                 return False
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
-            for _, e in self.on[src]:
-                if e not in self.touched and src in self.reps[e] and self.try_move(e, src, ts):
-                    return True
-            return False
+            return any(e not in self.touched and src in self.reps[e] and self.try_move(e, src, ts) for _, e in self.on[src])
 
         for src in sorted(self.live, key=lambda b: -self.count[b]):
             while self.count[src] > hi and move_smallest(src, None):
