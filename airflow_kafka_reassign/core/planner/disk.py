@@ -304,6 +304,17 @@ class _DiskStep:
             self.added[b].sort()
             self.taken[b].sort()
         self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
+        #: broker -> its movable replicas that may leave for another rack (their partition does
+        #: not hold exactly one replica in every rack): what a swap across racks can send back
+        rack = self.rack
+        n_racks = self.n_racks
+        locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in self.reps]
+        self.cross_on: dict[int, list[tuple[int, int]]] = {
+            b: [(s, e) for s, e in self.on[b] if not locked[e]] for b in self.live
+        }
+        self.cross_from: dict[int, int] = dict.fromkeys(self.live, 0)
+        #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
+        self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
         self.touched: set[int] = set()
         self.total = sum(self.bytes.values())
         self.band = goal.band(self.total)
@@ -358,23 +369,30 @@ class _DiskStep:
         self.out.moves += 1
 
     def swap_back(self, dst: int, src: int, limit: float) -> int | None:
-        """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``)."""
-        lst = self.on[dst]
-        start = self.swap_from[dst]
+        """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``): from
+        all its replicas within a rack, from those that may change racks across racks. A search
+        that found nothing is not repeated with a smaller limit until a move is made."""
+        failed = self.swap_failed.get((dst, src))
+        if failed is not None and failed[0] == self.out.moves and limit <= failed[1]:
+            return None
+        across = self.rack.get(dst, -1) != self.rack.get(src, -1)
+        lst, pointers = (self.cross_on[dst], self.cross_from) if across else (self.on[dst], self.swap_from)
+        start = pointers[dst]
         # entries already moved never come back: skip them for good
         while start < len(lst) and lst[start][1] in self.touched:
             start += 1
-        self.swap_from[dst] = start
+        pointers[dst] = start
         tried = 0
         for i in range(start, len(lst)):
             s, q = lst[i]
             if s >= limit or tried >= SWAP_CANDIDATES:
-                return None
+                break
             if q in self.touched or dst not in self.reps[q]:
                 continue
             tried += 1
             if self.can_place(q, dst, src):
                 return q
+        self.swap_failed[(dst, src)] = (self.out.moves, limit)
         return None
 
     def rack_test(self, reps: Sequence[int], src: int) -> tuple[int, set[int] | None]:
@@ -393,10 +411,21 @@ class _DiskStep:
         without looking at the replica: ``(broker, room, counts allow a plain move, size of its
         smallest replica that could come back in a swap)``; a swap needs ``s`` above 16 times it."""
         out = []
+        spread = self.count_spread
+        a = spread.counts.get(src, 0)
+        lo, hi, limit = spread.lo, spread.hi, spread.limit
+        alone_hi = a == hi and spread.hist[hi] == 1
+        alone_lo = spread.hist[lo] == 1
         for dst in receivers:
             if dst == src:
                 continue
-            allow = self.counts_allow(src, dst)
+            if self.offload:
+                allow = True
+            else:  # Spread.allows with src fixed
+                c = spread.counts.get(dst, 0)
+                new_hi = c + 1 if c + 1 > hi else (hi - 1 if alone_hi and c + 1 < hi else hi)
+                new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
+                allow = new_hi - new_lo <= limit
             small = 0.0
             if not allow:
                 lst = self.on[dst]
@@ -418,6 +447,12 @@ class _DiskStep:
             return False
         r_src, kept = self.rack_test(reps, src)
         rack = self.rack
+        if kept is not None and len(targets) > RECEIVERS:
+            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers
+            order_ok = [t for t in targets if rack.get(t[0], -1) == r_src or rack.get(t[0], -1) not in kept]
+            if not any(t[1] >= s for t in order_ok):
+                return False
+            targets = order_ok
         orig = self.orig[e]
         if any(b not in reps and b != src for b in orig):
             back = [t for t in targets if t[0] in orig]
@@ -488,30 +523,30 @@ class _DiskStep:
         # replicas the count steps put on ``src`` first (moving them on costs no more bytes), then
         # the largest replicas no larger than what must go (and than any receiver's room), then
         # the smallest larger one, if shedding it stays within ``most``
+        targets = self.targets(src, receivers, room)
         added = self.added[src]
         cut = bisect.bisect_right(added, (limit, len(self.reps)))
-        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"), added)
+        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"), added)
         if s is not None:
             return s
         cut = bisect.bisect_right(self.sizes_on[src], limit)
-        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
+        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"))
         if s is None:
-            s = self.first_moved(src, range(cut, len(self.on[src])), receivers, room, min(most, best_room))
+            s = self.first_moved(src, range(cut, len(self.on[src])), targets, min(most, best_room))
         return s
 
     def first_moved(
         self,
         src: int,
         order: range,
-        receivers: Sequence[int],
-        room: dict[int, float],
+        targets: Sequence[tuple[int, float, bool, float]],
         largest: float,
         lst: list[tuple[int, int]] | None = None,
     ) -> int | None:
         """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
-        ``lst``, sizes up to ``largest``) that some receiver takes; its size, or ``None``."""
+        ``lst``, sizes up to ``largest``) that one of ``targets`` (:meth:`targets`) takes; its
+        size, or ``None``."""
         lst = self.on[src] if lst is None else lst
-        targets = self.targets(src, receivers, room)
         if not targets:
             return None
         # a replica no receiver could take whatever its partition: larger than every room, or
@@ -520,6 +555,10 @@ class _DiskStep:
         any_plain = any(t[2] for t in targets)
         swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
         descending = order.step < 0
+        if not descending and not any_plain and order:
+            # ascending: start above the swap floor (bisect) rather than walking up to it
+            start = bisect.bisect_right(lst, (swap_floor, len(self.reps)), order.start, order.stop)
+            order = range(start, order.stop)
         tried = 0
         for i in order:
             if tried >= CANDIDATES:
@@ -528,7 +567,9 @@ class _DiskStep:
             if s > largest:
                 return None
             if s > best_room:
-                continue
+                if descending:
+                    continue
+                return None  # the rest are larger still
             if not any_plain and s <= swap_floor:
                 if descending:
                     return None  # the rest are smaller still
@@ -555,7 +596,7 @@ class _DiskStep:
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
                 cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
-                got = self.first_moved(src, range(cut - 1, -1, -1), [dst], {dst: most}, float("inf"))
+                got = self.first_moved(src, range(cut - 1, -1, -1), self.targets(src, [dst], {dst: most}), float("inf"))
                 if got is not None:
                     break
             if got is None:
@@ -564,7 +605,8 @@ class _DiskStep:
                 for src in donors[:RECEIVERS]:
                     spare = self.bytes[src] - self.band[src][0]
                     cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
-                    got = self.first_moved(src, range(cut, len(self.on[src])), [dst], {dst: most}, min(spare, most))
+                    targets = self.targets(src, [dst], {dst: most})
+                    got = self.first_moved(src, range(cut, len(self.on[src])), targets, min(spare, most))
                     if got is not None:
                         break
             if got is None:
@@ -694,24 +736,28 @@ class _DiskStep:
             rs.sort(key=lambda b: (self.count[b] >= lo, self.bytes[b] / cap[b]))
             return [(b, unlimited, True, 0.0) for b in rs]
 
-        def move_smallest(src: int, pull: int | None) -> bool:
+        def shed_smallest(src: int, pull: int | None, until: int) -> None:
+            """Move ``src``'s smallest replicas off it (to ``pull`` only, when given) until its count
+            is ``until`` or no receiver is left, in one walk up its replicas."""
             ts = targets(src, pull)
-            if not ts:
-                return False
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
-            return any(e not in self.touched and src in self.reps[e] and self.try_move(e, src, ts) for _, e in self.on[src])
+            for _, e in self.on[src]:
+                if self.count[src] <= until or not ts:
+                    return
+                if e not in self.touched and src in self.reps[e] and self.try_move(e, src, ts):
+                    ts = [t for t in targets(src, pull) if pull is None or self.count[t[0]] < lo]
 
         for src in sorted(self.live, key=lambda b: -self.count[b]):
-            while self.count[src] > hi and move_smallest(src, None):
-                pass
+            if self.count[src] > hi:
+                shed_smallest(src, None, hi)
         for dst in sorted(self.live, key=lambda b: self.count[b]):
             donors = sorted((b for b in self.live if b != dst), key=lambda b: -self.count[b])
             for src in donors:
                 if self.count[dst] >= lo:
                     break
-                while self.count[src] > lo and self.count[dst] < lo and move_smallest(src, dst):
-                    pass
+                if self.count[src] > lo:
+                    shed_smallest(src, dst, max(lo, self.count[src] - (lo - self.count[dst])))
         self.count_spread = _Spread(self.count, len(self.live), self.goal.count_spread)
 
     def run(self) -> DiskOutcome:
