@@ -151,24 +151,97 @@ def replica_moves_lower_bound_disk(
     live: Sequence[int],
     total: int,
     largest: Mapping[int, Sequence[int]],
+    counts: Mapping[int, int] | None = None,
+    counts_after: Mapping[int, int] | None = None,
 ) -> int:
-    """Fewest replica moves for the bytes above the band: per broker, its largest movable replicas
-    (``largest``, sizes descending) until their bytes reach its excess; each moved replica leaves
-    exactly one broker."""
+    """Fewest replica moves for the bytes above and below the band together with the replica
+    counts (see :func:`bytes_lower_bound` for the band).
+
+    Every move takes one replica out of one broker and into one, so the moves are both the sum of
+    the brokers' outflows and the sum of their inflows. Per broker, ``k_out``: its largest movable
+    replicas (``largest``, sizes descending) until they cover its bytes above the band, and
+    ``k_in``: the largest replicas of all brokers until they cover its bytes below it. With
+    ``counts`` and ``counts_after`` (replicas per broker before and after the plan; ``w`` the
+    latter's max-min), every live broker ends in a window ``[t, t + w]``: it sends at least
+    ``max(c - (t + w), k_out, k_in - (t + w - c))`` replicas (what it receives beyond its room in
+    the window goes out again) and receives at least ``max(t - c, k_in, k_out - (c - t))`` (a
+    broker at the window's bottom that sheds large replicas must take small ones back: the swaps).
+    Removed brokers send all they hold. The bound is the smallest over ``t`` of the larger sum.
+    """
     band = goal.band(total)
-    moves = 0
-    for b in live:
-        _, hi = band[b]
-        excess = before.get(b, 0) - max(hi, after.get(b, 0))
-        if excess <= 0:
-            continue
+    live_set = set(live)
+    pooled = sorted((s for b, sizes in largest.items() for s in sizes[:4096]), reverse=True)
+
+    def cover(sizes: Sequence[int], amount: float) -> int:
         acc = 0
-        for s in largest.get(b, ()):
-            if acc >= excess:
+        k = 0
+        for s in sizes:
+            if acc >= amount:
                 break
             acc += s
-            moves += 1
-    return moves
+            k += 1
+        return k
+
+    k_out: dict[int, int] = {}
+    k_in: dict[int, int] = {}
+    for b in live:
+        lo, hi = band[b]
+        x = before.get(b, 0)
+        y = after.get(b, 0)
+        excess = x - max(hi, y)
+        if excess > 0:
+            k_out[b] = cover(largest.get(b, ()), excess)
+        deficit = min(lo, y) - x
+        if deficit > 0:
+            k_in[b] = cover(pooled, deficit)
+    if counts is None or counts_after is None or not live:
+        return sum(k_out.values())
+    ends = [counts_after.get(b, 0) for b in live]
+    w = max(1, max(ends) - min(ends))
+    n_total = sum(ends)
+    removed_out = sum(c for b, c in counts.items() if b not in live_set)
+    nb = len(live)
+    best: int | None = None
+    for t in range(max(0, -(-n_total // nb) - w), n_total // nb + 1):
+        outs = removed_out
+        ins = 0
+        for b in live:
+            c = counts.get(b, 0)
+            ko, ki = k_out.get(b, 0), k_in.get(b, 0)
+            outs += max(0, c - (t + w), ko, ki - (t + w - c))
+            ins += max(0, t - c, ki, ko - (c - t))
+        cost = max(outs, ins)
+        if best is None or cost < best:
+            best = cost
+    return best or 0
+
+
+@dataclass
+class DiskInput:
+    """The partitions the disk step may look at, topic by topic, in flat lists (what the Spark job's
+    driver builds from the per-topic stages' arrays; :func:`disk_input` from ``TopicPartitions``)."""
+
+    #: Partitions per topic, and whether each topic is balanced (False: its partitions stay).
+    counts: Sequence[int]
+    balance: Sequence[bool]
+    #: Per partition: replicas now (after the count steps), before the plan, bytes of one replica,
+    #: and whether it is frozen (in flight: never moves).
+    replicas: Sequence[Sequence[int]]
+    original: Sequence[tuple[int, ...]]
+    sizes: Sequence[int]
+    frozen: Sequence[bool]
+
+
+def disk_input(topics: Sequence[TopicPartitions], replicas: Sequence[Sequence[tuple[int, ...]]]) -> DiskInput:
+    """:class:`DiskInput` of ``topics`` with ``replicas`` (one list per topic) as their replicas now."""
+    return DiskInput(
+        counts=[len(t.partitions) for t in topics],
+        balance=[t.balance for t in topics],
+        replicas=[r for reps in replicas for r in reps],
+        original=[r for t in topics for r in t.replicas],
+        sizes=[s for t in topics for s in (t.sizes or [0] * len(t.partitions))],
+        frozen=[f for t in topics for f in (t.frozen or [False] * len(t.partitions))],
+    )
 
 
 def balance_disk(
@@ -180,7 +253,15 @@ def balance_disk(
     goal: DiskGoal,
 ) -> DiskOutcome:
     """The disk step on ``replicas`` (one list per topic of ``topics``, after the count steps)."""
-    return _DiskStep(topics, replicas, layout, fixed_bytes, fixed_counts, goal).run()
+    return balance_disk_input(disk_input(topics, replicas), layout, fixed_bytes, fixed_counts, goal)
+
+
+def balance_disk_input(
+    inp: DiskInput, layout: BrokerLayout, fixed_bytes: Mapping[int, int], fixed_counts: Mapping[int, int], goal: DiskGoal
+) -> DiskOutcome:
+    """:func:`balance_disk` on flat input; :attr:`DiskOutcome.changed` keys are (topic index in
+    ``inp``, partition index within the topic)."""
+    return _DiskStep(inp, layout, fixed_bytes, fixed_counts, goal).run()
 
 
 class _Spread:
@@ -235,8 +316,7 @@ class _Spread:
 class _DiskStep:
     def __init__(
         self,
-        topics: Sequence[TopicPartitions],
-        replicas: Sequence[Sequence[tuple[int, ...]]],
+        inp: DiskInput,
         layout: BrokerLayout,
         fixed_bytes: Mapping[int, int],
         fixed_counts: Mapping[int, int],
@@ -254,51 +334,40 @@ class _DiskStep:
         #: bytes per live broker that the step may not move (outside its scope, frozen, left out)
         self.pinned: dict[int, int] = dict(self.bytes)
         self.count: dict[int, int] = {b: fixed_counts.get(b, 0) for b in self.live}
-        # entries: one per partition the step may look at
-        self.reps: list[list[int]] = []
-        self.size: list[int] = []
-        self.topic: list[int] = []
-        self.key: list[tuple[int, int]] = []
-        self.movable: list[bool] = []
-        self.tcount: list[dict[int, int]] = []
+        # entries: one per partition the step may look at (those of ``inp``, in its order)
+        self.reps: list[list[int]] = [list(r) for r in inp.replicas]
+        self.size: list[int] = list(inp.sizes)
+        self.orig: list[tuple[int, ...]] = list(inp.original)  # a move back to one of them costs no bytes
+        self.topic: list[int] = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
+        self.key: list[tuple[int, int]] = [(ti, pi) for ti, n in enumerate(inp.counts) for pi in range(n)]
+        self.movable: list[bool] = [
+            (self.offload or inp.balance[ti]) and not f and sz > 0
+            for ti, f, sz in zip(self.topic, inp.frozen, self.size, strict=True)
+        ]
+        self.tcount: list[dict[int, int]] = [{} for _ in inp.counts]
         self.on: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
-        #: replicas as they were before any step (a move back to one of them costs no bytes)
-        self.orig: list[tuple[int, ...]] = []
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
         self.added: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
         self.taken: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
-        for ti, (t, reps) in enumerate(zip(topics, replicas, strict=True)):
-            sizes = t.sizes or [0] * len(reps)
-            frozen = t.frozen or [False] * len(reps)
-            tc: dict[int, int] = {}
-            may_move = t.balance or self.offload
-            for pi, (r, s) in enumerate(zip(reps, sizes, strict=True)):
-                e = len(self.reps)
-                self.reps.append(list(r))
-                o = t.replicas[pi]
-                self.orig.append(o)
-                self.size.append(s)
-                self.topic.append(ti)
-                self.key.append((ti, pi))
-                mv = may_move and not frozen[pi] and s > 0
-                self.movable.append(mv)
-                for b in r:
-                    if b in live:
-                        self.bytes[b] += s
-                        self.count[b] += 1
-                        tc[b] = tc.get(b, 0) + 1
-                        if mv:
-                            self.on[b].append((s, e))
-                            if b not in o:
-                                self.added[b].append((s, e))
-                        else:
-                            self.pinned[b] += s
-                if mv and r != o:
-                    for b in o:
-                        if b in live and b not in r:
-                            self.taken[b].append((s, e))
-            self.tcount.append(tc)
+        bytes_, count, pinned, on, added = self.bytes, self.count, self.pinned, self.on, self.added
+        for e, (r, o, s, mv, ti) in enumerate(zip(self.reps, self.orig, self.size, self.movable, self.topic, strict=True)):
+            tc = self.tcount[ti]
+            for b in r:
+                if b in live:
+                    bytes_[b] += s
+                    count[b] += 1
+                    tc[b] = tc.get(b, 0) + 1
+                    if mv:
+                        on[b].append((s, e))
+                        if b not in o:
+                            added[b].append((s, e))
+                    else:
+                        pinned[b] += s
+            if mv and tuple(r) != o:
+                for b in o:
+                    if b in live and b not in r:
+                        self.taken[b].append((s, e))
         for b in self.live:
             self.on[b].sort()
             self.added[b].sort()
@@ -321,7 +390,7 @@ class _DiskStep:
         n = len(self.live)
         self.count_spread = _Spread(self.count, n, goal.count_spread)
         #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
-        self.check_topics = not self.offload and goal.topic_spread < max((len(t.partitions) for t in topics), default=0) * 4
+        self.check_topics = not self.offload and goal.topic_spread < max(inp.counts, default=0) * 4
         self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
         #: per broker, where the search for a small replica to swap back starts (entries before it moved)
         self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)

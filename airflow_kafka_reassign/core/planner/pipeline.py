@@ -319,7 +319,9 @@ def disk_bounds(
         if shed > 0 and sizes:
             min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
     bytes_bound = bytes_lower_bound(before, after, disk, live, total, min_out)
-    moves_bound = replica_moves_lower_bound_disk(before, after, disk, live, total, largest)
+    moves_bound = replica_moves_lower_bound_disk(
+        before, after, disk, live, total, largest, counts=count_before, counts_after=count_after
+    )
     report = DiskReport(
         goal=request.goal,
         capacity=dict(disk.capacity),

@@ -277,3 +277,29 @@ def test_disk_step_balances_counts_itself_with_the_smallest_replicas(seed):
     assert result.disk.max_deviation_after <= 0.05
     assert result.bytes_to_move <= 1.10 * result.bytes_lower_bound
     assert result.lower_bound <= result.replica_moves
+
+
+@pytest.mark.parametrize(
+    ("counts_after", "expected"),
+    [
+        # counts may not change (max-min 0, at least 1): the two large replicas leaving broker 0
+        # need two replicas coming back (swaps), whatever t the window starts at
+        ({0: 4, 1: 4}, 4),
+        # counts may end 2 apart: broker 0 sends its two largest and takes one small one back
+        # (4 - 2 = 2 would leave the counts 4 apart)
+        ({0: 3, 1: 5}, 3),
+    ],
+)
+def test_replica_moves_bound_counts_the_swaps_that_counts_force(counts_after, expected):
+    from airflow_kafka_reassign.core.planner.disk import DiskGoal, replica_moves_lower_bound_disk
+
+    goal = DiskGoal(capacity={0: 1000, 1: 1000}, tolerance=0.02)
+    before = {0: 400, 1: 4}
+    after = {0: 203, 1: 201}
+    largest = {0: [100, 100, 100, 100], 1: [1, 1, 1, 1]}
+    # without counts: only the replicas covering broker 0's bytes above the band
+    assert replica_moves_lower_bound_disk(before, after, goal, [0, 1], 404, largest) == 2
+    got = replica_moves_lower_bound_disk(
+        before, after, goal, [0, 1], 404, largest, counts={0: 4, 1: 4}, counts_after=counts_after
+    )
+    assert got == expected
