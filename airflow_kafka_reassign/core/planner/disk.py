@@ -244,6 +244,67 @@ def disk_input(topics: Sequence[TopicPartitions], replicas: Sequence[Sequence[tu
     )
 
 
+@dataclass
+class DiskBounds:
+    """Bytes and replica counts per broker before and after a load-aware plan, and its bounds."""
+
+    #: Broker -> bytes before (live and removed brokers) and after (live brokers).
+    before: dict[int, int]
+    after: dict[int, int]
+    bytes_bound: int
+    moves_bound: int
+
+
+def disk_bounds(
+    inp: DiskInput,
+    final: Sequence[Sequence[int]],
+    goal: DiskGoal,
+    live: Sequence[int],
+    fixed_bytes: Mapping[int, int],
+    fixed_counts: Mapping[int, int],
+) -> DiskBounds:
+    """Per-broker bytes before and after, :func:`bytes_lower_bound` and
+    :func:`replica_moves_lower_bound_disk` of a plan that ends with ``final`` (the replicas of
+    every partition of ``inp``, in its order); the partitions outside ``inp`` (``fixed_*``) stay."""
+    live_set = set(live)
+    before: dict[int, int] = dict(fixed_bytes)
+    after: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in live}
+    count_before: dict[int, int] = dict(fixed_counts)
+    count_after: dict[int, int] = {b: fixed_counts.get(b, 0) for b in live}
+    largest: dict[int, list[int]] = {}
+    topic_of = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
+    for orig, fin, size, frozen, ti in zip(inp.original, final, inp.sizes, inp.frozen, topic_of, strict=True):
+        movable = not frozen and (inp.balance[ti] or goal.offload_threshold is not None)
+        for b in orig:
+            before[b] = before.get(b, 0) + size
+            count_before[b] = count_before.get(b, 0) + 1
+            if movable:
+                largest.setdefault(b, []).append(size)
+        for b in fin:
+            if b in live_set:
+                after[b] += size
+                count_after[b] += 1
+    for sizes in largest.values():
+        sizes.sort(reverse=True)
+    total = sum(after.values())
+    # replicas a broker must shed for the counts: above the plan's largest count, its smallest
+    top = max(count_after.values(), default=0)
+    min_out: dict[int, int] = {}
+    for b, c in count_before.items():
+        shed = c - (top if b in live_set else 0)
+        sizes = largest.get(b, [])
+        if shed > 0 and sizes:
+            min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
+    return DiskBounds(
+        before=before,
+        after=after,
+        bytes_bound=bytes_lower_bound(before, after, goal, live, total, min_out),
+        moves_bound=replica_moves_lower_bound_disk(
+            before, after, goal, live, total, largest, counts=count_before, counts_after=count_after
+        ),
+    )
+
+
 def balance_disk(
     topics: Sequence[TopicPartitions],
     replicas: Sequence[Sequence[tuple[int, ...]]],
