@@ -85,15 +85,19 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
 )
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
+    DiskArrays,
     LeaderInput,
     LeaderView,
     MoveTotals,
     Placed,
     Prepared,
+    apply_disk_changes,
+    driver_disk,
     driver_leaders,
     driver_quotas,
     driver_result,
     leader_counts,
+    merge_changes,
     new_accumulators,
     new_bound,
     place_grouped,
@@ -294,17 +298,23 @@ def _valid(rows: list[PartitionRow] | str) -> list[PartitionRow]:
 
 def emit_placed(ctx: PrepareContext, placed: Iterable[Placed]) -> Iterator[Out]:
     """Per topic its :class:`Placed` (stays on the executors), then for the driver one
-    :class:`LeaderInput` of all the task's topics and the task's share of the lower bound."""
+    :class:`LeaderInput` of all the task's topics, the task's share of the lower bound and, for
+    load-aware goals (a capacity document), the :class:`DiskArrays` of its topics."""
     bound = new_bound(ctx)
     views: list[LeaderView] = []
+    disk_views: list[Placed] | None = [] if ctx.request.capacity is not None else None
     for x in placed:
         if x.bound is not None:
             bound.merge(x.bound)
             x.bound = None
         yield "placed", x.topic, _dump(x)
         views.append(LeaderInput.view(x))
+        if disk_views is not None:
+            disk_views.append(DiskArrays.view(x))
     yield "leaders", "", _dump(LeaderInput.of_views(views))
     yield "bound", "", _dump(bound)
+    if disk_views is not None:
+        yield "disk", "", _dump(DiskArrays.of_views(disk_views))
 
 
 def finish_topics(
@@ -692,30 +702,9 @@ def run(
     master) or ``spark`` (Spark's DataFrame reader). ``snapshot_name``: what metrics.json names
     as the snapshot (its URI when ``snapshot`` is a local copy of it).
     """
-    if request.capacity is not None:
-        return plan_load_aware_on_driver(snapshot, out, request, snapshot_name or snapshot)
     with no_cyclic_gc():
         return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
                     snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check)
-
-
-def plan_load_aware_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
-    """A plan with a capacity document (load-aware goals): the disk step needs every broker's bytes
-    at once, so this version runs the pure planner on the driver (no per-topic stages yet)."""
-    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
-    from airflow_kafka_reassign.core.planner import plan_reassignment
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
-
-    if is_remote(snapshot):
-        raise ConfigurationError(
-            f"load-aware planning (a capacity document) reads the snapshot on the driver; {snapshot} is not a "
-            "local folder: give a local or object-storage snapshot (staged by the job), not hdfs:// or s3a://"
-        )
-    started = time.perf_counter()
-    result = plan_reassignment(read_snapshot(snapshot), request)
-    write_plan_dir(result, out, snapshot=name)
-    print(f"[plan_job] load-aware planning on the driver {time.perf_counter() - started:.2f}s", file=sys.stderr)
-    return read_metrics(Path(out))
 
 
 def _run(
@@ -808,14 +797,22 @@ def _run(
         side = placed.filter(lambda r: r[0] != "placed").collect()
     if df is not None:
         df.unpersist()
-    inputs, bound = [], new_bound(ctx)
+    inputs, bound, disk_inputs = [], new_bound(ctx), []
     for kind, _, payload in side:
         if kind == "leaders":
             inputs.append(pickle.loads(payload))
+        elif kind == "disk":
+            disk_inputs.append(pickle.loads(payload))
         else:
             bound.merge(pickle.loads(payload))
     clock.lap("place")
-    changes = driver_leaders(ctx, step, inputs)
+    # load-aware goals: the disk step over every planned partition, on the driver
+    disk = driver_disk(ctx, step, disk_inputs)
+    del disk_inputs
+    if disk is not None:
+        apply_disk_changes(inputs, disk.changes)
+        clock.lap("disk")
+    changes = merge_changes(disk, driver_leaders(ctx, step, inputs))
     clock.lap("leaders")
 
     changes_b = sc.broadcast(changes)
@@ -837,7 +834,7 @@ def _run(
     placed.unpersist()
     clock.lap("finish")
 
-    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
+    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals, disk)
     moved, chunks = plan_file_parts(parts)
     job = {
         "master": sc.master,

@@ -334,7 +334,15 @@ class DiskArrays:
 
     @classmethod
     def of(cls, placed: Iterable[Placed]) -> DiskArrays:
-        xs = list(placed)
+        return cls.of_views([cls.view(x) for x in placed])
+
+    @staticmethod
+    def view(x: Placed) -> Placed:
+        """What :meth:`of_views` needs of a placed topic (its rows and bound left out)."""
+        return Placed(x.topic, [], x.balance, x.partitions, x.current, x.final, x.frozen, x.sizes)
+
+    @classmethod
+    def of_views(cls, xs: Sequence[Placed]) -> DiskArrays:
         now_lens, now = _flat([r for x in xs for r in x.final])
         orig_lens, orig = _flat([r for x in xs for r in x.current])
         n = len(now_lens)
