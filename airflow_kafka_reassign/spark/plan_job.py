@@ -83,6 +83,7 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     merge_named,
     plan_context,
 )
+from airflow_kafka_reassign.core.planner.lower_bound import BoundPart  # noqa: E402
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     DiskArrays,
@@ -91,7 +92,9 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     MoveTotals,
     Placed,
     Prepared,
+    QuotaStep,
     apply_disk_changes,
+    counts_in_place,
     driver_disk,
     driver_leaders,
     driver_quotas,
@@ -774,41 +777,60 @@ def _run(
     ctx_b = sc.broadcast(ctx)
     clock.lap("quotas")
 
-    placed: Any = None
-    groups_in_place = bool(step.pending)
-    if step.pending:
-        assert index is not None
-        tasks = group_splits(index, step.pending, n_parts)
-        placed = sc.parallelize(tasks, len(tasks)).mapPartitions(_on_group_splits(ctx_b, data_b, step.params)).cache()
-        side = placed.filter(lambda r: r[0] != "placed").collect()
-        if any(kind == "miss" for kind, _, _ in side):
-            print("[plan_job] a group of topics could not meet its share of the brokers' room: "
-                  "quotas over every topic at once", file=sys.stderr, flush=True)
-            placed.unpersist()
-            placed, groups_in_place = None, False
-            step = quotas_at_once(ctx, step)
-    if placed is None:
-        quotas_b = sc.broadcast((step.quotas, step.params))
-        if source is not None:
-            placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
-        else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
-            placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
-        placed = placed.cache()  # the Placed payloads stay on the executors for finish
-        side = placed.filter(lambda r: r[0] != "placed").collect()
-    if df is not None:
-        df.unpersist()
-    inputs, bound, disk_inputs = [], new_bound(ctx), []
-    for kind, _, payload in side:
-        if kind == "leaders":
-            inputs.append(pickle.loads(payload))
-        elif kind == "disk":
-            disk_inputs.append(pickle.loads(payload))
-        else:
-            bound.merge(pickle.loads(payload))
+    def place(step: QuotaStep) -> tuple[Any, list[Out], QuotaStep, bool]:
+        """The place stage (cached on the executors) and what its tasks sent the driver."""
+        placed: Any = None
+        groups_in_place = bool(step.pending)
+        if step.pending:
+            assert index is not None
+            tasks = group_splits(index, step.pending, n_parts)
+            placed = sc.parallelize(tasks, len(tasks)).mapPartitions(_on_group_splits(ctx_b, data_b, step.params)).cache()
+            side = placed.filter(lambda r: r[0] != "placed").collect()
+            if any(kind == "miss" for kind, _, _ in side):
+                print("[plan_job] a group of topics could not meet its share of the brokers' room: "
+                      "quotas over every topic at once", file=sys.stderr, flush=True)
+                placed.unpersist()
+                placed, groups_in_place = None, False
+                step = quotas_at_once(ctx, step)
+        if placed is None:
+            quotas_b = sc.broadcast((step.quotas, step.params))
+            if source is not None:
+                placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
+            else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
+                placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
+            placed = placed.cache()  # the Placed payloads stay on the executors for finish
+            side = placed.filter(lambda r: r[0] != "placed").collect()
+        return placed, side, step, groups_in_place
+
+    def received(side: list[Out]) -> tuple[list[LeaderInput], BoundPart, list[DiskArrays]]:
+        inputs, bound, disk_inputs = [], new_bound(ctx), []
+        for kind, _, payload in side:
+            if kind == "leaders":
+                inputs.append(pickle.loads(payload))
+            elif kind == "disk":
+                disk_inputs.append(pickle.loads(payload))
+            else:
+                bound.merge(pickle.loads(payload))
+        return inputs, bound, disk_inputs
+
+    placed, side, step, groups_in_place = place(step)
+    inputs, bound, disk_inputs = received(side)
     clock.lap("place")
     # load-aware goals: the disk step over every planned partition, on the driver
     disk = driver_disk(ctx, step, disk_inputs)
-    del disk_inputs
+    if disk is not None and disk.counts_missed:
+        # racks kept the disk step from evening out the replica counts: place again, with the
+        # per-topic steps balancing them (what the pure planner does too)
+        print("[plan_job] the disk step left the replica counts apart (racks): placing again with the "
+              "per-topic steps balancing them", file=sys.stderr, flush=True)
+        placed.unpersist()
+        placed, side, step, groups_in_place = place(counts_in_place(step))
+        inputs, bound, disk_inputs = received(side)
+        clock.lap("place again")
+        disk = driver_disk(ctx, step, disk_inputs)
+    if df is not None:
+        df.unpersist()
+    del disk_inputs, side
     if disk is not None:
         apply_disk_changes(inputs, disk.changes)
         clock.lap("disk")

@@ -19,7 +19,9 @@ the band then pull the same way. Each moved replica's bytes leave one broker and
 so ``max(sum of excess over the band, sum of deficit under it)`` is a lower bound on the bytes
 any plan reaching the same balance moves (:func:`bytes_lower_bound`); the plan reports both.
 
-No partition moves twice; partitions frozen (in flight) or not balanced (left out) never move.
+No replica moves twice (another replica of the same partition may move, and a replica placed by
+the step may go back out as the small half of a swap: the plan moves it once, from where it was to
+where it ends); partitions frozen (in flight) or not balanced (left out) never move.
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ class DiskOutcome:
     moves: int = 0
     swaps: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: Replica counts' max-min over the live brokers after the step.
+    count_spread: int = 0
+
+    def counts_missed(self, goal: DiskGoal, floor: int = 0) -> bool:
+        """The step balanced the replica counts itself (``goal.balance_counts``) and left them further
+        apart than ``goal.count_spread`` and than ``floor`` (the closest the racks let any plan
+        bring them, :attr:`~.quotas.QuotaPlan.floor`): plan again with the count steps balancing them."""
+        return goal.balance_counts and self.count_spread > max(goal.count_spread, floor)
 
 
 def bytes_per_broker(
@@ -438,14 +448,17 @@ class _DiskStep:
         #: not hold exactly one replica in every rack): what a swap across racks can send back
         rack = self.rack
         n_racks = self.n_racks
-        locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in self.reps]
+        self.locked = locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in self.reps]
         self.cross_on: dict[int, list[tuple[int, int]]] = {
             b: [(s, e) for s, e in self.on[b] if not locked[e]] for b in self.live
         }
         self.cross_from: dict[int, int] = dict.fromkeys(self.live, 0)
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
+        #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
+        #: moves at most once; another replica of the same partition may still move)
         self.touched: set[int] = set()
+        self.arrived: set[tuple[int, int]] = set()
         self.total = sum(self.bytes.values())
         self.band = goal.band(self.total)
         n = len(self.live)
@@ -458,6 +471,10 @@ class _DiskStep:
         self.out = DiskOutcome(before=dict(self.bytes))
 
     # -- constraints -------------------------------------------------------------------------
+    def gone(self, e: int, b: int) -> bool:
+        """The replica of ``e`` on ``b`` may not move: it left ``b`` already, or this step put it there."""
+        return b not in self.reps[e] or (e, b) in self.arrived
+
     def share(self, b: int) -> float:
         return self.bytes[b] / self.goal.capacity[b]
 
@@ -496,7 +513,22 @@ class _DiskStep:
         if self.check_topics:
             self.tspread[self.topic[e]].move(src, dst)
         self.touched.add(e)
+        self.arrived.add((e, dst))
         self.out.moves += 1
+        # the replica may go back out of ``dst`` as the small half of a swap (it moves from where it
+        # was before the plan to where it ends, the same bytes): into ``dst``'s sorted lists
+        entry = (s, e)
+        i = bisect.bisect_left(self.on[dst], entry)
+        self.on[dst].insert(i, entry)
+        self.sizes_on[dst].insert(i, s)
+        if i < self.swap_from[dst]:
+            self.swap_from[dst] += 1
+        if not self.locked[e]:
+            lst = self.cross_on[dst]
+            j = bisect.bisect_left(lst, entry)
+            lst.insert(j, entry)
+            if j < self.cross_from[dst]:
+                self.cross_from[dst] += 1
 
     def swap_back(self, dst: int, src: int, limit: float) -> int | None:
         """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``): from
@@ -509,7 +541,7 @@ class _DiskStep:
         lst, pointers = (self.cross_on[dst], self.cross_from) if across else (self.on[dst], self.swap_from)
         start = pointers[dst]
         # entries already moved never come back: skip them for good
-        while start < len(lst) and lst[start][1] in self.touched:
+        while start < len(lst) and dst not in self.reps[lst[start][1]]:
             start += 1
         pointers[dst] = start
         tried = 0
@@ -517,7 +549,7 @@ class _DiskStep:
             s, q = lst[i]
             if s >= limit or tried >= SWAP_CANDIDATES:
                 break
-            if q in self.touched or dst not in self.reps[q]:
+            if dst not in self.reps[q]:
                 continue
             tried += 1
             if self.can_place(q, dst, src):
@@ -560,7 +592,7 @@ class _DiskStep:
             if not allow:
                 lst = self.on[dst]
                 start = self.swap_from[dst]
-                while start < len(lst) and lst[start][1] in self.touched:
+                while start < len(lst) and dst not in self.reps[lst[start][1]]:
                     start += 1
                 self.swap_from[dst] = start
                 small = float(lst[start][0]) if start < len(lst) else float("inf")
@@ -573,7 +605,7 @@ class _DiskStep:
         bytes); as a swap with one of the receiver's smallest replicas where counts need it."""
         s = self.size[e]
         reps = self.reps[e]
-        if e in self.touched or src not in reps:
+        if self.gone(e, src):
             return False
         r_src, kept = self.rack_test(reps, src)
         rack = self.rack
@@ -704,7 +736,7 @@ class _DiskStep:
                 if descending:
                     return None  # the rest are smaller still
                 continue
-            if e in self.touched or src not in self.reps[e]:
+            if self.gone(e, src):
                 continue
             tried += 1
             if self.try_move(e, src, targets):
@@ -756,11 +788,13 @@ class _DiskStep:
                 return None
             s, e = lst[i]
             reps = self.reps[e]
-            if e in self.touched or dst in reps:
+            if dst in reps:
                 continue
             tried += 1
             for src in reps:
                 if src in self.orig[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
+                    continue
+                if (e, src) in self.arrived:
                     continue
                 if self.can_place(e, src, dst) and self.counts_allow(src, dst):
                     self.apply(e, src, dst)
@@ -811,7 +845,9 @@ class _DiskStep:
     def rack_bands(self) -> list[str]:
         """Where a rack as a whole cannot reach the band (replicas that must keep a copy in each
         rack, RF >= racks, pin each rack's bytes), aim its brokers at the nearest share the rack
-        can reach instead."""
+        can reach instead. Where it could but the passes left it outside (no replica that may
+        leave it found room elsewhere), at the share it has: its brokers are then balanced with
+        each other rather than one of them left far from the rest."""
         cap = self.goal.capacity
         tol = self.goal.tolerance
         notes = []
@@ -826,31 +862,56 @@ class _DiskStep:
             if lo_g <= share <= hi_g:
                 continue
             # the nearest share the rack can reach; where it can reach the band, its brokers keep it
+            pinned = True
             if fewest[g] / rack_cap > hi_g:
                 share = fewest[g] / rack_cap
             elif most[g] / rack_cap < lo_g:
                 share = most[g] / rack_cap
             else:
-                continue
+                pinned = False
             lo = max(0.0, min(share - tol, lo_g))
             hi = min(max(share + tol, hi_g), self.goal.cap)
             for b in members:
                 self.band[b] = (lo * cap[b], hi * cap[b])
             name = self.layout.rack_names[g] if g < len(self.layout.rack_names) else g
-            notes.append(
-                f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
-                "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
-                "bytes; its brokers are balanced around that share"
-            )
+            if pinned:
+                notes.append(
+                    f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
+                    "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
+                    "bytes; its brokers are balanced around that share"
+                )
+            else:
+                notes.append(
+                    f"rack {name} ends at {share:.1%} of its disk, not the mean share: none of the replicas that may "
+                    "leave it found room in another rack (rack spread, replica counts, sizes); its brokers are balanced "
+                    "around that share"
+                )
         return notes
 
     def count_window(self) -> tuple[int, int]:
         """The replica counts every live broker should end within: ``count_spread`` wide, around
-        the mean (a broker with replicas of partitions that may not move can stay above it)."""
+        the mean, or higher where a rack must hold more than its share (racks of unequal size:
+        a partition with RF >= racks keeps one replica in each, so the brokers of a small rack
+        hold at least those replicas between them; replicas that may not move stay)."""
         n = len(self.live)
         total = sum(self.count.values())
-        lo = max(0, -(-total // n) - (self.goal.count_spread + 1) // 2)
-        return lo, lo + self.goal.count_spread
+        spread = self.goal.count_spread
+        hi = max(0, -(-total // n) - (spread + 1) // 2) + spread
+        if self.n_racks > 1:
+            fewest = [0] * self.n_racks
+            size = [0] * self.n_racks
+            for b in self.live:
+                g = self.rack.get(b, -1)
+                if 0 <= g < self.n_racks:
+                    fewest[g] += self.count[b] - len(self.on[b])  # replicas that may not move
+                    size[g] += 1
+            for e, reps in enumerate(self.reps):
+                if self.movable[e] and len(reps) >= self.n_racks:
+                    for g in {self.rack.get(b, -1) for b in reps if b in self.live_set}:
+                        if 0 <= g < self.n_racks:
+                            fewest[g] += 1
+            hi = max([hi] + [-(-fewest[g] // size[g]) for g in range(self.n_racks) if size[g]])
+        return max(0, hi - spread), hi
 
     def balance_counts(self) -> None:
         """Bring every live broker's replica count into :meth:`count_window` by moving the
@@ -875,7 +936,7 @@ class _DiskStep:
             for _, e in self.on[src]:
                 if self.count[src] <= until or not ts:
                     return
-                if e not in self.touched and src in self.reps[e] and self.try_move(e, src, ts):
+                if not self.gone(e, src) and self.try_move(e, src, ts):
                     ts = [t for t in targets(src, pull) if pull is None or self.count[t[0]] < lo]
 
         for src in sorted(self.live, key=lambda b: -self.count[b]):
@@ -888,6 +949,23 @@ class _DiskStep:
                     break
                 if self.count[src] > lo:
                     shed_smallest(src, dst, max(lo, self.count[src] - (lo - self.count[dst])))
+        # a broker still above the window holds only replicas that must stay in its rack (RF >=
+        # racks): a broker of its rack passes one of its own to another rack, then takes one
+        for src in sorted(self.live, key=lambda b: -self.count[b]):
+            while self.count[src] > hi:
+                mates = sorted((m for m in self.live if m != src and self.rack.get(m) == self.rack.get(src)),
+                               key=lambda m: self.count[m])
+                for m in mates:
+                    had = self.count[m]
+                    if had >= hi:
+                        shed_smallest(m, None, had - 1)
+                    if self.count[m] < hi:
+                        left = self.count[src]
+                        shed_smallest(src, m, left - 1)
+                        if self.count[src] < left:
+                            break
+                else:
+                    break
         self.count_spread = _Spread(self.count, len(self.live), self.goal.count_spread)
 
     def run(self) -> DiskOutcome:
@@ -904,6 +982,7 @@ class _DiskStep:
         for e in self.touched:
             self.out.changed[self.key[e]] = tuple(self.reps[e])
         self.out.after = dict(self.bytes)
+        self.out.count_spread = max(self.count.values(), default=0) - min(self.count.values(), default=0)
         for b in self.live:
             lo, hi = band[b]
             share = self.share(b)

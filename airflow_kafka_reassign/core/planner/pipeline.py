@@ -7,7 +7,7 @@ module is the single-process reference (CLI ``metrics``, tests, small clusters).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
 from airflow_kafka_reassign.core.planner.disk import (
@@ -52,15 +52,25 @@ def plan_topics(
         loads, layout, scope.fixed_load, max_topic_spread=max_topic_spread, group_replicas=group_replicas
     )
     warnings = list(quota_plan.warnings)
-    by_topic: list[list[TopicMove]] = []
     # per-topic balance ranks below disk balance: where the disk step may spread topics freely,
     # the count steps only fix racks and empty removed brokers, and the disk step balances counts
     counts_in_disk = disk is not None and disk.balance_counts
-    for t in scope.topics:
-        params = TopicParams(balance=t.balance and not counts_in_disk, fix_racks=t.balance, use_sizes=use_sizes)
-        by_topic.append(plan_topic(t, quota_plan.quotas[t.topic], layout, params))
+
+    def per_topic(balance: bool) -> list[list[TopicMove]]:
+        return [
+            plan_topic(t, quota_plan.quotas[t.topic], layout,
+                       TopicParams(balance=t.balance and balance, fix_racks=t.balance, use_sizes=use_sizes))
+            for t in scope.topics
+        ]
+
+    by_topic = per_topic(not counts_in_disk)
     if disk is not None:
         run = disk_step(scope, by_topic, disk)
+        if run.outcome.counts_missed(disk, quota_plan.floor):
+            # racks kept the disk step from evening out the counts: the per-topic steps balance them
+            disk = replace(disk, balance_counts=False)
+            by_topic = per_topic(True)
+            run = disk_step(scope, by_topic, disk)
         warnings.extend(run.outcome.warnings)
         if disk_outcome is not None:
             disk_outcome.append(run)

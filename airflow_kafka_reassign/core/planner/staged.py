@@ -368,6 +368,15 @@ class DiskDone:
     changes: dict[str, dict[int, tuple[int, ...]]]
     outcome: DiskOutcome
     bounds: DiskBounds
+    #: the disk step left the replica counts further apart than the goal (:func:`counts_in_place`)
+    counts_missed: bool = False
+
+
+def counts_in_place(step: QuotaStep) -> QuotaStep:
+    """``step`` with the per-topic steps balancing the replica counts and the disk step not: what
+    ``place`` runs again when the disk step's own count balance fell short (racks)."""
+    assert step.disk is not None
+    return replace(step, params=replace(step.params, balance=True), disk=replace(step.disk, balance_counts=False))
 
 
 def driver_disk(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[DiskArrays]) -> DiskDone | None:
@@ -410,7 +419,7 @@ def driver_disk(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[DiskArray
         changes.setdefault(topics[ti], {})[partitions[ti][pi]] = reps
         final[starts[ti] + pi] = reps
     bounds = disk_bounds(inp, final, goal, ctx.layout.brokers, step.fixed_bytes, step.fixed_load)
-    return DiskDone(changes, outcome, bounds)
+    return DiskDone(changes, outcome, bounds, outcome.counts_missed(goal, step.floor))
 
 
 def apply_disk_changes(inputs: Iterable[LeaderInput], changes: Mapping[str, Mapping[int, tuple[int, ...]]]) -> None:
@@ -729,8 +738,12 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
     groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
     step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
     placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
-    leader_inputs = [LeaderInput.of(placed)]
     disk = driver_disk(ctx, step, [DiskArrays.of(placed)])
+    if disk is not None and disk.counts_missed:
+        step = counts_in_place(step)
+        placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
+        disk = driver_disk(ctx, step, [DiskArrays.of(placed)])
+    leader_inputs = [LeaderInput.of(placed)]
     if disk is not None:
         apply_disk_changes(leader_inputs, disk.changes)
     changes = merge_changes(disk, driver_leaders(ctx, step, leader_inputs))
