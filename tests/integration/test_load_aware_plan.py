@@ -102,3 +102,32 @@ def test_spark_job_plans_the_same_load_aware_plan_as_the_pure_planner(sandbox, u
     disk = expected.disk
     assert disk is not None
     assert {int(b): v for b, v in metrics["disk"]["bytes_after"].items()} == disk.bytes_after
+
+
+def test_spark_job_places_again_where_racks_keep_the_counts_apart(tmp_path):
+    # racks of unequal size (5, 5, 4 brokers) and two new brokers: the disk step cannot even out
+    # the replica counts itself; the job places again with the per-topic steps balancing them,
+    # and its plan is still the pure planner's (no Kafka needed: a synthetic snapshot)
+    from airflow_kafka_reassign.core.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
+
+    cluster = synthetic_cluster(brokers=12, racks=3, new_brokers=2, replicas=6000, sizes="skewed", seed=3, skew=0.4)
+    capacity = {"brokers": {str(b): {"disk": v} for b, v in synthetic_capacities(cluster, fill=0.55).items()}}
+    snapshot = to_snapshot(cluster)
+    expected = plan_reassignment(
+        snapshot, PlanRequest(goal="add-brokers", brokers=(12, 13), capacity=capacity_document(capacity))
+    )
+    assert expected.after.replica_max_min <= 2
+    (tmp_path / "capacity.json").write_text(json.dumps(capacity))
+    snap = write_snapshot(snapshot, tmp_path / "snapshot")
+    cli = str(Path(sys.executable).with_name("airflow-kafka-reassign"))
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [cli, "plan", "--snapshot", str(snap), "--goal", "add-brokers", "--brokers", "12,13", "--capacity",
+         str(tmp_path / "capacity.json"), "--out", str(tmp_path / "plan"), "--master", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    metrics = read_metrics(tmp_path / "plan")
+    assert "place again" in metrics["job"]["stages_s"]
+    assert read_plan(tmp_path / "plan").model_dump_json() == expected.plan.model_dump_json()
+    assert metrics["after"]["replica_max_min"] == expected.after.replica_max_min
