@@ -27,8 +27,10 @@ where it ends); partitions frozen (in flight) or not balanced (left out) never m
 from __future__ import annotations
 
 import bisect
+import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
@@ -332,7 +334,15 @@ def balance_disk_input(
 ) -> DiskOutcome:
     """:func:`balance_disk` on flat input; :attr:`DiskOutcome.changed` keys are (topic index in
     ``inp``, partition index within the topic)."""
-    return _DiskStep(inp, layout, fixed_bytes, fixed_counts, goal).run()
+    # hundreds of thousands of small lists and tuples, no reference cycles: the cyclic collector
+    # would only walk them again and again (a fifth of the step at a million replicas)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _DiskStep(inp, layout, fixed_bytes, fixed_counts, goal).run()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Spread:
@@ -444,15 +454,32 @@ class _DiskStep:
             self.added[b].sort()
             self.taken[b].sort()
         self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
-        #: broker -> its movable replicas that may leave for another rack (their partition does
-        #: not hold exactly one replica in every rack): what a swap across racks can send back
+        #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
+        #: rack rule as the step starts; checked again on use): what a swap across racks sends back
         rack = self.rack
         n_racks = self.n_racks
         self.locked = locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in self.reps]
-        self.cross_on: dict[int, list[tuple[int, int]]] = {
-            b: [(s, e) for s, e in self.on[b] if not locked[e]] for b in self.live
+        self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = {
+            (b, g): [] for b in self.live for g in range(n_racks) if g != rack.get(b, -1)
         }
-        self.cross_from: dict[int, int] = dict.fromkeys(self.live, 0)
+        cross_to = self.cross_to
+        for b in self.live:
+            rb = rack.get(b, -1)
+            other_racks = [g for g in range(n_racks) if g != rb]
+            for entry in self.on[b]:
+                e = entry[1]
+                if locked[e]:
+                    continue
+                reps = self.reps[e]
+                if len(reps) == 2:  # the common case, without the general rule's sets
+                    ro = rack.get(reps[0] if reps[1] == b else reps[1], -1)
+                    for g in other_racks:
+                        if g != ro or ro == rb:
+                            cross_to[(b, g)].append(entry)
+                else:
+                    for key in self.cross_keys(e, b):
+                        cross_to[key].append(entry)
+        self.cross_from: dict[tuple[int, int], int] = dict.fromkeys(self.cross_to, 0)
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
         #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
@@ -524,11 +551,17 @@ class _DiskStep:
         if i < self.swap_from[dst]:
             self.swap_from[dst] += 1
         if not self.locked[e]:
-            lst = self.cross_on[dst]
-            j = bisect.bisect_left(lst, entry)
-            lst.insert(j, entry)
-            if j < self.cross_from[dst]:
-                self.cross_from[dst] += 1
+            for key in self.cross_keys(e, dst):
+                lst = self.cross_to[key]
+                j = bisect.bisect_left(lst, entry)
+                lst.insert(j, entry)
+                if j < self.cross_from[key]:
+                    self.cross_from[key] += 1
+
+    def cross_keys(self, e: int, b: int) -> list[tuple[int, int]]:
+        """(``b``, rack) for every other rack that ``e``'s replica on ``b`` may move to."""
+        r_src, kept = self.rack_test(self.reps[e], b)
+        return [(b, g) for g in range(self.n_racks) if g != r_src and (kept is None or g not in kept)]
 
     def swap_back(self, dst: int, src: int, limit: float) -> int | None:
         """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``): from
@@ -537,13 +570,22 @@ class _DiskStep:
         failed = self.swap_failed.get((dst, src))
         if failed is not None and failed[0] == self.out.moves and limit <= failed[1]:
             return None
-        across = self.rack.get(dst, -1) != self.rack.get(src, -1)
-        lst, pointers = (self.cross_on[dst], self.cross_from) if across else (self.on[dst], self.swap_from)
-        start = pointers[dst]
+        g = self.rack.get(src, -1)
+        across = self.rack.get(dst, -1) != g
+        lst: list[tuple[int, int]]
+        pointers: dict[Any, int]
+        if across:
+            key: Any = (dst, g)
+            if key not in self.cross_to:
+                return None
+            lst, pointers = self.cross_to[key], self.cross_from
+        else:
+            key, lst, pointers = dst, self.on[dst], self.swap_from
+        start = pointers[key]
         # entries already moved never come back: skip them for good
         while start < len(lst) and dst not in self.reps[lst[start][1]]:
             start += 1
-        pointers[dst] = start
+        pointers[key] = start
         tried = 0
         for i in range(start, len(lst)):
             s, q = lst[i]
