@@ -83,17 +83,24 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     merge_named,
     plan_context,
 )
+from airflow_kafka_reassign.core.planner.lower_bound import BoundPart  # noqa: E402
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
+    DiskArrays,
     LeaderInput,
     LeaderView,
     MoveTotals,
     Placed,
     Prepared,
+    QuotaStep,
+    apply_disk_changes,
+    counts_in_place,
+    driver_disk,
     driver_leaders,
     driver_quotas,
     driver_result,
     leader_counts,
+    merge_changes,
     new_accumulators,
     new_bound,
     place_grouped,
@@ -294,17 +301,23 @@ def _valid(rows: list[PartitionRow] | str) -> list[PartitionRow]:
 
 def emit_placed(ctx: PrepareContext, placed: Iterable[Placed]) -> Iterator[Out]:
     """Per topic its :class:`Placed` (stays on the executors), then for the driver one
-    :class:`LeaderInput` of all the task's topics and the task's share of the lower bound."""
+    :class:`LeaderInput` of all the task's topics, the task's share of the lower bound and, for
+    load-aware goals (a capacity document), the :class:`DiskArrays` of its topics."""
     bound = new_bound(ctx)
     views: list[LeaderView] = []
+    disk_views: list[Placed] | None = [] if ctx.request.capacity is not None else None
     for x in placed:
         if x.bound is not None:
             bound.merge(x.bound)
             x.bound = None
         yield "placed", x.topic, _dump(x)
         views.append(LeaderInput.view(x))
+        if disk_views is not None:
+            disk_views.append(DiskArrays.view(x))
     yield "leaders", "", _dump(LeaderInput.of_views(views))
     yield "bound", "", _dump(bound)
+    if disk_views is not None:
+        yield "disk", "", _dump(DiskArrays.of_views(disk_views))
 
 
 def finish_topics(
@@ -692,29 +705,31 @@ def run(
     master) or ``spark`` (Spark's DataFrame reader). ``snapshot_name``: what metrics.json names
     as the snapshot (its URI when ``snapshot`` is a local copy of it).
     """
-    if request.capacity is not None:
-        return plan_load_aware_on_driver(snapshot, out, request, snapshot_name or snapshot)
+    if request.capacity is not None and request.capacity.gives_network_in():
+        return plan_bytes_in_on_driver(snapshot, out, request, snapshot_name or snapshot)
     with no_cyclic_gc():
         return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
                     snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check)
 
 
-def plan_load_aware_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
-    """A plan with a capacity document (load-aware goals): the disk step needs every broker's bytes
-    at once, so this version runs the pure planner on the driver (no per-topic stages yet)."""
+def plan_bytes_in_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
+    """A plan whose capacity document gives ``network_in`` (the bytes-in goal): the bytes-in step needs
+    every partition's rate at once and is not staged yet, so this runs the pure planner on the driver
+    (the disk step included); the load-aware plan without ``network_in`` runs staged."""
     from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
     from airflow_kafka_reassign.core.planner import plan_reassignment
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
 
     if is_remote(snapshot):
         raise ConfigurationError(
-            f"load-aware planning (a capacity document) reads the snapshot on the driver; {snapshot} is not a "
-            "local folder: give a local or object-storage snapshot (staged by the job), not hdfs:// or s3a://"
+            f"bytes-in planning (network_in in the capacity document) reads the snapshot on the driver; {snapshot} "
+            "is not a local folder: give a local or object-storage snapshot (staged by the job), not hdfs:// or s3a://"
         )
     started = time.perf_counter()
-    result = plan_reassignment(read_snapshot(snapshot), request)
+    with no_cyclic_gc():
+        result = plan_reassignment(read_snapshot(snapshot), request)
     write_plan_dir(result, out, snapshot=name)
-    print(f"[plan_job] load-aware planning on the driver {time.perf_counter() - started:.2f}s", file=sys.stderr)
+    print(f"[plan_job] bytes-in planning on the driver {time.perf_counter() - started:.2f}s", file=sys.stderr)
     return read_metrics(Path(out))
 
 
@@ -785,37 +800,64 @@ def _run(
     ctx_b = sc.broadcast(ctx)
     clock.lap("quotas")
 
-    placed: Any = None
-    groups_in_place = bool(step.pending)
-    if step.pending:
-        assert index is not None
-        tasks = group_splits(index, step.pending, n_parts)
-        placed = sc.parallelize(tasks, len(tasks)).mapPartitions(_on_group_splits(ctx_b, data_b, step.params)).cache()
-        side = placed.filter(lambda r: r[0] != "placed").collect()
-        if any(kind == "miss" for kind, _, _ in side):
-            print("[plan_job] a group of topics could not meet its share of the brokers' room: "
-                  "quotas over every topic at once", file=sys.stderr, flush=True)
-            placed.unpersist()
-            placed, groups_in_place = None, False
-            step = quotas_at_once(ctx, step)
-    if placed is None:
-        quotas_b = sc.broadcast((step.quotas, step.params))
-        if source is not None:
-            placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
-        else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
-            placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
-        placed = placed.cache()  # the Placed payloads stay on the executors for finish
-        side = placed.filter(lambda r: r[0] != "placed").collect()
+    def place(step: QuotaStep) -> tuple[Any, list[Out], QuotaStep, bool]:
+        """The place stage (cached on the executors) and what its tasks sent the driver."""
+        placed: Any = None
+        groups_in_place = bool(step.pending)
+        if step.pending:
+            assert index is not None
+            tasks = group_splits(index, step.pending, n_parts)
+            placed = sc.parallelize(tasks, len(tasks)).mapPartitions(_on_group_splits(ctx_b, data_b, step.params)).cache()
+            side = placed.filter(lambda r: r[0] != "placed").collect()
+            if any(kind == "miss" for kind, _, _ in side):
+                print("[plan_job] a group of topics could not meet its share of the brokers' room: "
+                      "quotas over every topic at once", file=sys.stderr, flush=True)
+                placed.unpersist()
+                placed, groups_in_place = None, False
+                step = quotas_at_once(ctx, step)
+        if placed is None:
+            quotas_b = sc.broadcast((step.quotas, step.params))
+            if source is not None:
+                placed = source.mapPartitions(_on_splits(place_topics, data_b, ctx_b, quotas_b))
+            else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
+                placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
+            placed = placed.cache()  # the Placed payloads stay on the executors for finish
+            side = placed.filter(lambda r: r[0] != "placed").collect()
+        return placed, side, step, groups_in_place
+
+    def received(side: list[Out]) -> tuple[list[LeaderInput], BoundPart, list[DiskArrays]]:
+        inputs, bound, disk_inputs = [], new_bound(ctx), []
+        for kind, _, payload in side:
+            if kind == "leaders":
+                inputs.append(pickle.loads(payload))
+            elif kind == "disk":
+                disk_inputs.append(pickle.loads(payload))
+            else:
+                bound.merge(pickle.loads(payload))
+        return inputs, bound, disk_inputs
+
+    placed, side, step, groups_in_place = place(step)
+    inputs, bound, disk_inputs = received(side)
+    clock.lap("place")
+    # load-aware goals: the disk step over every planned partition, on the driver
+    disk = driver_disk(ctx, step, disk_inputs)
+    if disk is not None and disk.counts_missed:
+        # racks kept the disk step from evening out the replica counts: place again, with the
+        # per-topic steps balancing them (what the pure planner does too)
+        print("[plan_job] the disk step left the replica counts apart (racks): placing again with the "
+              "per-topic steps balancing them", file=sys.stderr, flush=True)
+        placed.unpersist()
+        placed, side, step, groups_in_place = place(counts_in_place(step))
+        inputs, bound, disk_inputs = received(side)
+        clock.lap("place again")
+        disk = driver_disk(ctx, step, disk_inputs)
     if df is not None:
         df.unpersist()
-    inputs, bound = [], new_bound(ctx)
-    for kind, _, payload in side:
-        if kind == "leaders":
-            inputs.append(pickle.loads(payload))
-        else:
-            bound.merge(pickle.loads(payload))
-    clock.lap("place")
-    changes = driver_leaders(ctx, step, inputs)
+    del disk_inputs, side
+    if disk is not None:
+        apply_disk_changes(inputs, disk.changes)
+        clock.lap("disk")
+    changes = merge_changes(disk, driver_leaders(ctx, step, inputs))
     clock.lap("leaders")
 
     changes_b = sc.broadcast(changes)
@@ -837,7 +879,7 @@ def _run(
     placed.unpersist()
     clock.lap("finish")
 
-    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
+    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals, disk)
     moved, chunks = plan_file_parts(parts)
     job = {
         "master": sc.master,

@@ -87,9 +87,9 @@ class TreeMemory:
         return self.peak
 
 
-def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto") -> dict:
+def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto", request_json: str | None = None) -> dict:
     request = out.parent / "request.json"
-    request.write_text(json.dumps({"goal": "add-brokers"}))
+    request.write_text(request_json or json.dumps({"goal": "add-brokers"}))
     cmd = spark_submit_command(
         plan_job_path(), [*plan_job_args(str(snapshot), str(out), str(request)), "--reader", reader],
         master=master, options=["--driver-memory", "2g"],

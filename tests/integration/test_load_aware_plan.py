@@ -1,16 +1,26 @@
 """Load-aware planning on the sandbox cluster: topics of very different sizes, one broker with half
 the disk of the others; plan with a capacity document, execute, wait; the brokers' bytes from
-DescribeLogDirs afterwards match the plan's predicted per-broker bytes within 10%."""
+DescribeLogDirs afterwards match the plan's predicted per-broker bytes within 10%. The same
+snapshot planned by the Spark job (``plan --capacity``: real spark-submit, the disk step on the
+driver after the executors' per-topic stages) gives the pure planner's plan."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from kafka_helpers import make_topic, wait_until
 
 from airflow_kafka_reassign.core.capacity import capacity_document
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
+from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
 from airflow_kafka_reassign.core.planner.metrics import partition_size
+from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 pytestmark = pytest.mark.integration
@@ -60,3 +70,64 @@ def test_plan_execute_wait_bytes_match_the_prediction(sandbox, unique_topic, tmp
         wait_until(settled, "DescribeLogDirs to show the predicted bytes (within 10%)", timeout=60)
         got = _bytes(admin.snapshot(topics=topics, include_sizes=True))
         assert abs(got.get(4, 0) / (unit // 2) - disk.mean_share) < abs(before[4] / (unit // 2) - disk.mean_share)
+
+
+def test_spark_job_plans_the_same_load_aware_plan_as_the_pure_planner(sandbox, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    big, small = f"{unique_topic}-big", f"{unique_topic}-small"
+    make_topic(config, big, [[1, 2], [4, 5], [1, 5], [4, 2], [1, 4]], megabytes=2)
+    make_topic(config, small, [[3, 1], [3, 4], [2, 3], [5, 3], [1, 2], [4, 5]], megabytes=0.1)
+    with KafkaClusterAdmin(config, timeout_s=20) as admin:
+        snapshot = admin.snapshot(topics=[big, small], include_sizes=True)
+    total = sum(_bytes(snapshot).values())
+    unit = int(total / 0.5 / 4.5)
+    capacity = {"default": {"disk": unit}, "brokers": {"4": {"disk": unit // 2}}}
+    expected = plan_reassignment(snapshot, PlanRequest(capacity=capacity_document(capacity), disk_tolerance=0.05))
+    assert len(expected.plan) > 0
+    (tmp_path / "capacity.json").write_text(json.dumps(capacity))
+    snap = write_snapshot(snapshot, tmp_path / "snapshot")
+    cli = str(Path(sys.executable).with_name("airflow-kafka-reassign"))
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [cli, "plan", "--snapshot", str(snap), "--capacity", str(tmp_path / "capacity.json"), "--disk-tolerance", "0.05",
+         "--out", str(tmp_path / "plan"), "--master", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    metrics = read_metrics(tmp_path / "plan")
+    assert metrics["job"]["stages_s"].get("disk") is not None  # the disk step ran on the driver of the staged job
+    assert read_plan(tmp_path / "plan").model_dump_json() == expected.plan.model_dump_json()
+    assert metrics["summary"]["bytes_to_move"] == expected.bytes_to_move
+    assert metrics["summary"]["bytes_lower_bound"] == expected.bytes_lower_bound
+    disk = expected.disk
+    assert disk is not None
+    assert {int(b): v for b, v in metrics["disk"]["bytes_after"].items()} == disk.bytes_after
+
+
+def test_spark_job_places_again_where_racks_keep_the_counts_apart(tmp_path):
+    # racks of unequal size (5, 5, 4 brokers) and two new brokers: the disk step cannot even out
+    # the replica counts itself; the job places again with the per-topic steps balancing them,
+    # and its plan is still the pure planner's (no Kafka needed: a synthetic snapshot)
+    from airflow_kafka_reassign.core.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
+
+    cluster = synthetic_cluster(brokers=12, racks=3, new_brokers=2, replicas=6000, sizes="skewed", seed=3, skew=0.4)
+    capacity = {"brokers": {str(b): {"disk": v} for b, v in synthetic_capacities(cluster, fill=0.55).items()}}
+    snapshot = to_snapshot(cluster)
+    expected = plan_reassignment(
+        snapshot, PlanRequest(goal="add-brokers", brokers=(12, 13), capacity=capacity_document(capacity))
+    )
+    assert expected.after.replica_max_min <= 2
+    (tmp_path / "capacity.json").write_text(json.dumps(capacity))
+    snap = write_snapshot(snapshot, tmp_path / "snapshot")
+    cli = str(Path(sys.executable).with_name("airflow-kafka-reassign"))
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [cli, "plan", "--snapshot", str(snap), "--goal", "add-brokers", "--brokers", "12,13", "--capacity",
+         str(tmp_path / "capacity.json"), "--out", str(tmp_path / "plan"), "--master", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    metrics = read_metrics(tmp_path / "plan")
+    assert "place again" in metrics["job"]["stages_s"]
+    assert read_plan(tmp_path / "plan").model_dump_json() == expected.plan.model_dump_json()
+    assert metrics["after"]["replica_max_min"] == expected.after.replica_max_min

@@ -19,14 +19,18 @@ the band then pull the same way. Each moved replica's bytes leave one broker and
 so ``max(sum of excess over the band, sum of deficit under it)`` is a lower bound on the bytes
 any plan reaching the same balance moves (:func:`bytes_lower_bound`); the plan reports both.
 
-No partition moves twice; partitions frozen (in flight) or not balanced (left out) never move.
+No replica moves twice (another replica of the same partition may move, and a replica placed by
+the step may go back out as the small half of a swap: the plan moves it once, from where it was to
+where it ends); partitions frozen (in flight) or not balanced (left out) never move.
 """
 
 from __future__ import annotations
 
 import bisect
+import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
@@ -53,6 +57,9 @@ class DiskGoal:
     #: Replica-count and per-topic windows (max - min) the disk step keeps.
     count_spread: int = 2
     topic_spread: int = 2
+    #: The disk step first brings the brokers' replica counts within ``count_spread`` itself
+    #: (the count steps before it then balanced nothing), moving the smallest replicas.
+    balance_counts: bool = False
 
     def band(self, total: int) -> dict[int, tuple[float, float]]:
         """Broker -> (lowest, highest) bytes the goal accepts for ``total`` bytes on the live brokers."""
@@ -78,6 +85,14 @@ class DiskOutcome:
     moves: int = 0
     swaps: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: Replica counts' max-min over the live brokers after the step.
+    count_spread: int = 0
+
+    def counts_missed(self, goal: DiskGoal, floor: int = 0) -> bool:
+        """The step balanced the replica counts itself (``goal.balance_counts``) and left them further
+        apart than ``goal.count_spread`` and than ``floor`` (the closest the racks let any plan
+        bring them, :attr:`~.quotas.QuotaPlan.floor`): plan again with the count steps balancing them."""
+        return goal.balance_counts and self.count_spread > max(goal.count_spread, floor)
 
 
 def bytes_per_broker(
@@ -148,24 +163,162 @@ def replica_moves_lower_bound_disk(
     live: Sequence[int],
     total: int,
     largest: Mapping[int, Sequence[int]],
+    counts: Mapping[int, int] | None = None,
+    counts_after: Mapping[int, int] | None = None,
 ) -> int:
-    """Fewest replica moves for the bytes above the band: per broker, its largest movable replicas
-    (``largest``, sizes descending) until their bytes reach its excess; each moved replica leaves
-    exactly one broker."""
+    """Fewest replica moves for the bytes above and below the band together with the replica
+    counts (see :func:`bytes_lower_bound` for the band).
+
+    Every move takes one replica out of one broker and into one, so the moves are both the sum of
+    the brokers' outflows and the sum of their inflows. Per broker, ``k_out``: its largest movable
+    replicas (``largest``, sizes descending) until they cover its bytes above the band, and
+    ``k_in``: the largest replicas of all brokers until they cover its bytes below it. With
+    ``counts`` and ``counts_after`` (replicas per broker before and after the plan; ``w`` the
+    latter's max-min), every live broker ends in a window ``[t, t + w]``: it sends at least
+    ``max(c - (t + w), k_out, k_in - (t + w - c))`` replicas (what it receives beyond its room in
+    the window goes out again) and receives at least ``max(t - c, k_in, k_out - (c - t))`` (a
+    broker at the window's bottom that sheds large replicas must take small ones back: the swaps).
+    Removed brokers send all they hold. The bound is the smallest over ``t`` of the larger sum.
+    """
     band = goal.band(total)
-    moves = 0
-    for b in live:
-        _, hi = band[b]
-        excess = before.get(b, 0) - max(hi, after.get(b, 0))
-        if excess <= 0:
-            continue
+    live_set = set(live)
+    pooled = sorted((s for b, sizes in largest.items() for s in sizes[:4096]), reverse=True)
+
+    def cover(sizes: Sequence[int], amount: float) -> int:
         acc = 0
-        for s in largest.get(b, ()):
-            if acc >= excess:
+        k = 0
+        for s in sizes:
+            if acc >= amount:
                 break
             acc += s
-            moves += 1
-    return moves
+            k += 1
+        return k
+
+    k_out: dict[int, int] = {}
+    k_in: dict[int, int] = {}
+    for b in live:
+        lo, hi = band[b]
+        x = before.get(b, 0)
+        y = after.get(b, 0)
+        excess = x - max(hi, y)
+        if excess > 0:
+            k_out[b] = cover(largest.get(b, ()), excess)
+        deficit = min(lo, y) - x
+        if deficit > 0:
+            k_in[b] = cover(pooled, deficit)
+    if counts is None or counts_after is None or not live:
+        return sum(k_out.values())
+    ends = [counts_after.get(b, 0) for b in live]
+    w = max(1, max(ends) - min(ends))
+    n_total = sum(ends)
+    removed_out = sum(c for b, c in counts.items() if b not in live_set)
+    nb = len(live)
+    best: int | None = None
+    for t in range(max(0, -(-n_total // nb) - w), n_total // nb + 1):
+        outs = removed_out
+        ins = 0
+        for b in live:
+            c = counts.get(b, 0)
+            ko, ki = k_out.get(b, 0), k_in.get(b, 0)
+            outs += max(0, c - (t + w), ko, ki - (t + w - c))
+            ins += max(0, t - c, ki, ko - (c - t))
+        cost = max(outs, ins)
+        if best is None or cost < best:
+            best = cost
+    return best or 0
+
+
+@dataclass
+class DiskInput:
+    """The partitions the disk step may look at, topic by topic, in flat lists (what the Spark job's
+    driver builds from the per-topic stages' arrays; :func:`disk_input` from ``TopicPartitions``)."""
+
+    #: Partitions per topic, and whether each topic is balanced (False: its partitions stay).
+    counts: Sequence[int]
+    balance: Sequence[bool]
+    #: Per partition: replicas now (after the count steps), before the plan, bytes of one replica,
+    #: and whether it is frozen (in flight: never moves).
+    replicas: Sequence[Sequence[int]]
+    original: Sequence[tuple[int, ...]]
+    sizes: Sequence[int]
+    frozen: Sequence[bool]
+
+
+def disk_input(topics: Sequence[TopicPartitions], replicas: Sequence[Sequence[tuple[int, ...]]]) -> DiskInput:
+    """:class:`DiskInput` of ``topics`` with ``replicas`` (one list per topic) as their replicas now."""
+    return DiskInput(
+        counts=[len(t.partitions) for t in topics],
+        balance=[t.balance for t in topics],
+        replicas=[r for reps in replicas for r in reps],
+        original=[r for t in topics for r in t.replicas],
+        sizes=[s for t in topics for s in (t.sizes or [0] * len(t.partitions))],
+        frozen=[f for t in topics for f in (t.frozen or [False] * len(t.partitions))],
+    )
+
+
+@dataclass
+class DiskBounds:
+    """Bytes and replica counts per broker before and after a load-aware plan, and its bounds."""
+
+    #: Broker -> bytes before (live and removed brokers) and after (live brokers).
+    before: dict[int, int]
+    after: dict[int, int]
+    bytes_bound: int
+    moves_bound: int
+
+
+def disk_bounds(
+    inp: DiskInput,
+    final: Sequence[Sequence[int]],
+    goal: DiskGoal,
+    live: Sequence[int],
+    fixed_bytes: Mapping[int, int],
+    fixed_counts: Mapping[int, int],
+    extra_min_out: Mapping[int, int] | None = None,
+) -> DiskBounds:
+    """Per-broker bytes before and after, :func:`bytes_lower_bound` and
+    :func:`replica_moves_lower_bound_disk` of a plan that ends with ``final`` (the replicas of
+    every partition of ``inp``, in its order); the partitions outside ``inp`` (``fixed_*``) stay.
+    ``extra_min_out``: bytes that must leave a broker for another goal (bytes in), per broker."""
+    live_set = set(live)
+    before: dict[int, int] = dict(fixed_bytes)
+    after: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in live}
+    count_before: dict[int, int] = dict(fixed_counts)
+    count_after: dict[int, int] = {b: fixed_counts.get(b, 0) for b in live}
+    largest: dict[int, list[int]] = {}
+    topic_of = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
+    for orig, fin, size, frozen, ti in zip(inp.original, final, inp.sizes, inp.frozen, topic_of, strict=True):
+        movable = not frozen and (inp.balance[ti] or goal.offload_threshold is not None)
+        for b in orig:
+            before[b] = before.get(b, 0) + size
+            count_before[b] = count_before.get(b, 0) + 1
+            if movable:
+                largest.setdefault(b, []).append(size)
+        for b in fin:
+            if b in live_set:
+                after[b] += size
+                count_after[b] += 1
+    for sizes in largest.values():
+        sizes.sort(reverse=True)
+    total = sum(after.values())
+    # replicas a broker must shed for the counts: above the plan's largest count, its smallest
+    top = max(count_after.values(), default=0)
+    min_out: dict[int, int] = {}
+    for b, c in count_before.items():
+        shed = c - (top if b in live_set else 0)
+        sizes = largest.get(b, [])
+        if shed > 0 and sizes:
+            min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
+    for b, x in (extra_min_out or {}).items():
+        min_out[b] = max(min_out.get(b, 0), x)
+    return DiskBounds(
+        before=before,
+        after=after,
+        bytes_bound=bytes_lower_bound(before, after, goal, live, total, min_out),
+        moves_bound=replica_moves_lower_bound_disk(
+            before, after, goal, live, total, largest, counts=count_before, counts_after=count_after
+        ),
+    )
 
 
 def balance_disk(
@@ -177,14 +330,31 @@ def balance_disk(
     goal: DiskGoal,
 ) -> DiskOutcome:
     """The disk step on ``replicas`` (one list per topic of ``topics``, after the count steps)."""
-    return _DiskStep(topics, replicas, layout, fixed_bytes, fixed_counts, goal).run()
+    return balance_disk_input(disk_input(topics, replicas), layout, fixed_bytes, fixed_counts, goal)
+
+
+def balance_disk_input(
+    inp: DiskInput, layout: BrokerLayout, fixed_bytes: Mapping[int, int], fixed_counts: Mapping[int, int], goal: DiskGoal
+) -> DiskOutcome:
+    """:func:`balance_disk` on flat input; :attr:`DiskOutcome.changed` keys are (topic index in
+    ``inp``, partition index within the topic)."""
+    # hundreds of thousands of small lists and tuples, no reference cycles: the cyclic collector
+    # would only walk them again and again (a fifth of the step at a million replicas)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _DiskStep(inp, layout, fixed_bytes, fixed_counts, goal).run()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Spread:
     """Counts per broker with their histogram: whether moving one from ``src`` to ``dst`` keeps
-    max - min within ``limit`` (the larger of the wanted spread and the one it starts with)."""
+    max - min within ``limit`` (the larger of the wanted spread and the one it starts with).
+    Both checks are O(1): only the two counts that change and the histogram's ends matter."""
 
-    __slots__ = ("counts", "hist", "limit")
+    __slots__ = ("counts", "hist", "hi", "limit", "lo")
 
     def __init__(self, counts: dict[int, int], brokers: int, spread: int) -> None:
         self.counts = counts
@@ -196,33 +366,42 @@ class _Spread:
             hist[0] = hist.get(0, 0) + zeros
         self.hist = hist
         keys = [k for k, v in hist.items() if v]
-        self.limit = max(spread, max(keys) - min(keys)) if keys else spread
+        self.lo = min(keys) if keys else 0
+        self.hi = max(keys) if keys else 0
+        self.limit = max(spread, self.hi - self.lo)
 
-    def _after(self, src: int, dst: int) -> dict[int, int]:
+    def _ends(self, src: int, dst: int) -> tuple[int, int]:
+        """(min, max) of the counts once one moved from ``src`` to ``dst``."""
         a = self.counts.get(src, 0)
         c = self.counts.get(dst, 0)
-        h = dict(self.hist)
+        lo, hi = self.lo, self.hi
+        # the max rises to c + 1, or drops by one when ``src`` was alone at it (a - 1 is then the max)
+        new_hi = c + 1 if c + 1 > hi else (hi - 1 if a == hi and self.hist[hi] == 1 and c + 1 < hi else hi)
+        new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and self.hist[lo] == 1 and a - 1 > lo else lo)
+        return new_lo, new_hi
+
+    def allows(self, src: int, dst: int) -> bool:
+        lo, hi = self._ends(src, dst)
+        return hi - lo <= self.limit
+
+    def move(self, src: int, dst: int) -> None:
+        lo, hi = self._ends(src, dst)
+        a = self.counts.get(src, 0)
+        c = self.counts.get(dst, 0)
+        h = self.hist
         h[a] -= 1
         h[c] -= 1
         h[a - 1] = h.get(a - 1, 0) + 1
         h[c + 1] = h.get(c + 1, 0) + 1
-        return h
-
-    def allows(self, src: int, dst: int) -> bool:
-        keys = [k for k, v in self._after(src, dst).items() if v > 0]
-        return max(keys) - min(keys) <= self.limit
-
-    def move(self, src: int, dst: int) -> None:
-        self.hist = self._after(src, dst)
-        self.counts[src] = self.counts.get(src, 0) - 1
-        self.counts[dst] = self.counts.get(dst, 0) + 1
+        self.counts[src] = a - 1
+        self.counts[dst] = c + 1
+        self.lo, self.hi = lo, hi
 
 
 class _DiskStep:
     def __init__(
         self,
-        topics: Sequence[TopicPartitions],
-        replicas: Sequence[Sequence[tuple[int, ...]]],
+        inp: DiskInput,
         layout: BrokerLayout,
         fixed_bytes: Mapping[int, int],
         fixed_counts: Mapping[int, int],
@@ -240,65 +419,93 @@ class _DiskStep:
         #: bytes per live broker that the step may not move (outside its scope, frozen, left out)
         self.pinned: dict[int, int] = dict(self.bytes)
         self.count: dict[int, int] = {b: fixed_counts.get(b, 0) for b in self.live}
-        # entries: one per partition the step may look at
-        self.reps: list[list[int]] = []
-        self.size: list[int] = []
-        self.topic: list[int] = []
-        self.key: list[tuple[int, int]] = []
-        self.movable: list[bool] = []
-        self.tcount: list[dict[int, int]] = []
+        # entries: one per partition the step may look at (those of ``inp``, in its order)
+        self.reps: list[list[int]] = [list(r) for r in inp.replicas]
+        self.size: list[int] = list(inp.sizes)
+        self.orig: list[tuple[int, ...]] = list(inp.original)  # a move back to one of them costs no bytes
+        self.topic: list[int] = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
+        self.key: list[tuple[int, int]] = [(ti, pi) for ti, n in enumerate(inp.counts) for pi in range(n)]
+        self.movable: list[bool] = [
+            (self.offload or inp.balance[ti]) and not f and sz > 0
+            for ti, f, sz in zip(self.topic, inp.frozen, self.size, strict=True)
+        ]
+        self.tcount: list[dict[int, int]] = [{} for _ in inp.counts]
         self.on: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
-        #: replicas as they were before any step (a move back to one of them costs no bytes)
-        self.orig: list[tuple[int, ...]] = []
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
         self.added: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
         self.taken: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
-        for ti, (t, reps) in enumerate(zip(topics, replicas, strict=True)):
-            sizes = t.sizes or [0] * len(reps)
-            frozen = t.frozen or [False] * len(reps)
-            tc: dict[int, int] = {}
-            may_move = t.balance or self.offload
-            for pi, (r, s) in enumerate(zip(reps, sizes, strict=True)):
-                e = len(self.reps)
-                self.reps.append(list(r))
-                o = t.replicas[pi]
-                self.orig.append(o)
-                self.size.append(s)
-                self.topic.append(ti)
-                self.key.append((ti, pi))
-                mv = may_move and not frozen[pi] and s > 0
-                self.movable.append(mv)
-                for b in r:
-                    if b in live:
-                        self.bytes[b] += s
-                        self.count[b] += 1
-                        tc[b] = tc.get(b, 0) + 1
-                        if mv:
-                            self.on[b].append((s, e))
-                            if b not in o:
-                                self.added[b].append((s, e))
-                        else:
-                            self.pinned[b] += s
-                if mv and r != o:
-                    for b in o:
-                        if b in live and b not in r:
-                            self.taken[b].append((s, e))
-            self.tcount.append(tc)
+        bytes_, count, pinned, on, added = self.bytes, self.count, self.pinned, self.on, self.added
+        for e, (r, o, s, mv, ti) in enumerate(zip(self.reps, self.orig, self.size, self.movable, self.topic, strict=True)):
+            tc = self.tcount[ti]
+            for b in r:
+                if b in live:
+                    bytes_[b] += s
+                    count[b] += 1
+                    tc[b] = tc.get(b, 0) + 1
+                    if mv:
+                        on[b].append((s, e))
+                        if b not in o:
+                            added[b].append((s, e))
+                    else:
+                        pinned[b] += s
+            if mv and tuple(r) != o:
+                for b in o:
+                    if b in live and b not in r:
+                        self.taken[b].append((s, e))
         for b in self.live:
             self.on[b].sort()
             self.added[b].sort()
             self.taken[b].sort()
         self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
+        #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
+        #: rack rule as the step starts; checked again on use): what a swap across racks sends back
+        rack = self.rack
+        n_racks = self.n_racks
+        self.locked = locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in self.reps]
+        self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = {
+            (b, g): [] for b in self.live for g in range(n_racks) if g != rack.get(b, -1)
+        }
+        cross_to = self.cross_to
+        for b in self.live:
+            rb = rack.get(b, -1)
+            other_racks = [g for g in range(n_racks) if g != rb]
+            for entry in self.on[b]:
+                e = entry[1]
+                if locked[e]:
+                    continue
+                reps = self.reps[e]
+                if len(reps) == 2:  # the common case, without the general rule's sets
+                    ro = rack.get(reps[0] if reps[1] == b else reps[1], -1)
+                    for g in other_racks:
+                        if g != ro or ro == rb:
+                            cross_to[(b, g)].append(entry)
+                else:
+                    for key in self.cross_keys(e, b):
+                        cross_to[key].append(entry)
+        self.cross_from: dict[tuple[int, int], int] = dict.fromkeys(self.cross_to, 0)
+        #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
+        self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
+        #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
+        #: moves at most once; another replica of the same partition may still move)
         self.touched: set[int] = set()
+        self.arrived: set[tuple[int, int]] = set()
         self.total = sum(self.bytes.values())
         self.band = goal.band(self.total)
         n = len(self.live)
         self.count_spread = _Spread(self.count, n, goal.count_spread)
-        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount]
+        #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
+        self.check_topics = not self.offload and goal.topic_spread < max(inp.counts, default=0) * 4
+        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
+        #: per broker, where the search for a small replica to swap back starts (entries before it moved)
+        self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)
         self.out = DiskOutcome(before=dict(self.bytes))
 
     # -- constraints -------------------------------------------------------------------------
+    def gone(self, e: int, b: int) -> bool:
+        """The replica of ``e`` on ``b`` may not move: it left ``b`` already, or this step put it there."""
+        return b not in self.reps[e] or (e, b) in self.arrived
+
     def share(self, b: int) -> float:
         return self.bytes[b] / self.goal.capacity[b]
 
@@ -313,7 +520,7 @@ class _DiskStep:
         return len(after) >= min(need, len(before))
 
     def topic_ok(self, e: int, src: int, dst: int) -> bool:
-        if self.offload:
+        if not self.check_topics:
             return True
         return self.tspread[self.topic[e]].allows(src, dst)
 
@@ -334,40 +541,144 @@ class _DiskStep:
         self.bytes[src] -= s
         self.bytes[dst] += s
         self.count_spread.move(src, dst)
-        self.tspread[self.topic[e]].move(src, dst)
+        if self.check_topics:
+            self.tspread[self.topic[e]].move(src, dst)
         self.touched.add(e)
+        self.arrived.add((e, dst))
         self.out.moves += 1
+        # the replica may go back out of ``dst`` as the small half of a swap (it moves from where it
+        # was before the plan to where it ends, the same bytes): into ``dst``'s sorted lists
+        entry = (s, e)
+        i = bisect.bisect_left(self.on[dst], entry)
+        self.on[dst].insert(i, entry)
+        self.sizes_on[dst].insert(i, s)
+        if i < self.swap_from[dst]:
+            self.swap_from[dst] += 1
+        if not self.locked[e]:
+            for key in self.cross_keys(e, dst):
+                lst = self.cross_to[key]
+                j = bisect.bisect_left(lst, entry)
+                lst.insert(j, entry)
+                if j < self.cross_from[key]:
+                    self.cross_from[key] += 1
+
+    def cross_keys(self, e: int, b: int) -> list[tuple[int, int]]:
+        """(``b``, rack) for every other rack that ``e``'s replica on ``b`` may move to."""
+        r_src, kept = self.rack_test(self.reps[e], b)
+        return [(b, g) for g in range(self.n_racks) if g != r_src and (kept is None or g not in kept)]
 
     def swap_back(self, dst: int, src: int, limit: float) -> int | None:
-        """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``)."""
-        lst = self.on[dst]
-        tried = 0
-        for s, q in lst:
-            if s >= limit or tried >= SWAP_CANDIDATES:
+        """One of the smallest replicas on ``dst`` that may go to ``src`` (size < ``limit``): from
+        all its replicas within a rack, from those that may change racks across racks. A search
+        that found nothing is not repeated with a smaller limit until a move is made."""
+        failed = self.swap_failed.get((dst, src))
+        if failed is not None and failed[0] == self.out.moves and limit <= failed[1]:
+            return None
+        g = self.rack.get(src, -1)
+        across = self.rack.get(dst, -1) != g
+        lst: list[tuple[int, int]]
+        pointers: dict[Any, int]
+        if across:
+            key: Any = (dst, g)
+            if key not in self.cross_to:
                 return None
-            if q in self.touched or dst not in self.reps[q]:
+            lst, pointers = self.cross_to[key], self.cross_from
+        else:
+            key, lst, pointers = dst, self.on[dst], self.swap_from
+        start = pointers[key]
+        # entries already moved never come back: skip them for good
+        while start < len(lst) and dst not in self.reps[lst[start][1]]:
+            start += 1
+        pointers[key] = start
+        tried = 0
+        for i in range(start, len(lst)):
+            s, q = lst[i]
+            if s >= limit or tried >= SWAP_CANDIDATES:
+                break
+            if dst not in self.reps[q]:
                 continue
             tried += 1
             if self.can_place(q, dst, src):
                 return q
+        self.swap_failed[(dst, src)] = (self.out.moves, limit)
         return None
 
-    def try_move(self, e: int, src: int, receivers: Sequence[int], room: dict[int, float]) -> bool:
+    def rack_test(self, reps: Sequence[int], src: int) -> tuple[int, set[int] | None]:
+        """Which racks may take ``src``'s replica of a partition on ``reps`` (the rule of
+        :meth:`racks_ok`, once per replica rather than per receiver): ``(rack of src, None)``: any
+        rack; ``(rack of src, kept)``: the rack of ``src``, or a rack not in ``kept`` (the racks
+        the partition keeps without it, one short of what it must span)."""
+        rack = self.rack
+        r_src = rack.get(src, -1)
+        kept = {rack.get(b, -1) for b in reps if b != src}
+        need = min(len(reps), self.n_racks, len(kept | {r_src}))
+        return r_src, (None if len(kept) >= need else kept)
+
+    def targets(self, src: int, receivers: Sequence[int], room: Mapping[int, float]) -> list[tuple[int, float, bool, float]]:
+        """Per receiver, what decides whether it can take a replica of ``src`` of size ``s``
+        without looking at the replica: ``(broker, room, counts allow a plain move, size of its
+        smallest replica that could come back in a swap)``; a swap needs ``s`` above 16 times it."""
+        out = []
+        spread = self.count_spread
+        a = spread.counts.get(src, 0)
+        lo, hi, limit = spread.lo, spread.hi, spread.limit
+        alone_hi = a == hi and spread.hist[hi] == 1
+        alone_lo = spread.hist[lo] == 1
+        for dst in receivers:
+            if dst == src:
+                continue
+            if self.offload:
+                allow = True
+            else:  # Spread.allows with src fixed
+                c = spread.counts.get(dst, 0)
+                new_hi = c + 1 if c + 1 > hi else (hi - 1 if alone_hi and c + 1 < hi else hi)
+                new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
+                allow = new_hi - new_lo <= limit
+            small = 0.0
+            if not allow:
+                lst = self.on[dst]
+                start = self.swap_from[dst]
+                while start < len(lst) and dst not in self.reps[lst[start][1]]:
+                    start += 1
+                self.swap_from[dst] = start
+                small = float(lst[start][0]) if start < len(lst) else float("inf")
+            out.append((dst, room[dst], allow, small))
+        return out
+
+    def try_move(self, e: int, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> bool:
+        """Move ``e``'s replica on ``src`` to the first of ``targets`` (see :meth:`targets`) that
+        takes it, a broker that held it before the count steps first (moving it back costs no
+        bytes); as a swap with one of the receiver's smallest replicas where counts need it."""
         s = self.size[e]
-        if e in self.touched or src not in self.reps[e]:
+        reps = self.reps[e]
+        if self.gone(e, src):
             return False
+        r_src, kept = self.rack_test(reps, src)
+        rack = self.rack
+        if kept is not None and len(targets) > RECEIVERS:
+            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers
+            order_ok = [t for t in targets if rack.get(t[0], -1) == r_src or rack.get(t[0], -1) not in kept]
+            if not any(t[1] >= s for t in order_ok):
+                return False
+            targets = order_ok
+        orig = self.orig[e]
+        if any(b not in reps and b != src for b in orig):
+            back = [t for t in targets if t[0] in orig]
+            order: Sequence[tuple[int, float, bool, float]] = back + [t for t in targets if t[0] not in orig]
+        else:
+            order = targets
         tried = 0
-        # a broker that held the replica before the count steps first: moving it back costs no bytes
-        back = [b for b in self.orig[e] if b in room and b not in self.reps[e]]
-        for dst in (back + list(receivers)) if back else receivers:
-            if tried >= RECEIVERS:
-                break
-            if room[dst] < s or dst == src:
+        for dst, room, allow, small in order:
+            if room < s or (not allow and small * 16 >= s) or dst in reps:
+                continue
+            if kept is not None and rack.get(dst, -1) != r_src and rack.get(dst, -1) in kept:
+                continue
+            if not self.topic_ok(e, src, dst):
                 continue
             tried += 1
-            if not self.can_place(e, src, dst):
-                continue
-            if self.counts_allow(src, dst):
+            if tried > RECEIVERS:
+                break
+            if allow:
                 self.apply(e, src, dst)
                 return True
             q = self.swap_back(dst, src, s / 16)
@@ -420,29 +731,42 @@ class _DiskStep:
         # replicas the count steps put on ``src`` first (moving them on costs no more bytes), then
         # the largest replicas no larger than what must go (and than any receiver's room), then
         # the smallest larger one, if shedding it stays within ``most``
+        targets = self.targets(src, receivers, room)
         added = self.added[src]
         cut = bisect.bisect_right(added, (limit, len(self.reps)))
-        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"), added)
+        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"), added)
         if s is not None:
             return s
         cut = bisect.bisect_right(self.sizes_on[src], limit)
-        s = self.first_moved(src, range(cut - 1, -1, -1), receivers, room, float("inf"))
+        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"))
         if s is None:
-            s = self.first_moved(src, range(cut, len(self.on[src])), receivers, room, min(most, best_room))
+            s = self.first_moved(src, range(cut, len(self.on[src])), targets, min(most, best_room))
         return s
 
     def first_moved(
         self,
         src: int,
         order: range,
-        receivers: Sequence[int],
-        room: dict[int, float],
+        targets: Sequence[tuple[int, float, bool, float]],
         largest: float,
         lst: list[tuple[int, int]] | None = None,
     ) -> int | None:
         """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
-        ``lst``, sizes up to ``largest``) that some receiver takes; its size, or ``None``."""
+        ``lst``, sizes up to ``largest``) that one of ``targets`` (:meth:`targets`) takes; its
+        size, or ``None``."""
         lst = self.on[src] if lst is None else lst
+        if not targets:
+            return None
+        # a replica no receiver could take whatever its partition: larger than every room, or
+        # (counts needing a swap everywhere) too small to be worth one
+        best_room = max(t[1] for t in targets)
+        any_plain = any(t[2] for t in targets)
+        swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
+        descending = order.step < 0
+        if not descending and not any_plain and order:
+            # ascending: start above the swap floor (bisect) rather than walking up to it
+            start = bisect.bisect_right(lst, (swap_floor, len(self.reps)), order.start, order.stop)
+            order = range(start, order.stop)
         tried = 0
         for i in order:
             if tried >= CANDIDATES:
@@ -450,10 +774,18 @@ class _DiskStep:
             s, e = lst[i]
             if s > largest:
                 return None
-            if e in self.touched or src not in self.reps[e]:
+            if s > best_room:
+                if descending:
+                    continue
+                return None  # the rest are larger still
+            if not any_plain and s <= swap_floor:
+                if descending:
+                    return None  # the rest are smaller still
+                continue
+            if self.gone(e, src):
                 continue
             tried += 1
-            if self.try_move(e, src, receivers, room):
+            if self.try_move(e, src, targets):
                 return s
         return None
 
@@ -472,9 +804,19 @@ class _DiskStep:
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
                 cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
-                got = self.first_moved(src, range(cut - 1, -1, -1), [dst], {dst: most}, float("inf"))
+                got = self.first_moved(src, range(cut - 1, -1, -1), self.targets(src, [dst], {dst: most}), float("inf"))
                 if got is not None:
                     break
+            if got is None:
+                # every replica larger than what is missing: the smallest larger one that leaves
+                # ``dst`` under its band's top and the donor above its bottom
+                for src in donors[:RECEIVERS]:
+                    spare = self.bytes[src] - self.band[src][0]
+                    cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
+                    targets = self.targets(src, [dst], {dst: most})
+                    got = self.first_moved(src, range(cut, len(self.on[src])), targets, min(spare, most))
+                    if got is not None:
+                        break
             if got is None:
                 return
             need -= got
@@ -492,11 +834,13 @@ class _DiskStep:
                 return None
             s, e = lst[i]
             reps = self.reps[e]
-            if e in self.touched or dst in reps:
+            if dst in reps:
                 continue
             tried += 1
             for src in reps:
                 if src in self.orig[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
+                    continue
+                if (e, src) in self.arrived:
                     continue
                 if self.can_place(e, src, dst) and self.counts_allow(src, dst):
                     self.apply(e, src, dst)
@@ -547,7 +891,9 @@ class _DiskStep:
     def rack_bands(self) -> list[str]:
         """Where a rack as a whole cannot reach the band (replicas that must keep a copy in each
         rack, RF >= racks, pin each rack's bytes), aim its brokers at the nearest share the rack
-        can reach instead."""
+        can reach instead. Where it could but the passes left it outside (no replica that may
+        leave it found room elsewhere), at the share it has: its brokers are then balanced with
+        each other rather than one of them left far from the rest."""
         cap = self.goal.capacity
         tol = self.goal.tolerance
         notes = []
@@ -562,27 +908,117 @@ class _DiskStep:
             if lo_g <= share <= hi_g:
                 continue
             # the nearest share the rack can reach; where it can reach the band, its brokers keep it
+            pinned = True
             if fewest[g] / rack_cap > hi_g:
                 share = fewest[g] / rack_cap
             elif most[g] / rack_cap < lo_g:
                 share = most[g] / rack_cap
             else:
-                continue
+                pinned = False
             lo = max(0.0, min(share - tol, lo_g))
             hi = min(max(share + tol, hi_g), self.goal.cap)
             for b in members:
                 self.band[b] = (lo * cap[b], hi * cap[b])
             name = self.layout.rack_names[g] if g < len(self.layout.rack_names) else g
-            notes.append(
-                f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
-                "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
-                "bytes; its brokers are balanced around that share"
-            )
+            if pinned:
+                notes.append(
+                    f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
+                    "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
+                    "bytes; its brokers are balanced around that share"
+                )
+            else:
+                notes.append(
+                    f"rack {name} ends at {share:.1%} of its disk, not the mean share: none of the replicas that may "
+                    "leave it found room in another rack (rack spread, replica counts, sizes); its brokers are balanced "
+                    "around that share"
+                )
         return notes
+
+    def count_window(self) -> tuple[int, int]:
+        """The replica counts every live broker should end within: ``count_spread`` wide, around
+        the mean, or higher where a rack must hold more than its share (racks of unequal size:
+        a partition with RF >= racks keeps one replica in each, so the brokers of a small rack
+        hold at least those replicas between them; replicas that may not move stay)."""
+        n = len(self.live)
+        total = sum(self.count.values())
+        spread = self.goal.count_spread
+        hi = max(0, -(-total // n) - (spread + 1) // 2) + spread
+        if self.n_racks > 1:
+            fewest = [0] * self.n_racks
+            size = [0] * self.n_racks
+            for b in self.live:
+                g = self.rack.get(b, -1)
+                if 0 <= g < self.n_racks:
+                    fewest[g] += self.count[b] - len(self.on[b])  # replicas that may not move
+                    size[g] += 1
+            for e, reps in enumerate(self.reps):
+                if self.movable[e] and len(reps) >= self.n_racks:
+                    for g in {self.rack.get(b, -1) for b in reps if b in self.live_set}:
+                        if 0 <= g < self.n_racks:
+                            fewest[g] += 1
+            hi = max([hi] + [-(-fewest[g] // size[g]) for g in range(self.n_racks) if size[g]])
+        return max(0, hi - spread), hi
+
+    def balance_counts(self) -> None:
+        """Bring every live broker's replica count into :meth:`count_window` by moving the
+        smallest replicas: off brokers above it to brokers below it first, then to brokers with
+        the most disk room; brokers below it then pull from brokers above its bottom. The disk
+        passes after it move the bytes (a receiver's disk does not limit these small replicas)."""
+        lo, hi = self.count_window()
+        cap = self.goal.capacity
+        unlimited = float("inf")
+
+        def targets(src: int, pull: int | None) -> list[tuple[int, float, bool, float]]:
+            rs = [pull] if pull is not None else [b for b in self.live if b != src and self.count[b] < hi]
+            rs.sort(key=lambda b: (self.count[b] >= lo, self.bytes[b] / cap[b]))
+            return [(b, unlimited, True, 0.0) for b in rs]
+
+        def shed_smallest(src: int, pull: int | None, until: int) -> None:
+            """Move ``src``'s smallest replicas off it (to ``pull`` only, when given) until its count
+            is ``until`` or no receiver is left, in one walk up its replicas."""
+            ts = targets(src, pull)
+            # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
+            # a few may leave for another rack, and count moves are few
+            for _, e in self.on[src]:
+                if self.count[src] <= until or not ts:
+                    return
+                if not self.gone(e, src) and self.try_move(e, src, ts):
+                    ts = [t for t in targets(src, pull) if pull is None or self.count[t[0]] < lo]
+
+        for src in sorted(self.live, key=lambda b: -self.count[b]):
+            if self.count[src] > hi:
+                shed_smallest(src, None, hi)
+        for dst in sorted(self.live, key=lambda b: self.count[b]):
+            donors = sorted((b for b in self.live if b != dst), key=lambda b: -self.count[b])
+            for src in donors:
+                if self.count[dst] >= lo:
+                    break
+                if self.count[src] > lo:
+                    shed_smallest(src, dst, max(lo, self.count[src] - (lo - self.count[dst])))
+        # a broker still above the window holds only replicas that must stay in its rack (RF >=
+        # racks): a broker of its rack passes one of its own to another rack, then takes one
+        for src in sorted(self.live, key=lambda b: -self.count[b]):
+            while self.count[src] > hi:
+                mates = sorted((m for m in self.live if m != src and self.rack.get(m) == self.rack.get(src)),
+                               key=lambda m: self.count[m])
+                for m in mates:
+                    had = self.count[m]
+                    if had >= hi:
+                        shed_smallest(m, None, had - 1)
+                    if self.count[m] < hi:
+                        left = self.count[src]
+                        shed_smallest(src, m, left - 1)
+                        if self.count[src] < left:
+                            break
+                else:
+                    break
+        self.count_spread = _Spread(self.count, len(self.live), self.goal.count_spread)
 
     def run(self) -> DiskOutcome:
         cap = self.goal.capacity
         band = self.band
+        if self.goal.balance_counts and not self.offload:
+            self.balance_counts()
         self.passes()
         if not self.offload and self.n_racks > 1:
             notes = self.rack_bands()
@@ -592,6 +1028,7 @@ class _DiskStep:
         for e in self.touched:
             self.out.changed[self.key[e]] = tuple(self.reps[e])
         self.out.after = dict(self.bytes)
+        self.out.count_spread = max(self.count.values(), default=0) - min(self.count.values(), default=0)
         for b in self.live:
             lo, hi = band[b]
             share = self.share(b)

@@ -476,6 +476,8 @@ class PrepareContext:
     any_sizes: bool
     broker_racks: dict[int, str | None]
     warnings: list[str] = field(default_factory=list)
+    #: Broker -> its ``broker.rack`` whether or not racks are used (a capacity document's overrides).
+    rack_names: dict[int, str | None] = field(default_factory=dict)
 
     @property
     def nb(self) -> int:
@@ -575,6 +577,7 @@ def plan_context(
         any_sizes=any_sizes,
         broker_racks={b.id: (b.rack if request.rack_aware else None) for b in brokers},
         warnings=warnings,
+        rack_names={b.id: b.rack for b in brokers},
     )
 
 

@@ -7,15 +7,18 @@ module is the single-process reference (CLI ``metrics``, tests, small clusters).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
 from airflow_kafka_reassign.core.planner.disk import (
+    DiskBounds,
     DiskGoal,
+    DiskInput,
     DiskOutcome,
-    balance_disk,
-    bytes_lower_bound,
+    balance_disk_input,
     check_disk_goal,
-    replica_moves_lower_bound_disk,
+    disk_bounds,
+    disk_input,
 )
 from airflow_kafka_reassign.core.planner.goals import (
     BALANCE_GOALS,
@@ -40,7 +43,7 @@ from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_
 from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.quotas import GROUP_REPLICAS, QuotaPlan, compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
-from airflow_kafka_reassign.core.planner.types import TopicMove, TopicParams, TopicPartitions
+from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicMove, TopicParams, TopicPartitions
 
 
 def plan_topics(
@@ -52,15 +55,15 @@ def plan_topics(
     leaders: bool = True,
     group_replicas: int = GROUP_REPLICAS,
     disk: DiskGoal | None = None,
-    disk_outcome: list[DiskOutcome] | None = None,
+    disk_outcome: list[DiskRun] | None = None,
     ingress: tuple[IngressGoal, ClusterSnapshot] | None = None,
     ingress_outcome: list[IngressOutcome] | None = None,
 ) -> tuple[list[TopicMove], list[str], QuotaPlan]:
     """Global step, every per-topic step, the disk step (with ``disk``), the bytes-in step (with
     ``ingress``: its goal and the snapshot whose rates it balances), then the leader fix-up, on plain
     data: the moves, the global step's warnings and its :class:`~.quotas.QuotaPlan` (quotas, balance
-    floor). The disk and bytes-in steps' outcomes are appended to ``disk_outcome`` /
-    ``ingress_outcome`` when given."""
+    floor). The disk step's :class:`DiskRun` and the bytes-in step's outcome are appended to
+    ``disk_outcome`` / ``ingress_outcome`` when given."""
     layout = scope.layout
     if disk is not None:
         use_sizes = True
@@ -69,15 +72,28 @@ def plan_topics(
         loads, layout, scope.fixed_load, max_topic_spread=max_topic_spread, group_replicas=group_replicas
     )
     warnings = list(quota_plan.warnings)
-    by_topic: list[list[TopicMove]] = []
-    for t in scope.topics:
-        params = TopicParams(balance=t.balance, fix_racks=t.balance, use_sizes=use_sizes)
-        by_topic.append(plan_topic(t, quota_plan.quotas[t.topic], layout, params))
+    # per-topic balance ranks below disk balance: where the disk step may spread topics freely,
+    # the count steps only fix racks and empty removed brokers, and the disk step balances counts
+    counts_in_disk = disk is not None and disk.balance_counts
+
+    def per_topic(balance: bool) -> list[list[TopicMove]]:
+        return [
+            plan_topic(t, quota_plan.quotas[t.topic], layout,
+                       TopicParams(balance=t.balance and balance, fix_racks=t.balance, use_sizes=use_sizes))
+            for t in scope.topics
+        ]
+
+    by_topic = per_topic(not counts_in_disk)
     if disk is not None:
-        outcome = disk_step(scope, by_topic, disk)
-        warnings.extend(outcome.warnings)
+        run = disk_step(scope, by_topic, disk)
+        if run.outcome.counts_missed(disk, quota_plan.floor):
+            # racks kept the disk step from evening out the counts: the per-topic steps balance them
+            disk = replace(disk, balance_counts=False)
+            by_topic = per_topic(True)
+            run = disk_step(scope, by_topic, disk)
+        warnings.extend(run.outcome.warnings)
         if disk_outcome is not None:
-            disk_outcome.append(outcome)
+            disk_outcome.append(run)
     if ingress is not None:
         flow = ingress_step(scope, by_topic, *ingress)
         warnings.extend(flow.warnings)
@@ -88,15 +104,27 @@ def plan_topics(
     return [m for moves in by_topic for m in moves], warnings, quota_plan
 
 
-def disk_step(scope: Scope, by_topic: list[list[TopicMove]], disk: DiskGoal) -> DiskOutcome:
+@dataclass
+class DiskRun:
+    """The disk step's input (the count steps' result), what it changed, and the count steps'
+    replicas per broker of each balanced topic (the replica-moves bound's counts)."""
+
+    input: DiskInput
+    outcome: DiskOutcome
+    count_finals: dict[str, dict[int, int]]
+
+
+def disk_step(scope: Scope, by_topic: list[list[TopicMove]], disk: DiskGoal) -> DiskRun:
     """Apply :func:`~.disk.balance_disk` to the per-topic results (``by_topic`` updated in place)."""
     current: list[list[tuple[int, ...]]] = []
     for t, moves in zip(scope.topics, by_topic, strict=True):
         moved = {m.partition: m.target_replicas for m in moves}
         current.append([moved.get(p, reps) for p, reps in zip(t.partitions, t.replicas, strict=True)])
-    outcome = balance_disk(scope.topics, current, scope.layout, scope.fixed_bytes, scope.fixed_load, disk)
+    counts = final_counts(scope.topics, [m for moves in by_topic for m in moves], scope.layout.brokers)
+    inp = disk_input(scope.topics, current)
+    outcome = balance_disk_input(inp, scope.layout, scope.fixed_bytes, scope.fixed_load, disk)
     apply_changes(scope, by_topic, outcome.changed)
-    return outcome
+    return DiskRun(inp, outcome, counts)
 
 
 def ingress_step(scope: Scope, by_topic: list[list[TopicMove]], goal: IngressGoal,
@@ -150,26 +178,37 @@ def disk_goal(snapshot: ClusterSnapshot, request: PlanRequest, scope: Scope) -> 
     """The :class:`~.disk.DiskGoal` of ``request`` (``None`` without a capacity document); raises
     :class:`~airflow_kafka_reassign.exceptions.ConfigurationError` naming the broker or the
     numbers when the document does not fit the cluster or no plan can meet the cap."""
+    total = sum((partition_size(p.replica_sizes) or 0) * len(target_of(p)) for p in snapshot.partitions)
+    has_sizes = any(p.replica_sizes for p in snapshot.partitions)
+    return make_disk_goal(request, {b.id: b.rack for b in snapshot.brokers}, scope.layout, total, has_sizes)
+
+
+def make_disk_goal(
+    request: PlanRequest, racks: Mapping[int, str | None], layout: BrokerLayout, total: int, has_sizes: bool
+) -> DiskGoal | None:
+    """:func:`disk_goal` from the brokers' racks (names), the replicas' total bytes and whether
+    the snapshot has sizes (what the Spark job's driver knows after its first stage)."""
     if request.capacity is None:
         return None
     from airflow_kafka_reassign.exceptions import ConfigurationError
 
-    caps = request.capacity.resolve({b.id: b.rack for b in snapshot.brokers})
-    if not any(p.replica_sizes for p in snapshot.partitions):
+    caps = request.capacity.resolve(racks)
+    if not has_sizes:
         raise ConfigurationError(
             "a capacity document needs replica sizes in the snapshot; take it with sizes "
             "(use_sizes=True, or snapshot --sizes)"
         )
+    counts_in_disk = request.disk_topic_spread is None and request.goal != "offload"
     goal = DiskGoal(
-        capacity={b: caps[b].disk for b in scope.layout.brokers},
+        capacity={b: caps[b].disk for b in layout.brokers},
         cap=request.disk_cap,
         tolerance=request.disk_tolerance,
         offload_threshold=(request.offload_threshold or request.disk_cap) if request.goal == "offload" else None,
         count_spread=2,
         topic_spread=request.disk_topic_spread if request.disk_topic_spread is not None else 10**9,
+        balance_counts=counts_in_disk,
     )
-    total = sum((partition_size(p.replica_sizes) or 0) * len(target_of(p)) for p in snapshot.partitions)
-    check_disk_goal(goal, total, scope.layout)
+    check_disk_goal(goal, total, layout)
     return goal
 
 
@@ -250,7 +289,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     scope = prepare(snapshot, request)
     layout = scope.layout
     disk = disk_goal(snapshot, request, scope)
-    outcomes: list[DiskOutcome] = []
+    outcomes: list[DiskRun] = []
     flow_goal, flow_notes = ingress_of(snapshot, request, scope, disk)
     flows: list[IngressOutcome] = []
     moves, warnings, quota_plan = plan_topics(
@@ -279,10 +318,13 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         rack_of,
         topics=balanced,
     )
+    # the count part of the bound for the balance the count steps reached (the disk step's own
+    # count window is in the disk part): what the Spark job's per-topic stages can compute
+    counts_after = outcomes[0].count_finals if outcomes else final_counts(scope.topics, moves, layout.brokers)
     bound = replica_moves_lower_bound(
         scope.topics,
         layout,
-        final_counts(scope.topics, moves, layout.brokers),
+        counts_after,
         balance_brokers=scope.balance,
         fixed_load=scope.fixed_load,
         fix_racks=scope.balance,
@@ -310,7 +352,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         if flow_goal is not None and flow is not None:
             extra = ingress_min_out(snapshot, flow.rate_before, flow.rate_after, flow_goal,
                                     include_in_flight=request.include_in_flight)
-        report, bytes_bound, disk_moves = disk_bounds(snapshot, moves, disk, request, layout.brokers, extra)
+        report, bytes_bound, disk_moves = disk_report(scope, outcomes[0], moves, disk, request, extra)
         if tiered is not None:
             report = report.model_copy(update={"tiered_topics": tiered.topics})
         parts["disk"] = disk_moves
@@ -346,63 +388,31 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     )
 
 
-def disk_bounds(
-    snapshot: ClusterSnapshot, moves: Sequence[TopicMove], disk: DiskGoal, request: PlanRequest, live: Sequence[int],
+def disk_report(
+    scope: Scope, run: DiskRun, moves: Sequence[TopicMove], disk: DiskGoal, request: PlanRequest,
     extra_min_out: Mapping[int, int] | None = None,
 ) -> tuple[DiskReport, int, int]:
     """The disk report, the bytes lower bound and the disk part of the replica-moves bound.
     ``extra_min_out``: bytes that must leave a broker for another goal (bytes in), per broker."""
     moved = {(m.topic, m.partition): m.target_replicas for m in moves}
-    before: dict[int, int] = {}
-    after: dict[int, int] = dict.fromkeys(live, 0)
-    largest: dict[int, list[int]] = {}
-    live_set = set(live)
-    frozen_topics = not request.include_in_flight
-    for p in snapshot.partitions:
-        size = partition_size(p.replica_sizes) or 0
-        target = target_of(p)
-        for b in target:
-            before[b] = before.get(b, 0) + size
-            if not (frozen_topics and p.reassigning):
-                largest.setdefault(b, []).append(size)
-        for b in moved.get((p.topic, p.partition), target):
-            if b in live_set:
-                after[b] = after.get(b, 0) + size
-    for sizes in largest.values():
-        sizes.sort(reverse=True)
-    total = sum(after.values())
-    # replicas a broker must shed for the counts: above the plan's largest count, its smallest
-    count_before: dict[int, int] = {}
-    for p in snapshot.partitions:
-        for b in target_of(p):
-            count_before[b] = count_before.get(b, 0) + 1
-    count_after = dict.fromkeys(live, 0)
-    for p in snapshot.partitions:
-        for b in moved.get((p.topic, p.partition), target_of(p)):
-            if b in live_set:
-                count_after[b] += 1
-    top = max(count_after.values(), default=0)
-    min_out: dict[int, int] = {}
-    for b, c in count_before.items():
-        shed = c - (top if b in live_set else 0)
-        sizes = largest.get(b, [])
-        if shed > 0 and sizes:
-            min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
-    for b, x in (extra_min_out or {}).items():
-        min_out[b] = max(min_out.get(b, 0), x)
-    bytes_bound = bytes_lower_bound(before, after, disk, live, total, min_out)
-    moves_bound = replica_moves_lower_bound_disk(before, after, disk, live, total, largest)
-    report = DiskReport(
+    final = [moved.get((t.topic, p), reps) for t in scope.topics for p, reps in zip(t.partitions, t.replicas, strict=True)]
+    bounds = disk_bounds(run.input, final, disk, scope.layout.brokers, scope.fixed_bytes, scope.fixed_load,
+                         extra_min_out)
+    return disk_report_of(bounds, disk, request), bounds.bytes_bound, bounds.moves_bound
+
+
+def disk_report_of(bounds: DiskBounds, disk: DiskGoal, request: PlanRequest) -> DiskReport:
+    """The :class:`~.goals.DiskReport` of :func:`~.disk.disk_bounds`' result."""
+    return DiskReport(
         goal=request.goal,
         capacity=dict(disk.capacity),
-        bytes_before=before,
-        bytes_after=after,
+        bytes_before=bounds.before,
+        bytes_after=bounds.after,
         disk_cap=disk.cap,
         tolerance=disk.tolerance,
         offload_threshold=disk.offload_threshold,
-        mean_share=total / sum(disk.capacity.values()),
+        mean_share=sum(bounds.after.values()) / sum(disk.capacity.values()),
     )
-    return report, bytes_bound, moves_bound
 
 
 def ingress_of(

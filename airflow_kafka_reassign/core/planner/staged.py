@@ -40,6 +40,14 @@ import numpy as np
 import numpy.typing as npt
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.planner.disk import (
+    DiskBounds,
+    DiskGoal,
+    DiskInput,
+    DiskOutcome,
+    balance_disk_input,
+    disk_bounds,
+)
 from airflow_kafka_reassign.core.planner.goals import (
     PartitionLike,
     PlanRequest,
@@ -57,6 +65,7 @@ from airflow_kafka_reassign.core.planner.goals import (
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
+from airflow_kafka_reassign.core.planner.pipeline import disk_report_of, make_disk_goal
 from airflow_kafka_reassign.core.planner.quotas import MapGroups, QuotaGroup, compute_quotas, solve_quota_group
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
@@ -82,6 +91,8 @@ class Prepared:
     #: broker -> the topic's first partition naming it; the topic has replica sizes
     named: dict[int, TopicPartition] = field(default_factory=dict)
     any_sizes: bool = False
+    #: bytes of the topic's replicas (one replica's size times the replicas of each partition)
+    bytes: int = 0
 
 
 def check_topic_rows(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> str | None:
@@ -106,15 +117,16 @@ def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]
     heal_rows = [p for p in rows if p.tp in ctx.heal] if ctx.heal else []
     named = named_brokers(rows)
     any_sizes = any(p.replica_sizes for p in rows)
+    total = sum((partition_size(p.replica_sizes) or 0) * len(target_of(p)) for p in rows) if any_sizes else 0
     try:
         prep = prepare_topic(ctx, topic, rows)
     except ConfigurationError as e:
-        return Prepared(topic, heal_rows=heal_rows, error=str(e), named=named, any_sizes=any_sizes)
+        return Prepared(topic, heal_rows=heal_rows, error=str(e), named=named, any_sizes=any_sizes, bytes=total)
     load = prep.planned.load(ctx.layout) if prep.planned is not None else None
     prep.planned = None  # stays on the executor; the driver only needs the aggregates
     # most topics leave nothing for merge_preps (no fixed load, warning or exclusion): not sent
     kept = None if prep == TopicPrep(topic) else prep
-    return Prepared(topic, prep=kept, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes)
+    return Prepared(topic, prep=kept, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes, bytes=total)
 
 
 # -- 2. quotas (driver) ----------------------------------------------------------------------
@@ -140,6 +152,9 @@ class QuotaStep:
     floor: int = 0
     bounded_by: tuple[str, ...] = ()
     relaxed_topics: int = 0
+    #: the load-aware goal (a capacity document), and the bytes per broker of partitions not planned
+    disk: DiskGoal | None = None
+    fixed_bytes: dict[int, int] = field(default_factory=dict)
 
 
 def driver_quotas(
@@ -165,13 +180,17 @@ def driver_quotas(
             raise ConfigurationError(x.error)
     preps = [x.prep for x in items if x.prep is not None]
     scope = merge_preps(ctx, preps)
-    loads = [x.load for x in items if x.load is not None]
     request = ctx.request
+    disk = make_disk_goal(request, ctx.rack_names, ctx.layout, sum(x.bytes for x in items), ctx.any_sizes)
+    loads = [x.load for x in items if x.load is not None]
     quota_plan = compute_quotas(
         loads, ctx.layout, scope.fixed_load, max_topic_spread=request.max_topic_spread,
         group_replicas=request.quota_group_replicas, map_groups=map_groups, defer_groups=defer_groups,
     )
-    params = {"balance": True, "fix_racks": True, "use_sizes": request.use_sizes}
+    # the disk step balances the counts itself (pipeline.plan_topics): place only fixes racks and
+    # empties removed brokers
+    params = {"balance": not (disk is not None and disk.balance_counts), "fix_racks": True,
+              "use_sizes": request.use_sizes or disk is not None}
     return QuotaStep(
         quotas=dict(quota_plan.quotas),
         params=TopicParams(**params),
@@ -185,6 +204,8 @@ def driver_quotas(
         floor=quota_plan.floor,
         bounded_by=quota_plan.bounded_by,
         relaxed_topics=quota_plan.relaxed_topics,
+        disk=disk,
+        fixed_bytes=scope.fixed_bytes,
     )
 
 
@@ -254,7 +275,7 @@ def stage_place(
     t = prep.planned
     if t is None:
         return out
-    topic_params = TopicParams(balance=t.balance, fix_racks=t.balance, use_sizes=params.use_sizes)
+    topic_params = TopicParams(balance=t.balance and params.balance, fix_racks=t.balance, use_sizes=params.use_sizes)
     moves = plan_topic(t, quotas[topic], ctx.layout, topic_params)
     moved = {m.partition: m.target_replicas for m in moves}
     out.balance = t.balance
@@ -273,6 +294,163 @@ def stage_place(
                 if b in live:
                     final_counts[b] = final_counts.get(b, 0) + 1
     out.bound = bound_part(facts, ctx.layout, final_counts, balance_brokers=ctx.balance)
+    return out
+
+
+# -- 3b. disk (driver; load-aware goals only) ------------------------------------------------
+
+
+def _flat(rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    lens = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
+    return lens, np.fromiter((b for r in rows for b in r), dtype=np.int32, count=int(lens.sum()))
+
+
+def _rows(lens: npt.NDArray[np.int32], flat: npt.NDArray[np.int32]) -> list[tuple[int, ...]]:
+    values = flat.tolist()
+    out = []
+    i = 0
+    for n in lens.tolist():
+        out.append(tuple(values[i:i + n]))
+        i += n
+    return out
+
+
+@dataclass
+class DiskArrays:
+    """What the disk step needs of some placed topics, in flat arrays (one per Spark task, like
+    :class:`LeaderInput`): per planned partition its replicas after the count steps and before
+    the plan, its bytes and whether it is frozen."""
+
+    topics: list[str]
+    balance: list[bool]
+    counts: list[int]
+    partitions: npt.NDArray[np.int32]
+    now_lens: npt.NDArray[np.int32]
+    now: npt.NDArray[np.int32]
+    orig_lens: npt.NDArray[np.int32]
+    orig: npt.NDArray[np.int32]
+    sizes: npt.NDArray[np.int64]
+    frozen: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(cls, placed: Iterable[Placed]) -> DiskArrays:
+        return cls.of_views([cls.view(x) for x in placed])
+
+    @staticmethod
+    def view(x: Placed) -> Placed:
+        """What :meth:`of_views` needs of a placed topic (its rows and bound left out)."""
+        return Placed(x.topic, [], x.balance, x.partitions, x.current, x.final, x.frozen, x.sizes)
+
+    @classmethod
+    def of_views(cls, xs: Sequence[Placed]) -> DiskArrays:
+        now_lens, now = _flat([r for x in xs for r in x.final])
+        orig_lens, orig = _flat([r for x in xs for r in x.current])
+        n = len(now_lens)
+        return cls(
+            topics=[x.topic for x in xs],
+            balance=[x.balance for x in xs],
+            counts=[len(x.partitions) for x in xs],
+            partitions=np.fromiter((p for x in xs for p in x.partitions), dtype=np.int32, count=n),
+            now_lens=now_lens,
+            now=now,
+            orig_lens=orig_lens,
+            orig=orig,
+            sizes=np.fromiter((s for x in xs for s in (x.sizes or [0] * len(x.partitions))), dtype=np.int64, count=n),
+            frozen=np.fromiter((f for x in xs for f in x.frozen), dtype=bool, count=n),
+        )
+
+
+@dataclass
+class DiskDone:
+    """The disk step's result on the driver: replicas it changed per topic and partition, what it
+    saw, and the plan's bytes per broker and bounds."""
+
+    changes: dict[str, dict[int, tuple[int, ...]]]
+    outcome: DiskOutcome
+    bounds: DiskBounds
+    #: the disk step left the replica counts further apart than the goal (:func:`counts_in_place`)
+    counts_missed: bool = False
+
+
+def counts_in_place(step: QuotaStep) -> QuotaStep:
+    """``step`` with the per-topic steps balancing the replica counts and the disk step not: what
+    ``place`` runs again when the disk step's own count balance fell short (racks)."""
+    assert step.disk is not None
+    return replace(step, params=replace(step.params, balance=True), disk=replace(step.disk, balance_counts=False))
+
+
+def driver_disk(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[DiskArrays]) -> DiskDone | None:
+    """The disk step over every planned partition (topics in name order, as the pure planner
+    takes them, whichever task placed them); ``None`` without a capacity document."""
+    goal = step.disk
+    if goal is None:
+        return None
+    segments = sorted(((x, j) for x in inputs for j in range(len(x.topics))), key=lambda v: v[0].topics[v[1]])
+    topics: list[str] = []
+    balance: list[bool] = []
+    counts: list[int] = []
+    partitions: list[list[int]] = []
+    now: list[tuple[int, ...]] = []
+    orig: list[tuple[int, ...]] = []
+    sizes: list[int] = []
+    frozen: list[bool] = []
+    unpacked: dict[int, tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[int], list[bool], list[int]]] = {}
+    for x, j in segments:
+        if id(x) not in unpacked:
+            unpacked[id(x)] = (_rows(x.now_lens, x.now), _rows(x.orig_lens, x.orig), x.sizes.tolist(),
+                               x.frozen.tolist(), np.concatenate([[0], np.cumsum(x.counts)]).tolist())
+        x_now, x_orig, x_sizes, x_frozen, starts = unpacked[id(x)]
+        a, b = starts[j], starts[j + 1]
+        topics.append(x.topics[j])
+        balance.append(x.balance[j])
+        counts.append(b - a)
+        partitions.append(x.partitions[a:b].tolist())
+        now.extend(x_now[a:b])
+        orig.extend(x_orig[a:b])
+        sizes.extend(x_sizes[a:b])
+        frozen.extend(x_frozen[a:b])
+    unpacked.clear()
+    inp = DiskInput(counts=counts, balance=balance, replicas=now, original=orig, sizes=sizes, frozen=frozen)
+    outcome = balance_disk_input(inp, ctx.layout, step.fixed_bytes, step.fixed_load, goal)
+    changes: dict[str, dict[int, tuple[int, ...]]] = {}
+    starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    final = list(now)
+    for (ti, pi), reps in outcome.changed.items():
+        changes.setdefault(topics[ti], {})[partitions[ti][pi]] = reps
+        final[starts[ti] + pi] = reps
+    bounds = disk_bounds(inp, final, goal, ctx.layout.brokers, step.fixed_bytes, step.fixed_load)
+    return DiskDone(changes, outcome, bounds, outcome.counts_missed(goal, step.floor))
+
+
+def apply_disk_changes(inputs: Iterable[LeaderInput], changes: Mapping[str, Mapping[int, tuple[int, ...]]]) -> None:
+    """Write the disk step's replica changes into the leader step's inputs (in place; a change
+    keeps the partition's replica count)."""
+    if not changes:
+        return
+    for x in inputs:
+        p_starts = np.concatenate([[0], np.cumsum(x.counts, dtype=np.int64)]).tolist()
+        r_starts = np.concatenate([[0], np.cumsum(x.lens, dtype=np.int64)])
+        for j, topic in enumerate(x.topics):
+            mine = changes.get(topic)
+            if not mine:
+                continue
+            ps = x.partitions[p_starts[j]:p_starts[j + 1]]
+            for p, reps in mine.items():
+                i = p_starts[j] + int(np.searchsorted(ps, p))
+                r = int(r_starts[i])
+                x.final[r:r + len(reps)] = reps
+
+
+def merge_changes(
+    disk: DiskDone | None, leaders: dict[str, dict[int, tuple[int, ...]]]
+) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Replicas per topic and partition for ``finish``: the disk step's changes, then the leader
+    step's (which were computed on them: its replicas win)."""
+    if disk is None or not disk.changes:
+        return leaders
+    out = {t: dict(c) for t, c in disk.changes.items()}
+    for t, c in leaders.items():
+        out.setdefault(t, {}).update(c)
     return out
 
 
@@ -486,6 +664,7 @@ def driver_result(
     before: BalanceMetrics,
     after: BalanceMetrics,
     original_leaders: Mapping[int, int],
+    disk: DiskDone | None = None,
 ) -> PlanResult:
     """The :class:`PlanResult` (its ``plan`` holds no moves: the Spark job writes them from
     fragments; :func:`plan_staged` fills it) from the merged outputs."""
@@ -499,6 +678,12 @@ def driver_result(
     )
     has_sizes = ctx.any_sizes
     warnings = list(step.warnings)
+    parts = bound.as_dict()
+    moves_bound = bound.moves
+    if disk is not None:
+        warnings.extend(disk.outcome.warnings)
+        parts["disk"] = disk.bounds.moves_bound
+        moves_bound = max(moves_bound, disk.bounds.moves_bound)
     if after.rack_violations and ctx.balance:
         warnings.append(f"{after.rack_violations} partition(s) stay spread over fewer than min(RF, racks) racks")
     if ctx.balance and request.balance_leaders and after.leader_max_min > request.max_leader_spread:
@@ -509,8 +694,8 @@ def driver_result(
     return PlanResult(
         request=request,
         plan=ReassignmentPlan.model_construct(moves=()),
-        lower_bound=bound.moves,
-        lower_bound_parts=bound.as_dict(),
+        lower_bound=moves_bound,
+        lower_bound_parts=parts,
         replica_moves=totals.replica_moves,
         bytes_to_move=totals.bytes if has_sizes else None,
         leader_changes=totals.leader_changes,
@@ -522,6 +707,8 @@ def driver_result(
         replica_max_min_floor=step.floor,
         replica_balance_bounded_by=step.bounded_by,
         topics_uneven_for_racks=step.relaxed_topics,
+        bytes_lower_bound=disk.bounds.bytes_bound if disk is not None else None,
+        disk=disk_report_of(disk.bounds, step.disk, request) if disk is not None and step.disk is not None else None,
     )
 
 
@@ -551,7 +738,15 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
     groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
     step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
     placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
-    changes = driver_leaders(ctx, step, [LeaderInput.of(placed)])
+    disk = driver_disk(ctx, step, [DiskArrays.of(placed)])
+    if disk is not None and disk.counts_missed:
+        step = counts_in_place(step)
+        placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
+        disk = driver_disk(ctx, step, [DiskArrays.of(placed)])
+    leader_inputs = [LeaderInput.of(placed)]
+    if disk is not None:
+        apply_disk_changes(leader_inputs, disk.changes)
+    changes = merge_changes(disk, driver_leaders(ctx, step, leader_inputs))
     before, after = new_accumulators(ctx)
     moves: list[TopicMove] = []
     originals: dict[int, int] = {}
@@ -566,7 +761,7 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
     for x in placed:
         if x.bound is not None:
             bound.merge(x.bound)
-    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals)
+    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals, disk)
     moved = {m.topic for m in moves}
     plan = ReassignmentPlan.model_construct(
         moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))),

@@ -203,12 +203,14 @@ def test_broker_over_its_cap_sends_a_replica_larger_than_any_room_in_the_band(bi
     assert abs(d.share_after(4) - d.mean_share) < 0.1
     assert result.after.rack_violations == 0 and result.after.rf_changes == 0
     assert result.after.replica_max_min <= 2
-    # RF 2 < 3 racks: no rack's bytes are pinned, so no rack gets a band of its own
-    assert not [w for w in result.warnings if w.startswith("rack ")], result.warnings
-    # every broker outside the band is named
+    # RF 2 < 3 racks: no rack's bytes are pinned (a rack the passes leave outside the band is
+    # only balanced around the share it ended at: "rack ... ends at")
+    assert not [w for w in result.warnings if w.startswith("rack ") and " can hold " in w], result.warnings
+    # every broker outside the band is named, or its rack
+    racks = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
     for b in d.capacity:
         if abs(d.share_after(b) - d.mean_share) > 0.05 + 1e-3:
-            assert any(w.startswith(f"broker {b} ") for w in result.warnings), (b, result.warnings)
+            assert any(w.startswith((f"broker {b} ", f"rack {racks[b]} ")) for w in result.warnings), (b, result.warnings)
 
 
 def test_rack_holding_one_replica_of_every_partition_gets_its_own_band():
@@ -229,3 +231,77 @@ def test_rack_holding_one_replica_of_every_partition_gets_its_own_band():
     assert [w.split(" can hold ")[1][:16] for w in notes[1:]] == ["no less than 50.", "no less than 50."]
     assert d.bytes_after[0] == d.bytes_after[1] == 4000
     assert d.bytes_after[2] == d.bytes_after[3] == d.bytes_after[4] == d.bytes_after[5] == 4000
+
+
+# -- the disk step's count windows ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_count_window_checks_match_recounting(seed):
+    """The disk step's O(1) check of a move against the count window (max - min within the
+    limit) gives what recounting every broker gives, and keeps min and max exact."""
+    import random
+
+    from airflow_kafka_reassign.core.planner.disk import _Spread
+
+    rng = random.Random(seed)
+    for _ in range(300):
+        nb = rng.randint(2, 6)
+        counts = {b: rng.randint(0, 5) for b in range(nb) if rng.random() < 0.8}
+        spread = _Spread(dict(counts), nb, rng.randint(1, 3))
+        full = {b: counts.get(b, 0) for b in range(nb)}
+        for _ in range(20):
+            src, dst = rng.sample(range(nb), 2)
+            if full[src] == 0:
+                continue
+            after = dict(full)
+            after[src] -= 1
+            after[dst] += 1
+            ok = max(after.values()) - min(after.values()) <= spread.limit
+            assert spread.allows(src, dst) == ok, (full, src, dst)
+            if ok or rng.random() < 0.5:
+                spread.move(src, dst)
+                full = after
+                assert (spread.lo, spread.hi) == (min(full.values()), max(full.values()))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_disk_step_balances_counts_itself_with_the_smallest_replicas(seed):
+    # a skewed cluster (counts 30% off): per-topic balance ranks below disk balance, so the count
+    # steps move nothing for it; the disk step brings the counts within 2 with the smallest
+    # replicas, then balances bytes, within 1.10x of the bytes any plan must move
+    c = synthetic_cluster(brokers=30, racks=3, replicas=20000, sizes="skewed", skew=0.5, seed=seed)
+    snap = to_snapshot(c)
+    result = plan_reassignment(snap, PlanRequest(capacity=_doc(synthetic_capacities(c, fill=0.6))))
+    assert result.before.replica_max_min > 50
+    assert result.after.replica_max_min <= 2
+    assert result.after.rack_violations == 0 and result.after.rf_changes == 0
+    assert result.disk is not None and result.disk.over_cap() == []
+    assert result.disk.max_deviation_after <= 0.05
+    assert result.bytes_to_move <= 1.10 * result.bytes_lower_bound
+    assert result.lower_bound <= result.replica_moves
+
+
+@pytest.mark.parametrize(
+    ("counts_after", "expected"),
+    [
+        # counts may not change (max-min 0, at least 1): the two large replicas leaving broker 0
+        # need two replicas coming back (swaps), whatever t the window starts at
+        ({0: 4, 1: 4}, 4),
+        # counts may end 2 apart: broker 0 sends its two largest and takes one small one back
+        # (4 - 2 = 2 would leave the counts 4 apart)
+        ({0: 3, 1: 5}, 3),
+    ],
+)
+def test_replica_moves_bound_counts_the_swaps_that_counts_force(counts_after, expected):
+    from airflow_kafka_reassign.core.planner.disk import DiskGoal, replica_moves_lower_bound_disk
+
+    goal = DiskGoal(capacity={0: 1000, 1: 1000}, tolerance=0.02)
+    before = {0: 400, 1: 4}
+    after = {0: 203, 1: 201}
+    largest = {0: [100, 100, 100, 100], 1: [1, 1, 1, 1]}
+    # without counts: only the replicas covering broker 0's bytes above the band
+    assert replica_moves_lower_bound_disk(before, after, goal, [0, 1], 404, largest) == 2
+    got = replica_moves_lower_bound_disk(
+        before, after, goal, [0, 1], 404, largest, counts={0: 4, 1: 4}, counts_after=counts_after
+    )
+    assert got == expected

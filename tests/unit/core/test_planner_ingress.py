@@ -172,7 +172,7 @@ def test_tiered_partitions_move_at_their_local_bytes_and_are_counted():
                    sizes={"logs": [100 * MB, 100 * MB], "db": [GB, GB]},
                    configs={"logs": {"remote.storage.enable": "true"}, "db": {"remote.storage.enable": "false"}})
     assert {t.name: t.is_tiered for t in snap.topics} == {"logs": True, "db": False}
-    result = plan_reassignment(snap, PlanRequest(capacity=doc(disk=4 * GB, network_in=None), disk_tolerance=0.1))
+    result = plan_reassignment(snap, PlanRequest(capacity=doc(disk=4 * GB, network_in=None), disk_tolerance=0.02))
     tiered = result.tiered
     assert tiered is not None and (tiered.topics, tiered.partitions) == (1, 2)
     assert (tiered.local_bytes, tiered.total_bytes) == (400 * MB, 4400 * MB)

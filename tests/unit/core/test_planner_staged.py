@@ -22,7 +22,7 @@ from airflow_kafka_reassign.core.planner.staged import LeaderInput, Placed, driv
 from airflow_kafka_reassign.core.planner.types import TopicMove
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
 
-SUITES = ("test_planner_goals", "test_planner_inputs")
+SUITES = ("test_planner_goals", "test_planner_inputs", "test_planner_disk")
 
 
 def _suite_tests() -> list[tuple[str, str]]:
@@ -63,6 +63,38 @@ def test_same_result_as_plan_reassignment(cluster: dict, request_: PlanRequest) 
     assert a.plan.model_dump_json() == b.plan.model_dump_json()
     assert a.model_dump(exclude={"plan"}) == b.model_dump(exclude={"plan"})
     assert len(a.plan) > 0
+
+
+# load-aware goals: a capacity document (heterogeneous disks, 60% full) with these request fields
+DISK_SCENARIOS = [
+    (dict(brokers=9, skew=0.5), {}),
+    (dict(brokers=9, in_flight=4), {"disk_tolerance": 0.05}),
+    (dict(brokers=8), {"goal": "remove-brokers", "brokers": (3,)}),
+    (dict(brokers=9), {"disk_topic_spread": 2}),
+    (dict(brokers=9, skew=0.5), {"goal": "offload", "offload_threshold": 0.7}),
+    # racks of unequal size (5, 5, 4): the disk step cannot even out the counts itself, so both
+    # planners place again with the per-topic steps balancing them
+    (dict(brokers=12, new_brokers=2, skew=0.4, seed=3, replicas=6000), {"goal": "add-brokers", "brokers": (12, 13)}),
+]
+
+
+@pytest.mark.parametrize(("cluster", "fields"), DISK_SCENARIOS)
+def test_same_load_aware_result_as_plan_reassignment(cluster: dict, fields: dict) -> None:
+    # the staged planner runs the disk step on the driver over the place stage's flat arrays
+    from airflow_kafka_reassign.core.capacity import BrokerCapacity, CapacityDocument
+    from airflow_kafka_reassign.core.synthetic import synthetic_capacities
+
+    synthetic = synthetic_cluster(**{"replicas": 3000, "seed": 11, "racks": 3, "sizes": "skewed", **cluster})
+    snapshot = to_snapshot(synthetic)
+    caps = synthetic_capacities(synthetic, fill=0.6)
+    request_ = PlanRequest(capacity=CapacityDocument(brokers={b: BrokerCapacity(disk=v) for b, v in caps.items()}), **fields)
+    a = plan_reassignment(snapshot, request_)
+    b = plan_staged(snapshot, request_)
+    assert a.plan.model_dump_json() == b.plan.model_dump_json()
+    assert a.model_dump(exclude={"plan"}) == b.model_dump(exclude={"plan"})
+    assert len(a.plan) > 0 and a.disk is not None and a.bytes_lower_bound
+    if fields.get("goal") != "offload":
+        assert a.after.replica_max_min <= max(2, a.replica_max_min_floor)
 
 
 def test_fragments_are_the_pydantic_json() -> None:
