@@ -103,6 +103,20 @@ def test_spark_job_plans_the_same_load_aware_plan_as_the_pure_planner(sandbox, u
     assert disk is not None
     assert {int(b): v for b, v in metrics["disk"]["bytes_after"].items()} == disk.bytes_after
 
+    # a network_in capacity (the bytes-in goal) is planned on the driver with the pure planner: same plan
+    capacity["default"]["network_in"] = 10_000_000
+    capacity["brokers"]["4"]["network_in"] = 10_000_000
+    (tmp_path / "capacity.json").write_text(json.dumps(capacity))
+    expected = plan_reassignment(snapshot, PlanRequest(capacity=capacity_document(capacity), disk_tolerance=0.05))
+    done = subprocess.run(
+        [cli, "plan", "--snapshot", str(snap), "--capacity", str(tmp_path / "capacity.json"), "--disk-tolerance", "0.05",
+         "--out", str(tmp_path / "plan-in"), "--master", "local[2]"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert read_plan(tmp_path / "plan-in").model_dump_json() == expected.plan.model_dump_json()
+    assert any("bytes in not balanced" in w for w in read_metrics(tmp_path / "plan-in")["warnings"])
+
 
 def test_spark_job_places_again_where_racks_keep_the_counts_apart(tmp_path):
     # racks of unequal size (5, 5, 4 brokers) and two new brokers: the disk step cannot even out
