@@ -43,7 +43,7 @@ class Limits:
 
 #: The keys of a task's ``adaptive_limits`` (the fields of :class:`AdaptiveBounds`).
 BOUND_KEYS = frozenset({"max_moves", "min_moves", "min_throttle", "max_throttle", "increase_moves",
-                        "increase_throttle", "decrease", "stall_polls"})
+                        "increase_throttle", "decrease", "stall_polls", "stall_s"})
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class AdaptiveBounds:
         ``increase_throttle`` (default a tenth of the range) per healthy, progressing poll.
     :param decrease: the factor applied on trouble (both limits) or a stalled copy (moves only).
     :param stall_polls: polls without the bytes left shrinking before a copy counts as stalled.
+    :param stall_s: and at least this many seconds (default ``None``: two fetch steps at the throttle,
+        10-24 s, :func:`stall_window_s`); lower it only where a follower's 1 MiB fetch steps are no concern.
     """
 
     max_moves: int
@@ -67,6 +69,7 @@ class AdaptiveBounds:
     increase_throttle: int | None = None
     decrease: float = 0.5
     stall_polls: int = 3
+    stall_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_moves", "min_moves", "increase_moves", "stall_polls"):
@@ -83,6 +86,9 @@ class AdaptiveBounds:
                 0 < self.min_throttle <= self.max_throttle):
             raise ConfigurationError(f"adaptive throttle bounds must satisfy 0 < min_throttle <= max_throttle, not "
                                      f"{self.min_throttle} .. {self.max_throttle}")
+        if self.stall_s is not None and (isinstance(self.stall_s, bool) or not isinstance(self.stall_s, int | float)
+                                         or self.stall_s < 0):
+            raise ConfigurationError(f"adaptive stall_s must be a duration in seconds >= 0, not {self.stall_s!r}")
         if not 0 < self.decrease < 1:
             raise ConfigurationError(f"adaptive decrease must be a factor between 0 and 1, not {self.decrease!r}")
 

@@ -1080,7 +1080,8 @@ class RunGovernor:
         """Measure the copy in flight (a stall is warned and counted; ``measure`` widens that one DescribeLogDirs
         to the plan's partitions for the progress line), move the adaptive limits (each change logged and
         journalled); returns the ETA of the first move in flight to finish (``None``: unknown)."""
-        eta = _watch_copy(admin, status, self.watch, done_before, at, options, log, measure=measure)
+        eta = _watch_copy(admin, status, self.watch, done_before, at, options, log, measure=measure,
+                          stall_s=self.adaptive.stall_s if self.adaptive is not None else None)
         self.stalled_polls += status.stalled
         if self.current is not None and self.adaptive is not None:
             self.current, why = adapt(self.current, self.adaptive, healthy=status.paused is None,
@@ -1309,7 +1310,7 @@ def _unhealthy_stop(policy: HealthPolicy, paused_s: float, status: ExecutionStat
 
 def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, done_before: int, at_s: float,
                 options: ExecutionOptions, log: logging.Logger,
-                measure: Sequence[TopicPartition] | None = None) -> float | None:
+                measure: Sequence[TopicPartition] | None = None, stall_s: float | None = None) -> float | None:
     """Measure the copy in flight (DescribeLogDirs of its partitions): the net rate, a stall
     (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown).
 
@@ -1323,7 +1324,8 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
         left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
     status.stalled = watch.update(at_s, sum(left.values()) if left else None,
                                   finished=len(status.done) - done_before, key=frozenset(left),
-                                  window_s=stall_window_s(options.throttle_bytes_per_sec))
+                                  window_s=stall_window_s(options.throttle_bytes_per_sec) if stall_s is None
+                                  else stall_s)
     if status.stalled:
         rate = options.throttle_bytes_per_sec
         log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls "

@@ -485,12 +485,16 @@ class KafkaClusterAdmin:
 
         async def ask() -> dict[int, int | None]:
             futures = {}
+            out: dict[int, int | None] = {}
             for b in brokers:
                 request = ApiVersionsRequest(client_software_name=manager.config["client_software_name"],
                                              client_software_version=manager.config["client_software_version"],
                                              min_version=3)
-                futures[b] = manager.send(request, node_id=b, request_timeout_ms=timeout_ms)
-            out: dict[int, int | None] = {}
+                try:
+                    futures[b] = manager.send(request, node_id=b, request_timeout_ms=timeout_ms)
+                except kp_errors.KafkaError as e:  # a broker back a moment ago, not in this client's metadata yet
+                    log.debug("ApiVersions to broker %s not sent: %s: %s", b, type(e).__name__, e)
+                    out[b] = None
             for b, future in futures.items():
                 try:
                     epoch = (await manager.wait_for(future, timeout_ms)).finalized_features_epoch
