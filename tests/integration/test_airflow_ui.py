@@ -27,6 +27,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -152,7 +153,13 @@ def wait_for_approval_request(api: Api, run_id: str) -> dict:
         if ti_state(api, run_id, "approve") not in ("deferred", "awaiting_input"):
             return None
         return api.get_or_none(f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails")
-    return wait_until(waiting, what="the approve task waiting for a person", timeout=420, every=1.5)
+    details = wait_until(waiting, what="the approve task waiting for a person", timeout=420, every=1.5)
+    # A person takes seconds to answer. Answered within a second of the task parking, Airflow 3.3's scheduler
+    # re-queues it before it has handled the parking run's executor event ("finished with state success, but
+    # the task instance's state attribute is queued") and marks it failed (seen in CI: the rejected run's
+    # execute then read upstream_failed). So answer the way a person would: not in the same second.
+    time.sleep(5)
+    return details
 
 
 def answer(api: Api, run_id: str, option: str) -> None:

@@ -88,7 +88,7 @@ def test_the_sensors_timeout_policies_leave_each_partition_on_its_original_repli
                   submit_pending=True, throttle_bytes_per_sec=RATE, measure_bytes=False)
     with Traffic(config, unique_topic, partitions=2) as traffic:
         with pytest.raises(AirflowSensorTimeout) as timed_out:
-            WaitForReassignmentSensor(timeout=6, poke_interval=1, on_timeout=policy, **common).execute({})
+            WaitForReassignmentSensor(timeout=15, poke_interval=1, on_timeout=policy, **common).execute({})
         message = str(timed_out.value)
         assert "put back in their original replica order" in message, message
         if policy == "rollback":
