@@ -177,13 +177,14 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
             self.log.info("No approval required for this run (require_approval=false): plan %s goes on as is",
                           record["plan_sha256"])
             return {**record, "approved": True, "required": False, "approved_by": None, "responded_at": None}
+        status = self._preflight(context, plan)  # what execute would refuse is refused first, on every Airflow line
         if not HITL_AVAILABLE:
+            report = f" ({plan['report_uri']})" if plan.get("report_uri") else ""
             raise AirflowFailException(
                 "this Airflow has no human-in-the-loop approval (it needs Airflow 3.1+ and its standard provider): "
-                "the plan cannot be approved here and nothing is executed. Read the plan report "
-                f"({plan.get('report_uri')}), then trigger again with require_approval=false, or upgrade Airflow"
+                f"the plan cannot be approved here and nothing is executed. Read the plan report{report}, "
+                "then trigger again with require_approval=false, or upgrade Airflow"
             )
-        status = self._preflight(context, plan)
         if status is not None:
             record["preflight"] = {k: v for k, v in status.summary().items()
                                    if k in ("moves", "done", "in_flight", "pending", "lagging", "stale", "failed",
@@ -196,7 +197,7 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
 
     def _execute_task(self, context: Context) -> Any:
         """The execute task of this DAG, its connection ids rendered for this run (``None``: no pre-flight)."""
-        dag = getattr(self, "dag", None) if self.execute_task_id else None
+        dag = self.dag if self.execute_task_id and self.has_dag() else None
         if dag is None or not dag.has_task(self.execute_task_id):
             return None
         task = dag.get_task(self.execute_task_id)
