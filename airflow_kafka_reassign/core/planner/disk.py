@@ -30,8 +30,12 @@ import bisect
 import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
+from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index, member
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
 #: Candidates of one broker tried per move before giving up on it (bounds the work per move).
@@ -242,6 +246,28 @@ class DiskInput:
     original: Sequence[tuple[int, ...]]
     sizes: Sequence[int]
     frozen: Sequence[bool]
+    #: The same as flat numpy arrays, when the caller has them (the Spark job's driver: no Python
+    #: object per replica); else built from the lists above by :meth:`arrays`.
+    flat: DiskFlat | None = None
+
+    def arrays(self) -> DiskFlat:
+        if self.flat is not None:
+            return self.flat
+        return DiskFlat(
+            FlatRows.of(self.replicas), FlatRows.of(self.original),
+            np.fromiter(self.sizes, dtype=np.int64, count=len(self.sizes)),
+            np.fromiter(self.frozen, dtype=bool, count=len(self.frozen)),
+        )
+
+
+class DiskFlat(NamedTuple):
+    """:class:`DiskInput`'s per-partition data as flat arrays: replicas now and before the plan,
+    bytes of one replica, frozen."""
+
+    now: FlatRows
+    orig: FlatRows
+    sizes: npt.NDArray[np.int64]
+    frozen: npt.NDArray[np.bool_]
 
 
 def disk_input(topics: Sequence[TopicPartitions], replicas: Sequence[Sequence[tuple[int, ...]]]) -> DiskInput:
@@ -269,7 +295,7 @@ class DiskBounds:
 
 def disk_bounds(
     inp: DiskInput,
-    final: Sequence[Sequence[int]],
+    final: Sequence[Sequence[int]] | FlatRows,
     goal: DiskGoal,
     live: Sequence[int],
     fixed_bytes: Mapping[int, int],
@@ -278,29 +304,40 @@ def disk_bounds(
 ) -> DiskBounds:
     """Per-broker bytes before and after, :func:`bytes_lower_bound` and
     :func:`replica_moves_lower_bound_disk` of a plan that ends with ``final`` (the replicas of
-    every partition of ``inp``, in its order); the partitions outside ``inp`` (``fixed_*``) stay.
-    ``extra_min_out``: bytes that must leave a broker for another goal (bytes in), per broker."""
-    live_set = set(live)
-    before: dict[int, int] = dict(fixed_bytes)
-    after: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in live}
-    count_before: dict[int, int] = dict(fixed_counts)
-    count_after: dict[int, int] = {b: fixed_counts.get(b, 0) for b in live}
-    largest: dict[int, list[int]] = {}
-    topic_of = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
-    for orig, fin, size, frozen, ti in zip(inp.original, final, inp.sizes, inp.frozen, topic_of, strict=True):
-        movable = not frozen and (inp.balance[ti] or goal.offload_threshold is not None)
-        for b in orig:
-            before[b] = before.get(b, 0) + size
-            count_before[b] = count_before.get(b, 0) + 1
-            if movable:
-                largest.setdefault(b, []).append(size)
-        for b in fin:
-            if b in live_set:
-                after[b] += size
-                count_after[b] += 1
-    for sizes in largest.values():
-        sizes.sort(reverse=True)
+    every partition of ``inp``, in its order; or the same as :class:`FlatRows`); the partitions
+    outside ``inp`` (``fixed_*``) stay. ``extra_min_out``: bytes that must leave a broker for
+    another goal (bytes in), per broker. Added up with numpy over flat arrays (the brokers in
+    the order a loop over the partitions would meet them)."""
+    flat = inp.arrays()
+    fin = final if isinstance(final, FlatRows) else FlatRows.of(final)
+    n = len(flat.sizes)
+    counts = np.asarray(inp.counts, dtype=np.int64)
+    topic = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    balanced = np.ones(n, dtype=bool) if goal.offload_threshold is not None else (
+        np.asarray(inp.balance, dtype=bool).reshape(-1)[topic])
+    movable = ~flat.frozen & balanced
+    orig_e = np.repeat(np.arange(n, dtype=np.int64), flat.orig.lens)
+    orig_b, orig_s = flat.orig.flat, flat.sizes[orig_e]
+    fin_e = np.repeat(np.arange(n, dtype=np.int64), fin.lens)
+    fin_b, fin_s = fin.flat, flat.sizes[fin_e]
+    fin_live = member(fin_b, np.asarray(live, dtype=np.int64))
+    before = _added(dict(fixed_bytes), *_per_id(orig_b, orig_s))
+    after = _added({b: fixed_bytes.get(b, 0) for b in live}, *_per_id(fin_b[fin_live], fin_s[fin_live]))
+    count_before = _added(dict(fixed_counts), *_per_id(orig_b, None))
+    count_after = _added({b: fixed_counts.get(b, 0) for b in live}, *_per_id(fin_b[fin_live], None))
+    # per broker before the plan, the sizes of its movable replicas, largest first
+    mv = movable[orig_e]
+    mb, ms = orig_b[mv], orig_s[mv]
+    order = np.lexsort((-ms, mb))
+    mb, ms = mb[order], ms[order]
+    cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
+    ends = np.append(cuts[1:], len(mb)).tolist()
+    sizes_desc = ms.tolist()
+    largest: dict[int, list[int]] = {
+        b: sizes_desc[a:z] for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends, strict=True)
+    }
     total = sum(after.values())
+    live_set = set(live)
     # replicas a broker must shed for the counts: above the plan's largest count, its smallest
     top = max(count_after.values(), default=0)
     min_out: dict[int, int] = {}
@@ -319,6 +356,26 @@ def disk_bounds(
             before, after, goal, live, total, largest, counts=count_before, counts_after=count_after
         ),
     )
+
+
+def _per_id(ids: npt.NDArray[np.int64], weights: npt.NDArray[np.int64] | None) -> tuple[list[int], list[int]]:
+    """The distinct ``ids`` in the order they first appear, with the sum of their ``weights``
+    (``None``: how often each appears)."""
+    if len(ids) == 0:
+        return [], []
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    sums = np.diff(np.append(starts, len(ids))) if weights is None else np.add.reduceat(weights[order], starts)
+    first = order[starts]  # a stable sort: the first appearance of each id
+    seen = np.argsort(first, kind="stable")
+    return ordered[starts][seen].tolist(), sums[seen].tolist()
+
+
+def _added(into: dict[int, int], ids: list[int], sums: list[int]) -> dict[int, int]:
+    for b, x in zip(ids, sums, strict=True):
+        into[b] = into.get(b, 0) + x
+    return into
 
 
 def balance_disk(
@@ -414,75 +471,39 @@ class _DiskStep:
         self.rack = layout.rack_of
         self.n_racks = layout.n_racks
         self.offload = goal.offload_threshold is not None
-        live = self.live_set
-        self.bytes: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in self.live}
-        #: bytes per live broker that the step may not move (outside its scope, frozen, left out)
-        self.pinned: dict[int, int] = dict(self.bytes)
-        self.count: dict[int, int] = {b: fixed_counts.get(b, 0) for b in self.live}
+        self.check_topics = not self.offload and goal.topic_spread < max(inp.counts, default=0) * 4
+        # the tables below are built with numpy over flat arrays (disk_index.py: no Python loop per replica)
+        now, orig, sizes, frozen = inp.arrays()
+        ix = build_index(
+            counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
+            live=self.live, rack_of=self.rack, n_racks=self.n_racks, fixed_bytes=fixed_bytes,
+            fixed_counts=fixed_counts, offload=self.offload, with_topic_counts=self.check_topics,
+        )
+        #: live broker -> its bytes and replica count now, and the bytes the step may not move
+        #: (outside its scope, frozen, left out)
+        self.bytes: dict[int, int] = ix.bytes
+        self.pinned: dict[int, int] = ix.pinned
+        self.count: dict[int, int] = ix.count
         # entries: one per partition the step may look at (those of ``inp``, in its order)
-        self.reps: list[list[int]] = [list(r) for r in inp.replicas]
-        self.size: list[int] = list(inp.sizes)
-        self.orig: list[tuple[int, ...]] = list(inp.original)  # a move back to one of them costs no bytes
-        self.topic: list[int] = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
-        self.key: list[tuple[int, int]] = [(ti, pi) for ti, n in enumerate(inp.counts) for pi in range(n)]
-        self.movable: list[bool] = [
-            (self.offload or inp.balance[ti]) and not f and sz > 0
-            for ti, f, sz in zip(self.topic, inp.frozen, self.size, strict=True)
-        ]
-        self.tcount: list[dict[int, int]] = [{} for _ in inp.counts]
-        self.on: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        self.reps: list[list[int]] = ix.reps
+        self.size: list[int] = sizes.tolist()
+        self.orig: list[tuple[int, ...]] = ix.orig  # a move back to one of them costs no bytes
+        self.topic: list[int] = ix.topic
+        self.topic_starts: list[int] = ix.topic_starts
+        self.movable: list[bool] = ix.movable
+        self.tcount: list[dict[int, int]] = ix.tcount or []
+        #: broker -> its movable replicas as (size, entry), sorted, and their sizes
+        self.on: dict[int, list[tuple[int, int]]] = ix.on
+        self.sizes_on: dict[int, list[int]] = ix.sizes_on
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
-        self.added: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
+        self.added: dict[int, list[tuple[int, int]]] = ix.added
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
-        self.taken: dict[int, list[tuple[int, int]]] = {b: [] for b in self.live}
-        bytes_, count, pinned, on, added = self.bytes, self.count, self.pinned, self.on, self.added
-        for e, (r, o, s, mv, ti) in enumerate(zip(self.reps, self.orig, self.size, self.movable, self.topic, strict=True)):
-            tc = self.tcount[ti]
-            for b in r:
-                if b in live:
-                    bytes_[b] += s
-                    count[b] += 1
-                    tc[b] = tc.get(b, 0) + 1
-                    if mv:
-                        on[b].append((s, e))
-                        if b not in o:
-                            added[b].append((s, e))
-                    else:
-                        pinned[b] += s
-            if mv and tuple(r) != o:
-                for b in o:
-                    if b in live and b not in r:
-                        self.taken[b].append((s, e))
-        for b in self.live:
-            self.on[b].sort()
-            self.added[b].sort()
-            self.taken[b].sort()
-        self.sizes_on = {b: [s for s, _ in self.on[b]] for b in self.live}
+        self.taken: dict[int, list[tuple[int, int]]] = ix.taken
+        #: entries with one replica in each rack (RF = racks): none of their replicas changes racks
+        self.locked: list[bool] = ix.locked
         #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
         #: rack rule as the step starts; checked again on use): what a swap across racks sends back
-        rack = self.rack
-        n_racks = self.n_racks
-        self.locked = locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in self.reps]
-        self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = {
-            (b, g): [] for b in self.live for g in range(n_racks) if g != rack.get(b, -1)
-        }
-        cross_to = self.cross_to
-        for b in self.live:
-            rb = rack.get(b, -1)
-            other_racks = [g for g in range(n_racks) if g != rb]
-            for entry in self.on[b]:
-                e = entry[1]
-                if locked[e]:
-                    continue
-                reps = self.reps[e]
-                if len(reps) == 2:  # the common case, without the general rule's sets
-                    ro = rack.get(reps[0] if reps[1] == b else reps[1], -1)
-                    for g in other_racks:
-                        if g != ro or ro == rb:
-                            cross_to[(b, g)].append(entry)
-                else:
-                    for key in self.cross_keys(e, b):
-                        cross_to[key].append(entry)
+        self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = ix.cross_to
         self.cross_from: dict[tuple[int, int], int] = dict.fromkeys(self.cross_to, 0)
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
@@ -495,7 +516,6 @@ class _DiskStep:
         n = len(self.live)
         self.count_spread = _Spread(self.count, n, goal.count_spread)
         #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
-        self.check_topics = not self.offload and goal.topic_spread < max(inp.counts, default=0) * 4
         self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
         #: per broker, where the search for a small replica to swap back starts (entries before it moved)
         self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)
@@ -1025,8 +1045,10 @@ class _DiskStep:
             if notes:
                 self.out.warnings.extend(notes)
                 self.passes()
+        starts = self.topic_starts
         for e in self.touched:
-            self.out.changed[self.key[e]] = tuple(self.reps[e])
+            ti = self.topic[e]
+            self.out.changed[(ti, e - starts[ti])] = tuple(self.reps[e])
         self.out.after = dict(self.bytes)
         self.out.count_spread = max(self.count.values(), default=0) - min(self.count.values(), default=0)
         for b in self.live:

@@ -42,12 +42,14 @@ import numpy.typing as npt
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.planner.disk import (
     DiskBounds,
+    DiskFlat,
     DiskGoal,
     DiskInput,
     DiskOutcome,
     balance_disk_input,
     disk_bounds,
 )
+from airflow_kafka_reassign.core.planner.disk_index import FlatRows
 from airflow_kafka_reassign.core.planner.goals import (
     PartitionLike,
     PlanRequest,
@@ -305,16 +307,6 @@ def _flat(rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int32], npt.NDA
     return lens, np.fromiter((b for r in rows for b in r), dtype=np.int32, count=int(lens.sum()))
 
 
-def _rows(lens: npt.NDArray[np.int32], flat: npt.NDArray[np.int32]) -> list[tuple[int, ...]]:
-    values = flat.tolist()
-    out = []
-    i = 0
-    for n in lens.tolist():
-        out.append(tuple(values[i:i + n]))
-        i += n
-    return out
-
-
 @dataclass
 class DiskArrays:
     """What the disk step needs of some placed topics, in flat arrays (one per Spark task, like
@@ -386,38 +378,56 @@ def driver_disk(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[DiskArray
     if goal is None:
         return None
     segments = sorted(((x, j) for x in inputs for j in range(len(x.topics))), key=lambda v: v[0].topics[v[1]])
+    # runs of consecutive topics of one input (the usual case: each task's topics in name order)
+    runs: list[tuple[DiskArrays, int, int]] = []
+    for x, j in segments:
+        if runs and runs[-1][0] is x and runs[-1][2] == j:
+            runs[-1] = (x, runs[-1][1], j + 1)
+        else:
+            runs.append((x, j, j + 1))
     topics: list[str] = []
     balance: list[bool] = []
     counts: list[int] = []
-    partitions: list[list[int]] = []
-    now: list[tuple[int, ...]] = []
-    orig: list[tuple[int, ...]] = []
-    sizes: list[int] = []
-    frozen: list[bool] = []
-    unpacked: dict[int, tuple[list[tuple[int, ...]], list[tuple[int, ...]], list[int], list[bool], list[int]]] = {}
-    for x, j in segments:
-        if id(x) not in unpacked:
-            unpacked[id(x)] = (_rows(x.now_lens, x.now), _rows(x.orig_lens, x.orig), x.sizes.tolist(),
-                               x.frozen.tolist(), np.concatenate([[0], np.cumsum(x.counts)]).tolist())
-        x_now, x_orig, x_sizes, x_frozen, starts = unpacked[id(x)]
-        a, b = starts[j], starts[j + 1]
-        topics.append(x.topics[j])
-        balance.append(x.balance[j])
-        counts.append(b - a)
-        partitions.append(x.partitions[a:b].tolist())
-        now.extend(x_now[a:b])
-        orig.extend(x_orig[a:b])
-        sizes.extend(x_sizes[a:b])
-        frozen.extend(x_frozen[a:b])
-    unpacked.clear()
-    inp = DiskInput(counts=counts, balance=balance, replicas=now, original=orig, sizes=sizes, frozen=frozen)
+    parts: dict[str, list[Any]] = {k: [] for k in ("partitions", "now_lens", "now", "orig_lens", "orig", "sizes", "frozen")}
+    starts: dict[int, tuple[list[int], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+    for x, j0, j1 in runs:
+        if id(x) not in starts:
+            starts[id(x)] = (np.concatenate([[0], np.cumsum(x.counts)]).astype(np.int64).tolist(),
+                             np.concatenate([[0], np.cumsum(x.now_lens, dtype=np.int64)]),
+                             np.concatenate([[0], np.cumsum(x.orig_lens, dtype=np.int64)]))
+        p_starts, now_starts, orig_starts = starts[id(x)]
+        a, b = p_starts[j0], p_starts[j1]
+        topics.extend(x.topics[j0:j1])
+        balance.extend(x.balance[j0:j1])
+        counts.extend(x.counts[j0:j1])
+        parts["partitions"].append(x.partitions[a:b])
+        parts["now_lens"].append(x.now_lens[a:b])
+        parts["now"].append(x.now[now_starts[a]:now_starts[b]])
+        parts["orig_lens"].append(x.orig_lens[a:b])
+        parts["orig"].append(x.orig[orig_starts[a]:orig_starts[b]])
+        parts["sizes"].append(x.sizes[a:b])
+        parts["frozen"].append(x.frozen[a:b])
+    starts.clear()
+
+    def joined(k: str, dtype: Any) -> Any:
+        return np.concatenate(parts[k]).astype(dtype, copy=False) if parts[k] else np.zeros(0, dtype=dtype)
+
+    now = FlatRows(joined("now_lens", np.int64), joined("now", np.int64))
+    flat = DiskFlat(now, FlatRows(joined("orig_lens", np.int64), joined("orig", np.int64)), joined("sizes", np.int64),
+                    joined("frozen", bool))
+    partitions = joined("partitions", np.int64)
+    parts.clear()
+    inp = DiskInput(counts=counts, balance=balance, replicas=(), original=(), sizes=(), frozen=(), flat=flat)
     outcome = balance_disk_input(inp, ctx.layout, step.fixed_bytes, step.fixed_load, goal)
     changes: dict[str, dict[int, tuple[int, ...]]] = {}
-    starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    final = list(now)
+    p_starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).tolist()
+    r_starts = now.starts()
+    final = FlatRows(now.lens, now.flat.copy())
     for (ti, pi), reps in outcome.changed.items():
-        changes.setdefault(topics[ti], {})[partitions[ti][pi]] = reps
-        final[starts[ti] + pi] = reps
+        e = p_starts[ti] + pi
+        changes.setdefault(topics[ti], {})[int(partitions[e])] = reps
+        r = int(r_starts[e])
+        final.flat[r:r + len(reps)] = reps  # a change keeps the partition's replica count
     bounds = disk_bounds(inp, final, goal, ctx.layout.brokers, step.fixed_bytes, step.fixed_load)
     return DiskDone(changes, outcome, bounds, outcome.counts_missed(goal, step.floor))
 

@@ -1,0 +1,302 @@
+"""The disk step's starting tables, built with numpy over flat arrays (no Python loop per replica).
+
+:class:`~.disk._DiskStep` looks replicas up per broker, in lists sorted by size; building them
+replica by replica in Python took a third of the step at 2M replicas (5-6 s). Here the same
+tables come from flat arrays: one sort of every replica by (broker, size, partition) and
+boolean masks, then one slice per broker. The result is exactly what the per-replica loop gave
+(``tests/unit/core/planner/test_disk_index.py`` compares both on random inputs).
+
+Arrays are flat per partition ("entries", the disk step's order): ``lens`` replicas each, one
+after the other in ``flat``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Ints = npt.NDArray[np.int64]
+
+_PAD = np.iinfo(np.int64).min  # no broker or rack has this id
+
+
+@dataclass
+class FlatRows:
+    """Rows of broker ids (one per entry) as lengths and their values one after the other."""
+
+    lens: Ints
+    flat: Ints
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[int]]) -> FlatRows:
+        lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        return cls(lens, np.fromiter((b for r in rows for b in r), dtype=np.int64, count=int(lens.sum())))
+
+    def starts(self) -> Ints:
+        out = np.zeros(len(self.lens), dtype=np.int64)
+        np.cumsum(self.lens[:-1], out=out[1:])
+        return out
+
+    def groups(self) -> list[tuple[int, Ints, npt.NDArray[np.int64]]]:
+        """Per row length ``n`` (ascending): the rows of that length and their values as an
+        ``(rows, n)`` table."""
+        starts = self.starts()
+        out = []
+        for n in (np.flatnonzero(np.bincount(self.lens)).tolist() if len(self.lens) else []):
+            idx = np.flatnonzero(self.lens == n)
+            table = self.flat[starts[idx][:, None] + np.arange(n)] if n else np.zeros((len(idx), 0), dtype=np.int64)
+            out.append((int(n), idx, table))
+        return out
+
+    def lists(self) -> list[list[int]]:
+        """The rows as Python lists (one C-level ``tolist`` per row length)."""
+        groups = self.groups()
+        if len(groups) == 1 and groups[0][0]:
+            return groups[0][2].tolist()  # type: ignore[no-any-return]
+        out: list[Any] = [None] * len(self.lens)
+        for n, idx, table in groups:
+            rows = table.tolist() if n else [[] for _ in range(len(idx))]
+            for i, r in zip(idx.tolist(), rows, strict=True):
+                out[i] = r
+        return out
+
+    def tuples(self) -> list[tuple[int, ...]]:
+        return list(map(tuple, self.lists()))
+
+
+def rack_lookup(rack_of: Mapping[int, int]) -> tuple[Ints, Ints]:
+    """Sorted broker ids and their racks, for :func:`racks_of`."""
+    ids = np.fromiter(rack_of.keys(), dtype=np.int64, count=len(rack_of))
+    racks = np.fromiter(rack_of.values(), dtype=np.int64, count=len(rack_of))
+    order = np.argsort(ids, kind="stable")
+    return ids[order], racks[order]
+
+
+def index_of(ids: Ints, values: npt.NDArray[np.int64]) -> tuple[Ints, npt.NDArray[np.bool_]]:
+    """Position of each of ``values`` in the sorted ``ids``, and whether it is there."""
+    if len(ids) == 0:
+        return np.zeros(values.shape, dtype=np.int64), np.zeros(values.shape, dtype=bool)
+    pos = np.searchsorted(ids, values)
+    pos = np.minimum(pos, len(ids) - 1)
+    return pos, ids[pos] == values
+
+
+def racks_of(lookup: tuple[Ints, Ints], brokers: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``rack_of.get(b, -1)`` for every broker of ``brokers`` (any shape)."""
+    ids, racks = lookup
+    pos, found = index_of(ids, brokers)
+    out = np.full(brokers.shape, -1, dtype=np.int64)
+    if len(ids):
+        out[found] = racks[pos[found]]
+    return out
+
+
+def distinct_per_row(table: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_] | None = None) -> Ints:
+    """How many distinct values each row of ``table`` holds (only where ``keep``)."""
+    if table.shape[1] == 0:
+        return np.zeros(table.shape[0], dtype=np.int64)
+    t = table if keep is None else np.where(keep, table, _PAD)
+    t = np.sort(t, axis=1)
+    first = t[:, :1] != _PAD
+    rest = (t[:, 1:] != t[:, :-1]) & (t[:, 1:] != _PAD)
+    return first.sum(axis=1) + rest.sum(axis=1)  # type: ignore[no-any-return]
+
+
+def member(values: Ints, of: Ints) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, of)`` by sorting (numpy's hash-based isin took seconds on millions)."""
+    if len(of) == 0:
+        return np.zeros(len(values), dtype=bool)
+    ordered = np.sort(of)
+    pos = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return ordered[pos] == values  # type: ignore[no-any-return]
+
+
+def pair_keys(entries: Ints, brokers: Ints) -> Ints:
+    """One int64 per (entry, broker) pair (broker ids are 32-bit in Kafka)."""
+    return entries * (1 << 33) + (brokers + (1 << 32))
+
+
+@dataclass
+class DiskIndex:
+    """The disk step's starting tables (see ``_DiskStep.__init__`` for what each means)."""
+
+    reps: list[list[int]]
+    orig: list[tuple[int, ...]]
+    topic: list[int]
+    topic_starts: list[int]
+    movable: list[bool]
+    bytes: dict[int, int]
+    pinned: dict[int, int]
+    count: dict[int, int]
+    tcount: list[dict[int, int]] | None
+    on: dict[int, list[tuple[int, int]]]
+    sizes_on: dict[int, list[int]]
+    added: dict[int, list[tuple[int, int]]]
+    taken: dict[int, list[tuple[int, int]]]
+    locked: list[bool]
+    cross_to: dict[tuple[int, int], list[tuple[int, int]]]
+
+
+def _per_broker(n_live: int, where: Ints, pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """``pairs`` (sorted by broker position ``where``) cut into one list per live broker."""
+    cuts = np.searchsorted(where, np.arange(n_live + 1)).tolist()
+    return [pairs[cuts[i]:cuts[i + 1]] for i in range(n_live)]
+
+
+def _sorted_pairs(bpos: Ints, sizes: Ints, entries: Ints) -> tuple[Ints, Ints, Ints]:
+    """(broker position, size, entry) sorted by the three, in that order."""
+    order = np.lexsort((entries, sizes, bpos))
+    return bpos[order], sizes[order], entries[order]
+
+
+def build_index(
+    *,
+    counts: Sequence[int],
+    balance: Sequence[bool],
+    now: FlatRows,
+    orig: FlatRows,
+    sizes: Ints,
+    frozen: npt.NDArray[np.bool_],
+    live: Sequence[int],
+    rack_of: Mapping[int, int],
+    n_racks: int,
+    fixed_bytes: Mapping[int, int],
+    fixed_counts: Mapping[int, int],
+    offload: bool,
+    with_topic_counts: bool,
+) -> DiskIndex:
+    """Every table of the disk step's start from flat arrays, in one pass of numpy operations."""
+    n_entries = len(now.lens)
+    n_live = len(live)
+    counts_a = np.asarray(counts, dtype=np.int64)
+    topic = np.repeat(np.arange(len(counts_a), dtype=np.int64), counts_a)
+    balanced = np.ones(n_entries, dtype=bool) if offload else np.asarray(balance, dtype=bool).reshape(-1)[topic]
+    movable = balanced & ~frozen & (sizes > 0)
+
+    live_arr = np.asarray(live, dtype=np.int64)
+    live_order = np.argsort(live_arr, kind="stable")
+    live_sorted = live_arr[live_order]
+
+    def live_pos(brokers: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
+        pos, found = index_of(live_sorted, brokers)
+        return (live_order[pos] if len(live_sorted) else pos), found
+
+    # every replica now: its entry, broker, size
+    rep_e = np.repeat(np.arange(n_entries, dtype=np.int64), now.lens)
+    rep_b = now.flat
+    rep_s = sizes[rep_e]
+    rep_mv = movable[rep_e]
+    rep_pos, rep_live = live_pos(rep_b)
+    orig_e = np.repeat(np.arange(n_entries, dtype=np.int64), orig.lens)
+    orig_b = orig.flat
+    now_keys = pair_keys(rep_e, rep_b)
+    orig_keys = pair_keys(orig_e, orig_b)
+    in_orig = member(now_keys, orig_keys)
+    orig_in_now = member(orig_keys, now_keys)
+
+    def sums(mask: npt.NDArray[np.bool_], weights: Ints | None) -> list[int]:
+        out = np.zeros(n_live, dtype=np.int64)
+        np.add.at(out, rep_pos[mask], 1 if weights is None else weights[mask])
+        return out.tolist()
+
+    live_now = rep_live
+    added_bytes = sums(live_now, rep_s)
+    pinned_bytes = sums(live_now & ~rep_mv, rep_s)
+    added_count = sums(live_now, None)
+    bytes_ = {b: fixed_bytes.get(b, 0) + added_bytes[i] for i, b in enumerate(live)}
+    pinned = {b: fixed_bytes.get(b, 0) + pinned_bytes[i] for i, b in enumerate(live)}
+    count = {b: fixed_counts.get(b, 0) + added_count[i] for i, b in enumerate(live)}
+
+    tcount: list[dict[int, int]] | None = None
+    if with_topic_counts:
+        tcount = [{} for _ in counts]
+        keys = topic[rep_e[live_now]] * max(1, n_live) + rep_pos[live_now]
+        keys = np.sort(keys)
+        first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else keys
+        uniq, num = keys[first], np.diff(np.append(first, len(keys)))
+        for k, c in zip(uniq.tolist(), num.tolist(), strict=True):
+            ti, i = divmod(k, max(1, n_live))
+            tcount[ti][live[i]] = c
+
+    # replicas that may move, per broker sorted by (size, entry)
+    mv = live_now & rep_mv
+    on_pos, on_s, on_e = _sorted_pairs(rep_pos[mv], rep_s[mv], rep_e[mv])
+    on_pairs = list(zip(on_s.tolist(), on_e.tolist(), strict=True))
+    on_lists = _per_broker(n_live, on_pos, on_pairs)
+    on = {b: on_lists[i] for i, b in enumerate(live)}
+    sizes_lists = on_s.tolist()
+    cuts = np.searchsorted(on_pos, np.arange(n_live + 1)).tolist()
+    sizes_on = {b: sizes_lists[cuts[i]:cuts[i + 1]] for i, b in enumerate(live)}
+
+    ad = mv & ~in_orig
+    a_pos, a_s, a_e = _sorted_pairs(rep_pos[ad], rep_s[ad], rep_e[ad])
+    added_lists = _per_broker(n_live, a_pos, list(zip(a_s.tolist(), a_e.tolist(), strict=True)))
+    added = {b: added_lists[i] for i, b in enumerate(live)}
+
+    o_pos, o_live = live_pos(orig_b)
+    tk = o_live & movable[orig_e] & ~orig_in_now
+    t_pos, t_s, t_e = _sorted_pairs(o_pos[tk], sizes[orig_e[tk]], orig_e[tk])
+    taken_lists = _per_broker(n_live, t_pos, list(zip(t_s.tolist(), t_e.tolist(), strict=True)))
+    taken = {b: taken_lists[i] for i, b in enumerate(live)}
+
+    # racks: which entries span every rack with one replica each (locked), and per replica now
+    # which other racks it may move to (the rule of _DiskStep.rack_test)
+    lookup = rack_lookup(rack_of)
+    locked = np.zeros(n_entries, dtype=bool)
+    starts = now.starts()
+    allowed = np.zeros((len(rep_b), max(1, n_racks)), dtype=bool)  # per replica now, in flat order
+    for n, idx, table in now.groups():
+        if n == 0:
+            continue
+        racks = racks_of(lookup, table)
+        if n == n_racks:
+            locked[idx] = distinct_per_row(racks) == n_racks
+        for j in range(n):
+            others = np.ones(n, dtype=bool)
+            others[j] = False
+            other_racks = racks[:, others]
+            kept_n = distinct_per_row(other_racks)
+            r_src = racks[:, j]
+            with_src = distinct_per_row(np.concatenate([other_racks, r_src[:, None]], axis=1))
+            need = np.minimum(np.minimum(n, n_racks), with_src)
+            anywhere = kept_n >= need
+            flat_at = starts[idx] + j
+            for g in range(n_racks):
+                in_kept = (other_racks == g).any(axis=1)
+                allowed[flat_at, g] = (r_src != g) & (anywhere | ~in_kept)
+    # cross_to[(b, g)]: b's movable replicas (in on[b]'s order) that may leave for rack g
+    rep_index = np.flatnonzero(mv)[np.lexsort((rep_e[mv], rep_s[mv], rep_pos[mv]))]
+    unlocked = ~locked[on_e]
+    cross_to: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    per_g: list[list[list[tuple[int, int]]]] = []
+    for g in range(n_racks):
+        sel = np.flatnonzero(unlocked & allowed[rep_index, g])
+        pairs = [on_pairs[i] for i in sel.tolist()]
+        per_g.append(_per_broker(n_live, on_pos[sel], pairs))
+    for i, b in enumerate(live):
+        rb = rack_of.get(b, -1)
+        for g in range(n_racks):
+            if g != rb:
+                cross_to[(b, g)] = per_g[g][i]
+
+    return DiskIndex(
+        reps=now.lists(),
+        orig=orig.tuples(),
+        topic=topic.tolist(),
+        topic_starts=np.concatenate([[0], np.cumsum(counts_a)]).astype(np.int64).tolist(),
+        movable=movable.tolist(),
+        bytes=bytes_,
+        pinned=pinned,
+        count=count,
+        tcount=tcount,
+        on=on,
+        sizes_on=sizes_on,
+        added=added,
+        taken=taken,
+        locked=locked.tolist(),
+        cross_to=cross_to,
+    )

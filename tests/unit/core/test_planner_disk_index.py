@@ -1,0 +1,189 @@
+"""The disk step's starting tables built with numpy (core/planner/disk_index.py) against the
+per-replica loop they replace (kept here as the reference), and the bounds over flat arrays
+against the same loop, on random inputs: RF 1-4, replicas on removed or unknown brokers,
+brokers without a rack, frozen and unbalanced partitions, offload."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from airflow_kafka_reassign.core.planner.disk import (
+    DiskGoal,
+    DiskInput,
+    bytes_lower_bound,
+    disk_bounds,
+    replica_moves_lower_bound_disk,
+)
+from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index
+
+
+def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int], n_racks: int,
+                    fixed_bytes: dict[int, int], fixed_counts: dict[int, int], offload: bool) -> dict[str, Any]:
+    """The loop _DiskStep.__init__ ran before disk_index.py (the rack rule of _DiskStep.rack_test)."""
+    live_set = set(live)
+    bytes_ = {b: fixed_bytes.get(b, 0) for b in live}
+    pinned = dict(bytes_)
+    count = {b: fixed_counts.get(b, 0) for b in live}
+    reps = [list(r) for r in inp.replicas]
+    size = list(inp.sizes)
+    orig = list(inp.original)
+    topic = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
+    movable = [(offload or inp.balance[ti]) and not f and sz > 0 for ti, f, sz in zip(topic, inp.frozen, size, strict=True)]
+    tcount: list[dict[int, int]] = [{} for _ in inp.counts]
+    on: dict[int, list[tuple[int, int]]] = {b: [] for b in live}
+    added: dict[int, list[tuple[int, int]]] = {b: [] for b in live}
+    taken: dict[int, list[tuple[int, int]]] = {b: [] for b in live}
+    for e, (r, o, s, mv, ti) in enumerate(zip(reps, orig, size, movable, topic, strict=True)):
+        tc = tcount[ti]
+        for b in r:
+            if b in live_set:
+                bytes_[b] += s
+                count[b] += 1
+                tc[b] = tc.get(b, 0) + 1
+                if mv:
+                    on[b].append((s, e))
+                    if b not in o:
+                        added[b].append((s, e))
+                else:
+                    pinned[b] += s
+        if mv and tuple(r) != o:
+            for b in o:
+                if b in live_set and b not in r:
+                    taken[b].append((s, e))
+    for b in live:
+        on[b].sort()
+        added[b].sort()
+        taken[b].sort()
+    sizes_on = {b: [s for s, _ in on[b]] for b in live}
+    locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in reps]
+
+    def cross_keys(e: int, b: int) -> list[tuple[int, int]]:
+        r_src = rack.get(b, -1)
+        kept = {rack.get(x, -1) for x in reps[e] if x != b}
+        need = min(len(reps[e]), n_racks, len(kept | {r_src}))
+        ok = None if len(kept) >= need else kept
+        return [(b, g) for g in range(n_racks) if g != r_src and (ok is None or g not in ok)]
+
+    cross_to: dict[tuple[int, int], list[tuple[int, int]]] = {
+        (b, g): [] for b in live for g in range(n_racks) if g != rack.get(b, -1)
+    }
+    for b in live:
+        for entry in on[b]:
+            if not locked[entry[1]]:
+                for key in cross_keys(entry[1], b):
+                    cross_to[key].append(entry)
+    return {"reps": reps, "orig": orig, "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
+            "count": count, "tcount": tcount, "on": on, "sizes_on": sizes_on, "added": added, "taken": taken,
+            "locked": locked, "cross_to": cross_to}
+
+
+def random_input(rng: random.Random, brokers: list[int], n_topics: int) -> DiskInput:
+    counts, balance, now, orig, sizes, frozen = [], [], [], [], [], []
+    for _ in range(n_topics):
+        n = rng.randint(0, 6)
+        rf = rng.choice([1, 2, 2, 3, 3, 4])
+        counts.append(n)
+        balance.append(rng.random() < 0.85)
+        for _ in range(n):
+            o = tuple(rng.sample(brokers, rf))
+            r = list(o)
+            for k in range(rf):  # the count steps moved some replicas
+                if rng.random() < 0.3:
+                    choice = rng.choice(brokers)
+                    if choice not in r:
+                        r[k] = choice
+            now.append(tuple(r))
+            orig.append(o)
+            sizes.append(rng.choice([0, 1, 5, 5, 100, rng.randint(1, 10**12)]))
+            frozen.append(rng.random() < 0.05)
+    return DiskInput(counts=counts, balance=balance, replicas=now, original=orig, sizes=sizes, frozen=frozen)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_build_index_matches_the_per_replica_loop(seed: int) -> None:
+    rng = random.Random(seed)
+    n_racks = rng.choice([1, 2, 3, 4])
+    live = tuple(rng.sample(range(100, 130), rng.randint(3, 12)))
+    removed = [7, 8]  # replicas on brokers that are not live (one of them without a rack)
+    rack = {b: rng.randrange(n_racks) for b in live} | {7: 0}
+    inp = random_input(rng, [*live, *removed], rng.randint(1, 40))
+    fixed_bytes = {live[0]: 123, 7: 5}
+    fixed_counts = {live[0]: 2}
+    offload = seed % 4 == 3
+    want = reference_index(inp, live, rack, n_racks, fixed_bytes, fixed_counts, offload)
+    now, orig, sizes, frozen = inp.arrays()
+    got = build_index(counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
+                      live=live, rack_of=rack, n_racks=n_racks, fixed_bytes=fixed_bytes, fixed_counts=fixed_counts,
+                      offload=offload, with_topic_counts=True)
+    for name, value in want.items():
+        mine = getattr(got, name)
+        assert mine == value, name
+        if isinstance(value, dict):
+            assert list(mine) == list(value), f"{name}: key order"
+
+
+def test_flat_rows_give_back_the_rows() -> None:
+    rows = [(1, 2), (), (3,), (4, 5, 6), (7, 8)]
+    flat = FlatRows.of(rows)
+    assert flat.tuples() == rows
+    assert flat.lists() == [list(r) for r in rows]
+    assert FlatRows.of([(1, 2), (3, 4)]).lists() == [[1, 2], [3, 4]]
+    assert FlatRows.of([]).lists() == []
+
+
+def reference_bounds(inp: DiskInput, final: list[tuple[int, ...]], goal: DiskGoal, live: tuple[int, ...],
+                     fixed_bytes: dict[int, int], fixed_counts: dict[int, int]) -> tuple[Any, ...]:
+    """disk_bounds as a loop over the partitions (what it was before the flat arrays)."""
+    live_set = set(live)
+    before: dict[int, int] = dict(fixed_bytes)
+    after: dict[int, int] = {b: fixed_bytes.get(b, 0) for b in live}
+    count_before: dict[int, int] = dict(fixed_counts)
+    count_after: dict[int, int] = {b: fixed_counts.get(b, 0) for b in live}
+    largest: dict[int, list[int]] = {}
+    topic_of = [ti for ti, n in enumerate(inp.counts) for _ in range(n)]
+    for o, fin, size, frozen, ti in zip(inp.original, final, inp.sizes, inp.frozen, topic_of, strict=True):
+        movable = not frozen and (inp.balance[ti] or goal.offload_threshold is not None)
+        for b in o:
+            before[b] = before.get(b, 0) + size
+            count_before[b] = count_before.get(b, 0) + 1
+            if movable:
+                largest.setdefault(b, []).append(size)
+        for b in fin:
+            if b in live_set:
+                after[b] += size
+                count_after[b] += 1
+    for sizes in largest.values():
+        sizes.sort(reverse=True)
+    total = sum(after.values())
+    top = max(count_after.values(), default=0)
+    min_out: dict[int, int] = {}
+    for b, c in count_before.items():
+        shed = c - (top if b in live_set else 0)
+        sizes = largest.get(b, [])
+        if shed > 0 and sizes:
+            min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
+    return (before, after, bytes_lower_bound(before, after, goal, live, total, min_out),
+            replica_moves_lower_bound_disk(before, after, goal, live, total, largest, counts=count_before,
+                                           counts_after=count_after))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_disk_bounds_over_flat_arrays_match_the_loop(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    live = tuple(rng.sample(range(100, 130), rng.randint(3, 12)))
+    inp = random_input(rng, [*live, 7, 8], rng.randint(1, 40))
+    capacity = {b: 10**13 for b in live}
+    goal = DiskGoal(capacity=capacity, offload_threshold=0.5 if seed % 3 == 2 else None)
+    final = [tuple(r) for r in inp.replicas]
+    fixed_bytes, fixed_counts = {live[-1]: 10**9, 8: 3}, {live[-1]: 4}
+    before, after, bytes_bound, moves_bound = reference_bounds(inp, final, goal, live, fixed_bytes, fixed_counts)
+    for given in (final, FlatRows.of(final)):
+        got = disk_bounds(inp, given, goal, live, fixed_bytes, fixed_counts)
+        assert got.before == before and list(got.before) == list(before)
+        assert got.after == after and list(got.after) == list(after)
+        assert (got.bytes_bound, got.moves_bound) == (bytes_bound, moves_bound)
+    assert np.asarray(FlatRows.of(final).flat).dtype == np.int64
