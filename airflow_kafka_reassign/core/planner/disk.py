@@ -35,7 +35,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index, member
+from airflow_kafka_reassign.core.planner.disk_index import (
+    FlatRows,
+    build_index,
+    distinct_per_row,
+    member,
+    rack_lookup,
+    racks_of,
+)
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
 #: Candidates of one broker tried per move before giving up on it (bounds the work per move).
@@ -896,16 +903,24 @@ class _DiskStep:
             if 0 <= g < n:
                 lo[g] += self.pinned[b]
                 hi[g] += self.pinned[b]
-        for e, reps in enumerate(self.reps):
-            if not self.movable[e]:
+        # over the replicas now, with numpy per replica count (disk_index.py)
+        rows = FlatRows.of(self.reps)
+        movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
+        sizes = np.fromiter(self.size, dtype=np.int64, count=len(self.size))
+        lookup = rack_lookup(self.rack)
+        live = np.fromiter(self.live, dtype=np.int64, count=len(self.live))
+        for k, idx, table in rows.groups():
+            take = movable[idx]
+            if not k or not take.any():
                 continue
-            s = self.size[e]
-            racks = [self.rack.get(b, -1) for b in reps if b in self.live_set]
-            keep = min(len(reps), n, len(set(racks)))
+            table, s = table[take], sizes[idx[take]]
+            racks = racks_of(lookup, table)
+            on_live = member(table.ravel(), live).reshape(table.shape)
+            keep = np.minimum(min(k, n), distinct_per_row(racks, on_live))
             for g in range(n):
-                if len(reps) >= n and g in racks:
-                    lo[g] += s
-                hi[g] += s * min(per_rack[g], len(reps) - (keep - 1))
+                if k >= n:
+                    lo[g] += int(s[((racks == g) & on_live).any(axis=1)].sum())
+                hi[g] += int((s * np.minimum(per_rack[g], k - (keep - 1))).sum())
         return lo, hi
 
     def rack_bands(self) -> list[str]:

@@ -187,3 +187,42 @@ def test_disk_bounds_over_flat_arrays_match_the_loop(seed: int) -> None:
         assert got.after == after and list(got.after) == list(after)
         assert (got.bytes_bound, got.moves_bound) == (bytes_bound, moves_bound)
     assert np.asarray(FlatRows.of(final).flat).dtype == np.int64
+
+
+def reference_rack_limits(step: Any) -> tuple[list[int], list[int]]:
+    """_DiskStep.rack_limits as the loop over the partitions it was."""
+    n = step.n_racks
+    lo, hi = [0] * n, [0] * n
+    per_rack = step.layout.rack_sizes()
+    for b in step.live:
+        g = step.rack.get(b, -1)
+        if 0 <= g < n:
+            lo[g] += step.pinned[b]
+            hi[g] += step.pinned[b]
+    for e, reps in enumerate(step.reps):
+        if not step.movable[e]:
+            continue
+        s = step.size[e]
+        racks = [step.rack.get(b, -1) for b in reps if b in step.live_set]
+        keep = min(len(reps), n, len(set(racks)))
+        for g in range(n):
+            if len(reps) >= n and g in racks:
+                lo[g] += s
+            hi[g] += s * min(per_rack[g], len(reps) - (keep - 1))
+    return lo, hi
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rack_limits_match_the_loop(seed: int) -> None:
+    from airflow_kafka_reassign.core.planner.disk import _DiskStep
+    from airflow_kafka_reassign.core.planner.types import BrokerLayout
+
+    rng = random.Random(200 + seed)
+    n_racks = rng.choice([2, 3, 4])
+    live = tuple(range(1, rng.randint(n_racks + 4, 14)))
+    rack = {b: i % n_racks for i, b in enumerate(live)} | {99: 0}
+    layout = BrokerLayout(brokers=live, rack_of=rack)
+    inp = random_input(rng, [*live, 99], rng.randint(1, 40))
+    goal = DiskGoal(capacity={b: 10**13 for b in live})
+    step = _DiskStep(inp, layout, {}, {}, goal)
+    assert step.rack_limits() == reference_rack_limits(step)
