@@ -527,6 +527,9 @@ class _DiskStep:
         #: per broker, where the search for a small replica to swap back starts (entries before it moved)
         self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)
         self.out = DiskOutcome(before=dict(self.bytes))
+        #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
+        #: receivers list it was last given (lists of receivers are never changed once made)
+        self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any]] = (None, {})
 
     # -- constraints -------------------------------------------------------------------------
     def gone(self, e: int, b: int) -> bool:
@@ -683,9 +686,18 @@ class _DiskStep:
         r_src, kept = self.rack_test(reps, src)
         rack = self.rack
         if kept is not None and len(targets) > RECEIVERS:
-            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers
-            order_ok = [t for t in targets if rack.get(t[0], -1) == r_src or rack.get(t[0], -1) not in kept]
-            if not any(t[1] >= s for t in order_ok):
+            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers.
+            # The same few (rack, racks kept) recur for every candidate of one search: filtered once
+            cache = self.rack_filtered
+            if cache[0] is not targets:
+                cache = self.rack_filtered = (targets, {})
+            key = (r_src, frozenset(kept))
+            hit = cache[1].get(key)
+            if hit is None:
+                order_ok = [t for t in targets if rack.get(t[0], -1) == r_src or rack.get(t[0], -1) not in kept]
+                hit = cache[1][key] = (order_ok, max((t[1] for t in order_ok), default=None))
+            order_ok, most_room = hit
+            if most_room is None or not most_room >= s:
                 return False
             targets = order_ok
         orig = self.orig[e]
