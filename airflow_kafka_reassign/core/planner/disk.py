@@ -365,7 +365,7 @@ def disk_bounds(
     )
 
 
-def _per_id(ids: npt.NDArray[np.int64], weights: npt.NDArray[np.int64] | None) -> tuple[list[int], list[int]]:
+def _per_id(ids: npt.NDArray[np.integer[Any]], weights: npt.NDArray[np.integer[Any]] | None) -> tuple[list[int], list[int]]:
     """The distinct ``ids`` in the order they first appear, with the sum of their ``weights``
     (``None``: how often each appears)."""
     if len(ids) == 0:
@@ -493,7 +493,7 @@ class _DiskStep:
         self.count: dict[int, int] = ix.count
         # entries: one per partition the step may look at (those of ``inp``, in its order)
         self.reps: list[list[int]] = ix.reps
-        self.size: list[int] = sizes.tolist()
+        self.size: list[int] = ix.size
         self.orig: list[tuple[int, ...]] = ix.orig  # a move back to one of them costs no bytes
         self.topic: list[int] = ix.topic
         self.topic_starts: list[int] = ix.topic_starts

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-Ints = npt.NDArray[np.int64]
+Ints = npt.NDArray[np.integer[Any]]  # int64, or int32 for entry and broker positions
 
 _PAD = np.iinfo(np.int64).min  # no broker or rack has this id
 
@@ -41,11 +41,11 @@ class FlatRows:
         np.cumsum(self.lens[:-1], out=out[1:])
         return out
 
-    def groups(self) -> list[tuple[int, Ints, npt.NDArray[np.int64]]]:
+    def groups(self) -> list[tuple[int, Ints, Ints]]:
         """Per row length ``n`` (ascending): the rows of that length and their values as an
         ``(rows, n)`` table."""
         starts = self.starts()
-        out = []
+        out: list[tuple[int, Ints, Ints]] = []
         for n in (np.flatnonzero(np.bincount(self.lens)).tolist() if len(self.lens) else []):
             idx = np.flatnonzero(self.lens == n)
             table = self.flat[starts[idx][:, None] + np.arange(n)] if n else np.zeros((len(idx), 0), dtype=np.int64)
@@ -76,7 +76,7 @@ def rack_lookup(rack_of: Mapping[int, int]) -> tuple[Ints, Ints]:
     return ids[order], racks[order]
 
 
-def index_of(ids: Ints, values: npt.NDArray[np.int64]) -> tuple[Ints, npt.NDArray[np.bool_]]:
+def index_of(ids: Ints, values: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
     """Position of each of ``values`` in the sorted ``ids``, and whether it is there."""
     if len(ids) == 0:
         return np.zeros(values.shape, dtype=np.int64), np.zeros(values.shape, dtype=bool)
@@ -85,7 +85,7 @@ def index_of(ids: Ints, values: npt.NDArray[np.int64]) -> tuple[Ints, npt.NDArra
     return pos, ids[pos] == values
 
 
-def racks_of(lookup: tuple[Ints, Ints], brokers: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def racks_of(lookup: tuple[Ints, Ints], brokers: Ints) -> Ints:
     """``rack_of.get(b, -1)`` for every broker of ``brokers`` (any shape)."""
     ids, racks = lookup
     pos, found = index_of(ids, brokers)
@@ -95,7 +95,7 @@ def racks_of(lookup: tuple[Ints, Ints], brokers: npt.NDArray[np.int64]) -> npt.N
     return out
 
 
-def distinct_per_row(table: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_] | None = None) -> Ints:
+def distinct_per_row(table: Ints, keep: npt.NDArray[np.bool_] | None = None) -> Ints:
     """How many distinct values each row of ``table`` holds (only where ``keep``)."""
     if table.shape[1] == 0:
         return np.zeros(table.shape[0], dtype=np.int64)
@@ -117,7 +117,7 @@ def member(values: Ints, of: Ints) -> npt.NDArray[np.bool_]:
 
 def pair_keys(entries: Ints, brokers: Ints) -> Ints:
     """One int64 per (entry, broker) pair (broker ids are 32-bit in Kafka)."""
-    return entries * (1 << 33) + (brokers + (1 << 32))
+    return entries.astype(np.int64) * (1 << 33) + (brokers + (1 << 32))
 
 
 @dataclass
@@ -125,6 +125,7 @@ class DiskIndex:
     """The disk step's starting tables (see ``_DiskStep.__init__`` for what each means)."""
 
     reps: list[list[int]]
+    size: list[int]
     orig: list[tuple[int, ...]]
     topic: list[int]
     topic_starts: list[int]
@@ -171,6 +172,8 @@ def build_index(
 ) -> DiskIndex:
     """Every table of the disk step's start from flat arrays, in one pass of numpy operations."""
     n_entries = len(now.lens)
+    size_list: list[int] = sizes.tolist()
+    entries = list(range(n_entries))  # one int object per entry, shared by the tables' tuples
     n_live = len(live)
     counts_a = np.asarray(counts, dtype=np.int64)
     topic = np.repeat(np.arange(len(counts_a), dtype=np.int64), counts_a)
@@ -183,30 +186,31 @@ def build_index(
 
     def live_pos(brokers: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
         pos, found = index_of(live_sorted, brokers)
-        return (live_order[pos] if len(live_sorted) else pos), found
+        return (live_order[pos] if len(live_sorted) else pos).astype(np.int32), found
 
     # every replica now: its entry, broker, size
-    rep_e = np.repeat(np.arange(n_entries, dtype=np.int64), now.lens)
+    rep_e = np.repeat(np.arange(n_entries, dtype=np.int32), now.lens)  # int32: half the memory of the big arrays
     rep_b = now.flat
     rep_s = sizes[rep_e]
     rep_mv = movable[rep_e]
     rep_pos, rep_live = live_pos(rep_b)
-    orig_e = np.repeat(np.arange(n_entries, dtype=np.int64), orig.lens)
+    orig_e = np.repeat(np.arange(n_entries, dtype=np.int32), orig.lens)
     orig_b = orig.flat
     now_keys = pair_keys(rep_e, rep_b)
     orig_keys = pair_keys(orig_e, orig_b)
     in_orig = member(now_keys, orig_keys)
     orig_in_now = member(orig_keys, now_keys)
+    del now_keys, orig_keys
 
-    def sums(mask: npt.NDArray[np.bool_], weights: Ints | None) -> list[int]:
+    def sums(pos: Ints, mask: npt.NDArray[np.bool_], weights: Ints | None) -> list[int]:
         out = np.zeros(n_live, dtype=np.int64)
-        np.add.at(out, rep_pos[mask], 1 if weights is None else weights[mask])
+        np.add.at(out, pos[mask], 1 if weights is None else weights[mask])
         return out.tolist()
 
     live_now = rep_live
-    added_bytes = sums(live_now, rep_s)
-    pinned_bytes = sums(live_now & ~rep_mv, rep_s)
-    added_count = sums(live_now, None)
+    added_bytes = sums(rep_pos, live_now, rep_s)
+    pinned_bytes = sums(rep_pos, live_now & ~rep_mv, rep_s)
+    added_count = sums(rep_pos, live_now, None)
     bytes_ = {b: fixed_bytes.get(b, 0) + added_bytes[i] for i, b in enumerate(live)}
     pinned = {b: fixed_bytes.get(b, 0) + pinned_bytes[i] for i, b in enumerate(live)}
     count = {b: fixed_counts.get(b, 0) + added_count[i] for i, b in enumerate(live)}
@@ -222,25 +226,34 @@ def build_index(
             ti, i = divmod(k, max(1, n_live))
             tcount[ti][live[i]] = c
 
-    # replicas that may move, per broker sorted by (size, entry)
+    # replicas that may move, per broker sorted by (size, entry): one sort; the tuples are shared
+    # by every table that lists a replica (on, added, cross_to), their ints by sizes_on
     mv = live_now & rep_mv
-    on_pos, on_s, on_e = _sorted_pairs(rep_pos[mv], rep_s[mv], rep_e[mv])
-    on_pairs = list(zip(on_s.tolist(), on_e.tolist(), strict=True))
+    at = np.flatnonzero(mv)
+    rep_index = at[np.lexsort((rep_e[at], rep_s[at], rep_pos[at]))]  # flat positions, in on[b]'s order
+    del at
+    on_pos, on_e = rep_pos[rep_index], rep_e[rep_index]
+    entry_ids = on_e.tolist()
+    sizes_lists = list(map(size_list.__getitem__, entry_ids))  # the ints of ``size``, not copies
+    on_pairs = list(zip(sizes_lists, map(entries.__getitem__, entry_ids), strict=True))
+    del entry_ids
     on_lists = _per_broker(n_live, on_pos, on_pairs)
     on = {b: on_lists[i] for i, b in enumerate(live)}
-    sizes_lists = on_s.tolist()
     cuts = np.searchsorted(on_pos, np.arange(n_live + 1)).tolist()
     sizes_on = {b: sizes_lists[cuts[i]:cuts[i + 1]] for i, b in enumerate(live)}
+    del sizes_lists
 
-    ad = mv & ~in_orig
-    a_pos, a_s, a_e = _sorted_pairs(rep_pos[ad], rep_s[ad], rep_e[ad])
-    added_lists = _per_broker(n_live, a_pos, list(zip(a_s.tolist(), a_e.tolist(), strict=True)))
+    sel = np.flatnonzero(~in_orig[rep_index])
+    added_lists = _per_broker(n_live, on_pos[sel], [on_pairs[i] for i in sel.tolist()])
     added = {b: added_lists[i] for i, b in enumerate(live)}
+    del in_orig
 
     o_pos, o_live = live_pos(orig_b)
     tk = o_live & movable[orig_e] & ~orig_in_now
-    t_pos, t_s, t_e = _sorted_pairs(o_pos[tk], sizes[orig_e[tk]], orig_e[tk])
-    taken_lists = _per_broker(n_live, t_pos, list(zip(t_s.tolist(), t_e.tolist(), strict=True)))
+    t_pos, _, t_e = _sorted_pairs(o_pos[tk], sizes[orig_e[tk]], orig_e[tk])
+    taken_ids = t_e.tolist()
+    taken_pairs = list(zip(map(size_list.__getitem__, taken_ids), map(entries.__getitem__, taken_ids), strict=True))
+    taken_lists = _per_broker(n_live, t_pos, taken_pairs)
     taken = {b: taken_lists[i] for i, b in enumerate(live)}
 
     # racks: which entries span every rack with one replica each (locked), and per replica now
@@ -269,7 +282,6 @@ def build_index(
                 in_kept = (other_racks == g).any(axis=1)
                 allowed[flat_at, g] = (r_src != g) & (anywhere | ~in_kept)
     # cross_to[(b, g)]: b's movable replicas (in on[b]'s order) that may leave for rack g
-    rep_index = np.flatnonzero(mv)[np.lexsort((rep_e[mv], rep_s[mv], rep_pos[mv]))]
     unlocked = ~locked[on_e]
     cross_to: dict[tuple[int, int], list[tuple[int, int]]] = {}
     per_g: list[list[list[tuple[int, int]]]] = []
@@ -283,8 +295,12 @@ def build_index(
             if g != rb:
                 cross_to[(b, g)] = per_g[g][i]
 
+    # the arrays go before the rows become Python lists: not both at once
+    del rep_e, rep_s, rep_mv, rep_pos, rep_live, live_now, orig_e, orig_b, o_pos, o_live, allowed, rep_index
+    del on_pos, on_e, on_pairs
     return DiskIndex(
         reps=now.lists(),
+        size=size_list,
         orig=orig.tuples(),
         topic=topic.tolist(),
         topic_starts=np.concatenate([[0], np.cumsum(counts_a)]).astype(np.int64).tolist(),
