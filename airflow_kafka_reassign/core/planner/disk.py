@@ -485,6 +485,8 @@ class _DiskStep:
             counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
             live=self.live, rack_of=self.rack, n_racks=self.n_racks, fixed_bytes=fixed_bytes,
             fixed_counts=fixed_counts, offload=self.offload, with_topic_counts=self.check_topics,
+            sizes_given=None if inp.flat is not None else list(inp.sizes),
+            orig_given=None if inp.flat is not None else list(inp.original),
         )
         #: live broker -> its bytes and replica count now, and the bytes the step may not move
         #: (outside its scope, frozen, left out)

@@ -169,10 +169,14 @@ def build_index(
     fixed_counts: Mapping[int, int],
     offload: bool,
     with_topic_counts: bool,
+    sizes_given: list[int] | None = None,
+    orig_given: list[tuple[int, ...]] | None = None,
 ) -> DiskIndex:
-    """Every table of the disk step's start from flat arrays, in one pass of numpy operations."""
+    """Every table of the disk step's start from flat arrays, in one pass of numpy operations.
+    ``sizes_given`` and ``orig_given``: the same sizes and original replicas as Python objects when
+    the caller holds them already (the pure planner): used as they are, not built again."""
     n_entries = len(now.lens)
-    size_list: list[int] = sizes.tolist()
+    size_list: list[int] = sizes_given if sizes_given is not None else sizes.tolist()
     entries = list(range(n_entries))  # one int object per entry, shared by the tables' tuples
     n_live = len(live)
     counts_a = np.asarray(counts, dtype=np.int64)
@@ -301,7 +305,7 @@ def build_index(
     return DiskIndex(
         reps=now.lists(),
         size=size_list,
-        orig=orig.tuples(),
+        orig=orig_given if orig_given is not None else orig.tuples(),
         topic=topic.tolist(),
         topic_starts=np.concatenate([[0], np.cumsum(counts_a)]).astype(np.int64).tolist(),
         movable=movable.tolist(),
