@@ -9,7 +9,9 @@ disk share spread before/after, replica-count max-min, rack violations, brokers 
 By default the pure core in one process (CPU seconds and peak RSS of this process); ``--spark``
 submits the plan job (``spark-submit``, ``local[2]`` by default) for both plans on the same
 snapshot (written once, cached under ``$AKR_BENCH_DIR``, default /tmp/akr-bench) and prints
-spark-submit wall time, the job's planning time and stages, and the process tree's peak memory.
+spark-submit wall time, the job's planning time and stages, the CPU seconds of the job's processes
+(the JVM, the Python driver, the Python workers: on a shared machine, what the job itself used)
+and the process tree's peak memory.
 The machine's load average is printed with the figures (a shared 2-core machine).
 
     .venv/bin/python tests/benchmarks/bench_load_aware.py              # 1M replicas, pure core
@@ -111,8 +113,9 @@ def spark(n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, m
             report = DiskReport.model_validate(disk)
             disk = {"mean_share": report.mean_share, "max_deviation_before": report.max_deviation_before,
                     "max_deviation_after": report.max_deviation_after, "over_cap": report.over_cap()}
+        cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_s"].items())
         print(disk_line(f"{label} {master}", n, f"spark-submit {r['wall_s']:6.1f}s, planning {job['planning_s']:.1f}s "
-                        f"[{stages}]", f"peak {r['peak_mb']:,.0f} MB (process tree)", m["summary"], disk)
+                        f"[{stages}], CPU s [{cpu}]", f"peak {r['peak_mb']:,.0f} MB (process tree)", m["summary"], disk)
               + f"; replica max-min {m['before']['replica_max_min']} -> {after['replica_max_min']}, "
               f"rack violations {after['rack_violations']}, RF changes {after['rf_changes']}; {load()}", flush=True)
 

@@ -59,14 +59,29 @@ def snapshot_dir(replicas: int, seed: int = 7) -> Path:
 
 
 class TreeMemory:
-    """Peak of the summed RSS of a process and its descendants, sampled every 0.2 s."""
+    """Peak of the summed RSS of a process and its descendants, sampled every 0.2 s; also the CPU
+    seconds each descendant used (its last sample), summed per kind of process (:meth:`cpu`)."""
 
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
         self.peak = 0
+        self._cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def kind(cmdline: list[str]) -> str:
+        """``jvm`` (the driver JVM and its executors on a local master), ``python driver`` (the
+        plan job), ``python workers`` (PySpark's daemon and the workers it forks), else ``other``."""
+        if cmdline and Path(cmdline[0]).name == "java":
+            return "jvm"
+        text = " ".join(cmdline)
+        if "plan_job.py" in text:
+            return "python driver"
+        if "daemon" in text or "worker" in text:
+            return "python workers"
+        return "other"
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -76,6 +91,8 @@ class TreeMemory:
                 for p in procs:
                     with contextlib.suppress(psutil.Error):
                         total += p.memory_info().rss
+                        t = p.cpu_times()
+                        self._cpu[p.pid] = (self.kind(p.cmdline()), t.user + t.system)
                 self.peak = max(self.peak, total)
             except psutil.Error:
                 return
@@ -85,6 +102,14 @@ class TreeMemory:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds per kind of process (a process's time up to its last sample: a worker that
+        lived less than 0.2 s is missed)."""
+        out: dict[str, float] = {}
+        for kind, seconds in self._cpu.values():
+            out[kind] = out.get(kind, 0.0) + seconds
+        return dict(sorted(out.items()))
 
 
 def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto", request_json: str | None = None) -> dict:
@@ -104,7 +129,7 @@ def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto",
     if proc.returncode != 0:
         raise SystemExit(f"plan job failed ({proc.returncode}):\n{output[-4000:]}")
     metrics = read_metrics(out)
-    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics}
+    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics, "cpu_s": mem.cpu()}
 
 
 def check_size(replicas: int, snap: Path, r: dict) -> None:
