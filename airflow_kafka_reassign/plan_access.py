@@ -88,6 +88,8 @@ def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str
 #: submissions (kept across the sensor's pokes, deferral and triggerer restarts).
 PLAN_EXECUTED = "plan-executed"
 HEALTH_STOPPED = "health-stopped"
+#: The journal event of the moves in flight cancelled by ``on_unhealthy="cancel"`` (with the cancel's summary).
+HEALTH_CANCELLED = "health-cancelled"
 
 #: The logger the execution engine logs to while the sensor submits: its INFO lines (the exact requests,
 #: throttle changes) are kept out of the task log, so each poke stays ONE line; warnings and errors pass.
@@ -256,8 +258,7 @@ class WaitSpec:
         # a stop by the health policy outlives this submitter (rebuilt at each reschedule poke, at the deferral
         # and when the triggerer restarts): the same task try never submits again after it
         key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
-        stopped: list[str] = [e["why"] for e in read_journal(state)
-                              if key and e.get("event") == HEALTH_STOPPED and e.get("holder") == key][:1]
+        stopped: list[str] = [e["why"] for e in self.health_stop_events(HEALTH_STOPPED)][:1]
         done_before: list[int | None] = [None]
         until = self.deadline()
         said: list[bool] = []
@@ -278,7 +279,10 @@ class WaitSpec:
                         log.error("%s", stop)
                         journal(state, {"event": HEALTH_STOPPED, "holder": key, "why": stop}, log=log)
                         if options.health.on_unhealthy == "cancel" and status.in_flight:
-                            cancel(admin, plan, rf_guard=options.rf_guard, log=log)
+                            cancelled = cancel(admin, plan, rf_guard=options.rf_guard, log=log)
+                            log.warning("on_unhealthy=cancel: %s", cancelled.line())
+                            journal(state, {"event": HEALTH_CANCELLED, "holder": key,
+                                            "cancel": cancelled.summary()}, log=log)
                     else:  # a new submitter's first poke counts nothing as just finished
                         before = len(status.done) if done_before[0] is None else done_before[0]
                         governor.adapt(admin, status, before, at=time.monotonic(), options=step_options,
@@ -309,6 +313,23 @@ class WaitSpec:
                                  closed=past, observed=observed)
 
         return submit
+
+    def health_stop_events(self, event: str) -> list[dict[str, Any]]:
+        """This task try's journal events of ``event`` (:data:`HEALTH_STOPPED`, :data:`HEALTH_CANCELLED`): the
+        lease holder without its host and pid names the try, whichever worker or triggerer wrote them."""
+        key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
+        if not key:
+            return []
+        return [e for e in read_journal(self.state) if e.get("event") == event and e.get("holder") == key]
+
+    def health_stop(self) -> dict[str, Any] | None:
+        """What the health policy did in this task try, for the summary: ``{"why": ..., "cancel": {...}}``
+        (``cancel`` with ``on_unhealthy="cancel"``: the cancel's summary), or ``None``."""
+        stops = self.health_stop_events(HEALTH_STOPPED)
+        if not stops:
+            return None
+        cancels = self.health_stop_events(HEALTH_CANCELLED)
+        return {"why": stops[0]["why"], "cancel": cancels[0]["cancel"] if cancels else None}
 
     def _check_executed_digest(self, state: Store) -> None:
         """Refuse to submit from a plan.json other than the one ExecuteReassignment ran (and its approval

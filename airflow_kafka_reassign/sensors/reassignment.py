@@ -280,7 +280,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             # deferrable: one poke here (fails fast on a bad plan or connection, submits the first batch)
             progress = self._poke_once(spec, context)
             if progress.status != "running":
-                return self._conclude(event_payload(progress, spec), spec)
+                return self._conclude(event_payload(progress, spec), spec, context)
             assert self._watch is not None
             remaining = max(0.0, self.wait_timeout_s - (time.time() - self._started_at))
             self.defer(
@@ -306,7 +306,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             return False
         if progress.status == "running":
             return False
-        return PokeReturnValue(True, self._conclude(event_payload(progress, spec), spec))
+        return PokeReturnValue(True, self._conclude(event_payload(progress, spec), spec, context))
 
     def _poke_once(self, spec: WaitSpec, context: Context) -> Progress:
         store = context.get("task_state_store") if self.reschedule else None
@@ -344,15 +344,22 @@ class WaitForReassignmentSensor(BaseSensorOperator):
                 raise AirflowFailException(f"task {self.task_id}: {event.get('message')}")
             raise AirflowException(f"waiting for the reassignment failed: {event.get('message')}")
         try:
-            return self._conclude(event, self.spec(context))
+            return self._conclude(event, self.spec(context), context)
         finally:
             self._close()
 
     # -- the end of the wait (every mode) ---------------------------------------------------------------
 
-    def _conclude(self, event: dict[str, Any], spec: WaitSpec) -> dict[str, Any]:
-        """Push the summary (returned), finish, or apply the timeout policy and fail."""
+    def _conclude(self, event: dict[str, Any], spec: WaitSpec, context: Context) -> dict[str, Any]:
+        """Push the summary (returned), finish, or apply the timeout policy and fail (the summary then in the
+        XCom ``summary``, as ExecuteReassignment's)."""
         status, summary, message = event["status"], dict(event["summary"]), event["message"]
+        stop = spec.health_stop() if spec.submit_pending else None
+        if stop is not None:  # the health policy stopped this try's submissions (and cancelled, with "cancel")
+            summary["health_stop"] = stop
+            if stop["cancel"] is not None:
+                message += (f". on_unhealthy=cancel cancelled {stop['cancel']['cancelled']} in-flight move(s) "
+                            "(XCom 'summary': health_stop.cancel)")
         limits, options = spec.execution()
         admin = self._get_admin(spec)
         plan = spec.load_plan(admin)
@@ -374,12 +381,16 @@ class WaitForReassignmentSensor(BaseSensorOperator):
                 self.log.info("all %d move(s) complete in %s", summary["moves"],
                               format_duration(summary["elapsed_s"]))
                 return summary
+            ti = context.get("ti")
             if status == "blocked":
                 if self.finish_on_complete:
                     finish(admin, plan, options, state_dir=spec.state, elect=False, log=self.log, lease=lease)
+                _push_summary(ti, summary)
                 raise AirflowFailException(message)
             # timeout
             policy = self.apply_timeout_policy(admin, plan, spec, limits, options)
+            summary["on_timeout"] = {"policy": self.on_timeout, "done": policy}
+            _push_summary(ti, summary)
             raise AirflowSensorTimeout(f"{message}. on_timeout={self.on_timeout}: {policy}")
         finally:
             if lease is not None:
@@ -416,3 +427,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             text += (f". Finish it with WaitForReassignmentSensor(plan_uri={spec.plan_uri!r}, which='rollback', "
                      "submit_pending=True)")
         return text
+
+
+def _push_summary(ti: Any, summary: dict[str, Any]) -> None:
+    """The summary of a wait that fails, in the XCom ``summary`` (a failing task has no return value)."""
+    if ti is not None:
+        ti.xcom_push(key="summary", value=summary)

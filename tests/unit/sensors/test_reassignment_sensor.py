@@ -228,9 +228,13 @@ def test_stuck_warning_names_the_in_flight_moves(fake, plan_dir, capsys):
 def test_timeout_cancel_policy_cancels_only_the_plans_moves(fake, plan_dir):
     fake.frozen = True
     fake.alter_reassignments({TopicPartition("orders", 0): (3, 2), TopicPartition("orders", 1): (4, 2)})
+    ti = XComTI()
     with pytest.raises(AirflowSensorTimeout) as e:
-        sensor(plan_dir, timeout=0.05, poke_interval=0.02, on_timeout="cancel").execute({})
+        sensor(plan_dir, timeout=0.05, poke_interval=0.02, on_timeout="cancel").execute({"ti": ti})
     assert "cancelled 1 in-flight move(s)" in str(e.value)
+    summary = ti.pushed["summary"]  # the failing task's summary, as ExecuteReassignment's
+    assert summary["status"] == "timeout" and summary["on_timeout"]["policy"] == "cancel"
+    assert summary["on_timeout"]["done"].startswith("cancelled 1 in-flight move(s)")
     assert list(fake.inflight) == [TopicPartition("orders", 1)]  # the foreign one is untouched
     assert fake.replicas[TopicPartition("orders", 0)] == (1, 2)
 
@@ -461,12 +465,27 @@ def test_submit_pending_on_unhealthy_cancel_cancels_the_moves_in_flight(monkeypa
     admin = unhealthy_fake(monkeypatch)
     admin.frozen = True  # nothing completes by itself
     in_flight_after_each_submission(admin, then=lambda: admin.down.add(4))  # trouble right after the first one
+    ti = XComTI()
     with pytest.raises(AirflowFailException) as e:
-        sensor(plan_dir, submit_pending=True, max_moves=1, on_unhealthy="cancel").execute({})
+        sensor(plan_dir, submit_pending=True, max_moves=1, on_unhealthy="cancel").execute({"ti": ti})
     assert "on_unhealthy='cancel'" in str(e.value)
+    assert "on_unhealthy=cancel cancelled 1 in-flight move(s)" in str(e.value)
+    stop = ti.pushed["summary"]["health_stop"]  # what the policy did, for the DAG: the failing task's XCom
+    assert "on_unhealthy='cancel'" in stop["why"]
+    assert stop["cancel"]["cancelled"] == 1 and stop["cancel"]["cancelled_partitions"] == ["orders-0"]
     assert not admin.inflight  # the move in flight was cancelled
     assert [p.replicas for p in admin.snapshot(topics=["orders"]).partitions] == [(1, 2)] * 3
     assert not (plan_dir / RUN_DIR / THROTTLE_BACKUP_FILE).exists()
+
+
+class XComTI:
+    dag_id, run_id, task_id, try_number, map_index = "d", "manual__1", "wait", 1, -1
+
+    def __init__(self) -> None:
+        self.pushed: dict = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
 
 
 def test_health_and_adaptive_options_are_validated_at_parse_time(plan_dir):
