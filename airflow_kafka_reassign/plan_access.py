@@ -90,6 +90,9 @@ PLAN_EXECUTED = "plan-executed"
 HEALTH_STOPPED = "health-stopped"
 #: The journal event of the moves in flight cancelled by ``on_unhealthy="cancel"`` (with the cancel's summary).
 HEALTH_CANCELLED = "health-cancelled"
+#: The sensor's health gate paused its submissions (``since``: wall-clock seconds) and resumed them: a rebuilt
+#: submitter of the same try carries the pause on, so ``max_pause_s`` holds across reschedules and deferral.
+HEALTH_PAUSED, HEALTH_RESUMED = "health-paused", "health-resumed"
 
 #: The logger the execution engine logs to while the sensor submits: its INFO lines (the exact requests,
 #: throttle changes) are kept out of the task log, so each poke stays ONE line; warnings and errors pass.
@@ -254,11 +257,14 @@ class WaitSpec:
         log = _step_logger()
         leases: list[LeaseKeeper | None] = []
         self._check_executed_digest(state)
-        governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec)
-        # a stop by the health policy outlives this submitter (rebuilt at each reschedule poke, at the deferral
-        # and when the triggerer restarts): the same task try never submits again after it
+        # what the governor of this task try decided outlives this submitter (rebuilt at each reschedule poke, at
+        # the deferral and when the triggerer restarts): a stop by the health policy (the same try never submits
+        # again after it), a pause still running (its clock: max_pause_s), the adaptive limits
         key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
-        stopped: list[str] = [e["why"] for e in self.health_stop_events(HEALTH_STOPPED)][:1]
+        events = self._try_events(key)
+        governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec, holder=key)
+        governor.resume_from(events, paused=HEALTH_PAUSED, resumed=HEALTH_RESUMED)
+        stopped: list[str] = [e["why"] for e in events if e.get("event") == HEALTH_STOPPED][:1]
         done_before: list[int | None] = [None]
         until = self.deadline()
         said: list[bool] = []
@@ -268,12 +274,17 @@ class WaitSpec:
                 leases.append(self.take_lease(log))
             past = until is not None and datetime.now(UTC) >= until
             step_limits, step_options = governor.for_step(limits, options)
+            paused_since = governor.unhealthy_since
             changes = len(governor.adaptations)
             with _quiet(ADAPTER_LOGGER):
                 status = step(admin, plan, step_limits, step_options, state_dir=state,
                               submit=not stopped and not past, log=log, known_failed=known, lease=leases[0])
-                if not stopped and not past:
-                    stop = governor.health(status, at=time.monotonic(), submitting=True, log=log)
+                if not stopped and not past:  # wall-clock times: a rebuilt submitter goes on from them
+                    stop = governor.health(status, at=time.time(), submitting=True, log=log)
+                    if governor.unhealthy_since != paused_since:
+                        journal(state, {"event": HEALTH_PAUSED, "holder": key, "since": governor.unhealthy_since}
+                                if governor.unhealthy_since is not None else {"event": HEALTH_RESUMED, "holder": key},
+                                log=log)
                     if stop is not None:
                         stopped.append(stop)
                         log.error("%s", stop)
@@ -285,7 +296,7 @@ class WaitSpec:
                                             "cancel": cancelled.summary()}, log=log)
                     else:  # a new submitter's first poke counts nothing as just finished
                         before = len(status.done) if done_before[0] is None else done_before[0]
-                        governor.adapt(admin, status, before, at=time.monotonic(), options=step_options,
+                        governor.adapt(admin, status, before, at=time.time(), options=step_options,
                                        state_dir=state, log=log, measure=plan.partitions if self.measure_bytes else None)
             if past and status.pending and not said:
                 said.append(True)
@@ -314,22 +325,21 @@ class WaitSpec:
 
         return submit
 
-    def health_stop_events(self, event: str) -> list[dict[str, Any]]:
-        """This task try's journal events of ``event`` (:data:`HEALTH_STOPPED`, :data:`HEALTH_CANCELLED`): the
-        lease holder without its host and pid names the try, whichever worker or triggerer wrote them."""
-        key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
-        if not key:
-            return []
-        return [e for e in read_journal(self.state) if e.get("event") == event and e.get("holder") == key]
+    def _try_events(self, key: str | None = None) -> list[dict[str, Any]]:
+        """This task try's journal entries: the lease holder without its host and pid names the try, whichever
+        worker or triggerer wrote them."""
+        key = key or (self.lease_holder.split(" on ")[0] if self.lease_holder else None)
+        return [e for e in read_journal(self.state) if e.get("holder") == key] if key else []
 
     def health_stop(self) -> dict[str, Any] | None:
         """What the health policy did in this task try, for the summary: ``{"why": ..., "cancel": {...}}``
         (``cancel`` with ``on_unhealthy="cancel"``: the cancel's summary), or ``None``."""
-        stops = self.health_stop_events(HEALTH_STOPPED)
+        events = self._try_events()
+        stops = [e for e in events if e.get("event") == HEALTH_STOPPED]
         if not stops:
             return None
-        cancels = self.health_stop_events(HEALTH_CANCELLED)
-        return {"why": stops[0]["why"], "cancel": cancels[0]["cancel"] if cancels else None}
+        cancels = [e["cancel"] for e in events if e.get("event") == HEALTH_CANCELLED]
+        return {"why": stops[0]["why"], "cancel": cancels[0] if cancels else None}
 
     def _check_executed_digest(self, state: Store) -> None:
         """Refuse to submit from a plan.json other than the one ExecuteReassignment ran (and its approval

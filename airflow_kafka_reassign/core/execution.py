@@ -94,6 +94,8 @@ if TYPE_CHECKING:
     from airflow_kafka_reassign.core.cancel import CancelResult
 
 Order = Literal["plan", "smallest-first", "largest-first"]
+#: The journal event of a change of the adaptive limits.
+ADAPTED = "adapted"
 OnDeadline = Literal["finish", "cancel"]
 OnPlanError = Literal["refuse", "skip"]
 
@@ -1043,9 +1045,11 @@ class RunGovernor:
     """
 
     def __init__(self, policy: HealthPolicy, adaptive: AdaptiveBounds | None = None,
-                 throttle: int | None = None) -> None:
+                 throttle: int | None = None, *, holder: str | None = None) -> None:
         self.policy = policy
         self.adaptive = adaptive
+        #: names the task try in the journal's ``adapted`` events (the sensor rebuilds its governor from them)
+        self.holder = holder
         #: the limits in force (``None``: not adaptive, the task's own limits apply)
         self.current: Limits | None = adaptive.start(throttle) if adaptive is not None else None
         self.watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
@@ -1090,9 +1094,26 @@ class RunGovernor:
             if why:
                 self.adaptations.append(why)
                 log.info("adaptive limits: %s", why)
-                journal(state_dir, {"event": "adapted", "why": why, "max_moves": self.current.moves,
-                                    "throttle_bytes_per_sec": self.current.throttle}, log=log)
+                journal(state_dir, {"event": ADAPTED, "why": why, "max_moves": self.current.moves,
+                                    "throttle_bytes_per_sec": self.current.throttle,
+                                    **({"holder": self.holder} if self.holder else {})}, log=log)
         return eta
+
+    def resume_from(self, events: Sequence[Mapping[str, Any]], *, paused: str, resumed: str) -> None:
+        """Carry on from a governor of the same task try (the sensor's, rebuilt at each reschedule poke, at the
+        deferral and when the triggerer restarts): its latest adaptive limits (``adapted`` events) and a pause
+        still running (the latest of ``paused``/``resumed`` events, with ``since`` on the caller's clock), from
+        the journal entries of :attr:`holder`. Without this, ``max_pause_s`` would never be reached by a sensor
+        rescheduled more often than it, and AIMD would start over at every poke."""
+        mine = [e for e in events if self.holder and e.get("holder") == self.holder]
+        adapted = [e for e in mine if e.get("event") == ADAPTED]
+        if adapted and self.current is not None and self.adaptive is not None:
+            last = adapted[-1]
+            throttle = last.get("throttle_bytes_per_sec")
+            self.current = Limits(moves=max(1, int(last["max_moves"])), throttle=int(throttle) if throttle else None)
+        pauses = [e for e in mine if e.get("event") in (paused, resumed)]
+        if pauses and pauses[-1].get("event") == paused:
+            self.unhealthy_since = float(pauses[-1]["since"])
 
     def close(self, at: float) -> None:
         """End of the run: a pause still running counts into ``paused_s``."""

@@ -590,3 +590,50 @@ def test_a_poke_that_submits_reads_the_cluster_once(fake, plan_dir):
     assert calls.get("snapshot") == 1 and calls.get("replica_sizes") == 2 and "list_reassignments" not in calls
     assert progress.submitted == 1 and progress.observation.in_flight == 1 and progress.observation.pending == 2
     assert progress.observation.bytes_total == 3 * MB  # sizes measured by that one DescribeLogDirs
+
+
+def _try_spec(plan_dir, try_number=1, **kw):
+    return WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True,
+                    lease_holder=f"dag d / run r / task wait / try {try_number} on host-{try_number} (pid 9)",
+                    lease_scope="d/r", **kw)
+
+
+def test_a_pause_outlives_the_submitter_so_max_pause_s_holds_across_reschedules(monkeypatch, plan_dir):
+    """Each reschedule poke (and the deferral, a triggerer restart) builds a new submitter: the pause clock
+    goes on from the journal, else a sensor rescheduled more often than max_pause_s would pause forever."""
+    admin = unhealthy_fake(monkeypatch)
+    admin.down.add(4)  # "other-0" under-replicated: submissions pause
+    clock = [1_000_000.0]
+    monkeypatch.setattr("airflow_kafka_reassign.plan_access.time.time", lambda: clock[0])
+    spec = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})
+    first = spec.submitter(spec.load_plan())(admin)
+    assert first.submitted == 0 and first.blocked is None  # paused, not stopped
+    clock[0] += 45
+    again = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})  # rebuilt: a reschedule poke
+    assert again.submitter(again.load_plan())(admin).blocked is None  # 45 s < 60 s
+    clock[0] += 30
+    third = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})
+    stopped = third.submitter(third.load_plan())(admin)
+    assert stopped.blocked and "gave up after pausing" in stopped.blocked and admin.alter_requests == []
+    # a new try starts its own clock (cleared once the cluster is healthy)
+    assert _try_spec(plan_dir, 2, options={"health": {"max_pause_s": 60}}).submitter(
+        spec.load_plan())(admin).blocked is None
+
+
+def test_the_adaptive_limits_outlive_the_submitter(fake, plan_dir, monkeypatch):
+    from airflow_kafka_reassign.core.execution import RunGovernor
+
+    fake.every = 2  # a move completes every other snapshot: healthy and progressing, AIMD adds one
+    spec = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})
+    submit = spec.submitter(spec.load_plan())
+    while not [e for e in read_journal(plan_dir / RUN_DIR) if e.get("event") == "adapted"]:
+        submit(fake)
+    adapted = [e for e in read_journal(plan_dir / RUN_DIR) if e.get("event") == "adapted"]
+    assert adapted[-1]["max_moves"] == 2 and adapted[-1]["holder"] == "dag d / run r / task wait / try 1"
+    seen: list[int] = []
+    orig = RunGovernor.for_step
+    monkeypatch.setattr(RunGovernor, "for_step",
+                        lambda self, limits, options: seen.append(self.current.moves) or orig(self, limits, options))
+    rebuilt = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})  # a reschedule poke
+    rebuilt.submitter(rebuilt.load_plan())(fake)
+    assert seen[0] == 2  # from the journal, not min_moves again
