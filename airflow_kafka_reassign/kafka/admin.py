@@ -591,6 +591,11 @@ class KafkaClusterAdmin:
         missing_since: float | None = None
 
         def unknown(names: Sequence[str]) -> ConfigurationError:
+            hidden = self._unauthorized_topics(names)
+            if hidden:  # Kafka leaves a topic the principal may not DESCRIBE out of the metadata: not "missing"
+                return self._access_error("authorization", f"{len(hidden)} of the named topic(s) are hidden from it: "
+                                          f"{', '.join(hidden[:10])}{' ...' if len(hidden) > 10 else ''}",
+                                          Refused.on_topic("DESCRIBE", hidden[0], "Metadata"))
             return ConfigurationError(f"topic(s) {', '.join(names)} do not exist in the cluster at {self._bootstrap}")
 
         def attempt() -> tuple[ClusterSnapshot | None, Gaps]:
@@ -683,6 +688,22 @@ class KafkaClusterAdmin:
             topics=tuple(topic_states),
             partitions=tuple(partitions),
         )
+
+    def _unauthorized_topics(self, names: Sequence[str]) -> list[str]:
+        """Which of ``names`` (absent from the metadata) exist but are hidden from this principal: Kafka answers
+        TOPIC_AUTHORIZATION_FAILED for them when asked by name (DescribeTopicPartitions; never creates a topic),
+        UNKNOWN_TOPIC_OR_PARTITION for topics that do not exist."""
+        futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
+        out = []
+        for name, fut in futures.items():
+            try:
+                fut.result(self._timeout_s)
+            except KafkaException as e:
+                if e.args and getattr(e.args[0], "code", lambda: None)() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    out.append(name)
+            except Exception:  # noqa: BLE001 (a probe for a better message: "does not exist" stays the default)
+                continue
+        return sorted(out)
 
     def _internal_topics(self, names: Sequence[str]) -> dict[str, bool]:
         """Whether Kafka flags each of ``names`` internal (DescribeTopicPartitions)."""
