@@ -884,7 +884,8 @@ def step(
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
         if limits.order != "plan" and limits.limited and len(pending) > 1:
-            sizes = admin.replica_sizes([m.tp for m in pending])
+            # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
+            sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
         ordered = _order(pending, limits, sizes, plan_index)
         if status.below_min_isr:  # safest last (core/health.py)
@@ -1336,9 +1337,12 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
     (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown).
 
     ``measure`` (the plan's partitions, for the progress line) widens that one DescribeLogDirs;
-    the sizes are then kept in ``status.sizes``."""
+    the sizes are then kept in ``status.sizes``. When the step already read them (``status.sizes``: it
+    orders a bounded batch by size), nothing is read again."""
     moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
-    if measure is not None:
+    if status.sizes is not None:  # the step read the plan's sizes to order its batch, moments ago: no second read
+        left = bytes_left(moving, status.sizes) if moving else {}
+    elif measure is not None:
         status.sizes = admin.replica_sizes(measure)
         left = bytes_left(moving, status.sizes) if moving else {}
     else:
