@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -39,6 +40,7 @@ from airflow_kafka_reassign.core.models import (
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
     InFlightReassignment,
+    LogDirs,
     NewPartitions,
     PartitionResult,
     RfGuard,
@@ -78,6 +80,10 @@ class FakeClusterAdmin:
         #: Bytes on disk by partition and broker, as DescribeLogDirs would report them; tests
         #: set these to simulate a copy in progress (only brokers holding a replica are reported).
         self.sizes: dict[TopicPartition, dict[int, int]] = {}
+        #: Each broker's disk (``{broker: total bytes}``, one log dir): usable = total minus the bytes of its
+        #: replicas in :attr:`sizes`. A broker not listed has 1 TiB; ``None`` in place of a size: it reports no
+        #: space (older than Kafka 3.3).
+        self.disk_total: dict[int, int | None] = {}
         #: Number of calls per port method, for "constant RPCs per poke" assertions.
         self.calls: dict[str, int] = {}
         #: Every alter request as (targets, allow_replication_factor_change), for assertions.
@@ -237,6 +243,21 @@ class FakeClusterAdmin:
                 if sizes:
                     out[tp] = sizes
         return out
+
+    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
+        sizes = self.replica_sizes(partitions)  # one DescribeLogDirs per broker: counted as replica_sizes
+        used: dict[int, int] = {b.id: 0 for b in self.brokers}
+        for by_broker in self.sizes.values():
+            for b, n in by_broker.items():
+                if b in used:
+                    used[b] += n
+        space = {}
+        for b in sorted({b.id for b in self.brokers} - self.down):
+            total = self.disk_total.get(b, 2**40)
+            if total is not None:
+                usable = max(0, total - used[b])
+                space[b] = DiskSpace(total_bytes=total, usable_bytes=usable, largest_usable=usable)
+        return LogDirs(sizes=sizes, space=space)
 
     def alter_reassignments(
         self,

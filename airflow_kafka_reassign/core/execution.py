@@ -66,6 +66,8 @@ from airflow_kafka_reassign.core.adaptive import (
     soonest_eta_s,
     stall_window_s,
 )
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskReserve, DiskSpace, fit_batch
+from airflow_kafka_reassign.core.disk_guard import refusal as disk_refusal
 from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
@@ -184,6 +186,11 @@ class ExecutionOptions:
     :param health: the health gate (core/health.py): before each batch the cluster's
         under-replicated, under-min-ISR and offline partitions are read; trouble the run does not
         explain pauses submission (the default), cancels or fails the run.
+    :param disk_reserve: the disk guard (core/disk_guard.py): before each batch each broker's free
+        disk space is read (DescribeLogDirs, Kafka 3.3+) and a move is submitted only if every broker it
+        adds keeps this much free after it and the moves in flight: a share (``"1%"``, the default), a
+        size (``"20GiB"``, bytes), or ``None``/``"off"``. A move that does not fit waits; when nothing
+        is in flight and nothing fits, the run is refused naming the broker and the numbers.
     """
 
     allow_replication_factor_change: bool = False
@@ -196,8 +203,11 @@ class ExecutionOptions:
     elect_leaders: bool = False
     dry_run: bool = False
     health: HealthPolicy = field(default_factory=HealthPolicy)
+    disk_reserve: DiskReserve | str | int | None = DEFAULT_RESERVE
 
     def __post_init__(self) -> None:
+        if not isinstance(self.disk_reserve, DiskReserve):  # parsed once: "5%", "20GiB", bytes, None/"off"
+            object.__setattr__(self, "disk_reserve", DiskReserve.parse(self.disk_reserve))
         if self.rf_guard not in ("broker", "client"):
             raise ConfigurationError(f"rf_guard must be 'broker' or 'client', not {self.rf_guard!r}")
         if self.on_plan_error not in ("refuse", "skip"):
@@ -269,6 +279,8 @@ class ExecutionStatus:
     below_min_isr: list[TopicPartition] = field(default_factory=list)
     #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
     stalled: bool = False
+    #: pending moves the disk guard held this step: a broker they add lacks the free space (why, per move)
+    disk_held: dict[TopicPartition, str] = field(default_factory=dict)
     #: what this step read (the plan's partitions, the live brokers): the progress line reuses it
     observation: _Observation | None = field(default=None, repr=False)
     #: the plan's replica sizes measured this poll (DescribeLogDirs), when a progress line wants them
@@ -310,6 +322,8 @@ class ExecutionStatus:
             line += "; copy STALLED"
         if self.paused:
             line += "; PAUSED (cluster unhealthy)"
+        if self.disk_held:
+            line += f", {len(self.disk_held)} wait for disk space"
         if self.blocked:
             line += "; BLOCKED (see the warning)"
         return line
@@ -332,7 +346,10 @@ class ExecutionStatus:
             "paused": self.paused,
             "below_min_isr": len(self.below_min_isr),
             "stalled": self.stalled,
+            "disk_held": len(self.disk_held),
         }
+        if self.disk_held:
+            out["disk_held_partitions"] = {str(tp): why for tp, why in sorted(self.disk_held.items())[:SUMMARY_SAMPLE]}
         if self.health is not None:
             out["health"] = self.health.summary()
         if self.stale:
@@ -883,8 +900,14 @@ def step(
     if submit and status.blocked is None and status.paused is None and status.pending:
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
-        if limits.order != "plan" and limits.limited and len(pending) > 1:
-            # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
+        guard = options.disk_reserve if isinstance(options.disk_reserve, DiskReserve) else None
+        space = None
+        # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
+        if guard is not None:  # the sizes and each broker's free space, from the same DescribeLogDirs
+            dirs = admin.log_dirs(list(plan.partitions))
+            sizes, space = dirs.sizes, dirs.space
+            status.sizes = dirs.sizes
+        elif limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
         ordered = _order(pending, limits, sizes, plan_index)
@@ -892,6 +915,8 @@ def step(
             risky = set(status.below_min_isr)
             ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
         batch = select_batch(ordered, status.reassignments, limits)
+        if guard is not None and space is not None and batch:
+            batch = _fit_disks(batch, ordered, status, sizes, space, guard, limits, log)
 
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
@@ -936,6 +961,38 @@ def step(
                status, log)
     log.info("%s", status.progress_line())
     return status
+
+
+def _fit_disks(batch: list[Move], ordered: list[Move], status: ExecutionStatus,
+               sizes: Mapping[TopicPartition, Mapping[int, int]], space: Mapping[int, DiskSpace],
+               guard: DiskReserve, limits: ExecutionLimits, log: logging.Logger) -> list[Move]:
+    """The disk guard on a batch: the moves every adding broker can hold (core/disk_guard.py). A held move's
+    slot goes to the next pending move that fits; when nothing is in flight and nothing fits, the run is
+    blocked (refused, naming the brokers and the numbers)."""
+    in_flight = [status.moves[tp] for tp in status.in_flight]
+    held: dict[TopicPartition, str] = {}
+    for _ in range(8):  # refill the freed slots a few times: each pass holds at least one more move or ends
+        fit = fit_batch(batch, in_flight, sizes, space, guard)
+        held.update(fit.held)
+        if not fit.held:
+            break
+        batch = select_batch([m for m in ordered if m.tp not in held], status.reassignments, limits)
+    else:
+        batch = fit_batch(batch, in_flight, sizes, space, guard).fits
+    if fit.unguarded:
+        log.warning("disk guard: broker(s) %s report no free space (DescribeLogDirs v4, Kafka 3.3+): the moves "
+                    "onto them are not checked", fit.unguarded)
+    if fit.unsized:
+        log.info("disk guard: %d move(s) not checked, no broker reports their size (%s)", len(fit.unsized),
+                 ", ".join(map(str, fit.unsized[:3])))
+    if held:
+        status.disk_held = held
+        fit.held = held
+        if not batch and not status.in_flight:
+            status.blocked = disk_refusal(fit, guard)
+        else:
+            log.warning("disk guard: %s", fit.line())
+    return batch
 
 
 def _elect(admin: ClusterAdmin, partitions: Sequence[TopicPartition], status: ExecutionStatus,

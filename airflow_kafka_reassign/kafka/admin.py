@@ -51,6 +51,7 @@ from kafka.protocol.admin import AlterPartitionReassignmentsRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -63,6 +64,7 @@ from airflow_kafka_reassign.core.models import (
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
     InFlightReassignment,
+    LogDirs,
     NewPartitions,
     PartitionResult,
     RfGuard,
@@ -749,11 +751,21 @@ class KafkaClusterAdmin:
         is skipped, with one line naming it; one that fails to answer is logged and left out,
         so a caller can keep reporting while a broker is down.
         """
+        return self._log_dirs(partitions)[0]
+
+    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
+        """:meth:`replica_sizes` and each answering broker's disk space, from the same requests."""
+        sizes, space = self._log_dirs(partitions, with_space=True)
+        return LogDirs(sizes=sizes, space=space)
+
+    def _log_dirs(self, partitions: Collection[TopicPartition], with_space: bool = False,
+                  ) -> tuple[dict[TopicPartition, dict[int, int]], dict[int, DiskSpace]]:
+        """One DescribeLogDirs per live broker naming ``partitions``: their sizes, and each broker's space."""
         wanted: dict[str, list[int]] = defaultdict(list)
         for t, p in partitions:
             wanted[t].append(p)
-        if not wanted:
-            return {}
+        if not wanted:  # never an empty request: kafka-python would send "every topic"
+            return {}, {}
         kp = self._kafka_python()
         request = {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
         responses: list[dict[str, Any]] = []
@@ -775,7 +787,8 @@ class KafkaClusterAdmin:
                 self._sizes_warned.add(node)
         sizes = _sizes_from_log_dirs(responses)
         asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
-        return {tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}
+        return ({tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())},
+                _space_from_log_dirs(responses) if with_space else {})
 
     # -- reassignments --------------------------------------------------------------------
 
@@ -1096,6 +1109,20 @@ def metadata_lag(offsets: Mapping[int, int | None], target: int) -> str:
     where = ", ".join(f"{b} at {o}" for b, o in behind.items())
     return (f"broker(s) {', '.join(map(str, behind))} had not yet applied the cluster's metadata up to offset "
             f"{target}, where it was when the snapshot began ({where})")
+
+
+def _space_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[int, DiskSpace]:
+    """Each broker's disk space (KIP-827, DescribeLogDirs v4+): total and usable bytes summed over its log dirs
+    that answer without error. A broker that reports none (-1: older than Kafka 3.3) is left out."""
+    out: dict[int, DiskSpace] = {}
+    for broker in responses:
+        dirs = [d for d in broker["log_dirs"] if not d.get("error_code")]
+        totals = [(int(d.get("total_bytes", -1)), int(d.get("usable_bytes", -1))) for d in dirs]
+        if not totals or any(t < 0 or u < 0 for t, u in totals):
+            continue
+        out[broker["broker"]] = DiskSpace(total_bytes=sum(t for t, _ in totals), usable_bytes=sum(u for _, u in totals),
+                                          largest_usable=max(u for _, u in totals))
+    return out
 
 
 def _sizes_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[TopicPartition, dict[int, int]]:

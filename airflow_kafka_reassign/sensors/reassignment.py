@@ -30,6 +30,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, finish, run
 from airflow_kafka_reassign.core.plan_io import read_rollback
 from airflow_kafka_reassign.core.progress import (
@@ -125,7 +126,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
         rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
         ExecuteReassignment (below).
-    :param health_gate / on_unhealthy / max_pause_s / below_min_isr / adaptive_limits: as for ExecuteReassignment,
+    :param health_gate / on_unhealthy / max_pause_s / below_min_isr / disk_reserve / adaptive_limits: as for
+        ExecuteReassignment,
         with ``submit_pending``: the same health gate and adaptive limits (one
         :class:`~airflow_kafka_reassign.core.execution.RunGovernor` across the pokes). When the health policy stops
         the submissions (a pause longer than ``max_pause_s``, ``on_unhealthy="fail"``, or ``"cancel"``, which also
@@ -166,6 +168,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         on_unhealthy: str = "pause",
         max_pause_s: float | None = 1800.0,
         below_min_isr: str = "last",
+        disk_reserve: Any = DEFAULT_RESERVE,
         adaptive_limits: dict[str, Any] | None = None,
         stuck_after: timedelta | float = 600,
         on_timeout: str = "leave",
@@ -202,6 +205,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             "allow_offline_brokers": allow_offline_brokers,
             "elect_leaders": elect_leaders,
             "health": health_args(health_gate, on_unhealthy, max_pause_s, below_min_isr),
+            "disk_reserve": disk_reserve,
         }
         self.adaptive_limits = adaptive_limits
         self.stuck_after_s = _seconds(stuck_after, "stuck_after")
