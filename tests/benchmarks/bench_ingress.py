@@ -2,8 +2,8 @@
 
 Synthetic clusters with skewed, log-normal partition sizes (``sizes="skewed"``), log-normal bytes-in
 rates with hot topics (:func:`synthetic_rates`), 100 brokers in 3 racks, heterogeneous disks
-(:func:`synthetic_capacities`, 60% full) and heterogeneous ``network_in`` in another cycle than the
-disks (:func:`synthetic_network_in`, 50% busy): a disk-balanced cluster whose bytes in is not.
+(:func:`synthetic_capacities`, 60% full) and heterogeneous ``network_in`` (:func:`synthetic_network_in`,
+50% busy: a broker's disk class times 0.8-1.25): a disk-balanced cluster whose bytes in is not.
 Per size, the pure planner in one process with the default goals (disk band 2 points, cap 85%,
 bytes-in band 5 points): plan time and the bytes-in step's own time, bytes-in max deviation from
 the mean share (before the plan, after the disk step, after the plan), disk max deviation after,
@@ -12,6 +12,7 @@ replica-count max-min, rack violations, RF changes, brokers over the cap, what s
 
     cd tests/benchmarks && ../../.venv/bin/python bench_ingress.py                 # 100k and 1M
     cd tests/benchmarks && ../../.venv/bin/python bench_ingress.py 100000 1000000 2000000 --disk-only
+    cd tests/benchmarks && ../../.venv/bin/python bench_ingress.py 100000 --independent   # a harsher mismatch
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from airflow_kafka_reassign.core.synthetic import (
     synthetic_rates,
     to_snapshot,
 )
+
+#: ``--independent``: network classes that do not follow the disk's.
+INDEPENDENT = (1.0, 0.5, 2.0, 1.0)
 
 
 class TimedStep(IngressStep):
@@ -71,6 +75,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tolerance", type=float, default=0.05, help="ingress_tolerance (bytes-in band)")
     ap.add_argument("--disk-only", action="store_true", help="also plan without network_in (bytes moved for disk alone)")
+    ap.add_argument("--independent", action="store_true",
+                    help="network_in independent of the disk (classes 1, 0.5, 2, 1): a 2x disk may have a 0.5x network")
     args = ap.parse_args()
     pipeline.IngressStep = TimedStep  # type: ignore[misc]
     for n in args.replicas:
@@ -78,7 +84,8 @@ def main() -> None:
         synthetic_rates(cluster, seed=args.seed)
         synthetic("replicas in the cluster", cluster.replica_count, n)
         disk = synthetic_capacities(cluster, fill=0.6)
-        net = synthetic_network_in(cluster, fill=0.5)
+        net = (synthetic_network_in(cluster, fill=0.5, classes=INDEPENDENT, disk_classes=None) if args.independent
+               else synthetic_network_in(cluster, fill=0.5))
         expect("brokers with a capacity", len(disk), args.brokers)
         snapshot = to_snapshot(cluster, validate=False)
         del cluster
