@@ -68,7 +68,7 @@ def bytes_line(s: dict[str, Any]) -> str:
     return f"bytes moved {s['bytes_to_move']:,} vs bound {bound:,} = {s['bytes_to_move'] / bound if bound else 0:.4f}x"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("replicas", type=int, nargs="*", default=[100_000, 1_000_000])
     ap.add_argument("--brokers", type=int, default=100)
@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--disk-only", action="store_true", help="also plan without network_in (bytes moved for disk alone)")
     ap.add_argument("--independent", action="store_true",
                     help="network_in independent of the disk (classes 1, 0.5, 2, 1): a 2x disk may have a 0.5x network")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     pipeline.IngressStep = TimedStep  # type: ignore[misc]
     for n in args.replicas:
         cluster = synthetic_cluster(brokers=args.brokers, racks=3, replicas=n, sizes="skewed", seed=args.seed)
