@@ -9,10 +9,11 @@ the mean share (total rate over total ``network_in``). The goals keep their orde
 of this step never takes a broker's disk bytes out of the disk band (or further out, where the
 disk step left it outside), above the disk cap, a partition onto fewer racks, a broker's replica
 count or a topic's count on a broker out of the window the disk step kept; replication factors
-never change. Where the counts would break, a *swap* sends back one of the receiver's quietest
-replicas. It moves the replicas that shed the most rate per byte first, and those that cost no
-bytes (put on the broker by an earlier step, or going back to a broker that held them) before
-any other. Leadership does not change bytes in (followers take in what the leader does), so
+never change. Where the disk band or the counts leave no room for a plain move, a *swap* sends
+back a partner replica: the receiver's quietest of about the size both disk bands allow. It moves
+the replicas that shed the most rate per byte first, and the busiest of those that cost no bytes
+(put on the broker by an earlier step) before any other; a broker it leaves outside the band is
+named with what stopped it (:data:`STOP_REASONS`). Leadership does not change bytes in (followers take in what the leader does), so
 preferred leaders stay with the leader step's count balance.
 
 Any plan that brings a broker's rate from ``x`` down to ``y`` moves replicas whose rates add up to
