@@ -13,8 +13,8 @@ never change. Where the disk band or the counts leave no room for a plain move, 
 back a partner replica: the receiver's quietest of about the size both disk bands allow. It moves
 the replicas that shed the most rate per byte first, and the busiest of those that cost no bytes
 (put on the broker by an earlier step) before any other; a broker it leaves outside the band is
-named with what stopped it (:data:`STOP_REASONS`). Leadership does not change bytes in (followers take in what the leader does), so
-preferred leaders stay with the leader step's count balance.
+named with what stopped it (:data:`STOP_REASONS`). Leadership does not change bytes in (followers
+take in what the leader does), so preferred leaders stay with the leader step's count balance.
 
 Any plan that brings a broker's rate from ``x`` down to ``y`` moves replicas whose rates add up to
 ``x - y`` off it; the fewest bytes that does is at least the fractional knapsack of its replicas
