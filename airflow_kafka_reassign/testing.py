@@ -156,12 +156,12 @@ class FakeClusterAdmin:
         if missing:  # as the adapter does
             raise ConfigurationError(f"topic(s) {', '.join(missing)} do not exist in the cluster")
         budget = DEFAULT_SETTLE_S if settle_timeout_s is None else settle_timeout_s
-        snap, attempts, spent = settle(lambda: self._read(names), budget_s=budget, what="the fake cluster",
+        snap, attempts, spent = settle(lambda: self._read(names, include_sizes), budget_s=budget, what="the fake cluster",
                                        sleep=self.sleep, clock=lambda: self.now)
         check = SnapshotCheck.of(snap, source="cluster", attempts=attempts, settle_s=spent)
         return snap.model_copy(update={"check": check})
 
-    def _read(self, names: Sequence[str]) -> tuple[ClusterSnapshot | None, Gaps]:
+    def _read(self, names: Sequence[str], include_sizes: bool = False) -> tuple[ClusterSnapshot | None, Gaps]:
         """One read of the views a snapshot combines, checked as the adapter checks them."""
         self.snapshot_reads += 1
         unread: set[str] = set()
@@ -190,9 +190,11 @@ class FakeClusterAdmin:
                 continue
             replicas, adding, removing = self._replica_view(tp)
             live = tuple(b for b in replicas if b not in self.down and not (self.catching_up and b in adding))
+            sizes = {b: n for b, n in self.sizes.get(tp, {}).items() if b in replicas} if include_sizes else None
             parts.append(PartitionState(
                 topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
                 leader=self._leader(tp, live), adding_replicas=adding, removing_replicas=removing,
+                **({"replica_sizes": sizes} if sizes else {}),
             ))
         topic_states = tuple(
             self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
