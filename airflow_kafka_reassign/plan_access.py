@@ -309,6 +309,11 @@ class WaitSpec:
             done_before[0] = len(status.done)
             known.update(status.failed)
             refused = {**status.failed, **{tp: known[tp] for tp in status.pending if tp in known}}
+            if status.disk_held and status.blocked and not status.in_flight:
+                # the disk guard: nothing in flight to free space and no pending move fits; the wait ends "blocked"
+                refused.update({tp: f"not sent, disk guard: {status.disk_held.get(tp, 'nothing fits before it')}"
+                                for tp in status.pending})
+                log.error("%s", status.blocked)
             if status.plan_errors and status.blocked:
                 # the plan is refused whole: its pending moves are never sent, so the wait does not wait for them
                 # (it ends "blocked", naming them, once the moves in flight are done)

@@ -111,6 +111,49 @@ def partition_bytes(sizes: Mapping[TopicPartition, Mapping[int, int]], tp: Topic
     return max(replicas.values()) if replicas else None
 
 
+class DiskRoom:
+    """The room each broker has for new replicas now, taken move by move (:meth:`take`).
+
+    The moves ``in_flight`` still copy onto their adding brokers what those replicas lack (the
+    partition's size minus the replica's bytes so far); ``space`` is read after what they already
+    copied, so only the rest counts against it."""
+
+    def __init__(self, in_flight: Iterable[Move], sizes: Mapping[TopicPartition, Mapping[int, int]],
+                 space: Mapping[int, DiskSpace], reserve: DiskReserve) -> None:
+        self.sizes, self.space, self.reserve = sizes, space, reserve
+        self.room: dict[int, int] = {b: s.usable_bytes - reserve.of(s) for b, s in space.items()}
+        for m in in_flight:
+            copying = partition_bytes(sizes, m.tp) or 0
+            for b in m.adding_replicas:
+                if b in self.room:
+                    self.room[b] -= max(0, copying - sizes.get(m.tp, {}).get(b, 0))
+        self.unguarded: set[int] = set()
+        self.unsized: list[TopicPartition] = []
+
+    def take(self, m: Move) -> str | None:
+        """``None``: every broker ``m`` adds has room (now taken); else why it has not, in words."""
+        adding = [b for b in m.adding_replicas if b in self.room]
+        self.unguarded.update(b for b in m.adding_replicas if b not in self.room)
+        if not adding:
+            return None
+        size = partition_bytes(self.sizes, m.tp)
+        if size is None:  # no live broker reports a replica: nothing can be copied from it until one is back
+            self.unsized.append(m.tp)
+            return None
+        space, reserve = self.space, self.reserve
+        short = [b for b in adding if self.room[b] < size or space[b].largest_usable - reserve.of(space[b]) < size]
+        if short:
+            b = short[0]
+            kept = reserve.of(space[b])
+            coming = max(0, space[b].usable_bytes - kept - self.room[b])
+            return (f"needs {human_bytes(size)} on broker {b}: {human_bytes(space[b].usable_bytes)} free, "
+                    f"reserve {human_bytes(kept)}"
+                    + (f", {human_bytes(coming)} still to come by moves in flight or this batch" if coming else ""))
+        for b in adding:
+            self.room[b] -= size
+        return None
+
+
 def fit_batch(
     batch: Sequence[Move],
     in_flight: Iterable[Move],
@@ -118,47 +161,17 @@ def fit_batch(
     space: Mapping[int, DiskSpace],
     reserve: DiskReserve,
 ) -> DiskFit:
-    """The moves of ``batch`` (in order) that every broker they add can hold with ``reserve`` left free.
-
-    The moves ``in_flight`` still copy onto their adding brokers what those replicas lack (the
-    partition's size minus the replica's bytes so far); ``space`` is read after what they already
-    copied, so only the rest counts against it."""
-    out = DiskFit()
-    room: dict[int, int] = {}
-    for b, s in space.items():
-        room[b] = s.usable_bytes - reserve.of(s)
-    for m in in_flight:
-        copying = partition_bytes(sizes, m.tp) or 0
-        for b in m.adding_replicas:
-            if b in room:
-                room[b] -= max(0, copying - sizes.get(m.tp, {}).get(b, 0))
-    out.room = dict(room)
-    unguarded: set[int] = set()
+    """The moves of ``batch`` (in order) that every broker they add can hold with ``reserve`` left free
+    (:class:`DiskRoom`, first fit)."""
+    room = DiskRoom(in_flight, sizes, space, reserve)
+    out = DiskFit(room=dict(room.room))
     for m in batch:
-        adding = [b for b in m.adding_replicas if b in room]
-        unguarded.update(b for b in m.adding_replicas if b not in room)
-        if not adding:
+        why = room.take(m)
+        if why is None:
             out.fits.append(m)
-            continue
-        size = partition_bytes(sizes, m.tp)
-        if size is None:  # no live broker reports a replica: nothing can be copied from it until one is back
-            out.unsized.append(m.tp)
-            out.fits.append(m)
-            continue
-        short = [b for b in adding if room[b] < size or space[b].largest_usable - reserve.of(space[b]) < size]
-        if short:
-            b = short[0]
-            kept = reserve.of(space[b])
-            coming = max(0, space[b].usable_bytes - kept - room[b])
-            out.held[m.tp] = (f"needs {human_bytes(size)} on broker {b}: {human_bytes(space[b].usable_bytes)} free, "
-                              f"reserve {human_bytes(kept)}"
-                              + (f", {human_bytes(coming)} still to come by moves in flight or this batch"
-                                 if coming else ""))
-            continue
-        for b in adding:
-            room[b] -= size
-        out.fits.append(m)
-    out.unguarded = sorted(unguarded)
+        else:
+            out.held[m.tp] = why
+    out.unguarded, out.unsized = sorted(room.unguarded), room.unsized
     return out
 
 

@@ -66,7 +66,7 @@ from airflow_kafka_reassign.core.adaptive import (
     soonest_eta_s,
     stall_window_s,
 )
-from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskReserve, DiskSpace, fit_batch
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskFit, DiskReserve, DiskRoom
 from airflow_kafka_reassign.core.disk_guard import refusal as disk_refusal
 from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
@@ -709,8 +709,12 @@ def select_batch(
     pending: Sequence[Move],
     reassignments: Mapping[TopicPartition, InFlightReassignment],
     limits: ExecutionLimits,
+    room: DiskRoom | None = None,
+    held: dict[TopicPartition, str] | None = None,
 ) -> list[Move]:
-    """The moves of ``pending`` (already ordered) that fit the limits next to what is in flight."""
+    """The moves of ``pending`` (already ordered) that fit the limits next to what is in flight and, with
+    the disk guard's ``room``, the brokers' disks: a move that does not fit is put in ``held`` with why,
+    and the next one gets its slot."""
     in_cluster = len(reassignments)
     per_broker: Counter[int] = Counter()
     for r in reassignments.values():
@@ -724,6 +728,12 @@ def select_batch(
             per_broker[b] >= limits.max_moves_per_broker for b in touched
         ):
             continue
+        if room is not None:
+            why = room.take(m)
+            if why is not None:
+                if held is not None:
+                    held[m.tp] = why
+                continue
         batch.append(m)
         in_cluster += 1
         per_broker.update(touched)
@@ -914,9 +924,12 @@ def step(
         if status.below_min_isr:  # safest last (core/health.py)
             risky = set(status.below_min_isr)
             ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
-        batch = select_batch(ordered, status.reassignments, limits)
-        if guard is not None and space is not None and batch:
-            batch = _fit_disks(batch, ordered, status, sizes, space, guard, limits, log)
+        room = DiskRoom([status.moves[tp] for tp in status.in_flight], sizes, space, guard) \
+            if guard is not None and space is not None else None
+        held: dict[TopicPartition, str] = {}
+        batch = select_batch(ordered, status.reassignments, limits, room, held)
+        if room is not None:
+            _disk_verdict(room, held, batch, status, guard, log)  # type: ignore[arg-type]
 
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
@@ -963,36 +976,24 @@ def step(
     return status
 
 
-def _fit_disks(batch: list[Move], ordered: list[Move], status: ExecutionStatus,
-               sizes: Mapping[TopicPartition, Mapping[int, int]], space: Mapping[int, DiskSpace],
-               guard: DiskReserve, limits: ExecutionLimits, log: logging.Logger) -> list[Move]:
-    """The disk guard on a batch: the moves every adding broker can hold (core/disk_guard.py). A held move's
-    slot goes to the next pending move that fits; when nothing is in flight and nothing fits, the run is
-    blocked (refused, naming the brokers and the numbers)."""
-    in_flight = [status.moves[tp] for tp in status.in_flight]
-    held: dict[TopicPartition, str] = {}
-    for _ in range(8):  # refill the freed slots a few times: each pass holds at least one more move or ends
-        fit = fit_batch(batch, in_flight, sizes, space, guard)
-        held.update(fit.held)
-        if not fit.held:
-            break
-        batch = select_batch([m for m in ordered if m.tp not in held], status.reassignments, limits)
-    else:
-        batch = fit_batch(batch, in_flight, sizes, space, guard).fits
-    if fit.unguarded:
+def _disk_verdict(room: DiskRoom, held: dict[TopicPartition, str], batch: list[Move], status: ExecutionStatus,
+                  guard: DiskReserve, log: logging.Logger) -> None:
+    """What the disk guard did this step, in the status and the log: the moves held, and the run blocked
+    (refused, naming the brokers and the numbers) when nothing is in flight and no pending move fits."""
+    if room.unguarded:
         log.warning("disk guard: broker(s) %s report no free space (DescribeLogDirs v4, Kafka 3.3+): the moves "
-                    "onto them are not checked", fit.unguarded)
-    if fit.unsized:
-        log.info("disk guard: %d move(s) not checked, no broker reports their size (%s)", len(fit.unsized),
-                 ", ".join(map(str, fit.unsized[:3])))
-    if held:
-        status.disk_held = held
-        fit.held = held
-        if not batch and not status.in_flight:
-            status.blocked = disk_refusal(fit, guard)
-        else:
-            log.warning("disk guard: %s", fit.line())
-    return batch
+                    "onto them are not checked", sorted(room.unguarded))
+    if room.unsized:
+        log.info("disk guard: %d move(s) not checked, no broker reports their size (%s)", len(room.unsized),
+                 ", ".join(map(str, room.unsized[:3])))
+    if not held:
+        return
+    status.disk_held = held
+    fit = DiskFit(fits=batch, held=held)
+    if not batch and not status.in_flight:
+        status.blocked = disk_refusal(fit, guard)
+    else:
+        log.warning("disk guard: %s", fit.line())
 
 
 def _elect(admin: ClusterAdmin, partitions: Sequence[TopicPartition], status: ExecutionStatus,

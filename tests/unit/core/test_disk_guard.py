@@ -114,3 +114,16 @@ def test_nothing_in_flight_and_nothing_fits_refuses_the_run_naming_the_broker():
 def test_the_guard_off_submits_everything():
     f = cluster(1 * GB)
     assert len(run_step(f, disk_reserve=None).submitted) == 3
+
+
+def test_every_pending_move_is_tried_before_the_run_is_refused():
+    """Many moves that do not fit ahead of one that does, with max_moves=1: the one that fits is sent."""
+    f = FakeClusterAdmin.build({1: "r1", 2: "r2", 3: "r3"}, {"t": [[1, 2]] * 12})
+    for i in range(12):
+        f.sizes[TopicPartition("t", i)] = {1: (5 if i < 11 else 1) * GB, 2: (5 if i < 11 else 1) * GB}
+    f.disk_total[3] = 2 * GB
+    plan = ReassignmentPlan(moves=tuple(mv("t", i, (1, 2), (3, 2)) for i in range(12)))
+    status = step(f, plan, ExecutionLimits(max_moves=1, order="plan"), ExecutionOptions(disk_reserve=0), settle_s=0,
+                  sleep=lambda s: None)
+    assert [str(tp) for tp in status.submitted] == ["t-11"] and status.blocked is None
+    assert len(status.disk_held) == 11

@@ -637,3 +637,12 @@ def test_the_adaptive_limits_outlive_the_submitter(fake, plan_dir, monkeypatch):
     rebuilt = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})  # a reschedule poke
     rebuilt.submitter(rebuilt.load_plan())(fake)
     assert seen[0] == 2  # from the journal, not min_moves again
+
+
+def test_the_disk_guard_ends_the_wait_blocked_when_nothing_fits_and_nothing_is_in_flight(fake, plan_dir):
+    fake.disk_total[3] = MB // 2  # every move adds broker 3, each partition is 1 MB
+    with pytest.raises(AirflowFailException, match=r"3 of 3 move\(s\) cannot complete") as e:
+        sensor(plan_dir, submit_pending=True, disk_reserve="0").execute({})
+    assert "orders-0 (failed: submission refused: not sent, disk guard: needs 1.0 MB on broker 3: 0 B free, " \
+           "reserve 0 B)" in str(e.value)
+    assert fake.alter_requests == []
