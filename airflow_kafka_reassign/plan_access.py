@@ -15,6 +15,8 @@ operators import this, not ``triggers/``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import socket
@@ -71,6 +73,36 @@ def plan_store(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = 
         raise ConfigurationError(str(e)) from None
 
 
+def _governor_name(key: str) -> str:
+    return f"{GOVERNOR_DIR}/{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _read_governor(state: Store, key: str | None) -> dict[str, Any] | None:
+    """The governor this task try's submitter left (``None``: none, or another try's)."""
+    if not key:
+        return None
+    data = state.read(_governor_name(key))
+    saved = json.loads(data) if data else None
+    return saved if isinstance(saved, dict) and saved.get("holder") == key else None
+
+
+def _write_governor(state: Store, key: str | None, data: dict[str, Any], written: list[str],
+                    log: logging.Logger) -> None:
+    """Keep the governor for a rebuilt submitter of this try (written when it changed; best effort: a failed
+    write costs a rebuilt submitter its adaptive state, never the run)."""
+    if not key:
+        return
+    text = json.dumps({"holder": key, **data}, sort_keys=True)
+    if written and written[-1] == text:
+        return
+    try:
+        state.write(_governor_name(key), text.encode())
+    except Exception as e:  # noqa: BLE001 (see above)
+        log.warning("could not keep the submitter's adaptive state in %s: %s", state.uri, e)
+        return
+    written[:] = [text]
+
+
 def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str, str]:
     """``(holder, scope)`` of the lease a task takes: scope = the DAG run, holder = the task try and worker."""
     ti = (context or {}).get("ti")
@@ -90,9 +122,9 @@ PLAN_EXECUTED = "plan-executed"
 HEALTH_STOPPED = "health-stopped"
 #: The journal event of the moves in flight cancelled by ``on_unhealthy="cancel"`` (with the cancel's summary).
 HEALTH_CANCELLED = "health-cancelled"
-#: The sensor's health gate paused its submissions (``since``: wall-clock seconds) and resumed them: a rebuilt
-#: submitter of the same try carries the pause on, so ``max_pause_s`` holds across reschedules and deferral.
-HEALTH_PAUSED, HEALTH_RESUMED = "health-paused", "health-resumed"
+#: Where a sensor's submitter keeps its governor between rebuilds (one small object per task try, overwritten):
+#: ``<run dir>/governor/<try>.json``.
+GOVERNOR_DIR = "governor"
 
 #: The logger the execution engine logs to while the sensor submits: its INFO lines (the exact requests,
 #: throttle changes) are kept out of the task log, so each poke stays ONE line; warnings and errors pass.
@@ -263,9 +295,12 @@ class WaitSpec:
         key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
         events = self._try_events(key)
         governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec, holder=key)
-        governor.resume_from(events, paused=HEALTH_PAUSED, resumed=HEALTH_RESUMED)
+        saved = _read_governor(state, key)
+        if saved:
+            governor.restore(saved["governor"])
         stopped: list[str] = [e["why"] for e in events if e.get("event") == HEALTH_STOPPED][:1]
-        done_before: list[int | None] = [None]
+        done_before: list[int | None] = [saved.get("done") if saved else None]
+        written: list[str] = []
         until = self.deadline()
         said: list[bool] = []
 
@@ -274,17 +309,12 @@ class WaitSpec:
                 leases.append(self.take_lease(log))
             past = until is not None and datetime.now(UTC) >= until
             step_limits, step_options = governor.for_step(limits, options)
-            paused_since = governor.unhealthy_since
             changes = len(governor.adaptations)
             with _quiet(ADAPTER_LOGGER):
                 status = step(admin, plan, step_limits, step_options, state_dir=state,
                               submit=not stopped and not past, log=log, known_failed=known, lease=leases[0])
                 if not stopped and not past:  # wall-clock times: a rebuilt submitter goes on from them
                     stop = governor.health(status, at=time.time(), submitting=True, log=log)
-                    if governor.unhealthy_since != paused_since:
-                        journal(state, {"event": HEALTH_PAUSED, "holder": key, "since": governor.unhealthy_since}
-                                if governor.unhealthy_since is not None else {"event": HEALTH_RESUMED, "holder": key},
-                                log=log)
                     if stop is not None:
                         stopped.append(stop)
                         log.error("%s", stop)
@@ -307,6 +337,7 @@ class WaitSpec:
                 # once the moves in flight are done
                 known.update(dict.fromkeys(status.pending, f"not sent: {stopped[0]}"))
             done_before[0] = len(status.done)
+            _write_governor(state, key, {"governor": governor.export(), "done": done_before[0]}, written, log)
             known.update(status.failed)
             refused = {**status.failed, **{tp: known[tp] for tp in status.pending if tp in known}}
             if status.disk_held and status.blocked and not status.in_flight:

@@ -1158,21 +1158,28 @@ class RunGovernor:
                                     **({"holder": self.holder} if self.holder else {})}, log=log)
         return eta
 
-    def resume_from(self, events: Sequence[Mapping[str, Any]], *, paused: str, resumed: str) -> None:
-        """Carry on from a governor of the same task try (the sensor's, rebuilt at each reschedule poke, at the
-        deferral and when the triggerer restarts): its latest adaptive limits (``adapted`` events) and a pause
-        still running (the latest of ``paused``/``resumed`` events, with ``since`` on the caller's clock), from
-        the journal entries of :attr:`holder`. Without this, ``max_pause_s`` would never be reached by a sensor
-        rescheduled more often than it, and AIMD would start over at every poke."""
-        mine = [e for e in events if self.holder and e.get("holder") == self.holder]
-        adapted = [e for e in mine if e.get("event") == ADAPTED]
-        if adapted and self.current is not None and self.adaptive is not None:
-            last = adapted[-1]
-            throttle = last.get("throttle_bytes_per_sec")
-            self.current = Limits(moves=max(1, int(last["max_moves"])), throttle=int(throttle) if throttle else None)
-        pauses = [e for e in mine if e.get("event") in (paused, resumed)]
-        if pauses and pauses[-1].get("event") == paused:
-            self.unhealthy_since = float(pauses[-1]["since"])
+    def export(self) -> dict[str, Any]:
+        """What a rebuilt governor of the same task try goes on from (JSON; see :meth:`restore`)."""
+        current = self.current
+        return {"current": [current.moves, current.throttle] if current is not None else None,
+                "unhealthy_since": self.unhealthy_since, "paused_s": self.paused_s,
+                "stalled_polls": self.stalled_polls, "watch": self.watch.export()}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Carry on from :meth:`export` of a governor of the same task try (the sensor's, rebuilt at each
+        reschedule poke, at the deferral and when the triggerer restarts; times on the wall clock): the
+        adaptive limits, a pause still running (so ``max_pause_s`` holds however often the sensor is
+        rescheduled) and the copy watch (so the copy rate, "progressing" and a stall are seen across pokes)."""
+        current = data.get("current")
+        if current is not None and self.current is not None and self.adaptive is not None:
+            moves, throttle = current
+            self.current = Limits(moves=max(1, int(moves)), throttle=int(throttle) if throttle else None)
+        since = data.get("unhealthy_since")
+        self.unhealthy_since = float(since) if since is not None else None
+        self.paused_s = float(data.get("paused_s") or 0.0)
+        self.stalled_polls = int(data.get("stalled_polls") or 0)
+        if data.get("watch"):
+            self.watch.restore(data["watch"])
 
     def close(self, at: float) -> None:
         """End of the run: a pause still running counts into ``paused_s``."""

@@ -620,23 +620,32 @@ def test_a_pause_outlives_the_submitter_so_max_pause_s_holds_across_reschedules(
         spec.load_plan())(admin).blocked is None
 
 
-def test_the_adaptive_limits_outlive_the_submitter(fake, plan_dir, monkeypatch):
+def test_the_adaptive_limits_grow_across_rebuilt_submitters(plan_dir, monkeypatch):
+    """A new submitter at every poke (reschedule mode): the limits go on from the last poke's and still grow while
+    healthy and progressing (the done count and the copy watch are carried too, not only the limits)."""
     from airflow_kafka_reassign.core.execution import RunGovernor
 
-    fake.every = 2  # a move completes every other snapshot: healthy and progressing, AIMD adds one
-    spec = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})
-    submit = spec.submitter(spec.load_plan())
-    while not [e for e in read_journal(plan_dir / RUN_DIR) if e.get("event") == "adapted"]:
-        submit(fake)
-    adapted = [e for e in read_journal(plan_dir / RUN_DIR) if e.get("event") == "adapted"]
-    assert adapted[-1]["max_moves"] == 2 and adapted[-1]["holder"] == "dag d / run r / task wait / try 1"
+    d = plan_dir.parent / "many"
+    d.mkdir()
+    plan_dir12, _ = write_plan(d, n=12)
+    fake = build_fake(12)
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: fake)
+    fake.every = 2  # a move completes every other snapshot
     seen: list[int] = []
     orig = RunGovernor.for_step
     monkeypatch.setattr(RunGovernor, "for_step",
                         lambda self, limits, options: seen.append(self.current.moves) or orig(self, limits, options))
-    rebuilt = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})  # a reschedule poke
-    rebuilt.submitter(rebuilt.load_plan())(fake)
-    assert seen[0] == 2  # from the journal, not min_moves again
+    for _ in range(30):
+        spec = _try_spec(plan_dir12, limits={"max_moves": 6}, adaptive={"min_moves": 1})  # rebuilt every poke
+        spec.submitter(spec.load_plan())(fake)
+    adapted = [e["max_moves"] for e in read_journal(plan_dir12 / RUN_DIR) if e.get("event") == "adapted"]
+    assert adapted[:2] == [2, 3] and max(seen) >= 3, (adapted, seen)
+    assert all(e.get("holder") == "dag d / run r / task wait / try 1"
+               for e in read_journal(plan_dir12 / RUN_DIR) if e.get("event") == "adapted")
+    other = _try_spec(plan_dir12, 2, limits={"max_moves": 6}, adaptive={"min_moves": 1})  # a new try starts over
+    seen.clear()
+    other.submitter(other.load_plan())(fake)
+    assert seen[0] == 1
 
 
 def test_the_disk_guard_ends_the_wait_blocked_when_nothing_fits_and_nothing_is_in_flight(fake, plan_dir):
