@@ -84,6 +84,8 @@ class FakeClusterAdmin:
         #: replicas in :attr:`sizes`. A broker not listed has 1 TiB; ``None`` in place of a size: it reports no
         #: space (older than Kafka 3.3).
         self.disk_total: dict[int, int | None] = {}
+        #: live brokers whose DescribeLogDirs fails (the disk guard holds the moves onto them)
+        self.log_dirs_unanswered: set[int] = set()
         #: Number of calls per port method, for "constant RPCs per poke" assertions.
         self.calls: dict[str, int] = {}
         #: Every alter request as (targets, allow_replication_factor_change), for assertions.
@@ -257,9 +259,8 @@ class FakeClusterAdmin:
         for b in sorted({b.id for b in self.brokers} - self.down):
             total = self.disk_total.get(b, 2**40)
             if total is not None:
-                usable = max(0, total - used[b])
-                space[b] = DiskSpace(total_bytes=total, usable_bytes=usable, largest_usable=usable)
-        return LogDirs(sizes=sizes, space=space)
+                space[b] = DiskSpace.one(total, max(0, total - used[b]))
+        return LogDirs(sizes=sizes, space=space, unanswered=tuple(sorted(self.log_dirs_unanswered)))
 
     def alter_reassignments(
         self,

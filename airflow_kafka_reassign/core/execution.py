@@ -911,12 +911,11 @@ def step(
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
         guard = options.disk_reserve if isinstance(options.disk_reserve, DiskReserve) else None
-        space = None
+        dirs = None
         # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
         if guard is not None:  # the sizes and each broker's free space, from the same DescribeLogDirs
             dirs = admin.log_dirs(list(plan.partitions))
-            sizes, space = dirs.sizes, dirs.space
-            status.sizes = dirs.sizes
+            sizes = status.sizes = dirs.sizes
         elif limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
@@ -924,8 +923,12 @@ def step(
         if status.below_min_isr:  # safest last (core/health.py)
             risky = set(status.below_min_isr)
             ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
-        room = DiskRoom([status.moves[tp] for tp in status.in_flight], sizes, space, guard) \
-            if guard is not None and space is not None else None
+        # the copies under way: every reassignment in flight (the plan's or not) and the moves still catching up
+        by_tp = plan.by_partition() if status.lagging else {}
+        copies = [(tp, r.adding_replicas) for tp, r in status.reassignments.items()] + \
+                 [(tp, by_tp[tp].adding_replicas) for tp in status.lagging if tp in by_tp]
+        room = DiskRoom(copies, sizes, dirs.space, guard, dirs.unanswered) \
+            if guard is not None and dirs is not None else None
         held: dict[TopicPartition, str] = {}
         batch = select_batch(ordered, status.reassignments, limits, room, held)
         if room is not None:
@@ -980,9 +983,9 @@ def _disk_verdict(room: DiskRoom, held: dict[TopicPartition, str], batch: list[M
                   guard: DiskReserve, log: logging.Logger) -> None:
     """What the disk guard did this step, in the status and the log: the moves held, and the run blocked
     (refused, naming the brokers and the numbers) when nothing is in flight and no pending move fits."""
-    if room.unguarded:
-        log.warning("disk guard: broker(s) %s report no free space (DescribeLogDirs v4, Kafka 3.3+): the moves "
-                    "onto them are not checked", sorted(room.unguarded))
+    if room.unguarded:  # the adapter warns once per broker
+        log.info("disk guard: broker(s) %s report no free space (DescribeLogDirs v4, Kafka 3.3+): the moves onto "
+                 "them are not checked", sorted(room.unguarded))
     if room.unsized:
         log.info("disk guard: %d move(s) not checked, no broker reports their size (%s)", len(room.unsized),
                  ", ".join(map(str, room.unsized[:3])))
@@ -990,7 +993,7 @@ def _disk_verdict(room: DiskRoom, held: dict[TopicPartition, str], batch: list[M
         return
     status.disk_held = held
     fit = DiskFit(fits=batch, held=held)
-    if not batch and not status.in_flight:
+    if not batch and not status.reassignments and not status.lagging:  # nothing under way would free space
         status.blocked = disk_refusal(fit, guard)
     else:
         log.warning("disk guard: %s", fit.line())

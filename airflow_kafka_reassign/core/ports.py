@@ -31,6 +31,9 @@ class LogDirs:
 
     sizes: dict[TopicPartition, dict[int, int]]
     space: dict[int, DiskSpace]
+    #: live brokers that did not answer (their space is unknown; a broker older than Kafka 3.3 answers without
+    #: space and is simply absent from ``space``)
+    unanswered: tuple[int, ...] = ()
 
 
 class PartitionResult(_Frozen):

@@ -270,6 +270,7 @@ class KafkaClusterAdmin:
         self._last_alter_version: int | None = None
         self._sizes_warned: set[int] = set()
         self._sizes_skipped: set[int] = set()
+        self._no_space_warned: set[int] = set()
         self._quorum_warned = False
         self._barrier_warned: set[int] = set()
         #: errors librdkafka reported through ``error_cb`` (served by ``poll``): an authentication or TLS
@@ -594,10 +595,14 @@ class KafkaClusterAdmin:
 
         def unknown(names: Sequence[str]) -> ConfigurationError:
             hidden = self._unauthorized_topics(names)
+            absent = [n for n in names if n not in hidden]
             if hidden:  # Kafka leaves a topic the principal may not DESCRIBE out of the metadata: not "missing"
-                return self._access_error("authorization", f"{len(hidden)} of the named topic(s) are hidden from it: "
-                                          f"{', '.join(hidden[:10])}{' ...' if len(hidden) > 10 else ''}",
-                                          Refused.on_topic("DESCRIBE", hidden[0], "Metadata"))
+                shown = f"{', '.join(hidden[:10])}{' ...' if len(hidden) > 10 else ''}"
+                also = f"; topic(s) {', '.join(absent)} do not exist" if absent else ""
+                return self._access_error(
+                    "authorization", f"topic(s) {shown} do not exist or are hidden from this principal (Kafka does "
+                    f"not tell which to a principal without DESCRIBE on them: check the name, then the ACLs){also}",
+                    Refused.on_topic("DESCRIBE", hidden[0], "Metadata"))
             return ConfigurationError(f"topic(s) {', '.join(names)} do not exist in the cluster at {self._bootstrap}")
 
         def attempt() -> tuple[ClusterSnapshot | None, Gaps]:
@@ -755,17 +760,18 @@ class KafkaClusterAdmin:
 
     def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
         """:meth:`replica_sizes` and each answering broker's disk space, from the same requests."""
-        sizes, space = self._log_dirs(partitions, with_space=True)
-        return LogDirs(sizes=sizes, space=space)
+        sizes, space, unanswered = self._log_dirs(partitions, with_space=True)
+        return LogDirs(sizes=sizes, space=space, unanswered=tuple(unanswered))
 
     def _log_dirs(self, partitions: Collection[TopicPartition], with_space: bool = False,
-                  ) -> tuple[dict[TopicPartition, dict[int, int]], dict[int, DiskSpace]]:
-        """One DescribeLogDirs per live broker naming ``partitions``: their sizes, and each broker's space."""
+                  ) -> tuple[dict[TopicPartition, dict[int, int]], dict[int, DiskSpace], list[int]]:
+        """One DescribeLogDirs per live broker naming ``partitions``: their sizes, each broker's space, and the
+        live brokers that did not answer."""
         wanted: dict[str, list[int]] = defaultdict(list)
         for t, p in partitions:
             wanted[t].append(p)
         if not wanted:  # never an empty request: kafka-python would send "every topic"
-            return {}, {}
+            return {}, {}, []
         kp = self._kafka_python()
         request = {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
         responses: list[dict[str, Any]] = []
@@ -776,10 +782,12 @@ class KafkaClusterAdmin:
             log.warning("DescribeLogDirs skips broker(s) %s: the cluster does not list them as alive; their "
                         "replica sizes are unknown until they are back", skipped)
         self._sizes_skipped = set(skipped)
+        unanswered = sorted(live - known)  # alive for the controller, unknown to this client yet
         for node in sorted(known & live):
             try:
                 responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
             except (kp_errors.KafkaError, OSError) as e:
+                unanswered.append(node)
                 # warned once per broker and client: a broker that is down would repeat it on every poll
                 (log.debug if node in self._sizes_warned else log.warning)(
                     "DescribeLogDirs to broker %s failed (%s: %s); its replica sizes are unknown",
@@ -787,8 +795,25 @@ class KafkaClusterAdmin:
                 self._sizes_warned.add(node)
         sizes = _sizes_from_log_dirs(responses)
         asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
-        return ({tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())},
-                _space_from_log_dirs(responses) if with_space else {})
+        space = self._space_from_log_dirs(responses) if with_space else {}
+        return ({tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}, space,
+                sorted(unanswered))
+
+    def _space_from_log_dirs(self, responses: Sequence[Mapping[str, Any]]) -> dict[int, DiskSpace]:
+        """Each broker's disk space (KIP-827, DescribeLogDirs v4+): the log dirs that answer without error, log
+        dirs of one volume (the same total and usable bytes) counted once. A broker that reports none (-1:
+        older than Kafka 3.3) is left out, and said once per broker."""
+        out: dict[int, DiskSpace] = {}
+        for broker in responses:
+            dirs = [(int(d.get("total_bytes", -1)), int(d.get("usable_bytes", -1)))
+                    for d in broker["log_dirs"] if not d.get("error_code")]
+            if dirs and all(t >= 0 and u >= 0 for t, u in dirs):
+                out[broker["broker"]] = DiskSpace.of_dirs(dirs)
+            elif broker["broker"] not in self._no_space_warned:
+                self._no_space_warned.add(broker["broker"])
+                log.warning("broker %s reports no free disk space in DescribeLogDirs (v4, Kafka 3.3+): the disk guard "
+                            "cannot check the moves onto it", broker["broker"])
+        return out
 
     # -- reassignments --------------------------------------------------------------------
 
@@ -1109,20 +1134,6 @@ def metadata_lag(offsets: Mapping[int, int | None], target: int) -> str:
     where = ", ".join(f"{b} at {o}" for b, o in behind.items())
     return (f"broker(s) {', '.join(map(str, behind))} had not yet applied the cluster's metadata up to offset "
             f"{target}, where it was when the snapshot began ({where})")
-
-
-def _space_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[int, DiskSpace]:
-    """Each broker's disk space (KIP-827, DescribeLogDirs v4+): total and usable bytes summed over its log dirs
-    that answer without error. A broker that reports none (-1: older than Kafka 3.3) is left out."""
-    out: dict[int, DiskSpace] = {}
-    for broker in responses:
-        dirs = [d for d in broker["log_dirs"] if not d.get("error_code")]
-        totals = [(int(d.get("total_bytes", -1)), int(d.get("usable_bytes", -1))) for d in dirs]
-        if not totals or any(t < 0 or u < 0 for t, u in totals):
-            continue
-        out[broker["broker"]] = DiskSpace(total_bytes=sum(t for t, _ in totals), usable_bytes=sum(u for _, u in totals),
-                                          largest_usable=max(u for _, u in totals))
-    return out
 
 
 def _sizes_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[TopicPartition, dict[int, int]]:

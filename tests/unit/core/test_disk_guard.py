@@ -17,22 +17,36 @@ def mv(topic: str, p: int, cur: tuple[int, ...], tgt: tuple[int, ...]) -> Move:
     return Move(topic=topic, partition=p, current_replicas=cur, target_replicas=tgt)
 
 
-def disk(usable: int, total: int = 100 * GB, largest: int | None = None) -> DiskSpace:
-    return DiskSpace(total_bytes=total, usable_bytes=usable, largest_usable=usable if largest is None else largest)
+def disk(usable: int, total: int = 100 * GB) -> DiskSpace:
+    return DiskSpace.one(total, usable)
 
 
 @pytest.mark.parametrize(("value", "parsed"), [
     ("5%", DiskReserve(ratio=0.05)), ("20GiB", DiskReserve(bytes=20 * 2**30)), ("500 GB", DiskReserve(bytes=500 * GB)),
-    (1000, DiskReserve(bytes=1000)), ("0", DiskReserve(bytes=0)), (None, None), ("off", None),
+    ("20G", DiskReserve(bytes=20 * GB)), (1000, DiskReserve(bytes=1000)), ("0", DiskReserve(bytes=0)),
+    (0, DiskReserve(bytes=0)), ("0.5%", DiskReserve(ratio=0.005)), (None, None), ("off", None),
 ])
 def test_the_reserve_is_a_share_or_a_size(value, parsed):
     assert DiskReserve.parse(value) == parsed
 
 
-@pytest.mark.parametrize("value", ["-1", -5, "100%", "lots", True, "5 parsecs"])
+@pytest.mark.parametrize("value", ["-1", -5, "100%", "-2%", "lots", True, "5 parsecs", float("inf"), float("nan"),
+                                   "inf", 0.05, "0.05"])
 def test_a_bad_reserve_is_refused_naming_the_forms(value):
     with pytest.raises(ConfigurationError, match="disk_reserve=.*a share of its disk.*a size.*off"):
         ExecutionOptions(disk_reserve=value)
+
+
+def test_a_fraction_meant_as_a_share_is_refused_with_the_share_to_write():
+    with pytest.raises(ConfigurationError, match=r'a share is written with %: "5%"'):
+        DiskReserve.parse(0.05)
+
+
+def test_log_dirs_of_one_volume_are_counted_once():
+    shared = DiskSpace.of_dirs([(100 * GB, 40 * GB), (100 * GB, 40 * GB)])  # two log.dirs on one mount
+    assert (shared.total_bytes, shared.usable_bytes) == (100 * GB, 40 * GB)
+    jbod = DiskSpace.of_dirs([(100 * GB, 40 * GB), (100 * GB, 30 * GB)])
+    assert (jbod.total_bytes, jbod.usable_bytes) == (200 * GB, 70 * GB)
 
 
 A, B, C = (TopicPartition("t", i) for i in range(3))
@@ -46,8 +60,11 @@ SIZES = {A: {1: 4 * GB, 2: 4 * GB}, B: {1: 3 * GB, 2: 3 * GB}, C: {1: 2 * GB, 2:
      ["t-0", "t-2"], ["t-1"]),
     ("what the moves in flight still copy counts",
      {3: disk(8 * GB)}, [mv("u", 0, (1, 2), (3, 2))], DiskReserve(), ["t-0"], ["t-1", "t-2"]),
-    ("a replica lands in one log dir (JBOD)", {3: disk(9 * GB, largest=3 * GB)}, [], DiskReserve(),
-     ["t-1", "t-2"], ["t-0"]),
+    ("a replica lands in one volume (JBOD)", {3: DiskSpace.of_dirs([(10 * GB, 3 * GB), (10 * GB, 3 * GB + 1),
+                                                                     (10 * GB, 3 * GB + 2)])},
+     [], DiskReserve(), ["t-1", "t-2"], ["t-0"]),
+    ("JBOD: each volume keeps its share of a reserve larger than one volume", {3: DiskSpace.of_dirs(
+        [(1000 * GB, 900 * GB + i) for i in range(10)])}, [], DiskReserve(ratio=0.15), ["t-0", "t-1", "t-2"], []),
     ("a broker reporting no space is not checked", {}, [], DiskReserve(), ["t-0", "t-1", "t-2"], []),
 ])
 def test_fit_batch(case, space, in_flight, reserve, fits, held):
@@ -58,12 +75,29 @@ def test_fit_batch(case, space, in_flight, reserve, fits, held):
     assert sorted(map(str, fit.held)) == held, case
 
 
+def test_copies_under_way_that_are_not_the_plans_count_too():
+    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+
+    foreign = (TopicPartition("x", 0), (3,))  # someone else's reassignment onto broker 3, 4 GB to copy
+    room = DiskRoom([foreign], {**SIZES, TopicPartition("x", 0): {1: 4 * GB}}, {3: disk(6 * GB)}, DiskReserve())
+    assert room.take(mv("t", 1, (1, 2), (3, 2))) is not None  # 3 GB > 6 - 4
+    assert room.take(mv("t", 2, (1, 2), (3, 2))) is None  # 2 GB fits
+
+
+def test_a_broker_that_did_not_answer_holds_the_moves_onto_it():
+    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+
+    room = DiskRoom([], SIZES, {3: disk(50 * GB)}, DiskReserve(), unanswered=[4])
+    assert "broker 4 did not answer DescribeLogDirs" in room.take(mv("t", 0, (1, 2), (4, 2)))
+    assert room.take(mv("t", 1, (1, 2), (3, 2))) is None
+
+
 def test_a_held_move_names_the_broker_and_the_numbers():
     fit = fit_batch([mv("t", 0, (1, 2), (3, 2))], [], SIZES, {3: disk(5 * GB)}, DiskReserve(ratio=0.02))
     assert fit.held[A] == "needs 4.0 GB on broker 3: 5.0 GB free, reserve 2.0 GB"
     two = fit_batch([mv("t", 1, (1, 2), (3, 2)), mv("t", 0, (1, 2), (3, 2))], [], SIZES, {3: disk(6 * GB)}, DiskReserve())
-    assert two.held[A] == "needs 4.0 GB on broker 3: 6.0 GB free, reserve 0 B, 3.0 GB still to come by moves in " \
-                          "flight or this batch"
+    assert two.held[A] == "needs 4.0 GB on broker 3: 6.0 GB free, reserve 0 B, 3.0 GB still to come by copies " \
+                          "under way or this batch"
 
 
 def test_a_move_that_adds_no_broker_always_fits():
