@@ -101,10 +101,16 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             from airflow_kafka_reassign.core.rates import snapshot_bytes_in
 
             snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, args.sample_window_s)
+        # each broker's log-dir space (KIP-827): a capacity document's "cluster" disks come from it
+        space = admin.log_dirs([snapshot.partitions[0].tp]).space if args.sizes and snapshot.partitions else None
     finally:
         admin.close()
     with _writable(args.out, args) as local:
         write_snapshot(snapshot, local)
+        if space:
+            from airflow_kafka_reassign.core.capacity import write_disks
+
+            write_disks(space, Path(local))
     out = args.out
     check = snapshot.check
     reads = f", complete after {check.attempts} read(s)" if check is not None and check.attempts else ""
@@ -155,7 +161,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from airflow_kafka_reassign.core.planner import plan_reassignment
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
 
-    request = build_request(args)
+    request = _cluster_disks(build_request(args), args)
     if args.no_spark:
         with _writable(args.out, args) as out:
             result = plan_reassignment(read_snapshot(_readable(args.snapshot, args)), request)
@@ -172,6 +178,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
         **{k: summary[k] for k in ("bytes_lower_bound", "disk") if k in summary},
         "warnings": summary["warnings"]}, indent=1))
     return 0
+
+
+def _cluster_disks(request: Any, args: argparse.Namespace) -> Any:
+    """The request with its capacity document's ``"cluster"`` disks filled from the snapshot's disks.json."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from airflow_kafka_reassign.core.capacity import DISKS_FILE, disk_totals
+    from airflow_kafka_reassign.storage import open_store
+
+    cap = request.capacity
+    if cap is None or not cap.from_cluster:
+        return request
+    store = open_store(str(args.snapshot), conn_id=args.storage_conn_id)
+    disks, brokers = store.read(DISKS_FILE), store.read("brokers.parquet")
+    if disks is None or brokers is None:
+        raise ConfigurationError(
+            f"--capacity takes disks from the cluster (\"cluster\"), but {args.snapshot} has no {DISKS_FILE}: take "
+            "the snapshot with `airflow-kafka-reassign snapshot --sizes` (brokers on Kafka 3.3+ report their disks), "
+            "or give the disks in the capacity document")
+    racks = {r["id"]: r["rack"] for r in pq.read_table(io.BytesIO(brokers)).to_pylist()}
+    return request.model_copy(update={"capacity": cap.with_cluster_disks(disk_totals(disks), racks)})
 
 
 def _plan_on_spark(args: argparse.Namespace, request: Any) -> dict[str, Any] | None:
@@ -284,7 +313,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--use-sizes", action="store_true")
     p.add_argument("--no-rack-aware", action="store_true")
     p.add_argument("--max-leader-spread", type=int)
-    p.add_argument("--capacity", help="capacity document (JSON/YAML): disk bytes per broker; balances disk share")
+    p.add_argument("--capacity", help="capacity document (JSON/YAML): disk bytes per broker; balances disk share; "
+                                      "'cluster': each broker's disk as it reports it (a snapshot taken with --sizes)")
     p.add_argument("--disk-cap", type=float, help="no broker above this share of its disk after the plan (0.85)")
     p.add_argument("--disk-tolerance", type=float, help="disk share within this of the mean (0.02)")
     p.add_argument("--offload-threshold", type=float, help="goal offload: brokers above this share shed down to it")

@@ -15,6 +15,8 @@ operators import this, not ``triggers/``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import socket
@@ -71,6 +73,36 @@ def plan_store(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = 
         raise ConfigurationError(str(e)) from None
 
 
+def _governor_name(key: str) -> str:
+    return f"{GOVERNOR_DIR}/{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _read_governor(state: Store, key: str | None) -> dict[str, Any] | None:
+    """The governor this task try's submitter left (``None``: none, or another try's)."""
+    if not key:
+        return None
+    data = state.read(_governor_name(key))
+    saved = json.loads(data) if data else None
+    return saved if isinstance(saved, dict) and saved.get("holder") == key else None
+
+
+def _write_governor(state: Store, key: str | None, data: dict[str, Any], written: list[str],
+                    log: logging.Logger) -> None:
+    """Keep the governor for a rebuilt submitter of this try (written when it changed; best effort: a failed
+    write costs a rebuilt submitter its adaptive state, never the run)."""
+    if not key:
+        return
+    text = json.dumps({"holder": key, **data}, sort_keys=True)
+    if written and written[-1] == text:
+        return
+    try:
+        state.write(_governor_name(key), text.encode())
+    except Exception as e:  # noqa: BLE001 (see above)
+        log.warning("could not keep the submitter's adaptive state in %s: %s", state.uri, e)
+        return
+    written[:] = [text]
+
+
 def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str, str]:
     """``(holder, scope)`` of the lease a task takes: scope = the DAG run, holder = the task try and worker."""
     ti = (context or {}).get("ti")
@@ -88,6 +120,11 @@ def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str
 #: submissions (kept across the sensor's pokes, deferral and triggerer restarts).
 PLAN_EXECUTED = "plan-executed"
 HEALTH_STOPPED = "health-stopped"
+#: The journal event of the moves in flight cancelled by ``on_unhealthy="cancel"`` (with the cancel's summary).
+HEALTH_CANCELLED = "health-cancelled"
+#: Where a sensor's submitter keeps its governor between rebuilds (one small object per task try, overwritten):
+#: ``<run dir>/governor/<try>.json``.
+GOVERNOR_DIR = "governor"
 
 #: The logger the execution engine logs to while the sensor submits: its INFO lines (the exact requests,
 #: throttle changes) are kept out of the task log, so each poke stays ONE line; warnings and errors pass.
@@ -252,13 +289,18 @@ class WaitSpec:
         log = _step_logger()
         leases: list[LeaseKeeper | None] = []
         self._check_executed_digest(state)
-        governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec)
-        # a stop by the health policy outlives this submitter (rebuilt at each reschedule poke, at the deferral
-        # and when the triggerer restarts): the same task try never submits again after it
+        # what the governor of this task try decided outlives this submitter (rebuilt at each reschedule poke, at
+        # the deferral and when the triggerer restarts): a stop by the health policy (the same try never submits
+        # again after it), a pause still running (its clock: max_pause_s), the adaptive limits
         key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
-        stopped: list[str] = [e["why"] for e in read_journal(state)
-                              if key and e.get("event") == HEALTH_STOPPED and e.get("holder") == key][:1]
-        done_before: list[int | None] = [None]
+        events = self._try_events(key)
+        governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec, holder=key)
+        saved = _read_governor(state, key)
+        if saved:
+            governor.restore(saved["governor"])
+        stopped: list[str] = [e["why"] for e in events if e.get("event") == HEALTH_STOPPED][:1]
+        done_before: list[int | None] = [saved.get("done") if saved else None]
+        written: list[str] = []
         until = self.deadline()
         said: list[bool] = []
 
@@ -271,17 +313,20 @@ class WaitSpec:
             with _quiet(ADAPTER_LOGGER):
                 status = step(admin, plan, step_limits, step_options, state_dir=state,
                               submit=not stopped and not past, log=log, known_failed=known, lease=leases[0])
-                if not stopped and not past:
-                    stop = governor.health(status, at=time.monotonic(), submitting=True, log=log)
+                if not stopped and not past:  # wall-clock times: a rebuilt submitter goes on from them
+                    stop = governor.health(status, at=time.time(), submitting=True, log=log)
                     if stop is not None:
                         stopped.append(stop)
                         log.error("%s", stop)
                         journal(state, {"event": HEALTH_STOPPED, "holder": key, "why": stop}, log=log)
                         if options.health.on_unhealthy == "cancel" and status.in_flight:
-                            cancel(admin, plan, rf_guard=options.rf_guard, log=log)
+                            cancelled = cancel(admin, plan, rf_guard=options.rf_guard, log=log)
+                            log.warning("on_unhealthy=cancel: %s", cancelled.line())
+                            journal(state, {"event": HEALTH_CANCELLED, "holder": key,
+                                            "cancel": cancelled.summary()}, log=log)
                     else:  # a new submitter's first poke counts nothing as just finished
                         before = len(status.done) if done_before[0] is None else done_before[0]
-                        governor.adapt(admin, status, before, at=time.monotonic(), options=step_options,
+                        governor.adapt(admin, status, before, at=time.time(), options=step_options,
                                        state_dir=state, log=log, measure=plan.partitions if self.measure_bytes else None)
             if past and status.pending and not said:
                 said.append(True)
@@ -292,8 +337,14 @@ class WaitSpec:
                 # once the moves in flight are done
                 known.update(dict.fromkeys(status.pending, f"not sent: {stopped[0]}"))
             done_before[0] = len(status.done)
+            _write_governor(state, key, {"governor": governor.export(), "done": done_before[0]}, written, log)
             known.update(status.failed)
             refused = {**status.failed, **{tp: known[tp] for tp in status.pending if tp in known}}
+            if status.disk_held and status.blocked and not status.in_flight:
+                # the disk guard: nothing in flight to free space and no pending move fits; the wait ends "blocked"
+                refused.update({tp: f"not sent, disk guard: {status.disk_held.get(tp, 'nothing fits before it')}"
+                                for tp in status.pending})
+                log.error("%s", status.blocked)
             if status.plan_errors and status.blocked:
                 # the plan is refused whole: its pending moves are never sent, so the wait does not wait for them
                 # (it ends "blocked", naming them, once the moves in flight are done)
@@ -309,6 +360,22 @@ class WaitSpec:
                                  closed=past, observed=observed)
 
         return submit
+
+    def _try_events(self, key: str | None = None) -> list[dict[str, Any]]:
+        """This task try's journal entries: the lease holder without its host and pid names the try, whichever
+        worker or triggerer wrote them."""
+        key = key or (self.lease_holder.split(" on ")[0] if self.lease_holder else None)
+        return [e for e in read_journal(self.state) if e.get("holder") == key] if key else []
+
+    def health_stop(self) -> dict[str, Any] | None:
+        """What the health policy did in this task try, for the summary: ``{"why": ..., "cancel": {...}}``
+        (``cancel`` with ``on_unhealthy="cancel"``: the cancel's summary), or ``None``."""
+        events = self._try_events()
+        stops = [e for e in events if e.get("event") == HEALTH_STOPPED]
+        if not stops:
+            return None
+        cancels = [e["cancel"] for e in events if e.get("event") == HEALTH_CANCELLED]
+        return {"why": stops[0]["why"], "cancel": cancels[0] if cancels else None}
 
     def _check_executed_digest(self, state: Store) -> None:
         """Refuse to submit from a plan.json other than the one ExecuteReassignment ran (and its approval

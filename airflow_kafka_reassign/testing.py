@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -39,6 +40,7 @@ from airflow_kafka_reassign.core.models import (
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
     InFlightReassignment,
+    LogDirs,
     NewPartitions,
     PartitionResult,
     RfGuard,
@@ -78,6 +80,12 @@ class FakeClusterAdmin:
         #: Bytes on disk by partition and broker, as DescribeLogDirs would report them; tests
         #: set these to simulate a copy in progress (only brokers holding a replica are reported).
         self.sizes: dict[TopicPartition, dict[int, int]] = {}
+        #: Each broker's disk (``{broker: total bytes}``, one log dir): usable = total minus the bytes of its
+        #: replicas in :attr:`sizes`. A broker not listed has 1 TiB; ``None`` in place of a size: it reports no
+        #: space (older than Kafka 3.3).
+        self.disk_total: dict[int, int | None] = {}
+        #: live brokers whose DescribeLogDirs fails (the disk guard holds the moves onto them)
+        self.log_dirs_unanswered: set[int] = set()
         #: Number of calls per port method, for "constant RPCs per poke" assertions.
         self.calls: dict[str, int] = {}
         #: Every alter request as (targets, allow_replication_factor_change), for assertions.
@@ -150,12 +158,12 @@ class FakeClusterAdmin:
         if missing:  # as the adapter does
             raise ConfigurationError(f"topic(s) {', '.join(missing)} do not exist in the cluster")
         budget = DEFAULT_SETTLE_S if settle_timeout_s is None else settle_timeout_s
-        snap, attempts, spent = settle(lambda: self._read(names), budget_s=budget, what="the fake cluster",
+        snap, attempts, spent = settle(lambda: self._read(names, include_sizes), budget_s=budget, what="the fake cluster",
                                        sleep=self.sleep, clock=lambda: self.now)
         check = SnapshotCheck.of(snap, source="cluster", attempts=attempts, settle_s=spent)
         return snap.model_copy(update={"check": check})
 
-    def _read(self, names: Sequence[str]) -> tuple[ClusterSnapshot | None, Gaps]:
+    def _read(self, names: Sequence[str], include_sizes: bool = False) -> tuple[ClusterSnapshot | None, Gaps]:
         """One read of the views a snapshot combines, checked as the adapter checks them."""
         self.snapshot_reads += 1
         unread: set[str] = set()
@@ -184,9 +192,11 @@ class FakeClusterAdmin:
                 continue
             replicas, adding, removing = self._replica_view(tp)
             live = tuple(b for b in replicas if b not in self.down and not (self.catching_up and b in adding))
+            sizes = {b: n for b, n in self.sizes.get(tp, {}).items() if b in replicas} if include_sizes else None
             parts.append(PartitionState(
                 topic=tp.topic, partition=tp.partition, replicas=replicas, isr=live,
                 leader=self._leader(tp, live), adding_replicas=adding, removing_replicas=removing,
+                **({"replica_sizes": sizes} if sizes else {}),
             ))
         topic_states = tuple(
             self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
@@ -237,6 +247,20 @@ class FakeClusterAdmin:
                 if sizes:
                     out[tp] = sizes
         return out
+
+    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
+        sizes = self.replica_sizes(partitions)  # one DescribeLogDirs per broker: counted as replica_sizes
+        used: dict[int, int] = {b.id: 0 for b in self.brokers}
+        for by_broker in self.sizes.values():
+            for b, n in by_broker.items():
+                if b in used:
+                    used[b] += n
+        space = {}
+        for b in sorted({b.id for b in self.brokers} - self.down):
+            total = self.disk_total.get(b, 2**40)
+            if total is not None:
+                space[b] = DiskSpace.one(total, max(0, total - used[b]))
+        return LogDirs(sizes=sizes, space=space, unanswered=tuple(sorted(self.log_dirs_unanswered)))
 
     def alter_reassignments(
         self,

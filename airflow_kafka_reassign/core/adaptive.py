@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_kafka_reassign.core.models import Move, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -207,7 +208,8 @@ class CopyWatch:
 
     def update(self, at_s: float, left: int | None, *, finished: int = 0, key: object = None,
                window_s: float = 0.0) -> bool:
-        """Record the bytes left at ``at_s`` (monotonic seconds); ``finished`` moves ended since the
+        """Record the bytes left at ``at_s`` (seconds, on one clock for the life of the watch: monotonic in a
+        run, wall-clock where the watch is carried across processes); ``finished`` moves ended since the
         last poll; ``key`` names the moves in flight. Returns whether the copy is stalled now."""
         if left is None:
             self._last, self._best, self.rate, self._flat = None, None, None, 0
@@ -221,6 +223,22 @@ class CopyWatch:
             return False
         self._flat += 1
         return left > 0 and self._flat >= self.stall_polls and at_s - self._best[0] >= window_s
+
+    def export(self) -> dict[str, Any]:
+        """The watch as JSON (``key``: the moves in flight, as ``[topic, partition]`` pairs)."""
+        key = self._key
+        return {"last": list(self._last) if self._last else None, "best": list(self._best) if self._best else None,
+                "key": sorted([str(t), int(p)] for t, p in key) if isinstance(key, frozenset) else None,
+                "flat": self._flat, "rate": self.rate}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Go on from :meth:`export`'s output (a rebuilt watch of the same run)."""
+        self._last = (float(data["last"][0]), int(data["last"][1])) if data.get("last") else None
+        self._best = (float(data["best"][0]), int(data["best"][1])) if data.get("best") else None
+        key = data.get("key")
+        self._key = frozenset(TopicPartition(t, int(p)) for t, p in key) if key is not None else None
+        self._flat = int(data.get("flat") or 0)
+        self.rate = float(data["rate"]) if data.get("rate") is not None else None
 
     @property
     def flat_s(self) -> float:

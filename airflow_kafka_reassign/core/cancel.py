@@ -128,6 +128,13 @@ class CancelResult:
                 out.append(f"{len(items)} partition(s) {what}: {shown}{' ...' if len(items) > 5 else ''}; {fix}")
         return out
 
+    def line(self) -> str:
+        """One line: how many in-flight moves were cancelled, then each kind of problem (:meth:`problems`)."""
+        text = f"cancelled {len(self.cancelled)} in-flight move(s)"
+        if self.reordered:
+            text += f", {len(self.reordered)} put back in their original replica order (no data copied)"
+        return "; ".join([text, *self.problems()])
+
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "cancelled": len(self.cancelled),

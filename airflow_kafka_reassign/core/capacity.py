@@ -10,7 +10,10 @@ the normal case. JSON or YAML::
      "racks": {"rack-c": {"disk": "4TiB"}},
      "brokers": {"7": {"disk": "1TiB", "network_in": "100MiB"}}}
 
-``disk`` is the bytes the broker's log dirs may hold (the volume size, not what is free);
+``disk`` is the bytes the broker's log dirs may hold (the volume size, not what is free), or
+``"cluster"``: the size the broker itself reports for its log dirs (DescribeLogDirs v4, Kafka
+3.3+, KIP-827's total bytes), read when the snapshot is taken, so no capacity file has to follow
+the hardware (``{"default": {"disk": "cluster"}}``, or the shorthand ``capacity="cluster"``).
 ``network_in`` (bytes per second) is optional. Sizes are integers (bytes) or strings with a
 unit: ``K``/``M``/``G``/``T`` (powers of 1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers
 of 1024); ``B`` is optional.
@@ -91,12 +94,54 @@ class BrokerCapacity(_Frozen):
         return n
 
 
+#: A ``disk`` that the brokers report themselves (KIP-827), and the whole document that says so for every broker.
+FROM_CLUSTER = "cluster"
+#: The file beside a snapshot with each broker's log-dir space (``{broker: {"total_bytes", "usable_bytes"}}``).
+DISKS_FILE = "disks.json"
+
+
 class CapacityDocument(_Frozen):
     """Capacities: a default, overrides per rack name and per broker id (see module doc)."""
 
     default: BrokerCapacity | None = None
     racks: dict[str, BrokerCapacity] = Field(default_factory=dict)
     brokers: dict[int, BrokerCapacity] = Field(default_factory=dict)
+    #: entries whose ``disk`` is ``"cluster"`` (``"default"``, ``"racks.<name>"``, ``"brokers.<id>"``): their disk is
+    #: a placeholder until :meth:`with_cluster_disks` fills it from the brokers' own report
+    from_cluster: tuple[str, ...] = ()
+
+    def with_cluster_disks(self, totals: Mapping[int, int], brokers: Mapping[int, str | None]) -> CapacityDocument:
+        """The document with every ``"cluster"`` disk replaced by the total bytes broker reports for its log dirs
+        (``totals``); every broker then has its own entry. :class:`ConfigurationError` naming a broker that
+        reports none (older than Kafka 3.3, or it did not answer)."""
+        if not self.from_cluster:
+            return self
+        self._check_fits(brokers)
+        concrete: dict[int, BrokerCapacity] = {}
+        missing = []
+        for b, rack in sorted(brokers.items()):
+            path, cap = self._entry(b, rack)
+            if cap is None:
+                continue  # resolve() names it
+            if path in self.from_cluster:
+                if totals.get(b, 0) <= 0:
+                    missing.append(b)
+                    continue
+                cap = cap.model_copy(update={"disk": int(totals[b])})
+            concrete[b] = cap
+        if missing:
+            raise ConfigurationError(
+                f"capacity document takes the disk of broker(s) {missing} from the cluster (\"cluster\"), but they "
+                "report no log-dir size (DescribeLogDirs v4 needs Kafka 3.3+, and the broker must answer): give "
+                "their disk in the document instead")
+        return CapacityDocument(brokers=concrete)
+
+    def _entry(self, broker: int, rack: str | None) -> tuple[str, BrokerCapacity | None]:
+        if broker in self.brokers:
+            return f"brokers.{broker}", self.brokers[broker]
+        if rack is not None and rack in self.racks:
+            return f"racks.{rack}", self.racks[rack]
+        return "default", self.default
 
     def gives_network_in(self) -> bool:
         """Whether any entry gives a ``network_in`` capacity (the bytes-in goal then applies)."""
@@ -106,6 +151,29 @@ class CapacityDocument(_Frozen):
     def resolve(self, brokers: Mapping[int, str | None]) -> dict[int, BrokerCapacity]:
         """Capacity of every broker of ``brokers`` (id -> rack name); raises
         :class:`ConfigurationError` naming the broker or rack that does not fit the cluster."""
+        if self.from_cluster:
+            raise ConfigurationError(
+                f"capacity document takes disks from the cluster ({', '.join(self.from_cluster)}: \"cluster\"), "
+                f"but they were not read: plan from a snapshot taken with sizes (it writes {DISKS_FILE}), through "
+                "PlanReassignmentOperator or `airflow-kafka-reassign snapshot --sizes`")
+        self._check_fits(brokers)
+        out: dict[int, BrokerCapacity] = {}
+        missing = []
+        for b, rack in sorted(brokers.items()):
+            cap = self._entry(b, rack)[1]
+            if cap is None:
+                missing.append(b)
+            else:
+                out[b] = cap
+        if missing:
+            raise ConfigurationError(
+                f"capacity document gives no capacity for broker(s) {missing}; add a default "
+                "or an override for them"
+            )
+        return out
+
+    def _check_fits(self, brokers: Mapping[int, str | None]) -> None:
+        """Every broker id and rack the document names is the cluster's."""
         unknown = sorted(b for b in self.brokers if b not in brokers)
         if unknown:
             raise ConfigurationError(
@@ -119,28 +187,22 @@ class CapacityDocument(_Frozen):
                 f"capacity document names rack(s) {bad_racks}, which no broker has (racks {sorted(racks)}); "
                 "fix the names or remove those overrides"
             )
-        out: dict[int, BrokerCapacity] = {}
-        missing = []
-        for b, rack in sorted(brokers.items()):
-            cap = self.brokers.get(b) or (self.racks.get(rack) if rack is not None else None) or self.default
-            if cap is None:
-                missing.append(b)
-            else:
-                out[b] = cap
-        if missing:
-            raise ConfigurationError(
-                f"capacity document gives no capacity for broker(s) {missing}; add a default "
-                "or an override for them"
-            )
-        return out
 
 
-def capacity_document(data: Mapping[str, Any] | CapacityDocument) -> CapacityDocument:
-    """A validated document from a mapping; :class:`ConfigurationError` with the first problem."""
+def capacity_document(data: Mapping[str, Any] | CapacityDocument | str) -> CapacityDocument:
+    """A validated document from a mapping (or ``"cluster"``: every broker's disk as it reports it);
+    :class:`ConfigurationError` with the first problem. A ``"cluster"`` disk is validated with a
+    placeholder and listed in :attr:`CapacityDocument.from_cluster`."""
     if isinstance(data, CapacityDocument):
         return data
+    if data == FROM_CLUSTER:
+        data = {"default": {"disk": FROM_CLUSTER}}
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(
+            f"capacity document: expected a mapping with default / racks / brokers, or \"cluster\", got {data!r}")
+    data, from_cluster = _cluster_placeholders(data)
     try:
-        return CapacityDocument.model_validate(data)
+        return CapacityDocument.model_validate(data).model_copy(update={"from_cluster": from_cluster})
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
@@ -148,8 +210,41 @@ def capacity_document(data: Mapping[str, Any] | CapacityDocument) -> CapacityDoc
         raise ConfigurationError(f"capacity document: {where}: {msg}") from None
 
 
+def _cluster_placeholders(data: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``data`` with every ``"disk": "cluster"`` replaced by a placeholder (1 byte), and where they were."""
+    out: dict[str, Any] = dict(data)
+    found: list[str] = []
+
+    def fill(entry: Any, path: str) -> Any:
+        if isinstance(entry, Mapping) and str(entry.get("disk", "")).strip().lower() == FROM_CLUSTER:
+            found.append(path)
+            return {**entry, "disk": 1}
+        return entry
+
+    if "default" in out:
+        out["default"] = fill(out["default"], "default")
+    for group in ("racks", "brokers"):
+        if isinstance(out.get(group), Mapping):
+            out[group] = {k: fill(v, f"{group}.{k}") for k, v in out[group].items()}
+    return out, tuple(found)
+
+
+def write_disks(space: Mapping[int, Any], directory: Path) -> None:
+    """Each broker's log-dir space (``DiskSpace``-like: ``total_bytes``, ``usable_bytes``) beside a snapshot."""
+    data = {str(b): {"total_bytes": int(s.total_bytes), "usable_bytes": int(s.usable_bytes)}
+            for b, s in sorted(space.items())}
+    (directory / DISKS_FILE).write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def disk_totals(data: bytes | str) -> dict[int, int]:
+    """The total bytes of each broker's log dirs, from a snapshot's :data:`DISKS_FILE`."""
+    return {int(b): int(v["total_bytes"]) for b, v in json.loads(data).items()}
+
+
 def load_capacity(source: str | Path) -> CapacityDocument:
-    """A capacity document from a JSON or YAML file path (or the text itself)."""
+    """A capacity document from a JSON or YAML file path (or the text itself, or ``"cluster"``)."""
+    if str(source).strip().lower() == FROM_CLUSTER:
+        return capacity_document(FROM_CLUSTER)
     text = str(source)
     path = Path(text)
     if "\n" not in text and not text.lstrip().startswith("{") and path.suffix in {".json", ".yaml", ".yml"}:

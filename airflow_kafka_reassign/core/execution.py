@@ -66,6 +66,8 @@ from airflow_kafka_reassign.core.adaptive import (
     soonest_eta_s,
     stall_window_s,
 )
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskFit, DiskReserve, DiskRoom
+from airflow_kafka_reassign.core.disk_guard import refusal as disk_refusal
 from airflow_kafka_reassign.core.health import HealthPolicy, HealthReport, assess, below_min_isr, drained_brokers
 from airflow_kafka_reassign.core.journal import JOURNAL_DIR, StateLocation, journal, read_journal  # noqa: F401
 from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
@@ -94,6 +96,8 @@ if TYPE_CHECKING:
     from airflow_kafka_reassign.core.cancel import CancelResult
 
 Order = Literal["plan", "smallest-first", "largest-first"]
+#: The journal event of a change of the adaptive limits.
+ADAPTED = "adapted"
 OnDeadline = Literal["finish", "cancel"]
 OnPlanError = Literal["refuse", "skip"]
 
@@ -182,6 +186,11 @@ class ExecutionOptions:
     :param health: the health gate (core/health.py): before each batch the cluster's
         under-replicated, under-min-ISR and offline partitions are read; trouble the run does not
         explain pauses submission (the default), cancels or fails the run.
+    :param disk_reserve: the disk guard (core/disk_guard.py): before each batch each broker's free
+        disk space is read (DescribeLogDirs, Kafka 3.3+) and a move is submitted only if every broker it
+        adds keeps this much free after it and the moves in flight: a share (``"1%"``, the default), a
+        size (``"20GiB"``, bytes), or ``None``/``"off"``. A move that does not fit waits; when nothing
+        is in flight and nothing fits, the run is refused naming the broker and the numbers.
     """
 
     allow_replication_factor_change: bool = False
@@ -194,8 +203,11 @@ class ExecutionOptions:
     elect_leaders: bool = False
     dry_run: bool = False
     health: HealthPolicy = field(default_factory=HealthPolicy)
+    disk_reserve: DiskReserve | str | int | None = DEFAULT_RESERVE
 
     def __post_init__(self) -> None:
+        if not isinstance(self.disk_reserve, DiskReserve):  # parsed once: "5%", "20GiB", bytes, None/"off"
+            object.__setattr__(self, "disk_reserve", DiskReserve.parse(self.disk_reserve))
         if self.rf_guard not in ("broker", "client"):
             raise ConfigurationError(f"rf_guard must be 'broker' or 'client', not {self.rf_guard!r}")
         if self.on_plan_error not in ("refuse", "skip"):
@@ -267,6 +279,8 @@ class ExecutionStatus:
     below_min_isr: list[TopicPartition] = field(default_factory=list)
     #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
     stalled: bool = False
+    #: pending moves the disk guard held this step: a broker they add lacks the free space (why, per move)
+    disk_held: dict[TopicPartition, str] = field(default_factory=dict)
     #: what this step read (the plan's partitions, the live brokers): the progress line reuses it
     observation: _Observation | None = field(default=None, repr=False)
     #: the plan's replica sizes measured this poll (DescribeLogDirs), when a progress line wants them
@@ -308,6 +322,8 @@ class ExecutionStatus:
             line += "; copy STALLED"
         if self.paused:
             line += "; PAUSED (cluster unhealthy)"
+        if self.disk_held:
+            line += f", {len(self.disk_held)} wait for disk space"
         if self.blocked:
             line += "; BLOCKED (see the warning)"
         return line
@@ -330,7 +346,10 @@ class ExecutionStatus:
             "paused": self.paused,
             "below_min_isr": len(self.below_min_isr),
             "stalled": self.stalled,
+            "disk_held": len(self.disk_held),
         }
+        if self.disk_held:
+            out["disk_held_partitions"] = {str(tp): why for tp, why in sorted(self.disk_held.items())[:SUMMARY_SAMPLE]}
         if self.health is not None:
             out["health"] = self.health.summary()
         if self.stale:
@@ -690,8 +709,12 @@ def select_batch(
     pending: Sequence[Move],
     reassignments: Mapping[TopicPartition, InFlightReassignment],
     limits: ExecutionLimits,
+    room: DiskRoom | None = None,
+    held: dict[TopicPartition, str] | None = None,
 ) -> list[Move]:
-    """The moves of ``pending`` (already ordered) that fit the limits next to what is in flight."""
+    """The moves of ``pending`` (already ordered) that fit the limits next to what is in flight and, with
+    the disk guard's ``room``, the brokers' disks: a move that does not fit is put in ``held`` with why,
+    and the next one gets its slot."""
     in_cluster = len(reassignments)
     per_broker: Counter[int] = Counter()
     for r in reassignments.values():
@@ -705,6 +728,12 @@ def select_batch(
             per_broker[b] >= limits.max_moves_per_broker for b in touched
         ):
             continue
+        if room is not None:
+            why = room.take(m)
+            if why is not None:
+                if held is not None:
+                    held[m.tp] = why
+                continue
         batch.append(m)
         in_cluster += 1
         per_broker.update(touched)
@@ -881,14 +910,29 @@ def step(
     if submit and status.blocked is None and status.paused is None and status.pending:
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
-        if limits.order != "plan" and limits.limited and len(pending) > 1:
-            sizes = admin.replica_sizes([m.tp for m in pending])
+        guard = options.disk_reserve if isinstance(options.disk_reserve, DiskReserve) else None
+        dirs = None
+        # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
+        if guard is not None:  # the sizes and each broker's free space, from the same DescribeLogDirs
+            dirs = admin.log_dirs(list(plan.partitions))
+            sizes = status.sizes = dirs.sizes
+        elif limits.order != "plan" and limits.limited and len(pending) > 1:
+            sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
         ordered = _order(pending, limits, sizes, plan_index)
         if status.below_min_isr:  # safest last (core/health.py)
             risky = set(status.below_min_isr)
             ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
-        batch = select_batch(ordered, status.reassignments, limits)
+        # the copies under way: every reassignment in flight (the plan's or not) and the moves still catching up
+        by_tp = plan.by_partition() if status.lagging else {}
+        copies = [(tp, r.adding_replicas) for tp, r in status.reassignments.items()] + \
+                 [(tp, by_tp[tp].adding_replicas) for tp in status.lagging if tp in by_tp]
+        room = DiskRoom(copies, sizes, dirs.space, guard, dirs.unanswered) \
+            if guard is not None and dirs is not None else None
+        held: dict[TopicPartition, str] = {}
+        batch = select_batch(ordered, status.reassignments, limits, room, held)
+        if room is not None:
+            _disk_verdict(room, held, batch, status, guard, log)  # type: ignore[arg-type]
 
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
@@ -933,6 +977,26 @@ def step(
                status, log)
     log.info("%s", status.progress_line())
     return status
+
+
+def _disk_verdict(room: DiskRoom, held: dict[TopicPartition, str], batch: list[Move], status: ExecutionStatus,
+                  guard: DiskReserve, log: logging.Logger) -> None:
+    """What the disk guard did this step, in the status and the log: the moves held, and the run blocked
+    (refused, naming the brokers and the numbers) when nothing is in flight and no pending move fits."""
+    if room.unguarded:  # the adapter warns once per broker
+        log.info("disk guard: broker(s) %s report no free space (DescribeLogDirs v4, Kafka 3.3+): the moves onto "
+                 "them are not checked", sorted(room.unguarded))
+    if room.unsized:
+        log.info("disk guard: %d move(s) not checked, no broker reports their size (%s)", len(room.unsized),
+                 ", ".join(map(str, room.unsized[:3])))
+    if not held:
+        return
+    status.disk_held = held
+    fit = DiskFit(fits=batch, held=held)
+    if not batch and not status.reassignments and not status.lagging:  # nothing under way would free space
+        status.blocked = disk_refusal(fit, guard)
+    else:
+        log.warning("disk guard: %s", fit.line())
 
 
 def _elect(admin: ClusterAdmin, partitions: Sequence[TopicPartition], status: ExecutionStatus,
@@ -1043,9 +1107,11 @@ class RunGovernor:
     """
 
     def __init__(self, policy: HealthPolicy, adaptive: AdaptiveBounds | None = None,
-                 throttle: int | None = None) -> None:
+                 throttle: int | None = None, *, holder: str | None = None) -> None:
         self.policy = policy
         self.adaptive = adaptive
+        #: names the task try in the journal's ``adapted`` events (the sensor rebuilds its governor from them)
+        self.holder = holder
         #: the limits in force (``None``: not adaptive, the task's own limits apply)
         self.current: Limits | None = adaptive.start(throttle) if adaptive is not None else None
         self.watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
@@ -1090,9 +1156,33 @@ class RunGovernor:
             if why:
                 self.adaptations.append(why)
                 log.info("adaptive limits: %s", why)
-                journal(state_dir, {"event": "adapted", "why": why, "max_moves": self.current.moves,
-                                    "throttle_bytes_per_sec": self.current.throttle}, log=log)
+                journal(state_dir, {"event": ADAPTED, "why": why, "max_moves": self.current.moves,
+                                    "throttle_bytes_per_sec": self.current.throttle,
+                                    **({"holder": self.holder} if self.holder else {})}, log=log)
         return eta
+
+    def export(self) -> dict[str, Any]:
+        """What a rebuilt governor of the same task try goes on from (JSON; see :meth:`restore`)."""
+        current = self.current
+        return {"current": [current.moves, current.throttle] if current is not None else None,
+                "unhealthy_since": self.unhealthy_since, "paused_s": self.paused_s,
+                "stalled_polls": self.stalled_polls, "watch": self.watch.export()}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Carry on from :meth:`export` of a governor of the same task try (the sensor's, rebuilt at each
+        reschedule poke, at the deferral and when the triggerer restarts; times on the wall clock): the
+        adaptive limits, a pause still running (so ``max_pause_s`` holds however often the sensor is
+        rescheduled) and the copy watch (so the copy rate, "progressing" and a stall are seen across pokes)."""
+        current = data.get("current")
+        if current is not None and self.current is not None and self.adaptive is not None:
+            moves, throttle = current
+            self.current = Limits(moves=max(1, int(moves)), throttle=int(throttle) if throttle else None)
+        since = data.get("unhealthy_since")
+        self.unhealthy_since = float(since) if since is not None else None
+        self.paused_s = float(data.get("paused_s") or 0.0)
+        self.stalled_polls = int(data.get("stalled_polls") or 0)
+        if data.get("watch"):
+            self.watch.restore(data["watch"])
 
     def close(self, at: float) -> None:
         """End of the run: a pause still running counts into ``paused_s``."""
@@ -1315,9 +1405,12 @@ def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, 
     (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown).
 
     ``measure`` (the plan's partitions, for the progress line) widens that one DescribeLogDirs;
-    the sizes are then kept in ``status.sizes``."""
+    the sizes are then kept in ``status.sizes``. When the step already read them (``status.sizes``: it
+    orders a bounded batch by size), nothing is read again."""
     moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
-    if measure is not None:
+    if status.sizes is not None:  # the step read the plan's sizes to order its batch, moments ago: no second read
+        left = bytes_left(moving, status.sizes) if moving else {}
+    elif measure is not None:
         status.sizes = admin.replica_sizes(measure)
         left = bytes_left(moving, status.sizes) if moving else {}
     else:

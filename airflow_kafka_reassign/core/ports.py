@@ -9,10 +9,12 @@ progress rules never see a Kafka client object.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
+from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, _Frozen, original_of, target_of
 
 #: How the KIP-860 replication-factor guard is enforced: ``"broker"`` sends
@@ -20,6 +22,18 @@ from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, 
 #: ``"client"`` compares against the controller's replica sets before sending (racy, for
 #: older brokers, chosen explicitly).
 RfGuard = Literal["broker", "client"]
+
+
+@dataclass(frozen=True)
+class LogDirs:
+    """What DescribeLogDirs tells: replica sizes (``{partition: {broker: bytes}}``) and each broker's disk space
+    (a plain dataclass: a million sizes are not validated one by one)."""
+
+    sizes: dict[TopicPartition, dict[int, int]]
+    space: dict[int, DiskSpace]
+    #: live brokers that did not answer (their space is unknown; a broker older than Kafka 3.3 answers without
+    #: space and is simply absent from ``space``)
+    unanswered: tuple[int, ...] = ()
 
 
 class PartitionResult(_Frozen):
@@ -150,6 +164,12 @@ class ClusterAdmin(Protocol):
         not answer is left out (its replicas are simply missing from the result), so progress
         can still be reported while a broker is down. Partitions no broker reports are absent.
         """
+        ...
+
+    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
+        """:meth:`replica_sizes` of ``partitions`` and, from the same DescribeLogDirs requests, each
+        answering broker's disk space (KIP-827's total and usable bytes, Kafka 3.3+; a broker that does
+        not report them is absent from :attr:`LogDirs.space`). The disk guard reads it before a batch."""
         ...
 
     def alter_reassignments(

@@ -41,6 +41,17 @@ SKEWED_SIZES = (17.0, 2.0, 0.7)
 #: Hardware classes :func:`synthetic_capacities` cycles through (relative disk sizes).
 CAPACITY_CLASSES = (1.0, 2.0, 1.0, 0.5, 1.5)
 
+#: Network factors :func:`synthetic_network_in` cycles through: a broker's ``network_in`` is its
+#: disk class (:data:`CAPACITY_CLASSES`) times one of these, in a cycle of another length, so
+#: larger brokers have more network but not in the same proportion.
+NETWORK_CLASSES = (1.0, 0.8, 1.25, 1.0)
+
+#: :func:`synthetic_rates`: log of the median topic's retention in seconds (about 3 days), its
+#: sigma, the sigma of a partition's rate around its topic's, the share of hot topics and how
+#: many times faster they are written than their size says.
+RATE_RETENTION = (12.5, 1.0, 0.5)
+HOT_TOPICS = (0.05, 20.0)
+
 
 def synthetic_capacities(
     cluster: SyntheticCluster, *, fill: float = 0.6, classes: Sequence[float] = CAPACITY_CLASSES
@@ -59,6 +70,44 @@ def synthetic_capacities(
     return {b: max(1, int(w * unit)) for b, w in weight.items()}
 
 
+def synthetic_rates(cluster: SyntheticCluster, *, seed: int = 0) -> None:
+    """Give every topic of ``cluster`` (with sizes) log-normal bytes-in rates per partition, in place.
+
+    A partition's rate is its size over its topic's retention (log-normal around 3 days,
+    :data:`RATE_RETENTION`), times a log-normal factor of its own; a share of the topics are hot
+    (:data:`HOT_TOPICS`: written many times faster than their size says, short retention).
+    Its own ``random.Random(seed)``: the cluster's placement and sizes stay those of its seed."""
+    rng = random.Random(seed * 7919 + 17)
+    mu, sigma_topic, sigma_part = RATE_RETENTION
+    share, factor = HOT_TOPICS
+    for t in cluster.topics:
+        if t.sizes is None:
+            continue
+        retention = rng.lognormvariate(mu, sigma_topic)
+        if rng.random() < share:
+            retention /= factor
+        t.rates = [s / retention * rng.lognormvariate(0, sigma_part) for s in t.sizes]
+
+
+def synthetic_network_in(
+    cluster: SyntheticCluster, *, fill: float = 0.5, classes: Sequence[float] = NETWORK_CLASSES,
+    disk_classes: Sequence[float] | None = CAPACITY_CLASSES,
+) -> dict[int, int]:
+    """Heterogeneous ``network_in`` capacities (bytes/s) for ``cluster``'s brokers, like
+    :func:`synthetic_capacities` (each rack's brokers cycle through ``classes``, times the broker's
+    class in ``disk_classes``; ``None``: network independent of the disk), scaled so the brokers'
+    bytes in (every replica's rate) fill ``fill`` of the total."""
+    total = sum(r * len(reps) for t in cluster.topics if t.rates for r, reps in zip(t.rates, t.replicas, strict=True))
+    seen: dict[str | None, int] = {}
+    weight: dict[int, float] = {}
+    for b, rack in cluster.brokers:
+        i = seen.get(rack, 0)
+        seen[rack] = i + 1
+        weight[b] = classes[i % len(classes)] * (disk_classes[i % len(disk_classes)] if disk_classes else 1.0)
+    unit = total / fill / sum(weight.values()) if total else 1.0
+    return {b: max(1, int(w * unit)) for b, w in weight.items()}
+
+
 @dataclass
 class SyntheticTopic:
     name: str
@@ -68,6 +117,8 @@ class SyntheticTopic:
     #: Bytes of each partition (every replica of a partition has the same size), or ``None``.
     sizes: list[int] | None = None
     internal: bool = False
+    #: Bytes-in rate of each partition (bytes/s, :func:`synthetic_rates`), or ``None``.
+    rates: list[float] | None = None
     #: Partition index -> (adding replicas, removing replicas) of an in-flight reassignment;
     #: ``replicas`` then holds the reassignment's *target* replicas.
     in_flight: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
@@ -286,6 +337,7 @@ def to_snapshot(cluster: SyntheticCluster, *, validate: bool = True) -> ClusterS
                     adding_replicas=adding,
                     removing_replicas=removing,
                     replica_sizes=sizes,
+                    bytes_in_per_s=t.rates[p] if t.rates is not None else None,
                 )
             )
     brokers = tuple(build_b(id=b, rack=r) for b, r in cluster.brokers)

@@ -51,6 +51,7 @@ from kafka.protocol.admin import AlterPartitionReassignmentsRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -63,6 +64,7 @@ from airflow_kafka_reassign.core.models import (
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
     InFlightReassignment,
+    LogDirs,
     NewPartitions,
     PartitionResult,
     RfGuard,
@@ -268,6 +270,7 @@ class KafkaClusterAdmin:
         self._last_alter_version: int | None = None
         self._sizes_warned: set[int] = set()
         self._sizes_skipped: set[int] = set()
+        self._no_space_warned: set[int] = set()
         self._quorum_warned = False
         self._barrier_warned: set[int] = set()
         #: errors librdkafka reported through ``error_cb`` (served by ``poll``): an authentication or TLS
@@ -591,6 +594,15 @@ class KafkaClusterAdmin:
         missing_since: float | None = None
 
         def unknown(names: Sequence[str]) -> ConfigurationError:
+            hidden = self._unauthorized_topics(names)
+            absent = [n for n in names if n not in hidden]
+            if hidden:  # Kafka leaves a topic the principal may not DESCRIBE out of the metadata: not "missing"
+                shown = f"{', '.join(hidden[:10])}{' ...' if len(hidden) > 10 else ''}"
+                also = f"; topic(s) {', '.join(absent)} do not exist" if absent else ""
+                return self._access_error(
+                    "authorization", f"topic(s) {shown} do not exist or are hidden from this principal (Kafka does "
+                    f"not tell which to a principal without DESCRIBE on them: check the name, then the ACLs){also}",
+                    Refused.on_topic("DESCRIBE", hidden[0], "Metadata"))
             return ConfigurationError(f"topic(s) {', '.join(names)} do not exist in the cluster at {self._bootstrap}")
 
         def attempt() -> tuple[ClusterSnapshot | None, Gaps]:
@@ -684,6 +696,22 @@ class KafkaClusterAdmin:
             partitions=tuple(partitions),
         )
 
+    def _unauthorized_topics(self, names: Sequence[str]) -> list[str]:
+        """Which of ``names`` (absent from the metadata) exist but are hidden from this principal: Kafka answers
+        TOPIC_AUTHORIZATION_FAILED for them when asked by name (DescribeTopicPartitions; never creates a topic),
+        UNKNOWN_TOPIC_OR_PARTITION for topics that do not exist."""
+        futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
+        out = []
+        for name, fut in futures.items():
+            try:
+                fut.result(self._timeout_s)
+            except KafkaException as e:
+                if e.args and getattr(e.args[0], "code", lambda: None)() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    out.append(name)
+            except Exception:  # noqa: BLE001 (a probe for a better message: "does not exist" stays the default)
+                continue
+        return sorted(out)
+
     def _internal_topics(self, names: Sequence[str]) -> dict[str, bool]:
         """Whether Kafka flags each of ``names`` internal (DescribeTopicPartitions)."""
         if not names:
@@ -728,11 +756,22 @@ class KafkaClusterAdmin:
         is skipped, with one line naming it; one that fails to answer is logged and left out,
         so a caller can keep reporting while a broker is down.
         """
+        return self._log_dirs(partitions)[0]
+
+    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
+        """:meth:`replica_sizes` and each answering broker's disk space, from the same requests."""
+        sizes, space, unanswered = self._log_dirs(partitions, with_space=True)
+        return LogDirs(sizes=sizes, space=space, unanswered=tuple(unanswered))
+
+    def _log_dirs(self, partitions: Collection[TopicPartition], with_space: bool = False,
+                  ) -> tuple[dict[TopicPartition, dict[int, int]], dict[int, DiskSpace], list[int]]:
+        """One DescribeLogDirs per live broker naming ``partitions``: their sizes, each broker's space, and the
+        live brokers that did not answer."""
         wanted: dict[str, list[int]] = defaultdict(list)
         for t, p in partitions:
             wanted[t].append(p)
-        if not wanted:
-            return {}
+        if not wanted:  # never an empty request: kafka-python would send "every topic"
+            return {}, {}, []
         kp = self._kafka_python()
         request = {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
         responses: list[dict[str, Any]] = []
@@ -743,10 +782,12 @@ class KafkaClusterAdmin:
             log.warning("DescribeLogDirs skips broker(s) %s: the cluster does not list them as alive; their "
                         "replica sizes are unknown until they are back", skipped)
         self._sizes_skipped = set(skipped)
+        unanswered = sorted(live - known)  # alive for the controller, unknown to this client yet
         for node in sorted(known & live):
             try:
                 responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
             except (kp_errors.KafkaError, OSError) as e:
+                unanswered.append(node)
                 # warned once per broker and client: a broker that is down would repeat it on every poll
                 (log.debug if node in self._sizes_warned else log.warning)(
                     "DescribeLogDirs to broker %s failed (%s: %s); its replica sizes are unknown",
@@ -754,7 +795,25 @@ class KafkaClusterAdmin:
                 self._sizes_warned.add(node)
         sizes = _sizes_from_log_dirs(responses)
         asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
-        return {tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}
+        space = self._space_from_log_dirs(responses) if with_space else {}
+        return ({tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}, space,
+                sorted(unanswered))
+
+    def _space_from_log_dirs(self, responses: Sequence[Mapping[str, Any]]) -> dict[int, DiskSpace]:
+        """Each broker's disk space (KIP-827, DescribeLogDirs v4+): the log dirs that answer without error, log
+        dirs of one volume (the same total and usable bytes) counted once. A broker that reports none (-1:
+        older than Kafka 3.3) is left out, and said once per broker."""
+        out: dict[int, DiskSpace] = {}
+        for broker in responses:
+            dirs = [(int(d.get("total_bytes", -1)), int(d.get("usable_bytes", -1)))
+                    for d in broker["log_dirs"] if not d.get("error_code")]
+            if dirs and all(t >= 0 and u >= 0 for t, u in dirs):
+                out[broker["broker"]] = DiskSpace.of_dirs(dirs)
+            elif broker["broker"] not in self._no_space_warned:
+                self._no_space_warned.add(broker["broker"])
+                log.warning("broker %s reports no free disk space in DescribeLogDirs (v4, Kafka 3.3+): the disk guard "
+                            "cannot check the moves onto it", broker["broker"])
+        return out
 
     # -- reassignments --------------------------------------------------------------------
 

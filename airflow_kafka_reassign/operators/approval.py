@@ -205,7 +205,7 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
             return None
         task = copy.copy(task)  # rendered here for the pre-flight only; the execute task renders its own
         for name in ("kafka_config_id", "storage_conn_id", "max_moves", "max_moves_per_broker",
-                     "throttle_bytes_per_sec", "dry_run"):
+                     "throttle_bytes_per_sec", "dry_run", "disk_reserve"):
             if hasattr(task, name):
                 setattr(task, name, self.render_template(getattr(task, name), context))
         return task

@@ -40,6 +40,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds
 from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
@@ -118,7 +119,7 @@ class _ExecutionParams:
                         allow_concurrent_reassignments: bool, strict: bool, elect_leaders: bool,
                         dry_run: bool, on_plan_error: str = "refuse", allow_offline_brokers: bool = False,
                         health_gate: bool = True, on_unhealthy: str = "pause", max_pause_s: float | None = 1800.0,
-                        below_min_isr: str = "last") -> None:
+                        below_min_isr: str = "last", disk_reserve: Any = DEFAULT_RESERVE) -> None:
         self.max_moves = max_moves
         self.max_moves_per_broker = max_moves_per_broker
         self.order = order
@@ -135,6 +136,7 @@ class _ExecutionParams:
         self.on_unhealthy = on_unhealthy
         self.max_pause_s = max_pause_s
         self.below_min_isr = below_min_isr
+        self.disk_reserve = disk_reserve
         self._stop_requested = False
         self._running: tuple[ReassignmentPlan, ExecutionOptions, Store] | None = None
         self._lease: LeaseKeeper | None = None
@@ -181,6 +183,7 @@ class _ExecutionParams:
                                                   getattr(self, "on_unhealthy", "pause"),
                                                   getattr(self, "max_pause_s", 1800.0),
                                                   getattr(self, "below_min_isr", "last"))),
+                disk_reserve=getattr(self, "disk_reserve", DEFAULT_RESERVE),
             ),
         )
 
@@ -250,6 +253,12 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     :param max_pause_s: a pause longer than this fails the task as ``"fail"`` would (``None``: no bound).
     :param below_min_isr: pending moves whose target keeps fewer in-sync replicas than
         ``min.insync.replicas`` go ``"last"`` (default) or are ``"refuse"``-d; counted in the XCom.
+    :param disk_reserve: the disk guard: before each batch every broker's free disk space is read
+        (DescribeLogDirs, Kafka 3.3+), and a move is submitted only if each broker it adds keeps this
+        much free after it and the moves in flight: a share of the disk (``"1%"``, the default; e.g.
+        ``"15%"``), a size (``"50GiB"``, bytes), or ``"off"``. A move that does not fit waits
+        (``disk_held`` in the XCom); nothing in flight and nothing fitting fails the task naming the
+        broker and the numbers. Templated.
     :param adaptive_limits: AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8,
         "min_throttle": 10_000_000, "max_throttle": 100_000_000}``: concurrency starts at
         ``min_moves`` (default 1) and the throttle at ``throttle_bytes_per_sec``; both grow while
@@ -286,7 +295,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
     # ("{{ params.throttle_bytes_per_sec }}"); the allow_* overrides are not: they belong in code.
     template_fields: Sequence[str] = (
         "plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id",
-        "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "dry_run", "approval",
+        "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "dry_run", "approval", "disk_reserve",
     )
     ui_color = "#fde8d0"
     operator_extra_links = (PlanReportLink(),)
@@ -316,6 +325,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         on_unhealthy: str = "pause",
         max_pause_s: float | None = 1800.0,
         below_min_isr: str = "last",
+        disk_reserve: Any = DEFAULT_RESERVE,
         adaptive_limits: dict[str, Any] | None = None,
         wait_for_completion: bool = True,
         state_dir: str | None = None,
@@ -342,7 +352,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
             allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
             elect_leaders=elect_leaders, dry_run=dry_run, on_plan_error=on_plan_error,
             allow_offline_brokers=allow_offline_brokers, health_gate=health_gate, on_unhealthy=on_unhealthy,
-            max_pause_s=max_pause_s, below_min_isr=below_min_isr,
+            max_pause_s=max_pause_s, below_min_isr=below_min_isr, disk_reserve=disk_reserve,
         )
         self.adaptive_limits = adaptive_limits
         self.min_poll_interval = min_poll_interval

@@ -58,6 +58,7 @@ from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.rates import snapshot_bytes_in
+from airflow_kafka_reassign.core.report import human_bytes
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
@@ -147,6 +148,8 @@ class PlanReassignmentOperator(BaseOperator):
     :param capacity: a capacity document (a JSON/YAML file path or a mapping; see
         :mod:`airflow_kafka_reassign.core.capacity`): balance disk usage as a share of each
         broker's capacity (sizes are then always snapshotted). Needed by ``goal="offload"``.
+        ``"cluster"`` (or ``"disk": "cluster"`` in an entry): each broker's disk as it reports it
+        (the total bytes of its log dirs, DescribeLogDirs v4, Kafka 3.3+), read with the snapshot.
     :param sample_window_s: seconds between the two reads of the replicas' sizes (DescribeLogDirs)
         that estimate each partition's bytes-in rate (:mod:`airflow_kafka_reassign.core.rates`; an
         estimate: retention and compaction during the window skew it); ``0`` samples no rates.
@@ -278,6 +281,25 @@ class PlanReassignmentOperator(BaseOperator):
         except ValueError as e:
             raise ConfigurationError(f"task {self.task_id}: the plan request is not valid: {e}") from None
 
+    def _cluster_disks(self, request: PlanRequest, space: Mapping[int, Any], snapshot: Any,
+                       snapshot_dir: Path) -> PlanRequest:
+        """Each broker's log-dir space beside the snapshot (``disks.json``), and a capacity document's
+        ``"cluster"`` disks filled from it (KIP-827's total bytes) before anything is planned."""
+        from airflow_kafka_reassign.core.capacity import write_disks
+
+        write_disks(space, snapshot_dir)
+        cap = request.capacity
+        if cap is None or not cap.from_cluster:
+            return request
+        try:
+            filled = cap.with_cluster_disks({b: s.total_bytes for b, s in space.items()},
+                                            {b.id: b.rack for b in snapshot.brokers})
+        except ConfigurationError as e:
+            raise AirflowFailException(f"task {self.task_id}: {e}") from None
+        self.log.info("Disk capacity from the cluster (log dirs' total bytes): %s", ", ".join(
+            f"broker {b} {human_bytes(c.disk)}" for b, c in sorted(filled.brokers.items())))
+        return request.model_copy(update={"capacity": filled})
+
     def sample_window(self, request: PlanRequest) -> float:
         """Seconds to sample bytes-in rates over (0: none); see ``sample_window_s``."""
         from airflow_kafka_reassign.core.rates import DEFAULT_SAMPLE_WINDOW_S
@@ -389,9 +411,13 @@ class PlanReassignmentOperator(BaseOperator):
             if window:
                 self.log.info("Sampling bytes-in rates: replica sizes read twice, %g s apart", window)
                 snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, window)
+            space = admin.log_dirs([snapshot.partitions[0].tp]).space \
+                if request.capacity is not None and snapshot.partitions else None
         finally:
             admin.close()
         write_snapshot(snapshot, snapshot_dir)
+        if space is not None:
+            request = self._cluster_disks(request, space, snapshot, snapshot_dir)
         check = snapshot.check
         self.log.info(
             "Snapshot: %d brokers, %d topics, %d partitions (complete after %s read(s)) -> %s",

@@ -345,8 +345,16 @@ def ingress_table(ingress: Mapping[str, Any], order: Sequence[int], tiered: Mapp
         goal = "not balanced (the capacity document gives no network_in, or the goal is not a rebalance)"
     headers = ["broker", "bytes in before", "after"] + (["network_in", "share before", "share after"] if capacity else [])
     note = ""
+    stopped = ingress.get("stopped_by") or {}
+    if stopped:
+        by_reason: dict[str, list[int]] = {}
+        for b, reason in sorted((int(b), str(r)) for b, r in stopped.items()):
+            by_reason.setdefault(reason, []).append(b)
+        note += ("<p>Outside the bytes-in band after the plan, and what stopped them: "
+                 + "; ".join(f"{e(reason)}: broker(s) {e(', '.join(map(str, bs)))}" for reason, bs in by_reason.items())
+                 + ".</p>")
     if tiered:
-        note = (f"<p>Tiered topics (remote.storage.enable): {num(int(tiered['topics']))} topic(s), "
+        note += (f"<p>Tiered topics (remote.storage.enable): {num(int(tiered['topics']))} topic(s), "
                 f"{num(int(tiered['partitions']))} partition(s), counted at their local bytes: "
                 f"{e(human_bytes(int(tiered['local_bytes'])))} of {e(human_bytes(int(tiered['total_bytes'])))} on the "
                 f"brokers' disks; {e(human_bytes(int(tiered.get('bytes_to_move', 0))))} of them move.</p>")

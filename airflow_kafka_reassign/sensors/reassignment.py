@@ -30,6 +30,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, finish, run
 from airflow_kafka_reassign.core.plan_io import read_rollback
 from airflow_kafka_reassign.core.progress import (
@@ -125,7 +126,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
     :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
         rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
         ExecuteReassignment (below).
-    :param health_gate / on_unhealthy / max_pause_s / below_min_isr / adaptive_limits: as for ExecuteReassignment,
+    :param health_gate / on_unhealthy / max_pause_s / below_min_isr / disk_reserve / adaptive_limits: as for
+        ExecuteReassignment,
         with ``submit_pending``: the same health gate and adaptive limits (one
         :class:`~airflow_kafka_reassign.core.execution.RunGovernor` across the pokes). When the health policy stops
         the submissions (a pause longer than ``max_pause_s``, ``on_unhealthy="fail"``, or ``"cancel"``, which also
@@ -166,6 +168,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         on_unhealthy: str = "pause",
         max_pause_s: float | None = 1800.0,
         below_min_isr: str = "last",
+        disk_reserve: Any = DEFAULT_RESERVE,
         adaptive_limits: dict[str, Any] | None = None,
         stuck_after: timedelta | float = 600,
         on_timeout: str = "leave",
@@ -202,6 +205,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             "allow_offline_brokers": allow_offline_brokers,
             "elect_leaders": elect_leaders,
             "health": health_args(health_gate, on_unhealthy, max_pause_s, below_min_isr),
+            "disk_reserve": disk_reserve,
         }
         self.adaptive_limits = adaptive_limits
         self.stuck_after_s = _seconds(stuck_after, "stuck_after")
@@ -280,7 +284,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             # deferrable: one poke here (fails fast on a bad plan or connection, submits the first batch)
             progress = self._poke_once(spec, context)
             if progress.status != "running":
-                return self._conclude(event_payload(progress, spec), spec)
+                return self._conclude(event_payload(progress, spec), spec, context)
             assert self._watch is not None
             remaining = max(0.0, self.wait_timeout_s - (time.time() - self._started_at))
             self.defer(
@@ -306,7 +310,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             return False
         if progress.status == "running":
             return False
-        return PokeReturnValue(True, self._conclude(event_payload(progress, spec), spec))
+        return PokeReturnValue(True, self._conclude(event_payload(progress, spec), spec, context))
 
     def _poke_once(self, spec: WaitSpec, context: Context) -> Progress:
         store = context.get("task_state_store") if self.reschedule else None
@@ -344,15 +348,22 @@ class WaitForReassignmentSensor(BaseSensorOperator):
                 raise AirflowFailException(f"task {self.task_id}: {event.get('message')}")
             raise AirflowException(f"waiting for the reassignment failed: {event.get('message')}")
         try:
-            return self._conclude(event, self.spec(context))
+            return self._conclude(event, self.spec(context), context)
         finally:
             self._close()
 
     # -- the end of the wait (every mode) ---------------------------------------------------------------
 
-    def _conclude(self, event: dict[str, Any], spec: WaitSpec) -> dict[str, Any]:
-        """Push the summary (returned), finish, or apply the timeout policy and fail."""
+    def _conclude(self, event: dict[str, Any], spec: WaitSpec, context: Context) -> dict[str, Any]:
+        """Push the summary (returned), finish, or apply the timeout policy and fail (the summary then in the
+        XCom ``summary``, as ExecuteReassignment's)."""
         status, summary, message = event["status"], dict(event["summary"]), event["message"]
+        stop = spec.health_stop() if spec.submit_pending else None
+        if stop is not None:  # the health policy stopped this try's submissions (and cancelled, with "cancel")
+            summary["health_stop"] = stop
+            if stop["cancel"] is not None:
+                message += (f". on_unhealthy=cancel cancelled {stop['cancel']['cancelled']} in-flight move(s) "
+                            "(XCom 'summary': health_stop.cancel)")
         limits, options = spec.execution()
         admin = self._get_admin(spec)
         plan = spec.load_plan(admin)
@@ -374,12 +385,16 @@ class WaitForReassignmentSensor(BaseSensorOperator):
                 self.log.info("all %d move(s) complete in %s", summary["moves"],
                               format_duration(summary["elapsed_s"]))
                 return summary
+            ti = context.get("ti")
             if status == "blocked":
                 if self.finish_on_complete:
                     finish(admin, plan, options, state_dir=spec.state, elect=False, log=self.log, lease=lease)
+                _push_summary(ti, summary)
                 raise AirflowFailException(message)
             # timeout
             policy = self.apply_timeout_policy(admin, plan, spec, limits, options)
+            summary["on_timeout"] = {"policy": self.on_timeout, "done": policy}
+            _push_summary(ti, summary)
             raise AirflowSensorTimeout(f"{message}. on_timeout={self.on_timeout}: {policy}")
         finally:
             if lease is not None:
@@ -416,3 +431,9 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             text += (f". Finish it with WaitForReassignmentSensor(plan_uri={spec.plan_uri!r}, which='rollback', "
                      "submit_pending=True)")
         return text
+
+
+def _push_summary(ti: Any, summary: dict[str, Any]) -> None:
+    """The summary of a wait that fails, in the XCom ``summary`` (a failing task has no return value)."""
+    if ti is not None:
+        ti.xcom_push(key="summary", value=summary)

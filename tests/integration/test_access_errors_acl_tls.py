@@ -21,7 +21,7 @@ from kafka_helpers import make_topic, replicas, throttles
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
-from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import Sandbox
 from airflow_kafka_reassign.sandbox.cluster import LIMITED_USERNAME, NO_ACL_USERNAME
@@ -93,6 +93,41 @@ def test_a_user_without_any_acl_fails_the_snapshot_naming_describe_on_the_cluste
     assert f"authorization failed for user '{NO_ACL_USERNAME}'" in message
     assert "DESCRIBE on the cluster was refused (ListPartitionReassignments" in message
     assert f"--allow-principal User:{NO_ACL_USERNAME} --operation Describe --cluster" in message
+
+
+def test_a_topic_hidden_from_the_user_is_named_as_an_authorization_failure_not_as_missing(secured):
+    """Kafka leaves a topic the principal may not DESCRIBE out of the metadata: a plan naming it must not be
+    refused as "does not exist" (the user would re-create it, or give up) but name the ACL to grant."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from airflow_kafka_reassign.kafka.config import to_confluent
+
+    name = "t-access-hidden"
+    with KafkaClusterAdmin(secured.client_config(), timeout_s=30) as admin:
+        if name not in admin.list_topic_names():
+            make_topic(secured.client_config(), name, [[1, 2]])
+    deny = AclBinding(ResourceType.TOPIC, name, ResourcePatternType.LITERAL, f"User:{LIMITED_USERNAME}", "*",
+                      AclOperation.DESCRIBE, AclPermissionType.DENY)  # this topic only: other tests unaffected
+    superuser = AdminClient(to_confluent(secured.client_config(), timeout_s=30))
+    for future in superuser.create_acls([deny]).values():
+        future.result(30)
+    with KafkaClusterAdmin(secured.client_config(user=LIMITED_USERNAME), timeout_s=30) as limited:
+        with pytest.raises(ClusterAccessError) as info:
+            limited.snapshot(topics=[name])
+        message = str(info.value)
+        assert f"DESCRIBE on topic '{name}' was refused" in message
+        assert f"{name} do not exist or are hidden from this principal" in message
+        assert f"--allow-principal User:{LIMITED_USERNAME} --operation Describe --topic {name}" in message
+        with pytest.raises(ConfigurationError, match="t-access-never-created do not exist") as missing:
+            limited.snapshot(topics=["t-access-never-created"])  # a topic that is not there stays "missing"
+        assert not isinstance(missing.value, ClusterAccessError)
 
 
 def test_an_untrusted_ca_fails_the_tls_handshake_at_once_and_the_right_ca_works(secured, topic, tmp_path):

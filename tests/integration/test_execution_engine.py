@@ -296,3 +296,31 @@ def test_cancel_at_the_deadline_puts_the_move_back_and_leaves_no_throttle(sandbo
     assert sorted(result.status.pending) == sorted(plan.partitions)
     assert replicas(admin, unique_topic) == [(1, 2), (2, 3)] and admin.list_reassignments() == {}
     assert throttles(admin, [unique_topic]) == before
+
+
+def test_the_disk_guard_reads_each_brokers_free_space_and_holds_a_move_that_would_not_leave_the_reserve(
+        sandbox, admin, unique_topic, tmp_path):
+    """KIP-827's free space from DescribeLogDirs (Kafka 3.3+), read in the request that reads the sizes; a move
+    onto a broker that would keep less than ``disk_reserve`` free is not sent and, nothing else being in flight,
+    the run is refused naming the broker. (The sandbox's brokers share one filesystem: the same numbers each.)"""
+    config = sandbox.client_config()
+    make_topic(config, unique_topic, [[1, 2]], megabytes=3)
+    dirs = admin.log_dirs([TopicPartition(unique_topic, 0)])
+    assert set(dirs.space) == {1, 2, 3, 4, 5}
+    space = dirs.space[3]
+    assert 0 < space.usable_bytes <= space.total_bytes and len(space.dirs) == 1
+    size = max(dirs.sizes[TopicPartition(unique_topic, 0)].values())
+    assert size >= 2_000_000
+    plan = plan_of(unique_topic, (0, (1, 2), (3, 2)))
+    rec = Recording(admin)
+    # a reserve that leaves about 1 MB of room on broker 3 (the others write little meanwhile): 3 MB do not fit
+    reserve = space.usable_bytes - 1_000_000
+    result = run(rec, plan, ExecutionLimits(), ExecutionOptions(disk_reserve=reserve), state_dir=tmp_path,
+                 poll_interval_s=0.2)
+    assert rec.sent == [] and replicas(admin, unique_topic) == [(1, 2)]
+    assert result.status.blocked and result.status.blocked.startswith(
+        f"disk guard: 1 move(s) wait for disk space: {unique_topic}-0: needs ")
+    assert "on broker 3" in result.status.blocked and "lower disk_reserve" in result.status.blocked
+    assert result.summary()["disk_held"] == 1
+    ok = run(rec, plan, ExecutionLimits(), ExecutionOptions(), state_dir=tmp_path, poll_interval_s=0.2)  # "1%"
+    assert ok.status.ok and replicas(admin, unique_topic) == [(3, 2)]

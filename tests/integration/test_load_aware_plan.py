@@ -145,3 +145,31 @@ def test_spark_job_places_again_where_racks_keep_the_counts_apart(tmp_path):
     assert "place again" in metrics["job"]["stages_s"]
     assert read_plan(tmp_path / "plan").model_dump_json() == expected.plan.model_dump_json()
     assert metrics["after"]["replica_max_min"] == expected.after.replica_max_min
+
+
+def test_capacity_cluster_takes_each_brokers_disk_as_it_reports_it(sandbox, unique_topic, tmp_path, capsys):
+    """``snapshot --sizes`` writes disks.json (KIP-827: each broker's log-dir total and usable bytes); ``plan
+    --capacity cluster`` balances disk shares of those totals, with no capacity file. (The sandbox's brokers share
+    one filesystem: the same total each.)"""
+    from airflow_kafka_reassign.cli import main
+
+    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [1, 4]], megabytes=0.5)
+    config = tmp_path / "client.properties"
+    config.write_text("\n".join(f"{k}={v}" for k, v in sandbox.client_config().items()
+                                if k != "bootstrap.servers"), encoding="utf-8")
+    snap, out = tmp_path / "snapshot", tmp_path / "plan"
+    assert main(["snapshot", "--bootstrap-servers", sandbox.client_config()["bootstrap.servers"],
+                 "--command-config", str(config), "--sizes", "--out", str(snap)]) == 0
+    disks = json.loads((snap / "disks.json").read_text())
+    assert sorted(map(int, disks)) == [1, 2, 3, 4, 5]
+    assert all(0 < d["usable_bytes"] <= d["total_bytes"] for d in disks.values())
+    capsys.readouterr()
+    assert main(["plan", "--snapshot", str(snap), "--out", str(out), "--no-spark", "--capacity", "cluster",
+                 "--disk-cap", "0.99"]) == 0, capsys.readouterr().err
+    capacity = read_metrics(out)["disk"]["capacity"]
+    assert {int(b): c for b, c in capacity.items()} == {int(b): d["total_bytes"] for b, d in disks.items()}
+    (snap / "disks.json").unlink()  # a snapshot without it: one line, exit 2
+    assert main(["plan", "--snapshot", str(snap), "--out", str(tmp_path / "p2"), "--no-spark",
+                 "--capacity", "cluster"]) == 2
+    assert "has no disks.json: take the snapshot with `airflow-kafka-reassign snapshot --sizes`" in \
+        capsys.readouterr().err

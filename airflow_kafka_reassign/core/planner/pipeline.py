@@ -446,5 +446,6 @@ def ingress_report(
         balanced=goal is not None,
         moves=sum(f.moves for f in flows),
         swaps=sum(f.swaps for f in flows),
+        stopped_by={b: k for f in flows for b, k in f.stopped_by.items()},
         window_s=snapshot.bytes_in.window_s if snapshot.bytes_in is not None else None,
     )

@@ -517,8 +517,12 @@ def test_smallest_first_orders_by_bytes_to_copy_and_unknown_sizes_go_last():
 def test_sizes_are_read_only_when_order_matters():
     f = fake(a=[[1, 2]], b=[[1, 2]])
     plan = plan_of(mv("a", 0, (1, 2), (3, 4)), mv("b", 0, (1, 2), (3, 4)))
-    quiet_step(f, plan, ExecutionLimits(order="smallest-first"))  # no limit: everything goes
+    quiet_step(f, plan, ExecutionLimits(order="smallest-first"), ExecutionOptions(disk_reserve=None))  # no limit
     assert f.calls.get("replica_sizes", 0) == 0
+    quiet_step(fake(a=[[1, 2]], b=[[1, 2]]), plan, ExecutionLimits(max_moves=1, order="smallest-first"))
+    g = fake(a=[[1, 2]], b=[[1, 2]])
+    quiet_step(g, plan, ExecutionLimits(max_moves=1, order="smallest-first"))  # ordered, and the disk guard
+    assert g.calls["replica_sizes"] == 1  # one DescribeLogDirs for both
 
 
 def test_a_move_touching_no_broker_counts_only_against_max_moves():

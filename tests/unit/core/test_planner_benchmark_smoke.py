@@ -24,6 +24,21 @@ def test_benchmark_script_runs(capsys, monkeypatch) -> None:
     assert result["moves"] >= result["lower_bound"] > 0
 
 
+def test_bytes_in_benchmark_runs(capsys, monkeypatch) -> None:
+    from airflow_kafka_reassign.core.planner import pipeline
+
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    monkeypatch.setattr(pipeline, "IngressStep", pipeline.IngressStep)  # the benchmark times its own
+    path = BENCH.parent / "bench_ingress.py"
+    spec = importlib.util.spec_from_file_location("bench_ingress", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main(["5000", "--brokers", "12"])
+    out = capsys.readouterr().out
+    assert "5,000 replicas" in out and "bytes-in max deviation" in out and "vs bound" in out
+
+
 def test_a_benchmark_stops_without_its_figure_when_it_measured_another_size(monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(BENCH.parent))
     from sizes import expect, synthetic

@@ -76,6 +76,34 @@ def test_capacity_overrides_broker_then_rack_then_default_and_units(tmp_path):
     assert load_capacity(j).resolve({7: None})[7].disk == 5
 
 
+@pytest.mark.parametrize(("doc", "brokers", "totals", "expected"), [
+    ("cluster", {1: "a", 2: "b"}, {1: 100, 2: 200}, {1: 100, 2: 200}),
+    ({"default": {"disk": "2TiB"}, "racks": {"b": {"disk": "cluster", "network_in": "1MiB"}}}, {1: "a", 2: "b"},
+     {1: 7, 2: 9}, {1: 2 * 1024**4, 2: 9}),
+    ({"default": {"disk": "cluster"}, "brokers": {"1": {"disk": 50}}}, {1: "a", 2: "b"}, {2: 300}, {1: 50, 2: 300}),
+], ids=["all", "one-rack-keeps-its-network-in", "a-broker-override"])
+def test_a_cluster_disk_is_filled_from_what_each_broker_reports(doc, brokers, totals, expected):
+    cap = load_capacity(doc) if isinstance(doc, str) else capacity_document(doc)
+    assert cap.from_cluster
+    with pytest.raises(ConfigurationError, match="takes disks from the cluster.*not read.*snapshot --sizes"):
+        cap.resolve(brokers)  # never planned with the placeholder
+    filled = cap.with_cluster_disks(totals, brokers)
+    assert {b: c.disk for b, c in filled.resolve(brokers).items()} == expected
+    if "racks" in doc:
+        assert filled.resolve(brokers)[2].network_in == 1024**2
+
+
+@pytest.mark.parametrize(("doc", "brokers", "totals", "message"), [
+    ("cluster", {1: "a", 2: "b"}, {1: 100}, r"broker\(s\) \[2\] from the cluster.*report no log-dir size.*Kafka 3.3"),
+    ({"default": {"disk": "cluster"}, "brokers": {"9": {"disk": 5}}}, {1: "a"}, {1: 100},
+     r"names broker\(s\) \[9\], which the cluster does not have"),
+    ({"default": {"disk": "clusterr"}}, {1: "a"}, {1: 100}, "disk: 'clusterr' is not a size"),
+])
+def test_a_cluster_disk_that_cannot_be_filled_is_refused_naming_the_broker(doc, brokers, totals, message):
+    with pytest.raises(ConfigurationError, match=message):
+        capacity_document(doc).with_cluster_disks(totals, brokers)
+
+
 def test_impossible_cap_is_refused_before_planning_with_the_numbers():
     snap = snapshot_from_assignment({0: None, 1: None}, {"t": [[0, 1]]}, sizes={"t": [900]})
     with pytest.raises(ConfigurationError, match=r"1,800 bytes .* may hold 1,700 \(85% of 2,000\)"):

@@ -410,3 +410,16 @@ def test_the_execute_task_logs_the_sensors_progress_line_while_it_waits(tmp_path
     op(plan_dir, max_moves=2).execute({"ti": TI()})
     lines = [line for line in capsys.readouterr().out.splitlines() if "| moves " in line]
     assert lines and "0% | moves 0/2 done, 2 in flight, 0 pending" in lines[0] and "| ETA" in lines[0]
+
+
+def test_the_disk_guard_refusal_fails_the_task_in_one_line_with_the_summary(tmp_path, cluster):
+    from airflow_kafka_reassign.core.models import TopicPartition
+
+    cluster.sizes.update({TopicPartition("t", 0): {1: 5_000, 2: 5_000}, TopicPartition("t", 1): {2: 5_000, 3: 5_000}})
+    cluster.disk_total.update({4: 4_000})  # broker 4 cannot take a 5 kB replica
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    ti = TI()
+    with pytest.raises(AirflowFailException, match=r"disk guard: 2 move\(s\) wait for disk space: t-0: needs 5.0 KB "
+                                                   r"on broker 4: 4.0 KB free, reserve 0 B; t-1.*lower disk_reserve \(now 0 B\)"):
+        op(plan_dir, disk_reserve="0").execute({"ti": ti})
+    assert cluster.alter_requests == [] and ti.pushed["summary"]["disk_held"] == 2

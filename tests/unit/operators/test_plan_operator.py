@@ -206,3 +206,21 @@ def test_the_snapshot_carries_the_sampled_rates(cluster, tmp_path):
     out = PlanReassignmentOperator(task_id="plan", sample_window_s=0.01, output_uri=str(tmp_path)).execute(context())
     snap = read_snapshot(out["snapshot_uri"])
     assert snap.bytes_in is not None and snap.bytes_in.window_s > 0
+
+
+def test_capacity_cluster_is_filled_from_the_brokers_log_dirs_before_the_job(cluster, tmp_path, monkeypatch):
+    from airflow_kafka_reassign.core.models import TopicPartition
+
+    admin = KafkaReassignHook(kafka_config_id="k").get_admin()
+    for i, replicas in enumerate([[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3]]):
+        admin.sizes[TopicPartition("orders", i)] = dict.fromkeys(replicas, 1000)
+    for i, replicas in enumerate([[1, 2], [2, 1]]):
+        admin.sizes[TopicPartition("audit", i)] = dict.fromkeys(replicas, 10)
+    admin.disk_total.update({1: 10**6, 2: 10**6, 3: 10**6, 4: 2 * 10**6})  # broker 4: twice the disk
+    out = PlanReassignmentOperator(task_id="plan", capacity="cluster", output_uri=str(tmp_path)).execute(context())
+    (_, _, request), = cluster  # what the Spark job got: the brokers' own disks, no placeholder
+    assert {b: c.disk for b, c in request.capacity.resolve({1: "a", 2: "b", 3: "c", 4: "a"}).items()} == \
+        {1: 10**6, 2: 10**6, 3: 10**6, 4: 2 * 10**6}
+    disks = json.loads(Path(out["snapshot_uri"], "disks.json").read_text())
+    assert disks["4"] == {"total_bytes": 2 * 10**6, "usable_bytes": 2 * 10**6}  # nothing on broker 4 yet
+    assert disks["1"]["usable_bytes"] == 10**6 - 4 * 1000 - 2 * 10

@@ -7,6 +7,7 @@ import re
 from airflow_kafka_reassign.core.capacity import capacity_document
 from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
+from airflow_kafka_reassign.core.planner.ingress import STOP_REASONS
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment
 from airflow_kafka_reassign.report import write_report
@@ -77,3 +78,22 @@ def test_the_report_shows_bytes_in_per_broker_against_network_in_and_tiered_topi
     assert cells[0] == "40.0 MB/s" and cells[2] == "100.0 MB/s" and cells[3] == "40.0%"
     assert cells[4] == f"{after / 10**8:.1%}" and abs(after - 2e7) <= 5e6
     assert "Tiered topics (remote.storage.enable): 1 topic(s), 2 partition(s), counted at their local bytes" in html
+
+
+def test_the_report_and_metrics_say_which_brokers_the_bytes_in_step_left_outside_and_why(tmp_path):
+    # broker 1's only busy partition takes in 60 MB/s, more than any other broker's band has room for: it stays
+    # above the band, and brokers 2 and 3 below it
+    snap = snapshot_from_assignment({1: None, 2: None, 3: None}, {"t": [[1], [2], [3], [3], [1]]}, sizes={"t": [10**9] * 5})
+    rates = [6e7, 5e6, 0.0, 0.0, 0.0]
+    snap = snap.model_copy(update={"partitions": tuple(p.model_copy(update={"bytes_in_per_s": rates[p.partition]})
+                                                       for p in snap.partitions)})
+    doc = capacity_document({"default": {"disk": "100GB", "network_in": "100MB"}})
+    result = plan_reassignment(snap, PlanRequest(capacity=doc, disk_tolerance=0.5))
+    assert result.ingress.stopped_by == {1: "too busy", 2: "too busy", 3: "too busy"}
+    assert result.summary()["ingress"]["stopped_short"] == {"too busy": [1, 2, 3]}
+    assert any(w.startswith("bytes in: broker(s) [1, 2, 3]") and STOP_REASONS["too busy"] in w
+               for w in result.warnings), result.warnings
+    plan_dir = write_plan_dir(result, tmp_path / "plan", snapshot=str(write_snapshot(snap, tmp_path / "snapshot")))
+    assert read_metrics(plan_dir)["ingress"]["stopped_by"] == {"1": "too busy", "2": "too busy", "3": "too busy"}
+    html = write_report(plan_dir, embed_images=False).read_text(encoding="utf-8")
+    assert "Outside the bytes-in band after the plan, and what stopped them: too busy: broker(s) 1, 2, 3." in html

@@ -228,9 +228,13 @@ def test_stuck_warning_names_the_in_flight_moves(fake, plan_dir, capsys):
 def test_timeout_cancel_policy_cancels_only_the_plans_moves(fake, plan_dir):
     fake.frozen = True
     fake.alter_reassignments({TopicPartition("orders", 0): (3, 2), TopicPartition("orders", 1): (4, 2)})
+    ti = XComTI()
     with pytest.raises(AirflowSensorTimeout) as e:
-        sensor(plan_dir, timeout=0.05, poke_interval=0.02, on_timeout="cancel").execute({})
+        sensor(plan_dir, timeout=0.05, poke_interval=0.02, on_timeout="cancel").execute({"ti": ti})
     assert "cancelled 1 in-flight move(s)" in str(e.value)
+    summary = ti.pushed["summary"]  # the failing task's summary, as ExecuteReassignment's
+    assert summary["status"] == "timeout" and summary["on_timeout"]["policy"] == "cancel"
+    assert summary["on_timeout"]["done"].startswith("cancelled 1 in-flight move(s)")
     assert list(fake.inflight) == [TopicPartition("orders", 1)]  # the foreign one is untouched
     assert fake.replicas[TopicPartition("orders", 0)] == (1, 2)
 
@@ -461,12 +465,27 @@ def test_submit_pending_on_unhealthy_cancel_cancels_the_moves_in_flight(monkeypa
     admin = unhealthy_fake(monkeypatch)
     admin.frozen = True  # nothing completes by itself
     in_flight_after_each_submission(admin, then=lambda: admin.down.add(4))  # trouble right after the first one
+    ti = XComTI()
     with pytest.raises(AirflowFailException) as e:
-        sensor(plan_dir, submit_pending=True, max_moves=1, on_unhealthy="cancel").execute({})
+        sensor(plan_dir, submit_pending=True, max_moves=1, on_unhealthy="cancel").execute({"ti": ti})
     assert "on_unhealthy='cancel'" in str(e.value)
+    assert "on_unhealthy=cancel cancelled 1 in-flight move(s)" in str(e.value)
+    stop = ti.pushed["summary"]["health_stop"]  # what the policy did, for the DAG: the failing task's XCom
+    assert "on_unhealthy='cancel'" in stop["why"]
+    assert stop["cancel"]["cancelled"] == 1 and stop["cancel"]["cancelled_partitions"] == ["orders-0"]
     assert not admin.inflight  # the move in flight was cancelled
     assert [p.replicas for p in admin.snapshot(topics=["orders"]).partitions] == [(1, 2)] * 3
     assert not (plan_dir / RUN_DIR / THROTTLE_BACKUP_FILE).exists()
+
+
+class XComTI:
+    dag_id, run_id, task_id, try_number, map_index = "d", "manual__1", "wait", 1, -1
+
+    def __init__(self) -> None:
+        self.pushed: dict = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
 
 
 def test_health_and_adaptive_options_are_validated_at_parse_time(plan_dir):
@@ -566,8 +585,73 @@ def test_a_poke_that_submits_reads_the_cluster_once(fake, plan_dir):
     before = dict(fake.calls)
     progress = watch.poke(fake, now=1)
     calls = {k: v - before.get(k, 0) for k, v in fake.calls.items() if v != before.get(k, 0)}
-    # one snapshot (every topic: the health gate's, which needs no listing of its own); DescribeLogDirs once to
-    # order the batch (max_moves) and once for the copy watch and the line
-    assert calls.get("snapshot") == 1 and calls.get("replica_sizes") == 2 and "list_reassignments" not in calls
+    # one snapshot (every topic: the health gate's, which needs no listing of its own); one DescribeLogDirs of the
+    # plan's partitions: it orders the batch (max_moves), and the copy watch and the line reuse it
+    assert calls.get("snapshot") == 1 and calls.get("replica_sizes") == 1 and "list_reassignments" not in calls
     assert progress.submitted == 1 and progress.observation.in_flight == 1 and progress.observation.pending == 2
     assert progress.observation.bytes_total == 3 * MB  # sizes measured by that one DescribeLogDirs
+
+
+def _try_spec(plan_dir, try_number=1, **kw):
+    return WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True,
+                    lease_holder=f"dag d / run r / task wait / try {try_number} on host-{try_number} (pid 9)",
+                    lease_scope="d/r", **kw)
+
+
+def test_a_pause_outlives_the_submitter_so_max_pause_s_holds_across_reschedules(monkeypatch, plan_dir):
+    """Each reschedule poke (and the deferral, a triggerer restart) builds a new submitter: the pause clock
+    goes on from the journal, else a sensor rescheduled more often than max_pause_s would pause forever."""
+    admin = unhealthy_fake(monkeypatch)
+    admin.down.add(4)  # "other-0" under-replicated: submissions pause
+    clock = [1_000_000.0]
+    monkeypatch.setattr("airflow_kafka_reassign.plan_access.time.time", lambda: clock[0])
+    spec = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})
+    first = spec.submitter(spec.load_plan())(admin)
+    assert first.submitted == 0 and first.blocked is None  # paused, not stopped
+    clock[0] += 45
+    again = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})  # rebuilt: a reschedule poke
+    assert again.submitter(again.load_plan())(admin).blocked is None  # 45 s < 60 s
+    clock[0] += 30
+    third = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})
+    stopped = third.submitter(third.load_plan())(admin)
+    assert stopped.blocked and "gave up after pausing" in stopped.blocked and admin.alter_requests == []
+    # a new try starts its own clock (cleared once the cluster is healthy)
+    assert _try_spec(plan_dir, 2, options={"health": {"max_pause_s": 60}}).submitter(
+        spec.load_plan())(admin).blocked is None
+
+
+def test_the_adaptive_limits_grow_across_rebuilt_submitters(plan_dir, monkeypatch):
+    """A new submitter at every poke (reschedule mode): the limits go on from the last poke's and still grow while
+    healthy and progressing (the done count and the copy watch are carried too, not only the limits)."""
+    from airflow_kafka_reassign.core.execution import RunGovernor
+
+    d = plan_dir.parent / "many"
+    d.mkdir()
+    plan_dir12, _ = write_plan(d, n=12)
+    fake = build_fake(12)
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: fake)
+    fake.every = 2  # a move completes every other snapshot
+    seen: list[int] = []
+    orig = RunGovernor.for_step
+    monkeypatch.setattr(RunGovernor, "for_step",
+                        lambda self, limits, options: seen.append(self.current.moves) or orig(self, limits, options))
+    for _ in range(30):
+        spec = _try_spec(plan_dir12, limits={"max_moves": 6}, adaptive={"min_moves": 1})  # rebuilt every poke
+        spec.submitter(spec.load_plan())(fake)
+    adapted = [e["max_moves"] for e in read_journal(plan_dir12 / RUN_DIR) if e.get("event") == "adapted"]
+    assert adapted[:2] == [2, 3] and max(seen) >= 3, (adapted, seen)
+    assert all(e.get("holder") == "dag d / run r / task wait / try 1"
+               for e in read_journal(plan_dir12 / RUN_DIR) if e.get("event") == "adapted")
+    other = _try_spec(plan_dir12, 2, limits={"max_moves": 6}, adaptive={"min_moves": 1})  # a new try starts over
+    seen.clear()
+    other.submitter(other.load_plan())(fake)
+    assert seen[0] == 1
+
+
+def test_the_disk_guard_ends_the_wait_blocked_when_nothing_fits_and_nothing_is_in_flight(fake, plan_dir):
+    fake.disk_total[3] = MB // 2  # every move adds broker 3, each partition is 1 MB
+    with pytest.raises(AirflowFailException, match=r"3 of 3 move\(s\) cannot complete") as e:
+        sensor(plan_dir, submit_pending=True, disk_reserve="0").execute({})
+    assert "orders-0 (failed: submission refused: not sent, disk guard: needs 1.0 MB on broker 3: 0 B free, " \
+           "reserve 0 B)" in str(e.value)
+    assert fake.alter_requests == []
