@@ -338,7 +338,7 @@ def disk_bounds(
     order = np.lexsort((-ms, mb))
     mb, ms = mb[order], ms[order]
     cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
-    ends = np.append(cuts[1:], len(mb)).tolist()
+    ends = np.append(cuts[1:], len(mb)).tolist() if len(mb) else []  # nothing movable: no broker sheds
     sizes_desc = ms.tolist()
     largest: dict[int, list[int]] = {
         b: sizes_desc[a:z] for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends, strict=True)

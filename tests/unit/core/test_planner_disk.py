@@ -207,6 +207,14 @@ def test_in_flight_partitions_and_left_out_topics_never_move_in_the_disk_step():
     assert not {m.tp for m in result.plan.moves} & set(result.excluded_in_flight)
 
 
+def test_nothing_movable_plans_nothing_and_says_why():
+    """Every topic left out (review 2026-11-24: the disk bounds failed on an empty set of movable replicas)."""
+    c = synthetic_cluster(brokers=9, racks=3, replicas=600, sizes="skewed", seed=5)
+    caps = synthetic_capacities(c, fill=0.5)
+    result = plan_reassignment(to_snapshot(c), PlanRequest(capacity=_doc(caps), topic_exclude=(".*",)))
+    assert len(result.plan) == 0
+
+
 def _sandbox_like(big: int = 8_500_000, small: int = 330_000):
     """The sandbox test's layout: racks r1 = {1, 4}, r2 = {2, 5}, r3 = {3}, RF 2 (< 3 racks); 8 MB
     partitions on 1/4 and 2/5, small ones around 3; broker 4 has half the disk of the others."""
