@@ -77,13 +77,19 @@ def _governor_name(key: str) -> str:
     return f"{GOVERNOR_DIR}/{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
-def _read_governor(state: Store, key: str | None) -> dict[str, Any] | None:
-    """The governor this task try's submitter left (``None``: none, or another try's)."""
+def _read_governor(state: Store, key: str | None, log: logging.Logger) -> dict[str, Any] | None:
+    """The governor this task try's submitter left (``None``: none, another try's, or unreadable: best effort,
+    as the write, so a damaged object costs the adaptive state, never the run)."""
     if not key:
         return None
-    data = state.read(_governor_name(key))
-    saved = json.loads(data) if data else None
-    return saved if isinstance(saved, dict) and saved.get("holder") == key else None
+    try:
+        data = state.read(_governor_name(key))
+        saved = json.loads(data) if data else None
+        ok = isinstance(saved, dict) and saved.get("holder") == key and isinstance(saved.get("governor"), dict)
+    except Exception as e:  # noqa: BLE001 (see above)
+        log.warning("could not read the submitter's adaptive state in %s (%s): starting afresh", state.uri, e)
+        return None
+    return saved if ok else None
 
 
 def _write_governor(state: Store, key: str | None, data: dict[str, Any], written: list[str],
@@ -93,14 +99,18 @@ def _write_governor(state: Store, key: str | None, data: dict[str, Any], written
     if not key:
         return
     text = json.dumps({"holder": key, **data}, sort_keys=True)
-    if written and written[-1] == text:
+    # the watch's last sample and rate change at every poke with a copy under way; a rebuilt watch can take its
+    # rate over a longer interval, so those alone do not make a write
+    same = json.dumps({"holder": key, **data, "governor": {**data["governor"], "watch": {
+        k: v for k, v in (data["governor"].get("watch") or {}).items() if k not in ("last", "rate")}}}, sort_keys=True)
+    if written and written[-1] == same:
         return
     try:
         state.write(_governor_name(key), text.encode())
     except Exception as e:  # noqa: BLE001 (see above)
         log.warning("could not keep the submitter's adaptive state in %s: %s", state.uri, e)
         return
-    written[:] = [text]
+    written[:] = [same]
 
 
 def lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str, str]:
@@ -295,9 +305,15 @@ class WaitSpec:
         key = self.lease_holder.split(" on ")[0] if self.lease_holder else None
         events = self._try_events(key)
         governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec, holder=key)
-        saved = _read_governor(state, key)
+        saved = _read_governor(state, key, log)
         if saved:
-            governor.restore(saved["governor"])
+            try:
+                governor.restore(saved["governor"])
+            except (KeyError, TypeError, ValueError) as e:  # another provider version's shape: start afresh
+                log.warning("could not restore the submitter's adaptive state (%s): starting afresh", e)
+                governor = RunGovernor(options.health, self.adaptive_bounds(), options.throttle_bytes_per_sec,
+                                       holder=key)
+                saved = None
         stopped: list[str] = [e["why"] for e in events if e.get("event") == HEALTH_STOPPED][:1]
         done_before: list[int | None] = [saved.get("done") if saved else None]
         written: list[str] = []

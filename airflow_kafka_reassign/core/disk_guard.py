@@ -42,16 +42,34 @@ from airflow_kafka_reassign.exceptions import ConfigurationError
 DEFAULT_RESERVE = "1%"
 
 
+#: Log dirs whose total bytes are equal and whose usable bytes differ by at most this share of it are taken as one
+#: volume: Kafka reads each log dir's filesystem separately, so two on one busy filesystem differ by what was
+#: written in between.
+SAME_VOLUME = 0.001
+
+
 @dataclass(frozen=True)
 class DiskSpace:
     """One broker's log dirs as DescribeLogDirs reports them: ``(total, usable)`` bytes per volume."""
 
     dirs: tuple[tuple[int, int], ...]
+    #: log dirs taken as sharing a volume with another (:meth:`of_dirs`): counted once, the least usable kept
+    merged: int = 0
 
     @classmethod
     def of_dirs(cls, dirs: Iterable[tuple[int, int]]) -> DiskSpace:
-        """From every log dir's ``(total, usable)``: log dirs reporting the same pair share a volume."""
-        return cls(dirs=tuple(sorted(set(dirs))))
+        """From every log dir's ``(total, usable)``. KIP-827 reports each log dir's *filesystem*: dirs with the
+        same total and usable bytes within :data:`SAME_VOLUME` of it are taken as one volume (the least usable
+        kept: the guard errs on the safe side; identical empty JBOD disks are then under-counted, which
+        :attr:`merged` lets callers say)."""
+        volumes: list[tuple[int, int]] = []
+        merged = 0
+        for total, usable in sorted(dirs):
+            if volumes and volumes[-1][0] == total and usable - volumes[-1][1] <= SAME_VOLUME * total:
+                merged += 1
+                continue  # sorted: the one kept is the least usable
+            volumes.append((total, usable))
+        return cls(dirs=tuple(volumes), merged=merged)
 
     @classmethod
     def one(cls, total: int, usable: int) -> DiskSpace:
@@ -98,6 +116,12 @@ class DiskReserve:
         if number is not None and (not math.isfinite(number) or 0 < number < 1):
             hint = f" (a share is written with %: \"{number * 100:g}%\")" if 0 < number < 1 else ""
             raise ConfigurationError(f"{name}={value!r} is not a number of bytes{hint}: {fix}")
+        if number is not None and 0 < number < 2**20:  # "5" meaning 5% would leave no margin at all
+            raise ConfigurationError(
+                f"{name}={value!r} would keep {number:g} bytes free, no margin at all: write \"{number:g}%\" for a "
+                f"share, or a unit (\"{number:g}GiB\", \"{number:g}B\" if bytes are meant): {fix}")
+        if "/" in text:
+            raise ConfigurationError(f"{name}={value!r} is a rate, not a size: {fix}")
         try:
             size = parse_bytes(value, name)
         except ValueError:
@@ -166,6 +190,8 @@ class DiskRoom:
                     self._use(b, max(0, copying - sizes.get(tp, {}).get(b, 0)))
         self.unguarded: set[int] = set()
         self.unsized: list[TopicPartition] = []
+        #: moves held only because a broker they add did not answer: they wait, and never refuse the run
+        self.waiting: set[TopicPartition] = set()
 
     def _use(self, broker: int, size: int) -> None:
         self.room[broker] -= size
@@ -178,6 +204,7 @@ class DiskRoom:
         """``None``: every broker ``m`` adds has room (now taken); else why it has not, in words."""
         silent = [b for b in m.adding_replicas if b in self.unanswered]
         if silent:
+            self.waiting.add(m.tp)
             return (f"broker {silent[0]} did not answer DescribeLogDirs: its free space is unknown (the move waits "
                     "until it answers)")
         adding = [b for b in m.adding_replicas if b in self.room]

@@ -914,8 +914,11 @@ def step(
         dirs = None
         # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
         if guard is not None:  # the sizes and each broker's free space, from the same DescribeLogDirs
-            dirs = admin.log_dirs(list(plan.partitions))
-            sizes = status.sizes = dirs.sizes
+            # (with the reassignments in flight the plan did not start: their copies count against the room too)
+            mine = plan.by_partition()
+            dirs = admin.log_dirs([*plan.partitions, *(tp for tp in status.reassignments if tp not in mine)])
+            sizes = dirs.sizes
+            status.sizes = {tp: s for tp, s in dirs.sizes.items() if tp in mine}
         elif limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
@@ -993,7 +996,8 @@ def _disk_verdict(room: DiskRoom, held: dict[TopicPartition, str], batch: list[M
         return
     status.disk_held = held
     fit = DiskFit(fits=batch, held=held)
-    if not batch and not status.reassignments and not status.lagging:  # nothing under way would free space
+    # nothing under way would free space, and no held move merely waits for a broker to answer
+    if not batch and not status.reassignments and not status.lagging and not (room.waiting & held.keys()):
         status.blocked = disk_refusal(fit, guard)
     else:
         log.warning("disk guard: %s", fit.line())

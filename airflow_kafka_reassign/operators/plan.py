@@ -298,6 +298,11 @@ class PlanReassignmentOperator(BaseOperator):
             raise AirflowFailException(f"task {self.task_id}: {e}") from None
         self.log.info("Disk capacity from the cluster (log dirs' total bytes): %s", ", ".join(
             f"broker {b} {human_bytes(c.disk)}" for b, c in sorted(filled.brokers.items())))
+        merged = sorted(b for b, s in space.items() if getattr(s, "merged", 0))
+        if merged:
+            self.log.warning("broker(s) %s have log dirs reporting the same volume size and free space: each such "
+                             "group is counted once (log dirs on one filesystem). If they are separate, identical "
+                             "disks (JBOD), give those brokers' disk in the capacity document", merged)
         return request.model_copy(update={"capacity": filled})
 
     def sample_window(self, request: PlanRequest) -> float:

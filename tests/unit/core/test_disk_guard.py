@@ -23,7 +23,7 @@ def disk(usable: int, total: int = 100 * GB) -> DiskSpace:
 
 @pytest.mark.parametrize(("value", "parsed"), [
     ("5%", DiskReserve(ratio=0.05)), ("20GiB", DiskReserve(bytes=20 * 2**30)), ("500 GB", DiskReserve(bytes=500 * GB)),
-    ("20G", DiskReserve(bytes=20 * GB)), (1000, DiskReserve(bytes=1000)), ("0", DiskReserve(bytes=0)),
+    ("20G", DiskReserve(bytes=20 * GB)), (2**30, DiskReserve(bytes=2**30)), ("0", DiskReserve(bytes=0)),
     (0, DiskReserve(bytes=0)), ("0.5%", DiskReserve(ratio=0.005)), (None, None), ("off", None),
 ])
 def test_the_reserve_is_a_share_or_a_size(value, parsed):
@@ -60,8 +60,8 @@ SIZES = {A: {1: 4 * GB, 2: 4 * GB}, B: {1: 3 * GB, 2: 3 * GB}, C: {1: 2 * GB, 2:
      ["t-0", "t-2"], ["t-1"]),
     ("what the moves in flight still copy counts",
      {3: disk(8 * GB)}, [mv("u", 0, (1, 2), (3, 2))], DiskReserve(), ["t-0"], ["t-1", "t-2"]),
-    ("a replica lands in one volume (JBOD)", {3: DiskSpace.of_dirs([(10 * GB, 3 * GB), (10 * GB, 3 * GB + 1),
-                                                                     (10 * GB, 3 * GB + 2)])},
+    ("a replica lands in one volume (JBOD)", {3: DiskSpace.of_dirs([(10 * GB, 3 * GB), (10 * GB, 3 * GB + GB // 5),
+                                                                     (10 * GB, 3 * GB + 2 * GB // 5)])},
      [], DiskReserve(), ["t-1", "t-2"], ["t-0"]),
     ("JBOD: each volume keeps its share of a reserve larger than one volume", {3: DiskSpace.of_dirs(
         [(1000 * GB, 900 * GB + i) for i in range(10)])}, [], DiskReserve(ratio=0.15), ["t-0", "t-1", "t-2"], []),
@@ -161,3 +161,48 @@ def test_every_pending_move_is_tried_before_the_run_is_refused():
                   sleep=lambda s: None)
     assert [str(tp) for tp in status.submitted] == ["t-11"] and status.blocked is None
     assert len(status.disk_held) == 11
+
+
+def test_log_dirs_of_one_busy_filesystem_count_once_and_the_least_usable_is_kept():
+    busy = DiskSpace.of_dirs([(1000 * GB, 100 * GB + 4096), (1000 * GB, 100 * GB)])  # read a moment apart
+    assert (busy.total_bytes, busy.usable_bytes, busy.merged) == (1000 * GB, 100 * GB, 1)
+    room = DiskRoom_of(busy)
+    assert room.take(mv("t", 0, (1, 2), (3, 2))) is None
+    two_big = [mv("u", i, (1, 2), (3, 2)) for i in range(2)]
+    sizes = {TopicPartition("u", i): {1: 80 * GB} for i in range(2)}
+    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+
+    guard = DiskRoom([], sizes, {3: busy}, DiskReserve())
+    assert guard.take(two_big[0]) is None and guard.take(two_big[1]) is not None  # 160 GB > 100 GB free
+
+
+def DiskRoom_of(space):  # noqa: N802
+    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+
+    return DiskRoom([], SIZES, {3: space}, DiskReserve())
+
+
+@pytest.mark.parametrize("value", [5, "5", "1.5", "20G/s"])
+def test_a_reserve_of_a_few_bytes_or_a_rate_is_refused(value):
+    with pytest.raises(ConfigurationError, match="no margin at all|is a rate"):
+        DiskReserve.parse(value)
+
+
+def test_a_broker_that_does_not_answer_makes_the_run_wait_not_fail():
+    f = cluster(50 * GB)
+    f.log_dirs_unanswered = {3}
+    status = run_step(f, disk_reserve=0)
+    assert status.submitted == [] and status.blocked is None and len(status.disk_held) == 3
+    assert "broker 3 did not answer DescribeLogDirs" in status.disk_held[A]
+
+
+def test_a_foreign_copy_under_way_is_measured_and_counted():
+    f = cluster(10 * GB)
+    other = TopicPartition("t", 2)  # someone else's reassignment of t-2 onto broker 3 (6 GB): the plan moves t-0, t-1
+    f.sizes[other] = {1: 6 * GB, 2: 6 * GB}
+    f.alter_reassignments({other: (3, 2)})
+    plan = ReassignmentPlan(moves=tuple(mv("t", i, (1, 2), (3, 2)) for i in range(2)))
+    status = step(f, plan, PLAN_ORDER, ExecutionOptions(disk_reserve=0, allow_concurrent_reassignments=True),
+                  settle_s=0, sleep=lambda s: None)
+    # 10 GB free on broker 3, 6 GB of it still to come by the foreign copy: t-0 (4 GB) fits, t-1 (3 GB) then not
+    assert [str(tp) for tp in status.submitted] == ["t-0"] and list(status.disk_held) == [B]

@@ -655,3 +655,16 @@ def test_the_disk_guard_ends_the_wait_blocked_when_nothing_fits_and_nothing_is_i
     assert "orders-0 (failed: submission refused: not sent, disk guard: needs 1.0 MB on broker 3: 0 B free, " \
            "reserve 0 B)" in str(e.value)
     assert fake.alter_requests == []
+
+
+def test_a_damaged_governor_object_costs_the_adaptive_state_not_the_run(fake, plan_dir):
+    from airflow_kafka_reassign.plan_access import _governor_name
+
+    key = "dag d / run r / task wait / try 1"
+    (plan_dir / RUN_DIR / "governor").mkdir(parents=True)
+    (plan_dir / RUN_DIR / _governor_name(key)).write_text("{not json")
+    spec = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})
+    assert spec.submitter(spec.load_plan())(fake).submitted == 1  # from min_moves, afresh
+    (plan_dir / RUN_DIR / _governor_name(key)).write_text(json.dumps({"holder": key, "governor": {"current": "x"}}))
+    again = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})
+    assert again.submitter(again.load_plan())(fake).submitted >= 0
