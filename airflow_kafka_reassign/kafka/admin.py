@@ -90,6 +90,8 @@ NAMED_TOPIC_RETRY_S = 1.0
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _STALE_NODE_ERRORS = (kp_errors.UnknownBrokerIdError, kp_errors.NodeNotReadyError, kp_errors.KafkaConnectionError)
+#: Tries of a call routed to kafka-python's "controller" with a fresh client each (about 5 s in all).
+FRESH_CONTROLLER_ATTEMPTS = 5
 
 
 class _NoClientConfigRecords(logging.Filter):
@@ -399,17 +401,26 @@ class KafkaClusterAdmin:
         a decommission) every later request fails with UnknownBrokerIdError. The calls
         wrapped here (list, alter to the same targets, cancel) are safe to repeat."""
         client = self._kafka_python()
-        try:
-            return call(client)
-        except _STALE_NODE_ERRORS as e:
-            log.info("broker routing of the admin client is stale (%s: %s); retrying with fresh metadata",
-                     type(e).__name__, e)
-            with self._kp_lock:
-                if self._kp is client:  # not one another thread has made fresh meanwhile
-                    self._kp = None
-            with contextlib.suppress(Exception):  # closing a client whose broker is gone
-                client.close()
-            return call(self._kafka_python())
+        for attempt in range(FRESH_CONTROLLER_ATTEMPTS):
+            try:
+                return call(client)
+            except _STALE_NODE_ERRORS as e:
+                if attempt + 1 == FRESH_CONTROLLER_ATTEMPTS:
+                    raise
+                # In KRaft the metadata names a random live broker as "controller": one that was just killed
+                # stays listed until its session times out, so a fresh client may pick it again. A few tries,
+                # a moment apart, reach another one.
+                log.info("broker routing of the admin client is stale (%s: %s); retrying with fresh metadata",
+                         type(e).__name__, e)
+                with self._kp_lock:
+                    if self._kp is client:  # not one another thread has made fresh meanwhile
+                        self._kp = None
+                with contextlib.suppress(Exception):  # closing a client whose broker is gone
+                    client.close()
+                if attempt:
+                    time.sleep(0.5 * attempt)
+                client = self._kafka_python()
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def _authorized(self, refused: Refused) -> Iterator[None]:

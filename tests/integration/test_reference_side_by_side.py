@@ -61,10 +61,11 @@ def test_scale_out_moves_no_more_than_the_reference_tool_for_the_same_balance(sa
     # The reference tool starts its round robin at a random broker, so its moves vary from run to
     # run (51 to 67 in 12 runs of this scenario, against our 56 = our lower bound). A run that moves
     # fewer than ours leaves the brokers and the topics less even (max-min 28-31 and 13-14 in those
-    # runs, against our 21 and 12): it does not reach the goal ours does with fewer moves.
+    # runs, against our 21 and 12; one CI run later matched our 12 on the topics, at 29 on the brokers): it does not
+    # reach the goal ours does with fewer moves.
     if reference.replica_moves < ours.replica_moves:
         assert reference_after.replica_max_min > ours_after.replica_max_min, (reference_after, ours_after)
-        assert reference_after.topic_replica_max_min > ours_after.topic_replica_max_min, (reference_after, ours_after)
+        assert reference_after.topic_replica_max_min >= ours_after.topic_replica_max_min, (reference_after, ours_after)
     assert ours_after.rack_violations == 0 and ours.after.rack_violations == 0
     assert ours_after.rf_changes == 0
     assert ours_after.replicas_per_broker == ours.after.replicas_per_broker
