@@ -40,6 +40,9 @@ from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: The default reserve: keep at least 1% of each broker's disk free after the moves.
 DEFAULT_RESERVE = "1%"
+#: The environment variable that sets the operators' default reserve for a deployment (a task's ``disk_reserve``
+#: wins); the test sessions set it, so their sandbox's moves of a few MB do not depend on the host's free disk.
+RESERVE_ENV = "AKR_DISK_RESERVE"
 
 
 #: Log dirs whose total bytes are equal and whose usable bytes differ by at most this share of it are taken as one
@@ -160,6 +163,11 @@ class DiskFit:
         shown = "; ".join(f"{tp}: {why}" for tp, why in sorted(self.held.items())[:limit])
         more = f" (and {len(self.held) - limit} more)" if len(self.held) > limit else ""
         return f"{len(self.held)} move(s) wait for disk space: {shown}{more}"
+
+
+def default_reserve(environ: Mapping[str, str]) -> str:
+    """The operators' default ``disk_reserve``: :data:`RESERVE_ENV` when set, else :data:`DEFAULT_RESERVE`."""
+    return environ.get(RESERVE_ENV) or DEFAULT_RESERVE
 
 
 def partition_bytes(sizes: Mapping[TopicPartition, Mapping[int, int]], tp: TopicPartition) -> int | None:

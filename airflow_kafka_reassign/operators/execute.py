@@ -29,6 +29,7 @@ same plan from another DAG run while this one drives it.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +41,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds
 from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
-from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE
+from airflow_kafka_reassign.core.disk_guard import default_reserve
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
@@ -111,6 +112,11 @@ def parse_deadline(value: Any, *, now: datetime) -> datetime | None:
     )
 
 
+def _reserve(value: Any) -> Any:
+    """A task's ``disk_reserve``, or the deployment's default (``AKR_DISK_RESERVE``, else 1%)."""
+    return default_reserve(os.environ) if value is None else value
+
+
 class _ExecutionParams:
     """The limits and options every execution-engine operator takes, and the kill switch."""
 
@@ -119,7 +125,7 @@ class _ExecutionParams:
                         allow_concurrent_reassignments: bool, strict: bool, elect_leaders: bool,
                         dry_run: bool, on_plan_error: str = "refuse", allow_offline_brokers: bool = False,
                         health_gate: bool = True, on_unhealthy: str = "pause", max_pause_s: float | None = 1800.0,
-                        below_min_isr: str = "last", disk_reserve: Any = DEFAULT_RESERVE) -> None:
+                        below_min_isr: str = "last", disk_reserve: Any = None) -> None:
         self.max_moves = max_moves
         self.max_moves_per_broker = max_moves_per_broker
         self.order = order
@@ -183,7 +189,7 @@ class _ExecutionParams:
                                                   getattr(self, "on_unhealthy", "pause"),
                                                   getattr(self, "max_pause_s", 1800.0),
                                                   getattr(self, "below_min_isr", "last"))),
-                disk_reserve=getattr(self, "disk_reserve", DEFAULT_RESERVE),
+                disk_reserve=_reserve(getattr(self, "disk_reserve", None)),
             ),
         )
 
@@ -255,8 +261,9 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         ``min.insync.replicas`` go ``"last"`` (default) or are ``"refuse"``-d; counted in the XCom.
     :param disk_reserve: the disk guard: before each batch every broker's free disk space is read
         (DescribeLogDirs, Kafka 3.3+), and a move is submitted only if each broker it adds keeps this
-        much free after it and the moves in flight: a share of the disk (``"1%"``, the default; e.g.
-        ``"15%"``), a size (``"50GiB"``, bytes), or ``"off"``. A move that does not fit waits
+        much free after it and the moves in flight: a share of the disk (``"1%"``, the default, or
+        the ``AKR_DISK_RESERVE`` environment variable of the deployment; e.g. ``"15%"``), a size
+        (``"50GiB"``, bytes), or ``"off"``. A move that does not fit waits
         (``disk_held`` in the XCom); nothing in flight and nothing fitting fails the task naming the
         broker and the numbers. Templated.
     :param adaptive_limits: AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8,
@@ -325,7 +332,7 @@ class ExecuteReassignmentOperator(_ExecutionParams, BaseOperator):
         on_unhealthy: str = "pause",
         max_pause_s: float | None = 1800.0,
         below_min_isr: str = "last",
-        disk_reserve: Any = DEFAULT_RESERVE,
+        disk_reserve: Any = None,
         adaptive_limits: dict[str, Any] | None = None,
         wait_for_completion: bool = True,
         state_dir: str | None = None,

@@ -21,6 +21,7 @@ and the final summary goes to XCom (``return_value``, small JSON).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -30,7 +31,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
-from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE
+from airflow_kafka_reassign.core.disk_guard import default_reserve
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, finish, run
 from airflow_kafka_reassign.core.plan_io import read_rollback
 from airflow_kafka_reassign.core.progress import (
@@ -168,7 +169,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         on_unhealthy: str = "pause",
         max_pause_s: float | None = 1800.0,
         below_min_isr: str = "last",
-        disk_reserve: Any = DEFAULT_RESERVE,
+        disk_reserve: Any = None,
         adaptive_limits: dict[str, Any] | None = None,
         stuck_after: timedelta | float = 600,
         on_timeout: str = "leave",
@@ -205,7 +206,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             "allow_offline_brokers": allow_offline_brokers,
             "elect_leaders": elect_leaders,
             "health": health_args(health_gate, on_unhealthy, max_pause_s, below_min_isr),
-            "disk_reserve": disk_reserve,
+            "disk_reserve": default_reserve(os.environ) if disk_reserve is None else disk_reserve,
         }
         self.adaptive_limits = adaptive_limits
         self.stuck_after_s = _seconds(stuck_after, "stuck_after")

@@ -27,6 +27,11 @@ from typing import Any
 import pytest
 
 from airflow_kafka_reassign.sandbox import Sandbox
+
+# The disk guard's default reserve is 1% of each broker's disk; the sandbox's brokers share the host's disk, whose
+# free space is not the tests' business: its moves of a few MB keep 64 MiB free (the guard's own test sets its own).
+# Task processes (Airflow's workers, the compat check's environment) inherit it.
+os.environ.setdefault("AKR_DISK_RESERVE", "64MiB")
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 
 INTEGRATION_DIR = Path(__file__).resolve().parent

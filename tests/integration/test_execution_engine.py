@@ -322,5 +322,6 @@ def test_the_disk_guard_reads_each_brokers_free_space_and_holds_a_move_that_woul
         f"disk guard: 1 move(s) wait for disk space: {unique_topic}-0: needs ")
     assert "on broker 3" in result.status.blocked and "lower disk_reserve" in result.status.blocked
     assert result.summary()["disk_held"] == 1
-    ok = run(rec, plan, ExecutionLimits(), ExecutionOptions(), state_dir=tmp_path, poll_interval_s=0.2)  # "1%"
+    ok = run(rec, plan, ExecutionLimits(), ExecutionOptions(disk_reserve="64MiB"), state_dir=tmp_path,
+             poll_interval_s=0.2)
     assert ok.status.ok and replicas(admin, unique_topic) == [(3, 2)]

@@ -206,3 +206,9 @@ def test_a_foreign_copy_under_way_is_measured_and_counted():
                   settle_s=0, sleep=lambda s: None)
     # 10 GB free on broker 3, 6 GB of it still to come by the foreign copy: t-0 (4 GB) fits, t-1 (3 GB) then not
     assert [str(tp) for tp in status.submitted] == ["t-0"] and list(status.disk_held) == [B]
+
+
+def test_a_deployment_sets_the_default_reserve_in_its_environment():
+    from airflow_kafka_reassign.core.disk_guard import default_reserve
+
+    assert default_reserve({}) == "1%" and default_reserve({"AKR_DISK_RESERVE": "10%"}) == "10%"
