@@ -911,14 +911,10 @@ def step(
         pending = [status.moves[tp] for tp in status.pending]
         sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
         guard = options.disk_reserve if isinstance(options.disk_reserve, DiskReserve) else None
-        dirs = None
+        room = None
         # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
-        if guard is not None:  # the sizes and each broker's free space, from the same DescribeLogDirs
-            # (with the reassignments in flight the plan did not start: their copies count against the room too)
-            mine = plan.by_partition()
-            dirs = admin.log_dirs([*plan.partitions, *(tp for tp in status.reassignments if tp not in mine)])
-            sizes = dirs.sizes
-            status.sizes = {tp: s for tp, s in dirs.sizes.items() if tp in mine}
+        if guard is not None:
+            sizes, room = _disk_room(admin, plan, status, guard)
         elif limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
@@ -926,16 +922,10 @@ def step(
         if status.below_min_isr:  # safest last (core/health.py)
             risky = set(status.below_min_isr)
             ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
-        # the copies under way: every reassignment in flight (the plan's or not) and the moves still catching up
-        by_tp = plan.by_partition() if status.lagging else {}
-        copies = [(tp, r.adding_replicas) for tp, r in status.reassignments.items()] + \
-                 [(tp, by_tp[tp].adding_replicas) for tp in status.lagging if tp in by_tp]
-        room = DiskRoom(copies, sizes, dirs.space, guard, dirs.unanswered) \
-            if guard is not None and dirs is not None else None
         held: dict[TopicPartition, str] = {}
         batch = select_batch(ordered, status.reassignments, limits, room, held)
-        if room is not None:
-            _disk_verdict(room, held, batch, status, guard, log)  # type: ignore[arg-type]
+        if room is not None and guard is not None:
+            _disk_verdict(room, held, batch, status, guard, log)
 
     rate = options.throttle_bytes_per_sec
     in_flight = [status.moves[tp] for tp in status.in_flight]
@@ -980,6 +970,20 @@ def step(
                status, log)
     log.info("%s", status.progress_line())
     return status
+
+
+def _disk_room(admin: ClusterAdmin, plan: ReassignmentPlan, status: ExecutionStatus,
+               guard: DiskReserve) -> tuple[Mapping[TopicPartition, Mapping[int, int]], DiskRoom]:
+    """The plan's sizes (kept in ``status.sizes``) and each broker's room, from one DescribeLogDirs that also
+    measures the reassignments in flight the plan did not start: the copies under way (every reassignment in
+    flight, and the plan's moves still catching up) count against the room."""
+    foreign = [tp for tp in status.reassignments if tp not in status.moves]
+    dirs = admin.log_dirs([*plan.partitions, *foreign])
+    status.sizes = dirs.sizes if not foreign else {tp: s for tp, s in dirs.sizes.items() if tp in status.moves}
+    by_tp = plan.by_partition() if status.lagging else {}
+    copies = [(tp, r.adding_replicas) for tp, r in status.reassignments.items()] + \
+             [(tp, by_tp[tp].adding_replicas) for tp in status.lagging if tp in by_tp]
+    return dirs.sizes, DiskRoom(copies, dirs.sizes, dirs.space, guard, dirs.unanswered)
 
 
 def _disk_verdict(room: DiskRoom, held: dict[TopicPartition, str], batch: list[Move], status: ExecutionStatus,
