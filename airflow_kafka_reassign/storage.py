@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,18 @@ from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError, _ch
 RUN_DIR = "run"
 #: Bound on each request to object storage when none is given.
 DEFAULT_TIMEOUT_S = 30.0
+
+
+def safe_name(part: str) -> str:
+    """``part`` as one safe path segment (a DAG id, a run id, a task id)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", part).strip("_") or "_"
+
+
+def default_output_root() -> Path:
+    """Where tasks write on this machine when no object-storage location is given:
+    ``$AKR_OUTPUT_DIR``, else ``$AIRFLOW_HOME/kafka_reassign``."""
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return Path(os.environ.get("AKR_OUTPUT_DIR", str(Path(home) / "kafka_reassign")))
 
 
 def is_local(uri: str | os.PathLike[str]) -> bool:
@@ -354,6 +367,18 @@ def open_plan(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = D
             "plan_uri that PlanReassignment pushed to XCom, or plan again"
         )
     return store
+
+
+def plan_store(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Store:
+    """The plan directory of ``plan_uri`` (:func:`open_plan`) for a task: a storage failure becomes a
+    :class:`~airflow_kafka_reassign.exceptions.ConfigurationError` naming the URI and the fix (retrying the task with
+    the same settings would not help more than the bounded retries the store already made)."""
+    from airflow_kafka_reassign.exceptions import ConfigurationError
+
+    try:
+        return open_plan(plan_uri, conn_id=conn_id, timeout_s=timeout_s)
+    except StoreError as e:
+        raise ConfigurationError(str(e)) from None
 
 
 def snapshot_taken_at(plan: Store, *, conn_id: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> str | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
-from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -39,6 +38,7 @@ from airflow_kafka_reassign.core.models import (
 )
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
+    DiskSpace,
     InFlightReassignment,
     LogDirs,
     NewPartitions,
@@ -372,6 +372,10 @@ class FakeClusterAdmin:
         for tp in partitions:
             self.leaders.pop(TopicPartition(*tp), None)
         return tuple(PartitionResult(topic=tp.topic, partition=tp.partition) for tp in sorted(partitions))
+
+    def supports_rf_guard(self) -> bool | None:
+        """The ``rf_guard_supported`` flag the fake was built with (``None``: cannot tell)."""
+        return self.rf_guard_supported
 
     def close(self) -> None:
         pass

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from airflow_kafka_reassign.core.capacity import parse_bytes
 from airflow_kafka_reassign.core.models import Move, TopicPartition
+from airflow_kafka_reassign.core.ports import DiskSpace
 from airflow_kafka_reassign.core.report import human_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -43,48 +44,6 @@ DEFAULT_RESERVE = "1%"
 #: The environment variable that sets the operators' default reserve for a deployment (a task's ``disk_reserve``
 #: wins); the test sessions set it, so their sandbox's moves of a few MB do not depend on the host's free disk.
 RESERVE_ENV = "AKR_DISK_RESERVE"
-
-
-#: Log dirs whose total bytes are equal and whose usable bytes differ by at most this share of it are taken as one
-#: volume: Kafka reads each log dir's filesystem separately, so two on one busy filesystem differ by what was
-#: written in between.
-SAME_VOLUME = 0.001
-
-
-@dataclass(frozen=True)
-class DiskSpace:
-    """One broker's log dirs as DescribeLogDirs reports them: ``(total, usable)`` bytes per volume."""
-
-    dirs: tuple[tuple[int, int], ...]
-    #: log dirs taken as sharing a volume with another (:meth:`of_dirs`): counted once, the least usable kept
-    merged: int = 0
-
-    @classmethod
-    def of_dirs(cls, dirs: Iterable[tuple[int, int]]) -> DiskSpace:
-        """From every log dir's ``(total, usable)``. KIP-827 reports each log dir's *filesystem*: dirs with the
-        same total and usable bytes within :data:`SAME_VOLUME` of it are taken as one volume (the least usable
-        kept: the guard errs on the safe side; identical empty JBOD disks are then under-counted, which
-        :attr:`merged` lets callers say)."""
-        volumes: list[tuple[int, int]] = []
-        merged = 0
-        for total, usable in sorted(dirs):
-            if volumes and volumes[-1][0] == total and usable - volumes[-1][1] <= SAME_VOLUME * total:
-                merged += 1
-                continue  # sorted: the one kept is the least usable
-            volumes.append((total, usable))
-        return cls(dirs=tuple(volumes), merged=merged)
-
-    @classmethod
-    def one(cls, total: int, usable: int) -> DiskSpace:
-        return cls(dirs=((total, usable),))
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(t for t, _ in self.dirs)
-
-    @property
-    def usable_bytes(self) -> int:
-        return sum(u for _, u in self.dirs)
 
 
 @dataclass(frozen=True)

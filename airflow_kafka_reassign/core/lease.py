@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -171,3 +174,18 @@ class LeaseKeeper:
             return False
         released = self.lease.model_copy(update={"released": True, "expires_at": self._now()})
         return self.store.write_if(LEASE_FILE, released.dump(), version)
+
+
+def task_lease_identity(context: Mapping[str, Any] | None, task_id: str) -> tuple[str, str]:
+    """``(holder, scope)`` of the lease an Airflow task takes: scope = the DAG run (a retry or the next task of the
+    same run takes over at once; any other run waits for the lease to expire), holder = the task try and worker.
+    ``context`` is the task's context (read by duck typing: nothing of Airflow is imported here)."""
+    ti = (context or {}).get("ti")
+    dag_id = getattr(ti, "dag_id", None) or "-"
+    run_id = getattr(ti, "run_id", None) or (context or {}).get("run_id") or f"pid-{os.getpid()}"
+    try_number = getattr(ti, "try_number", None)
+    map_index = getattr(ti, "map_index", -1)
+    task = task_id if map_index in (None, -1) else f"{task_id}[{map_index}]"
+    holder = (f"dag {dag_id} / run {run_id} / task {task}" + (f" / try {try_number}" if try_number else "")
+              + f" on {socket.gethostname()} (pid {os.getpid()})")
+    return holder, f"{dag_id}/{run_id}"

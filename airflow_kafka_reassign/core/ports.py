@@ -8,13 +8,12 @@ progress rules never see a Kafka client object.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, _Frozen, original_of, target_of
 
 #: How the KIP-860 replication-factor guard is enforced: ``"broker"`` sends
@@ -22,6 +21,49 @@ from airflow_kafka_reassign.core.models import ClusterSnapshot, TopicPartition, 
 #: ``"client"`` compares against the controller's replica sets before sending (racy, for
 #: older brokers, chosen explicitly).
 RfGuard = Literal["broker", "client"]
+
+
+
+#: Log dirs whose total bytes are equal and whose usable bytes differ by at most this share of it are taken as one
+#: volume: Kafka reads each log dir's filesystem separately, so two on one busy filesystem differ by what was
+#: written in between.
+SAME_VOLUME = 0.001
+
+
+@dataclass(frozen=True)
+class DiskSpace:
+    """One broker's log dirs as DescribeLogDirs reports them: ``(total, usable)`` bytes per volume."""
+
+    dirs: tuple[tuple[int, int], ...]
+    #: log dirs taken as sharing a volume with another (:meth:`of_dirs`): counted once, the least usable kept
+    merged: int = 0
+
+    @classmethod
+    def of_dirs(cls, dirs: Iterable[tuple[int, int]]) -> DiskSpace:
+        """From every log dir's ``(total, usable)``. KIP-827 reports each log dir's *filesystem*: dirs with the
+        same total and usable bytes within :data:`SAME_VOLUME` of it are taken as one volume (the least usable
+        kept: the guard errs on the safe side; identical empty JBOD disks are then under-counted, which
+        :attr:`merged` lets callers say)."""
+        volumes: list[tuple[int, int]] = []
+        merged = 0
+        for total, usable in sorted(dirs):
+            if volumes and volumes[-1][0] == total and usable - volumes[-1][1] <= SAME_VOLUME * total:
+                merged += 1
+                continue  # sorted: the one kept is the least usable
+            volumes.append((total, usable))
+        return cls(dirs=tuple(volumes), merged=merged)
+
+    @classmethod
+    def one(cls, total: int, usable: int) -> DiskSpace:
+        return cls(dirs=((total, usable),))
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t for t, _ in self.dirs)
+
+    @property
+    def usable_bytes(self) -> int:
+        return sum(u for _, u in self.dirs)
 
 
 @dataclass(frozen=True)
@@ -208,6 +250,12 @@ class ClusterAdmin(Protocol):
     def elect_preferred_leaders(
         self, partitions: Collection[TopicPartition]
     ) -> tuple[PartitionResult, ...]:
+        ...
+
+    def supports_rf_guard(self) -> bool | None:
+        """Whether the brokers enforce KIP-860's AllowReplicationFactorChange (AlterPartitionReassignments v1, Apache
+        Kafka 4.1+): what the adapter learned from ApiVersions. ``None``: it cannot tell (it refuses again before
+        sending anyway)."""
         ...
 
     def close(self) -> None:

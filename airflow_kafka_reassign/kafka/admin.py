@@ -51,7 +51,6 @@ from kafka.protocol.admin import AlterPartitionReassignmentsRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
-from airflow_kafka_reassign.core.disk_guard import DiskSpace
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -63,6 +62,7 @@ from airflow_kafka_reassign.core.models import (
 )
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
+    DiskSpace,
     InFlightReassignment,
     LogDirs,
     NewPartitions,
@@ -488,6 +488,11 @@ class KafkaClusterAdmin:
         data = self._kafka_python()._manager.broker_version_data
         versions = data.api_versions.get(api_key)
         return None if versions is None else int(versions[1])
+
+    def supports_rf_guard(self) -> bool | None:
+        """KIP-860 enforced by the brokers: AlterPartitionReassignments v1 or newer (ApiVersions)."""
+        version = self.broker_api_version(ALTER_PARTITION_REASSIGNMENTS_KEY)
+        return version is not None and version >= 1
 
     def _applied_metadata_offsets(self, brokers: Sequence[int]) -> dict[int, int | None]:
         """Each broker's applied metadata offset, from ApiVersions (v3+: ``FinalizedFeaturesEpoch``,

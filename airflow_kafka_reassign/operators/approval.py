@@ -48,7 +48,7 @@ from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
 from airflow_kafka_reassign.core.report import human_bytes
 from airflow_kafka_reassign.exceptions import KafkaReassignError
 from airflow_kafka_reassign.links import report_url
-from airflow_kafka_reassign.operators._params import as_bool
+from airflow_kafka_reassign.operators._base import as_bool
 
 try:
     from airflow.providers.standard.operators.hitl import ApprovalOperator
@@ -201,11 +201,10 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         if dag is None or not dag.has_task(self.execute_task_id):
             return None
         task = dag.get_task(self.execute_task_id)
-        if not callable(getattr(task, "execution_params", None)):
+        if not callable(getattr(task, "execution_options", None)):
             return None
         task = copy.copy(task)  # rendered here for the pre-flight only; the execute task renders its own
-        for name in ("kafka_config_id", "storage_conn_id", "max_moves", "max_moves_per_broker",
-                     "throttle_bytes_per_sec", "dry_run", "disk_reserve"):
+        for name in ("kafka_config_id", "storage_conn_id", "execution"):
             if hasattr(task, name):
                 setattr(task, name, self.render_template(getattr(task, name), context))
         return task
@@ -221,11 +220,11 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         if task is None:
             self.log.info("No pre-flight: no execute task %r in this DAG", self.execute_task_id)
             return None
-        from airflow_kafka_reassign.plan_access import plan_store
+        from airflow_kafka_reassign.storage import plan_store
 
         fail = f"task {self.task_id}: the plan is refused before approval (nobody is asked, nothing is executed): "
         try:
-            options: ExecutionOptions = task.execution_params()[1]
+            options: ExecutionOptions = task.execution_options()
             store = plan_store(str(plan.get("plan_uri")), conn_id=task.storage_conn_id or None,
                                timeout_s=float(getattr(task, "storage_timeout_s", 60.0)))
             moves, digest = read_plan_with_digest(store)

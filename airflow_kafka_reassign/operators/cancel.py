@@ -31,16 +31,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
-from airflow_kafka_reassign.core.execution import run
+from airflow_kafka_reassign.core.durations import deadline as parse_deadline
+from airflow_kafka_reassign.core.execution import ExecutionConfig, cancel_then_roll_back
 from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseLostError
 from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
 from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.operators.execute import _ExecutionParams, parse_deadline
-from airflow_kafka_reassign.plan_access import plan_store
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, open_store, run_state
+from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
+from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, open_store, plan_store, run_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
     from airflow_kafka_reassign.core.ports import ClusterAdmin
 
 
-class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
+class CancelReassignmentOperator(ExecutionTask, BaseOperator):
     """Cancel the plan's in-flight moves (or all), restore the run's throttles, optionally roll back.
 
     :param plan_uri: the plan directory (as for ExecuteReassignment). Templated. Optional with
@@ -58,7 +57,6 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
     :param rollback: after the cancel, execute the plan directory's ``rollback.json`` (every
         moved partition back to the replicas it had before the plan), with the limits, throttle
         and guards below, and wait for it (until ``deadline``).
-    :param dry_run: log what would be cancelled (and the rollback's first requests); change nothing.
     :param state_dir: the run's state folder (default ``<plan>/run``). Templated.
     :param storage_conn_id: the connection of the plan's object storage (as for ExecuteReassignment).
     :param storage_timeout_s: bound on each request to the plan's storage.
@@ -66,15 +64,12 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         another DAG run drives is refused until its lease expires; ``cancel_all`` without a plan
         takes none.
 
-    ``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
-    ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``,
-    ``on_plan_error``, ``allow_offline_brokers``, ``strict``, ``elect_leaders``, ``deadline`` and
-    ``poll_interval`` apply to the rollback and mean what they mean for ExecuteReassignment (the
-    rollback is refused whole, before anything is sent, on a plan error by default).
-
-    :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
-        rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / strict / elect_leaders /
-        deadline / poll_interval / kafka_timeout_s: as for ExecuteReassignment; used by the rollback.
+    :param execution: the settings of the rollback (:class:`~airflow_kafka_reassign.core.execution.ExecutionConfig`,
+        or its fields as keyword arguments: ``throttle_bytes_per_sec``, ``max_moves_per_broker``, ``rf_guard``, ...);
+        they mean what they mean for ExecuteReassignment (the rollback is refused whole, before anything is sent,
+        on a plan error by default). ``rf_guard`` and ``dry_run`` (log what would be cancelled and the rollback's
+        first requests; change nothing) also apply to the cancel. Templated.
+    :param deadline / poll_interval / kafka_timeout_s: as for ExecuteReassignment; used by the rollback.
 
     XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
     "not_reverted", "reordered", "order_changed", "leader_changed", "throttles_restored",
@@ -84,7 +79,8 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
     finished rollback put it back, or when the rollback refused a move.
     """
 
-    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id")
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "deadline", "state_dir", "storage_conn_id",
+                                      "execution")
     ui_color = "#f8d7da"
 
     def __init__(
@@ -94,18 +90,7 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         kafka_config_id: str = "kafka_default",
         cancel_all: bool = False,
         rollback: bool = False,
-        max_moves: int | None = None,
-        max_moves_per_broker: int | None = None,
-        order: str = "smallest-first",
-        throttle_bytes_per_sec: int | None = None,
-        allow_replication_factor_change: bool = False,
-        rf_guard: str = "broker",
-        allow_concurrent_reassignments: bool = False,
-        on_plan_error: str = "refuse",
-        allow_offline_brokers: bool = False,
-        strict: bool = False,
-        elect_leaders: bool = False,
-        dry_run: bool = False,
+        execution: ExecutionConfig | dict[str, Any] | None = None,
         deadline: Any = None,
         poll_interval: float = 5.0,
         state_dir: str | None = None,
@@ -115,7 +100,9 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         lease_ttl_s: float = DEFAULT_TTL_S,
         **kwargs: Any,
     ) -> None:
+        settings = execution_settings(kwargs)
         super().__init__(**kwargs)
+        self._take_execution(execution, settings)
         self.plan_uri = plan_uri
         self.kafka_config_id = kafka_config_id
         self.storage_conn_id = storage_conn_id
@@ -123,14 +110,6 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
         self.lease_ttl_s = lease_ttl_s
         self.cancel_all = cancel_all
         self.rollback = rollback
-        self._init_execution(
-            max_moves=max_moves, max_moves_per_broker=max_moves_per_broker, order=order,
-            throttle_bytes_per_sec=throttle_bytes_per_sec,
-            allow_replication_factor_change=allow_replication_factor_change, rf_guard=rf_guard,
-            allow_concurrent_reassignments=allow_concurrent_reassignments, strict=strict,
-            elect_leaders=elect_leaders, dry_run=dry_run, on_plan_error=on_plan_error,
-            allow_offline_brokers=allow_offline_brokers,
-        )
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.state_dir = state_dir
@@ -151,7 +130,8 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
                 raise ConfigurationError("rollback=True needs plan_uri: the rollback plan is its rollback.json")
             plan = read_plan(store) if store is not None else None
             rollback_plan = read_rollback(store) if store is not None and self.rollback else None
-            limits, options = self.execution_params()
+            config = self.execution_config()
+            options = config.options(default_disk_reserve=self.default_disk_reserve())
             deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
             state: Store | None = (
                 run_state(store, self.state_dir, conn_id=self.storage_conn_id or None, timeout_s=timeout)
@@ -166,40 +146,27 @@ class CancelReassignmentOperator(_ExecutionParams, BaseOperator):
 
         admin = self._admin()
         try:
-            result = cancel_plan(admin, plan, state_dir=state, cancel_all=bool(self.cancel_all),
-                                 dry_run=options.dry_run, rf_guard=options.rf_guard, lease=lease, log=self.log)
-            summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(), "rollback": None}
-            rolled = None
-            if rollback_plan is not None and not self._stop_requested:
-                rollback_plan = live_rollback(admin, rollback_plan, plan)
-                self.log.info("rolling back: %d move(s) of %s", len(rollback_plan), store.uri if store else None)
-                self._running = (rollback_plan, options, state) if state is not None else None
-                try:
-                    rolled = run(admin, rollback_plan, limits, options, state_dir=state, deadline=deadline,
-                                 poll_interval_s=float(self.poll_interval), should_stop=self._should_stop, log=self.log,
-                                 lease=lease)
-                finally:
-                    self._running = None
-                summary["rollback"] = rolled.summary()
+            if rollback_plan is not None and state is not None:
+                self._running = (rollback_plan, options, state)
+            outcome = cancel_then_roll_back(
+                admin, plan, config, state_dir=state, rollback=rollback_plan, cancel_all=bool(self.cancel_all),
+                lease=lease, deadline=deadline, poll_interval_s=float(self.poll_interval),
+                should_stop=self._should_stop, default_disk_reserve=self.default_disk_reserve(), log=self.log)
         except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         finally:
+            self._running = None
             admin.close()
             self._release_lease()
 
+        result, rolled = outcome.cancel, outcome.rollback
+        summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(),
+                                   "rollback": rolled.summary() if rolled is not None else None}
         # a partition the cancel left off its replicas (count, brokers, order) is put back by a rollback that finished
         problems = result.problems(placement=rolled is None or not rolled.status.ok)
-        if rolled is not None and not rolled.status.ok:
-            status = rolled.status
-            if status.blocked:
-                problems.append(f"the rollback was refused: {status.blocked}")
-            elif status.stale or status.failed:
-                problems.append(f"the rollback refused {len(status.stale) + len(status.failed)} move(s) "
-                                f"({', '.join(str(tp) for tp in sorted([*status.stale, *status.failed])[:10])})")
-            elif status.remaining:
-                problems.append(f"the rollback did not finish: {len(status.remaining)} move(s) remain; run this task "
-                                "again (it resumes) or wait with WaitForReassignmentSensor(which='rollback', "
-                                "submit_pending=True)")
+        rollback_problem = outcome.rollback_problem()
+        if rollback_problem:
+            problems.append(rollback_problem)
         if problems:
             context["ti"].xcom_push(key="summary", value=summary)
             raise AirflowFailException(f"task {self.task_id}: " + "; ".join(problems))

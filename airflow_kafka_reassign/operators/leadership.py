@@ -45,7 +45,7 @@ from airflow_kafka_reassign.core.leadership import (
 from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.operators.plan import default_run_location
+from airflow_kafka_reassign.operators._base import default_run_location
 from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, open_store
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.links import PlanReportLink, push_report_location
-from airflow_kafka_reassign.operators._params import as_bool
+from airflow_kafka_reassign.operators._base import as_bool, default_run_location
 from airflow_kafka_reassign.spark.submit import (
     DEFAULT_MASTER,
     default_conf,
@@ -85,24 +85,6 @@ from airflow_kafka_reassign.storage import (
 
 #: Connection id the operator defines (in this task's environment only) for the local master.
 LOCAL_SPARK_CONN_ID = "akr_spark_local"
-
-
-def _safe(part: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", part).strip("_") or "_"
-
-
-def default_output_root() -> Path:
-    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return Path(os.environ.get("AKR_OUTPUT_DIR", str(Path(home) / "kafka_reassign")))
-
-
-def default_run_location(context: Context, task: BaseOperator, name: str) -> str:
-    """``$AKR_OUTPUT_DIR/<dag_id>/<run_id>/<name>`` on this machine: what the tasks of one DAG run
-    write when no object-storage location is given (one machine only: workers share no disk)."""
-    dag_run = context.get("dag_run")
-    run_id = getattr(dag_run, "run_id", None) or context.get("run_id") or "manual"
-    dag_id = getattr(context.get("dag"), "dag_id", None) or getattr(task, "dag_id", None) or "dag"
-    return str(default_output_root() / _safe(dag_id) / _safe(str(run_id)) / _safe(name))
 
 
 @contextlib.contextmanager

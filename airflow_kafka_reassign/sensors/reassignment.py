@@ -21,7 +21,6 @@ and the final summary goes to XCom (``return_value``, small JSON).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -30,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_kafka_reassign.core.cancel import cancel_plan, live_rollback
-from airflow_kafka_reassign.core.disk_guard import default_reserve
-from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, finish, run
+from airflow_kafka_reassign.core.durations import deadline as parse_deadline
+from airflow_kafka_reassign.core.durations import duration_s
+from airflow_kafka_reassign.core.execution import ExecutionConfig, cancel_then_roll_back, finish
+from airflow_kafka_reassign.core.lease import task_lease_identity
 from airflow_kafka_reassign.core.plan_io import read_rollback
 from airflow_kafka_reassign.core.progress import (
     DEFAULT_WINDOW_S,
@@ -44,18 +44,10 @@ from airflow_kafka_reassign.core.progress import (
     format_duration,
 )
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
-from airflow_kafka_reassign.operators._params import health_args
-from airflow_kafka_reassign.plan_access import (
-    MAX_UNREACHABLE_POLLS,
-    WaitSpec,
-    absolute_deadline,
-    event_payload,
-    lease_identity,
-    log_progress,
-    make_admin,
-)
+from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
 from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S
 from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger
+from airflow_kafka_reassign.wait import MAX_UNREACHABLE_POLLS, WaitSpec, event_payload, log_progress, make_admin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -66,26 +58,7 @@ if TYPE_CHECKING:
 STATE_KEY = "wait_for_reassignment.tracker"
 
 
-def _seconds(value: timedelta | float | None, name: str) -> float | None:
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds <= 0:
-        raise ConfigurationError(f"{name} must be a positive duration, not {value!r}")
-    return seconds
-
-
-def _int(value: Any, name: str) -> int | None:
-    """A limit as an int (``None``/``""``: no limit); a rendered Param arrives as an int or its text."""
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{name} must be a whole number, not {value!r}") from None
-
-
-class WaitForReassignmentSensor(BaseSensorOperator):
+class WaitForReassignmentSensor(ExecutionTask, BaseSensorOperator):
     """Wait until every move of a plan is complete; log progress; act on a stall or a timeout.
 
     A move is complete when the partition's replicas equal its target, the ISR contains every target replica and
@@ -124,28 +97,22 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         throttles are restored, the moves not submitted are named in a warning and counted in the XCom's
         ``pending``: running the plan again resumes them). If some moves are blocked (stale, foreign, failed)
         the wait ends ``"blocked"`` instead and fails, naming them. ``None``: no deadline. Templated.
-    :param max_moves / max_moves_per_broker / order / throttle_bytes_per_sec / allow_replication_factor_change /
-        rf_guard / allow_concurrent_reassignments / on_plan_error / allow_offline_brokers / elect_leaders: as for
-        ExecuteReassignment (below).
-    :param health_gate / on_unhealthy / max_pause_s / below_min_isr / disk_reserve / adaptive_limits: as for
-        ExecuteReassignment,
-        with ``submit_pending``: the same health gate and adaptive limits (one
-        :class:`~airflow_kafka_reassign.core.execution.RunGovernor` across the pokes). When the health policy stops
-        the submissions (a pause longer than ``max_pause_s``, ``on_unhealthy="fail"``, or ``"cancel"``, which also
-        cancels the plan's moves in flight), the pending moves are refused by name and the wait ends ``blocked``
-        (the task fails) once nothing of the plan is in flight; the throttles are restored then.
-
-    The execution parameters (``max_moves``, ``max_moves_per_broker``, ``order``, ``throttle_bytes_per_sec``,
-    ``allow_replication_factor_change``, ``rf_guard``, ``allow_concurrent_reassignments``, ``on_plan_error``,
-    ``allow_offline_brokers``, ``elect_leaders``) mean what they mean for ExecuteReassignment; they are used with
-    ``submit_pending``, for finishing and for the rollback policy. With ``submit_pending``, a plan refused for its
-    plan errors (``on_plan_error="refuse"``, the default) submits nothing, and the wait ends ``blocked`` (the task
-    fails naming the errors) once the moves already in flight are done.
+    :param execution: the execution settings (:class:`~airflow_kafka_reassign.core.execution.ExecutionConfig`, or
+        its fields as keyword arguments: ``max_moves``, ``max_moves_per_broker``, ``throttle_bytes_per_sec``, the
+        health gate, ``disk_reserve``, ``adaptive_limits``, ...), documented once there and meaning what they mean
+        for ExecuteReassignment: with ``submit_pending`` each poke ticks the same execution session
+        ExecuteReassignment runs (one governor across the pokes: the same health gate and adaptive limits); they
+        are also used for finishing and for the rollback policy. When the health policy stops the submissions
+        (a pause longer than ``max_pause_s``, ``on_unhealthy="fail"``, or ``"cancel"``, which also cancels the
+        plan's moves in flight), the pending moves are refused by name and the wait ends ``blocked`` (the task
+        fails) once nothing of the plan is in flight; the throttles are restored then. A plan refused for its plan
+        errors (``on_plan_error="refuse"``, the default) submits nothing, and the wait ends ``blocked`` once the
+        moves already in flight are done. Templated.
     """
 
-    # the limits and the throttle are templated so that DAG Params can set them, as for ExecuteReassignment
-    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id",
-                                      "max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "deadline")
+    # the execution settings are one templated field, as for ExecuteReassignment
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "state_dir", "storage_conn_id", "execution",
+                                      "deadline")
     ui_color = "#e8f4e4"
 
     def __init__(
@@ -155,22 +122,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         kafka_config_id: str = "kafka_default",
         which: str = "plan",
         submit_pending: bool = False,
-        max_moves: int | None = None,
-        max_moves_per_broker: int | None = None,
-        order: str = "smallest-first",
-        throttle_bytes_per_sec: int | None = None,
-        allow_replication_factor_change: bool = False,
-        rf_guard: str = "broker",
-        allow_concurrent_reassignments: bool = False,
-        on_plan_error: str = "refuse",
-        allow_offline_brokers: bool = False,
-        elect_leaders: bool = False,
-        health_gate: bool = True,
-        on_unhealthy: str = "pause",
-        max_pause_s: float | None = 1800.0,
-        below_min_isr: str = "last",
-        disk_reserve: Any = None,
-        adaptive_limits: dict[str, Any] | None = None,
+        execution: ExecutionConfig | dict[str, Any] | None = None,
         stuck_after: timedelta | float = 600,
         on_timeout: str = "leave",
         measure_bytes: bool = True,
@@ -184,6 +136,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         deadline: Any = None,
         **kwargs: Any,
     ) -> None:
+        settings = execution_settings(kwargs)
         super().__init__(**kwargs)
         self.plan_uri = plan_uri
         self.deadline = deadline
@@ -193,26 +146,10 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         self.kafka_config_id = kafka_config_id
         self.which = which
         self.submit_pending = submit_pending
-        self.max_moves = max_moves
-        self.max_moves_per_broker = max_moves_per_broker
-        self.throttle_bytes_per_sec = throttle_bytes_per_sec
-        self.limits = {"max_moves": max_moves, "max_moves_per_broker": max_moves_per_broker, "order": order}
-        self.options = {
-            "throttle_bytes_per_sec": throttle_bytes_per_sec,
-            "allow_replication_factor_change": allow_replication_factor_change,
-            "rf_guard": rf_guard,
-            "allow_concurrent_reassignments": allow_concurrent_reassignments,
-            "on_plan_error": on_plan_error,
-            "allow_offline_brokers": allow_offline_brokers,
-            "elect_leaders": elect_leaders,
-            "health": health_args(health_gate, on_unhealthy, max_pause_s, below_min_isr),
-            "disk_reserve": default_reserve(os.environ) if disk_reserve is None else disk_reserve,
-        }
-        self.adaptive_limits = adaptive_limits
-        self.stuck_after_s = _seconds(stuck_after, "stuck_after")
+        self.stuck_after_s = duration_s(stuck_after, "stuck_after")
         self.on_timeout: TimeoutPolicy = check_timeout_policy(on_timeout)
         self.measure_bytes = measure_bytes
-        self.eta_window_s = _seconds(eta_window, "eta_window")
+        self.eta_window_s = duration_s(eta_window, "eta_window")
         self.finish_on_complete = finish_on_complete
         self.kafka_timeout_s = kafka_timeout_s
         self.deferrable = deferrable
@@ -225,40 +162,35 @@ class WaitForReassignmentSensor(BaseSensorOperator):
         self._started_at: float | None = None
         self._last_blocked: str | None = None
         self._unreachable = 0
-        if not any(isinstance(v, str) and "{{" in v for v in (max_moves, max_moves_per_broker, throttle_bytes_per_sec,
-                                                                 deadline)):
-            self.spec()  # validates which, the limits and the options now (at DAG parse time; else once rendered)
+        self._take_execution(execution, settings)
+        if not (isinstance(deadline, str) and "{{" in deadline):
+            self._submit_until()  # a deadline without submit_pending is refused at DAG parse time
 
     # -- the spec shared with the trigger ---------------------------------------------------------------
 
     def spec(self, context: Context | None = None) -> WaitSpec:
         """The wait's spec; with the task's ``context`` it names the holder of the plan's lease."""
-        holder, scope = lease_identity(context, self.task_id) if context is not None else (None, None)
+        holder, scope = task_lease_identity(context, self.task_id) if context is not None else (None, None)
+        config = self.execution_config()
+        if config.disk_reserve is None:  # the deployment's default, read here in the worker
+            config = config.model_copy(update={"disk_reserve": self.default_disk_reserve()})
         return WaitSpec(
             plan_uri=str(self.plan_uri), which=self.which,  # type: ignore[arg-type]
             kafka_config_id=self.kafka_config_id, kafka_timeout_s=self.kafka_timeout_s,
             stuck_after_s=self.stuck_after_s or 600.0, timeout_s=self.wait_timeout_s,
             measure_bytes=self.measure_bytes, window_s=self.eta_window_s or DEFAULT_WINDOW_S,
-            submit_pending=self.submit_pending, limits=self._limits(), options=self._options(),
+            submit_pending=self.submit_pending, execution=config.to_json(),
             storage_conn_id=self.storage_conn_id or None, storage_timeout_s=float(self.storage_timeout_s),
             state_dir=str(self.state_dir) if self.state_dir else None, lease_holder=holder, lease_scope=scope,
-            adaptive=dict(self.adaptive_limits) if self.adaptive_limits else None,
             submit_until=self._submit_until(),
         )
 
     def _submit_until(self) -> str | None:
-        at = absolute_deadline(self.deadline, "deadline")
+        at = parse_deadline(self.deadline, name="deadline", durations=False)
         if at is not None and not self.submit_pending:
             raise ConfigurationError("deadline bounds the submissions of submit_pending=True: set submit_pending=True, "
                                      "or leave deadline unset (the sensor's timeout bounds the wait)")
         return at.isoformat() if at is not None else None
-
-    def _limits(self) -> dict[str, Any]:
-        return {**self.limits, "max_moves": _int(self.max_moves, "max_moves"),
-                "max_moves_per_broker": _int(self.max_moves_per_broker, "max_moves_per_broker")}
-
-    def _options(self) -> dict[str, Any]:
-        return {**self.options, "throttle_bytes_per_sec": _int(self.throttle_bytes_per_sec, "throttle_bytes_per_sec")}
 
     def _get_admin(self, spec: WaitSpec) -> ClusterAdmin:
         if self._admin is None:
@@ -365,7 +297,8 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             if stop["cancel"] is not None:
                 message += (f". on_unhealthy=cancel cancelled {stop['cancel']['cancelled']} in-flight move(s) "
                             "(XCom 'summary': health_stop.cancel)")
-        limits, options = spec.execution()
+        config = spec.config()
+        options = config.options()
         admin = self._get_admin(spec)
         plan = spec.load_plan(admin)
         if status == "deadline":
@@ -393,7 +326,7 @@ class WaitForReassignmentSensor(BaseSensorOperator):
                 _push_summary(ti, summary)
                 raise AirflowFailException(message)
             # timeout
-            policy = self.apply_timeout_policy(admin, plan, spec, limits, options)
+            policy = self.apply_timeout_policy(admin, plan, spec, config)
             summary["on_timeout"] = {"policy": self.on_timeout, "done": policy}
             _push_summary(ti, summary)
             raise AirflowSensorTimeout(f"{message}. on_timeout={self.on_timeout}: {policy}")
@@ -401,27 +334,27 @@ class WaitForReassignmentSensor(BaseSensorOperator):
             if lease is not None:
                 lease.release()
 
-    def apply_timeout_policy(self, admin: ClusterAdmin, plan: Any, spec: WaitSpec, limits: ExecutionLimits,
-                             options: ExecutionOptions) -> str:
+    def apply_timeout_policy(self, admin: ClusterAdmin, plan: Any, spec: WaitSpec, config: ExecutionConfig) -> str:
         """Leave, cancel or roll back the plan's unfinished moves; returns what was done, in words."""
         if self.on_timeout == "leave":
             return ("the in-flight moves were left running (and their throttles in place); wait again with this "
                     "sensor, or cancel them with CancelReassignmentOperator")
-        result = cancel_plan(admin, plan, state_dir=spec.state, rf_guard=options.rf_guard, log=self.log)
+        roll_back = self.on_timeout == "rollback" and spec.which == "plan"
+        outcome = cancel_then_roll_back(admin, plan, config, state_dir=spec.state,
+                                        rollback=read_rollback(spec.plan_store) if roll_back else None, wait=False,
+                                        log=self.log)
+        result = outcome.cancel
         text = f"cancelled {len(result.cancelled)} in-flight move(s); throttles restored"
         if result.reordered:
             text += f"; {len(result.reordered)} put back in their original replica order (no data copied)"
-        problems = result.problems()
-        if self.on_timeout == "cancel" or spec.which != "plan":
+        if outcome.rollback is None:
+            problems = result.problems()
             if problems:
                 text += "; " + "; ".join(problems)
             if spec.which != "plan" and self.on_timeout == "rollback":
                 text += "; a rollback of the rollback is not started (which='rollback')"
             return text
-        rollback = live_rollback(admin, read_rollback(spec.plan_store), plan)
-        rolled = run(admin, rollback, limits, options, state_dir=spec.state, wait=False, finish_at_end=False,
-                     log=self.log)
-        status = rolled.status
+        status = outcome.rollback.status
         text += (f"; rollback started: {len(status.submitted)} move(s) submitted, {len(status.pending)} pending, "
                  f"{len(status.done)} already back")
         if status.blocked:

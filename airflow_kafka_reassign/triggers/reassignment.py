@@ -28,7 +28,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_reassign.core.progress import TrackerState
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError
-from airflow_kafka_reassign.plan_access import (
+from airflow_kafka_reassign.wait import (
     MAX_UNREACHABLE_POLLS,
     WaitSpec,
     event_payload,

@@ -6,6 +6,10 @@ its default) and its ``:param name:`` text from the class docstring (one ``:para
 may document several). The source is read with ``ast`` (nothing is imported). The build fails,
 naming the class and the parameter, when an argument has no ``:param:`` or a ``:param:`` names no
 argument: a table can never go stale or miss a parameter.
+
+A class without ``__init__`` whose fields are annotated with a docstring under each (a pydantic model such as
+``ExecutionConfig``, ``use_attribute_docstrings``) becomes a table of its fields, each with its default and its
+docstring; a field without a docstring fails the build.
 """
 
 from __future__ import annotations
@@ -80,8 +84,28 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _fields(target: str, cls: ast.ClassDef) -> str:
+    rows = ["| Setting | Default | Meaning |", "|---|---|---|"]
+    body = cls.body
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        name = node.target.id
+        if name.startswith("_") or name == "model_config":
+            continue
+        after = body[i + 1] if i + 1 < len(body) else None
+        if not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            raise PluginError(f"params: {target}: the field {name} has no docstring")
+        doc = " ".join(line.strip() for line in after.value.value.strip().splitlines())
+        default = "required" if node.value is None else f"`{ast.unparse(node.value)}`"
+        rows.append(f"| `{name}` | {_cell(default)} | {_cell(doc)} |")
+    return "\n".join(rows)
+
+
 def table(root: Path, target: str) -> str:
     cls = _class(root, target)
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in cls.body):
+        return _fields(target, cls)
     documented = _documented(ast.get_docstring(cls) or "")
     arguments = _arguments(cls)
     names = {n for n, _ in arguments}

@@ -56,3 +56,43 @@ def test_test_modules_do_not_import_each_other():
         for path in tests.rglob("test_*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def imported_modules(path: Path) -> set[str]:
+    mods = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            mods.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            mods.add(node.module)
+            mods.update(f"{node.module}.{a.name}" for a in node.names)
+    return mods
+
+
+SHELLS = [p for d in ("operators", "sensors", "triggers") for p in sorted((PKG / d).glob("*.py"))]
+
+
+@pytest.mark.parametrize("path", SHELLS, ids=lambda p: str(p.relative_to(PKG)))
+def test_operators_sensors_and_triggers_do_not_import_each_other(path):
+    """A shared base module (operators/_base.py) holds what they share; no operator imports another operator."""
+    own = f"airflow_kafka_reassign.{path.parent.name}.{path.stem}"
+    others = {m for m in imported_modules(path) if m.startswith("airflow_kafka_reassign.operators.")
+              and not m.startswith("airflow_kafka_reassign.operators._base") and not m.startswith(own)}
+    assert others == set()
+
+
+@pytest.mark.parametrize("path", [*SHELLS, PKG / "wait.py"], ids=lambda p: str(p.relative_to(PKG)))
+def test_only_the_execution_session_loops(path):
+    """One run loop: the operators, the sensor, the trigger and the wait tick the ExecutionSession (through
+    ``run``, ``cancel_then_roll_back`` or ``ExecutionSession``); none calls the engine's step or governor itself."""
+    forbidden = {f"airflow_kafka_reassign.core.execution.{name}" for name in ("step", "RunGovernor")} | {
+        "airflow_kafka_reassign.core.execution.iteration", "airflow_kafka_reassign.core.execution.governor"}
+    assert not imported_modules(path) & forbidden
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "core").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_the_core_asks_the_port_not_the_adapter(path):
+    """What the cluster supports is a method of the port (ClusterAdmin), never probed with getattr, and no Kafka
+    api key is spelled in the core."""
+    text = path.read_text()
+    assert "getattr(admin" not in text and "api_version(" not in text and "_KEY = " not in text

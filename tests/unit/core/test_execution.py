@@ -16,9 +16,7 @@ from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
     ExecutionStatus,
-    desired_throttles,
     finish,
-    read_backup,
     run,
     select_batch,
     step,
@@ -28,7 +26,14 @@ from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment, PartitionResult, ThrottleBackup
-from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS
+from airflow_kafka_reassign.core.throttle import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    desired_throttles,
+    read_backup,
+)
 from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

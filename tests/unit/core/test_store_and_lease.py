@@ -11,9 +11,9 @@ from airflow_kafka_reassign.core.execution import (
     THROTTLE_BACKUP_FILE,
     ExecutionLimits,
     ExecutionOptions,
-    read_journal,
     run,
 )
+from airflow_kafka_reassign.core.journal import read_journal
 from airflow_kafka_reassign.core.lease import LEASE_FILE, Lease, LeaseHeldError, LeaseKeeper, LeaseLostError, acquire
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.core.store import LocalStore, MemoryStore, as_store

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
+from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.execution import THROTTLE_BACKUP_FILE
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
@@ -21,7 +22,7 @@ from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.cancel import CancelReassignmentOperator
-from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator, parse_deadline
+from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
@@ -71,7 +72,7 @@ def cluster(monkeypatch) -> FakeClusterAdmin:
 
 def completing(admin: FakeClusterAdmin, monkeypatch) -> None:
     """Moves finish between two polls (time.sleep completes them)."""
-    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", lambda s: admin.complete())
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.clock.sleep", lambda s: admin.complete())
 
 
 def op(plan_dir: Path, **kw) -> ExecuteReassignmentOperator:
@@ -178,6 +179,22 @@ def test_on_plan_error_skip_runs_the_other_moves_and_fails_the_task_naming_the_r
     ({"strict": True, "on_plan_error": "skip"}, "strict=True"),
     ({"order": "random"}, "order"),
     ({"rf_guard": "off"}, "rf_guard"),
+])
+def test_bad_execution_settings_fail_when_the_dag_is_parsed(tmp_path, cluster, kwargs, message):
+    """Every execution setting is read once (ExecutionConfig) as soon as it is known: a wrong one fails the DAG's
+    import, before any run, naming the setting (a templated one fails the task, as below)."""
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    with pytest.raises(ConfigurationError, match=message):
+        op(plan_dir, **kwargs)
+    templated = {k: "{{ params.x }}" for k in kwargs}
+    task = op(plan_dir, **templated)
+    task.execution = {**task.execution, **kwargs}  # as rendered
+    with pytest.raises(AirflowFailException, match=message):
+        task.execute({"ti": TI()})
+    assert cluster.calls == {}
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
     ({"deadline": "soon"}, "deadline"),
     ({"on_deadline": "abort"}, "on_deadline"),
 ])
@@ -219,7 +236,7 @@ def test_a_deadline_ends_the_task_successfully_with_the_remaining_moves_reported
         time.sleep(0.3)
         cluster.complete()
 
-    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", tick)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.clock.sleep", tick)
     summary = op(plan_dir, max_moves=1, order="plan", deadline=0.2).execute({"ti": TI()})
     assert summary["deadline_reached"] and summary["done"] == 1 and summary["pending"] == 1
     assert summary["remaining_partitions"] == ["t-1"]
@@ -234,7 +251,7 @@ def test_on_kill_stops_submitting_and_restores_the_throttles(tmp_path, cluster, 
             threading.Thread(target=task.on_kill).start()
         time.sleep(0.02)
 
-    monkeypatch.setattr("airflow_kafka_reassign.core.execution._sleep", sleep)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.clock.sleep", sleep)
     ti = TI()
     with pytest.raises(AirflowException, match="stopped") as e:
         task.execute({"ti": ti})
@@ -311,10 +328,10 @@ def test_cancel_reports_an_rf_left_changed_and_fails_on_a_failed_cancel(tmp_path
 
 def test_templated_dry_run_text_is_read_as_a_boolean(tmp_path, cluster):
     plan_dir = write_plan(tmp_path / "plan", MOVES)
-    assert op(plan_dir, dry_run="False").execution_params()[1].dry_run is False
-    assert op(plan_dir, dry_run="true").execution_params()[1].dry_run is True
+    assert op(plan_dir, dry_run="False").execution_config().dry_run is False
+    assert op(plan_dir, dry_run="true").execution_config().dry_run is True
     with pytest.raises(ConfigurationError, match="dry_run"):
-        op(plan_dir, dry_run="maybe").execution_params()
+        op(plan_dir, dry_run="maybe").execution_config()
 
 
 def test_the_python_examples_of_docs_execute_md_run():
@@ -327,7 +344,7 @@ def test_the_python_examples_of_docs_execute_md_run():
     for block in blocks:
         exec(compile(block, "docs/execute.md", "exec"), namespace)
     assert set(namespace["dag"].task_ids) == {"execute", "cancel_on_failure"}
-    assert namespace["execute"].execution_params()[0].max_moves_per_broker == 2
+    assert namespace["execute"].execution_config().max_moves_per_broker == 2
     assert namespace["cancel_everything"].cancel_all is True
 
 

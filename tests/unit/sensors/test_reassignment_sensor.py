@@ -27,10 +27,11 @@ from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPart
 from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.plan_access import WaitSpec, plan_store
 from airflow_kafka_reassign.sensors.reassignment import STATE_KEY, WaitForReassignmentSensor
+from airflow_kafka_reassign.storage import plan_store
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger
+from airflow_kafka_reassign.wait import WaitSpec
 
 MB = 1_000_000
 
@@ -113,14 +114,14 @@ class TI:
 def test_init_only_stores_and_validates_arguments(plan_dir):
     op = sensor("{{ ti.xcom_pull('plan')['plan_uri'] }}", timeout=100, stuck_after=30)
     assert op.plan_uri.startswith("{{")
-    assert set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir", "storage_conn_id", "max_moves",
-                                       "max_moves_per_broker", "throttle_bytes_per_sec", "deadline"}
+    assert set(op.template_fields) == {"plan_uri", "kafka_config_id", "state_dir", "storage_conn_id", "execution",
+                                       "deadline"}
     # limits from DAG Params: validated once rendered
     templated = sensor(plan_dir, submit_pending=True, max_moves_per_broker="{{ params.max_moves_per_broker }}")
-    templated.max_moves_per_broker = "3"  # what rendering leaves
-    assert templated.spec().limits["max_moves_per_broker"] == 3
-    templated.max_moves_per_broker = "three"
-    with pytest.raises(ConfigurationError, match="max_moves_per_broker must be a whole number"):
+    templated.execution = {"max_moves_per_broker": "3"}  # what rendering leaves
+    assert templated.spec().execution["max_moves_per_broker"] == 3
+    templated.execution = {"max_moves_per_broker": "three"}
+    with pytest.raises(ConfigurationError, match="max_moves_per_broker: Input should be a valid integer.*'three'"):
         templated.spec()
     assert op.wait_timeout_s == 100 and op.timeout > 100  # the base class's check is a later backstop
     with pytest.raises(ConfigurationError, match="leave, cancel, rollback"):
@@ -349,8 +350,7 @@ def test_deferrable_mode_defers_then_concludes_from_the_event(fake, plan_dir):
 
 
 def test_trigger_serialisation_round_trip(plan_dir):
-    spec = WaitSpec(plan_uri=str(plan_dir), submit_pending=True, limits={"max_moves": 2},
-                    options={"throttle_bytes_per_sec": 100_000})
+    spec = WaitSpec(plan_uri=str(plan_dir), submit_pending=True, execution={"max_moves": 2, "throttle_bytes_per_sec": 100_000})
     trigger = ReassignmentTrigger(spec=spec.to_dict(), started_at=12.5, poke_interval=7,
                                   state={"started_at": 12.5, "last_progress_at": 20.0})
     path, kwargs = trigger.serialize()
@@ -424,7 +424,7 @@ def test_the_python_examples_of_docs_wait_md_run():
     for block in blocks:
         namespace: dict = {}
         exec(compile(block, "docs/wait.md", "exec"), namespace)
-    assert namespace["execute_and_wait"].limits["max_moves_per_broker"] == 2
+    assert namespace["execute_and_wait"].execution_config().max_moves_per_broker == 2
 
 
 # -- the health gate and adaptive limits on the submit path (the same RunGovernor as ExecuteReassignment) ----
@@ -489,13 +489,13 @@ class XComTI:
 
 
 def test_health_and_adaptive_options_are_validated_at_parse_time(plan_dir):
-    with pytest.raises(ConfigurationError, match="on_unhealthy must be 'pause'"):
+    with pytest.raises(ConfigurationError, match="on_unhealthy: Input should be 'pause', 'cancel' or 'fail', not 'panic'"):
         sensor(plan_dir, submit_pending=True, on_unhealthy="panic")
     with pytest.raises(ConfigurationError, match=r"adaptive_limits: unknown key\(s\) \['max_move'\]"):
         sensor(plan_dir, submit_pending=True, adaptive_limits={"max_move": 3})
     spec = sensor(plan_dir, submit_pending=True, max_pause_s="60", adaptive_limits={"max_moves": 4}).spec()
     again = WaitSpec(**json.loads(json.dumps(spec.to_dict())))  # the trigger's kwargs
-    assert again.execution()[1].health.max_pause_s == 60.0 and again.adaptive_bounds().max_moves == 4
+    assert again.config().options().health.max_pause_s == 60.0 and again.config().adaptive().max_moves == 4
 
 
 # -- a submission deadline (the maintenance window) -------------------------------------------------------------
@@ -548,8 +548,8 @@ def test_a_bad_deadline_is_refused_in_one_line(plan_dir, kw, error):
 
 
 def test_the_sensor_submits_nothing_from_a_plan_edited_after_execute_ran_it(fake, plan_dir):
+    from airflow_kafka_reassign.core.execution.run_state import PLAN_EXECUTED
     from airflow_kafka_reassign.core.journal import journal
-    from airflow_kafka_reassign.plan_access import PLAN_EXECUTED
 
     journal(plan_dir / RUN_DIR, {"event": PLAN_EXECUTED, "plan_sha256": "sha256:what-execute-ran-and-was-approved"})
     with pytest.raises((ConfigurationError, AirflowFailException), match="changed since ExecuteReassignment ran it"):
@@ -558,8 +558,8 @@ def test_the_sensor_submits_nothing_from_a_plan_edited_after_execute_ran_it(fake
 
 
 def test_a_health_stop_outlives_the_submitter_of_the_same_try_but_not_a_new_try(fake, plan_dir):
+    from airflow_kafka_reassign.core.execution.run_state import HEALTH_STOPPED
     from airflow_kafka_reassign.core.journal import journal
-    from airflow_kafka_reassign.plan_access import HEALTH_STOPPED
 
     def spec(try_number):
         return WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True,
@@ -579,7 +579,7 @@ def test_a_health_stop_outlives_the_submitter_of_the_same_try_but_not_a_new_try(
 
 def test_a_poke_that_submits_reads_the_cluster_once(fake, plan_dir):
     """The submitter's step and the progress line share one snapshot and one DescribeLogDirs per poke."""
-    spec = WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True, limits={"max_moves": 1})
+    spec = WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True, execution={"max_moves": 1})
     watch = spec.watch(started_at=0, admin=fake)
     fake.frozen = True  # nothing completes: every poke has moves in flight
     before = dict(fake.calls)
@@ -604,19 +604,19 @@ def test_a_pause_outlives_the_submitter_so_max_pause_s_holds_across_reschedules(
     admin = unhealthy_fake(monkeypatch)
     admin.down.add(4)  # "other-0" under-replicated: submissions pause
     clock = [1_000_000.0]
-    monkeypatch.setattr("airflow_kafka_reassign.plan_access.time.time", lambda: clock[0])
-    spec = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.session.time.time", lambda: clock[0])
+    spec = _try_spec(plan_dir, execution={"max_pause_s": 60})
     first = spec.submitter(spec.load_plan())(admin)
     assert first.submitted == 0 and first.blocked is None  # paused, not stopped
     clock[0] += 45
-    again = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})  # rebuilt: a reschedule poke
+    again = _try_spec(plan_dir, execution={"max_pause_s": 60})  # rebuilt: a reschedule poke
     assert again.submitter(again.load_plan())(admin).blocked is None  # 45 s < 60 s
     clock[0] += 30
-    third = _try_spec(plan_dir, options={"health": {"max_pause_s": 60}})
+    third = _try_spec(plan_dir, execution={"max_pause_s": 60})
     stopped = third.submitter(third.load_plan())(admin)
     assert stopped.blocked and "gave up after pausing" in stopped.blocked and admin.alter_requests == []
     # a new try starts its own clock (cleared once the cluster is healthy)
-    assert _try_spec(plan_dir, 2, options={"health": {"max_pause_s": 60}}).submitter(
+    assert _try_spec(plan_dir, 2, execution={"max_pause_s": 60}).submitter(
         spec.load_plan())(admin).blocked is None
 
 
@@ -636,13 +636,13 @@ def test_the_adaptive_limits_grow_across_rebuilt_submitters(plan_dir, monkeypatc
     monkeypatch.setattr(RunGovernor, "for_step",
                         lambda self, limits, options: seen.append(self.current.moves) or orig(self, limits, options))
     for _ in range(30):
-        spec = _try_spec(plan_dir12, limits={"max_moves": 6}, adaptive={"min_moves": 1})  # rebuilt every poke
+        spec = _try_spec(plan_dir12, execution={"max_moves": 6, "adaptive_limits": {"min_moves": 1}})  # rebuilt every poke
         spec.submitter(spec.load_plan())(fake)
     adapted = [e["max_moves"] for e in read_journal(plan_dir12 / RUN_DIR) if e.get("event") == "adapted"]
     assert adapted[:2] == [2, 3] and max(seen) >= 3, (adapted, seen)
     assert all(e.get("holder") == "dag d / run r / task wait / try 1"
                for e in read_journal(plan_dir12 / RUN_DIR) if e.get("event") == "adapted")
-    other = _try_spec(plan_dir12, 2, limits={"max_moves": 6}, adaptive={"min_moves": 1})  # a new try starts over
+    other = _try_spec(plan_dir12, 2, execution={"max_moves": 6, "adaptive_limits": {"min_moves": 1}})  # a new try starts over
     seen.clear()
     other.submitter(other.load_plan())(fake)
     assert seen[0] == 1
@@ -658,13 +658,13 @@ def test_the_disk_guard_ends_the_wait_blocked_when_nothing_fits_and_nothing_is_i
 
 
 def test_a_damaged_governor_object_costs_the_adaptive_state_not_the_run(fake, plan_dir):
-    from airflow_kafka_reassign.plan_access import _governor_name
+    from airflow_kafka_reassign.core.execution.run_state import _governor_name
 
     key = "dag d / run r / task wait / try 1"
     (plan_dir / RUN_DIR / "governor").mkdir(parents=True)
     (plan_dir / RUN_DIR / _governor_name(key)).write_text("{not json")
-    spec = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})
+    spec = _try_spec(plan_dir, execution={"max_moves": 3, "adaptive_limits": {"min_moves": 1}})
     assert spec.submitter(spec.load_plan())(fake).submitted == 1  # from min_moves, afresh
     (plan_dir / RUN_DIR / _governor_name(key)).write_text(json.dumps({"holder": key, "governor": {"current": "x"}}))
-    again = _try_spec(plan_dir, limits={"max_moves": 3}, adaptive={"min_moves": 1})
+    again = _try_spec(plan_dir, execution={"max_moves": 3, "adaptive_limits": {"min_moves": 1}})
     assert again.submitter(again.load_plan())(fake).submitted >= 0

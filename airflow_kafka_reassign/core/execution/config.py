@@ -1,0 +1,309 @@
+"""The execution settings: :class:`ExecutionConfig` (what the operators and the sensor take, each setting declared once)
+and the engine's views of it, :class:`ExecutionLimits` (how many moves at once, in which order) and
+:class:`ExecutionOptions` (what execution may do beyond the safe default)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
+from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskReserve
+from airflow_kafka_reassign.core.health import BelowMinIsr, HealthPolicy, OnUnhealthy
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+_log = logging.getLogger(__name__)
+
+
+Order = Literal["plan", "smallest-first", "largest-first"]
+
+
+#: The journal event of a change of the adaptive limits.
+ADAPTED = "adapted"
+
+
+OnDeadline = Literal["finish", "cancel"]
+
+
+OnPlanError = Literal["refuse", "skip"]
+
+
+#: The run-state folder inside a plan directory (the default ``state_dir``).
+RUN_DIR = "run"
+
+
+#: A move that looks stale is observed once more after this delay before it is refused:
+#: describe (metadata) can lag the controller for a moment after a reassignment completes.
+SETTLE_RECHECK_S = 1.0
+
+
+#: Partitions named per category in a summary (XCom stays small).
+SUMMARY_SAMPLE = 20
+
+
+@dataclass(frozen=True)
+class ExecutionLimits:
+    """How many moves may run at once, and in which order pending moves go out.
+
+    Both limits count every reassignment the controller lists, including foreign ones (allowed
+    with ``allow_concurrent_reassignments``). A move *touches* the brokers that gain or lose a
+    replica (its adding and removing replicas); a move that only reorders replicas touches none.
+
+    :param max_moves: concurrent reassignments in the cluster (``None``: no limit).
+    :param max_moves_per_broker: concurrent reassignments touching any one broker.
+    :param order: ``"plan"`` (the plan's order), ``"smallest-first"`` or ``"largest-first"``
+        (by bytes to copy: partition size x adding replicas, from DescribeLogDirs; moves of
+        unknown size go last, in plan order).
+    """
+
+    max_moves: int | None = None
+    max_moves_per_broker: int | None = None
+    order: Order = "smallest-first"
+
+    def __post_init__(self) -> None:
+        for name in ("max_moves", "max_moves_per_broker"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigurationError(f"{name} must be a positive integer or None, not {value!r}")
+        if self.order not in ("plan", "smallest-first", "largest-first"):
+            raise ConfigurationError(
+                f"order must be 'plan', 'smallest-first' or 'largest-first', not {self.order!r}"
+            )
+
+    @property
+    def limited(self) -> bool:
+        return self.max_moves is not None or self.max_moves_per_broker is not None
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """What execution may do beyond the safe default (each flag allows one named thing).
+
+    :param allow_replication_factor_change: send the moves the plan marks ``allow_rf_change``
+        with KIP-860's AllowReplicationFactorChange=true; without it they are refused.
+    :param rf_guard: ``"broker"`` (Kafka 4.1+ enforces KIP-860; older brokers: refused, nothing
+        sent) or ``"client"`` (older brokers: replica counts compared with the controller's
+        view just before sending; racy, chosen explicitly).
+    :param allow_concurrent_reassignments: proceed while reassignments this plan did not start
+        are in flight (they count against the limits; partitions they move are refused as stale).
+    :param on_plan_error: what a *plan error* does: a pending move whose target replicas name a
+        broker that is not a live broker of the cluster, a move of a topic or partition that no
+        longer exists, or of a topic whose partition count differs from the plan's snapshot
+        (``ReassignmentPlan.partition_counts``). ``"refuse"`` (default): the whole plan is
+        refused before anything is sent (no throttle, no reassignment). ``"skip"``: those moves
+        are refused by name and the other moves run.
+    :param allow_offline_brokers: target replicas may name a broker that the cluster does not list
+        as alive (a registered broker that is down): such moves are sent and wait for the broker
+        (the controller refuses a broker id it has never registered, per move); offline brokers
+        get no throttle (setting one would wait for them). Without it they are plan errors.
+    :param strict: refuse the whole plan when any move is refused, stale ones included (implies
+        ``on_plan_error="refuse"``; combining it with ``"skip"`` is a configuration error).
+    :param throttle_bytes_per_sec: replication throttle on the brokers and replicas involved.
+    :param elect_leaders: elect the preferred leader of each moved partition once it is done.
+    :param dry_run: validate everything, log the exact requests, change nothing.
+    :param health: the health gate (core/health.py): before each batch the cluster's
+        under-replicated, under-min-ISR and offline partitions are read; trouble the run does not
+        explain pauses submission (the default), cancels or fails the run.
+    :param disk_reserve: the disk guard (core/disk_guard.py): before each batch each broker's free
+        disk space is read (DescribeLogDirs, Kafka 3.3+) and a move is submitted only if every broker it
+        adds keeps this much free after it and the moves in flight: a share (``"1%"``, the default), a
+        size (``"20GiB"``, bytes), or ``None``/``"off"``. A move that does not fit waits; when nothing
+        is in flight and nothing fits, the run is refused naming the broker and the numbers.
+    """
+
+    allow_replication_factor_change: bool = False
+    rf_guard: Literal["broker", "client"] = "broker"
+    allow_concurrent_reassignments: bool = False
+    on_plan_error: OnPlanError = "refuse"
+    allow_offline_brokers: bool = False
+    strict: bool = False
+    throttle_bytes_per_sec: int | None = None
+    elect_leaders: bool = False
+    dry_run: bool = False
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    disk_reserve: DiskReserve | str | int | None = DEFAULT_RESERVE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.disk_reserve, DiskReserve):  # parsed once: "5%", "20GiB", bytes, None/"off"
+            object.__setattr__(self, "disk_reserve", DiskReserve.parse(self.disk_reserve))
+        if self.rf_guard not in ("broker", "client"):
+            raise ConfigurationError(f"rf_guard must be 'broker' or 'client', not {self.rf_guard!r}")
+        if self.on_plan_error not in ("refuse", "skip"):
+            raise ConfigurationError(
+                f"on_plan_error must be 'refuse' (the whole plan, before anything is sent) or 'skip' (only the "
+                f"moves in error; the others run), not {self.on_plan_error!r}"
+            )
+        if self.strict and self.on_plan_error == "skip":
+            raise ConfigurationError(
+                "strict=True refuses the whole plan when any move is refused, on_plan_error='skip' runs the other "
+                "moves: choose one (strict=True already refuses the plan on a plan error)"
+            )
+        rate = self.throttle_bytes_per_sec
+        if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0):
+            raise ConfigurationError(
+                f"throttle_bytes_per_sec must be a positive integer (bytes/s) or None, not {rate!r}"
+            )
+
+
+
+_OPTIONAL = ("max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "max_pause_s", "disk_reserve",
+             "adaptive_limits")
+_BOOLS = ("allow_replication_factor_change", "allow_concurrent_reassignments", "allow_offline_brokers", "strict",
+          "elect_leaders", "dry_run", "health_gate")
+
+
+class ExecutionConfig(BaseModel):
+    """Every execution setting, declared once: what ExecuteReassignment, WaitForReassignment (``submit_pending``),
+    CancelReassignment (its rollback) and the trigger take, each as a keyword argument of the task or together as
+    ``execution={...}`` (or an ``ExecutionConfig``). Rendered templates arrive as text and are read here once:
+    ``"4"`` is 4, ``"false"`` is False, ``""`` or ``"None"`` is no value; anything else wrong is named.
+
+    Example::
+
+        >>> cfg = ExecutionConfig(max_moves_per_broker="2", throttle_bytes_per_sec=50_000_000, dry_run="false")
+        >>> cfg.limits().max_moves_per_broker, cfg.options(default_disk_reserve="1%").throttle_bytes_per_sec
+        (2, 50000000)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    max_moves: int | None = None
+    """Concurrent reassignments in the cluster, ours and foreign alike (``None``: no limit)."""
+    max_moves_per_broker: int | None = None
+    """Concurrent reassignments touching any one broker: adding or removing a replica on it (a move that only
+    reorders replicas touches none)."""
+    order: Order = "smallest-first"
+    """Which pending moves go out first: ``"smallest-first"`` (default) or ``"largest-first"`` by bytes to copy
+    (partition size x adding replicas, from DescribeLogDirs; unknown sizes last), or ``"plan"``."""
+    throttle_bytes_per_sec: int | None = None
+    """Replication throttle (bytes/s) on the brokers and replicas of the moves in flight; the values that were
+    there before are backed up on the run state first and restored exactly at the end (after success, failure,
+    cancel or a killed task)."""
+    allow_replication_factor_change: bool = False
+    """Send the moves the plan marks ``allow_rf_change`` with KIP-860's AllowReplicationFactorChange=true;
+    without it they are refused."""
+    rf_guard: Literal["broker", "client"] = "broker"
+    """``"broker"``: Kafka 4.1+ enforces KIP-860 (older brokers: refused, nothing sent). ``"client"``: older
+    brokers get replica counts compared with the controller's view just before sending (racy; chosen
+    explicitly)."""
+    allow_concurrent_reassignments: bool = False
+    """Proceed while reassignments this plan did not start are in flight (they count against the limits;
+    partitions they move are refused as stale)."""
+    on_plan_error: OnPlanError = "refuse"
+    """A *plan error* is a move naming a broker that is not live, a topic or partition that no longer exists, or
+    a topic whose partition count changed since the snapshot. ``"refuse"``: the whole plan is refused before
+    anything is sent. ``"skip"``: those moves are refused by name and the others run."""
+    allow_offline_brokers: bool = False
+    """Target replicas may name a registered broker that is down: those moves are sent and wait for it (no
+    throttle is set on it). Without it they are plan errors."""
+    strict: bool = False
+    """Refuse the whole plan when any move is refused, stale ones included (cannot be combined with
+    ``on_plan_error="skip"``)."""
+    elect_leaders: bool = False
+    """Elect the preferred leader of each moved partition once it is done."""
+    dry_run: bool = False
+    """Validate everything, log the exact requests, change nothing."""
+    health_gate: bool = True
+    """Read the cluster's under-replicated, under-min-ISR and offline partitions before each batch; trouble the
+    run's own moves do not explain is acted on by ``on_unhealthy``."""
+    on_unhealthy: OnUnhealthy = "pause"
+    """On trouble: ``"pause"`` (submit nothing new, one line per poll saying why, resume when healthy),
+    ``"cancel"`` (cancel the moves in flight and stop) or ``"fail"`` (stop at once; moves in flight keep
+    running with their throttles)."""
+    max_pause_s: float | None = 1800.0
+    """A pause longer than this stops the run as ``"fail"`` would (``None``: no bound)."""
+    below_min_isr: BelowMinIsr = "last"
+    """Pending moves whose target keeps fewer in-sync replicas than ``min.insync.replicas`` go ``"last"`` or are
+    ``"refuse"``-d."""
+    disk_reserve: str | int | None = None
+    """The disk guard: before each batch every broker's free space is read (DescribeLogDirs, Kafka 3.3+) and a
+    move is sent only if each broker it adds keeps this much free after it and the copies under way: a share
+    (``"15%"``), a size (``"50GiB"``, bytes) or ``"off"``. ``None``: the deployment's default
+    (``AKR_DISK_RESERVE``, else 1%). A move that does not fit waits; nothing in flight and nothing fitting
+    refuses the run, naming the broker and the numbers."""
+    adaptive_limits: dict[str, Any] | None = None
+    """AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8, "min_throttle": 10_000_000, "max_throttle":
+    100_000_000}``: concurrency starts at ``min_moves`` and the throttle at ``throttle_bytes_per_sec``; both grow
+    while healthy and progressing and shrink on trouble (concurrency also on a stalled copy)."""
+
+    @field_validator(*_OPTIONAL, mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        """A rendered template of an unset Param: ``""`` or ``"None"`` means no value."""
+        return None if isinstance(value, str) and value.strip() in ("", "None", "none", "null") else value
+
+    @field_validator(*_BOOLS, mode="before")
+    @classmethod
+    def _text_bool(cls, value: Any) -> Any:
+        """``"False"`` (a rendered template) must not mean True."""
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExecutionConfig:
+        self.limits()
+        self.options(default_disk_reserve=DEFAULT_RESERVE)
+        self.adaptive()
+        return self
+
+    @classmethod
+    def parse(cls, value: ExecutionConfig | Mapping[str, Any] | None = None, /, **settings: Any) -> ExecutionConfig:
+        """The config from an ``ExecutionConfig``, a dict of settings, or keyword settings (merged; a setting given
+        twice is an error); every problem becomes one :class:`ConfigurationError` naming each setting and value."""
+        base = value.model_dump() if isinstance(value, ExecutionConfig) else dict(value or {})
+        twice = sorted(set(base) & set(settings))
+        if twice:
+            raise ConfigurationError(f"execution setting(s) {', '.join(twice)} given twice (in execution= and as an "
+                                     "argument of the task): give each once")
+        try:
+            return cls.model_validate({**base, **settings})
+        except ValidationError as e:
+            raise ConfigurationError(_explain(e)) from None
+
+    def limits(self) -> ExecutionLimits:
+        """How many moves at once and in which order (the adaptive limits replace ``max_moves`` as they move)."""
+        return ExecutionLimits(max_moves=self.max_moves, max_moves_per_broker=self.max_moves_per_broker,
+                               order=self.order)
+
+    def options(self, *, default_disk_reserve: str = DEFAULT_RESERVE) -> ExecutionOptions:
+        """What execution may do; ``default_disk_reserve`` stands in for ``disk_reserve=None`` (the operators pass
+        the deployment's, from ``AKR_DISK_RESERVE``)."""
+        return ExecutionOptions(
+            allow_replication_factor_change=self.allow_replication_factor_change, rf_guard=self.rf_guard,
+            allow_concurrent_reassignments=self.allow_concurrent_reassignments, on_plan_error=self.on_plan_error,
+            allow_offline_brokers=self.allow_offline_brokers, strict=self.strict,
+            throttle_bytes_per_sec=self.throttle_bytes_per_sec, elect_leaders=self.elect_leaders,
+            dry_run=self.dry_run,
+            health=HealthPolicy(gate=self.health_gate, on_unhealthy=self.on_unhealthy, max_pause_s=self.max_pause_s,
+                                below_min_isr=self.below_min_isr),
+            disk_reserve=default_disk_reserve if self.disk_reserve is None else self.disk_reserve,
+        )
+
+    def adaptive(self) -> AdaptiveBounds | None:
+        """The AIMD bounds (``None``: fixed limits); their ``max_moves`` defaults to the task's."""
+        return AdaptiveBounds.parse(self.adaptive_limits, max_moves=self.max_moves)
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as JSON (a trigger's kwargs carry them; :meth:`parse` reads them back)."""
+        return self.model_dump(mode="json")
+
+
+#: The names of every execution setting (the operators take each as a keyword argument).
+EXECUTION_SETTINGS: frozenset[str] = frozenset(ExecutionConfig.model_fields)
+
+
+def _explain(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "execution"
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        if where == "execution" or msg.startswith(where):
+            parts.append(msg)
+        else:
+            parts.append(f"{where}: {msg}, not {err.get('input')!r}")
+    return "invalid execution settings: " + "; ".join(parts)

@@ -1,0 +1,86 @@
+"""The end of a run: throttles restored exactly, preferred leaders elected; and what a run reports from a step's reads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_kafka_reassign.core.execution.config import ExecutionOptions
+from airflow_kafka_reassign.core.execution.iteration import _elect
+from airflow_kafka_reassign.core.execution.observe import _classify, _observe
+from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.journal import StateLocation, read_journal
+from airflow_kafka_reassign.core.lease import LeaseKeeper
+from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.core.progress import Observation, assess_parts
+from airflow_kafka_reassign.core.throttle import (
+    NONE_SET,
+    RESTORED,
+    restore_throttles,
+)
+
+_log = logging.getLogger(__name__)
+
+
+def finish(
+    admin: ClusterAdmin,
+    plan: ReassignmentPlan,
+    options: ExecutionOptions,
+    *,
+    state_dir: StateLocation | None,
+    elect: bool | None = None,
+    log: logging.Logger | None = None,
+    lease: LeaseKeeper | None = None,
+) -> dict[str, Any]:
+    """Restore the throttles exactly as they were before the run; elect preferred leaders.
+
+    ``elect`` defaults to ``options.elect_leaders``; it elects the preferred leader of every
+    done move whose leader is not its first target replica. Returns a small summary. With
+    ``lease``, it is confirmed first (a run that lost it restores nothing).
+    """
+    log = log or _log
+    out: dict[str, Any] = {"throttles_restored": NONE_SET}
+    if options.dry_run:
+        return out
+    if lease is not None:
+        lease.confirm()
+    out["throttles_restored"] = RESTORED if restore_throttles(admin, state_dir, log=log) else NONE_SET
+    if elect if elect is not None else options.elect_leaders:
+        obs = _observe(admin, {m.topic for m in plan.moves})
+        status = _classify(plan, obs, options, {})
+        status.elections.clear()
+        _elect(admin, [tp for tp in status.done if obs.partitions[tp].leader != status.moves[tp].target_replicas[0]],
+               status, log)
+        out["elected"] = sum(1 for e in status.elections.values() if e is None)
+        out["election_failed"] = {str(tp): e for tp, e in status.elections.items() if e}
+    return out
+
+
+def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at: float,
+                         refused: Mapping[TopicPartition, str] | None = None) -> Observation:
+    """The progress watch's :class:`~airflow_kafka_reassign.core.progress.Observation` of ``plan`` from what
+    the step that made ``status`` read (its partitions, the live brokers, the sizes measured for the line):
+    the execute task's progress line, and the sensor's poke that submitted, cost no request of their own.
+    ``refused``: the moves refused so far (default: this step's ``status.failed``)."""
+    obs = status.observation
+    if obs is None:
+        raise ValueError("this status was not made by step(): it has no observation to report progress from")
+    return assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
+                        refused=status.failed if refused is None else refused, submitted=set(status.submitted))
+
+
+def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPartition] = ()) -> int:
+    """Distinct moves submitted for this plan by any run so far: the journal's ``submitted`` entries (and ``this_run``)."""
+    seen = {(tp.topic, tp.partition) for tp in this_run}
+    if state_dir is not None:
+        try:
+            entries = read_journal(state_dir)
+        except Exception:  # noqa: BLE001 (the journal is a best-effort record)
+            entries = []
+        for entry in entries:
+            if entry.get("event") == "submitted":
+                seen.update((str(t), int(p)) for t, p, *_ in entry.get("submitted", []))
+    return len(seen)
+

@@ -1,0 +1,175 @@
+"""What carries over from one step to the next: the health gate's pause clock, the adaptive limits (AIMD)
+and the copy watch (stall, rate, ETA)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from airflow_kafka_reassign.core.adaptive import (
+    AdaptiveBounds,
+    CopyWatch,
+    Limits,
+    adapt,
+    bytes_left,
+    soonest_eta_s,
+    stall_window_s,
+)
+from airflow_kafka_reassign.core.execution.config import ADAPTED, ExecutionLimits, ExecutionOptions
+from airflow_kafka_reassign.core.execution.observe import _sample
+from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.health import HealthPolicy
+from airflow_kafka_reassign.core.journal import StateLocation, journal
+from airflow_kafka_reassign.core.models import TopicPartition
+from airflow_kafka_reassign.core.ports import ClusterAdmin
+
+_log = logging.getLogger(__name__)
+
+
+class RunGovernor:
+    """What carries over from one step of a run to the next: the health gate's pause clock and policy,
+    the adaptive limits (AIMD) and the copy watch (stall, rate, ETA).
+
+    One object, two drivers: :func:`run` (ExecuteReassignment) and the sensor's submitter
+    (``WaitForReassignmentSensor(submit_pending=True)``, ``wait.WaitSpec.submitter``), so both
+    pause, give up after ``max_pause_s``, cancel or fail, and adapt their limits the same way. Per step::
+
+        limits, options = governor.for_step(limits, options)
+        status = step(admin, plan, limits, options, ...)
+        stop = governor.health(status, at=clock(), submitting=True, log=log)   # the policy's verdict
+        eta = governor.adapt(admin, status, done_before, at=clock(), options=options, state_dir=..., log=log)
+    """
+
+    def __init__(self, policy: HealthPolicy, adaptive: AdaptiveBounds | None = None,
+                 throttle: int | None = None, *, holder: str | None = None) -> None:
+        self.policy = policy
+        self.adaptive = adaptive
+        #: names the task try in the journal's ``adapted`` events (the sensor rebuilds its governor from them)
+        self.holder = holder
+        #: the limits in force (``None``: not adaptive, the task's own limits apply)
+        self.current: Limits | None = adaptive.start(throttle) if adaptive is not None else None
+        self.watch = CopyWatch(adaptive.stall_polls if adaptive is not None else 3)
+        self.unhealthy_since: float | None = None
+        self.paused_s = 0.0
+        self.adaptations: list[str] = []
+        self.stalled_polls = 0
+
+    def for_step(self, limits: ExecutionLimits, options: ExecutionOptions) -> tuple[ExecutionLimits, ExecutionOptions]:
+        """The limits and options of the next step: the adaptive ones in place of the task's, when adaptive."""
+        if self.current is None:
+            return limits, options
+        return (replace(limits, max_moves=self.current.moves),
+                replace(options, throttle_bytes_per_sec=self.current.throttle))
+
+    def health(self, status: ExecutionStatus, *, at: float, submitting: bool, log: logging.Logger) -> str | None:
+        """Keep the pause clock: why the health policy stops the run now (``None``: it goes on).
+
+        ``submitting``: the run may still submit (not past its deadline); a pause only counts then."""
+        if status.paused and status.pending and submitting:
+            self.unhealthy_since = at if self.unhealthy_since is None else self.unhealthy_since
+            return _unhealthy_stop(self.policy, at - self.unhealthy_since, status)
+        if self.unhealthy_since is not None:
+            self.paused_s += at - self.unhealthy_since
+            log.info("cluster healthy again after %.1f s: resuming submissions", at - self.unhealthy_since)
+            self.unhealthy_since = None
+        return None
+
+    def adapt(self, admin: ClusterAdmin, status: ExecutionStatus, done_before: int, *, at: float,
+              options: ExecutionOptions, state_dir: StateLocation | None, log: logging.Logger,
+              measure: Sequence[TopicPartition] | None = None) -> float | None:
+        """Measure the copy in flight (a stall is warned and counted; ``measure`` widens that one DescribeLogDirs
+        to the plan's partitions for the progress line), move the adaptive limits (each change logged and
+        journalled); returns the ETA of the first move in flight to finish (``None``: unknown)."""
+        eta = _watch_copy(admin, status, self.watch, done_before, at, options, log, measure=measure,
+                          stall_s=self.adaptive.stall_s if self.adaptive is not None else None)
+        self.stalled_polls += status.stalled
+        if self.current is not None and self.adaptive is not None:
+            self.current, why = adapt(self.current, self.adaptive, healthy=status.paused is None,
+                                      progressing=self.watch.progressing or len(status.done) > done_before,
+                                      stalled=status.stalled)
+            if why:
+                self.adaptations.append(why)
+                log.info("adaptive limits: %s", why)
+                journal(state_dir, {"event": ADAPTED, "why": why, "max_moves": self.current.moves,
+                                    "throttle_bytes_per_sec": self.current.throttle,
+                                    **({"holder": self.holder} if self.holder else {})}, log=log)
+        return eta
+
+    def export(self) -> dict[str, Any]:
+        """What a rebuilt governor of the same task try goes on from (JSON; see :meth:`restore`)."""
+        current = self.current
+        return {"current": [current.moves, current.throttle] if current is not None else None,
+                "unhealthy_since": self.unhealthy_since, "paused_s": self.paused_s,
+                "stalled_polls": self.stalled_polls, "watch": self.watch.export()}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Carry on from :meth:`export` of a governor of the same task try (the sensor's, rebuilt at each
+        reschedule poke, at the deferral and when the triggerer restarts; times on the wall clock): the
+        adaptive limits, a pause still running (so ``max_pause_s`` holds however often the sensor is
+        rescheduled) and the copy watch (so the copy rate, "progressing" and a stall are seen across pokes)."""
+        current = data.get("current")
+        if current is not None and self.current is not None and self.adaptive is not None:
+            moves, throttle = current
+            self.current = Limits(moves=max(1, int(moves)), throttle=int(throttle) if throttle else None)
+        since = data.get("unhealthy_since")
+        self.unhealthy_since = float(since) if since is not None else None
+        self.paused_s = float(data.get("paused_s") or 0.0)
+        self.stalled_polls = int(data.get("stalled_polls") or 0)
+        if data.get("watch"):
+            self.watch.restore(data["watch"])
+
+    def close(self, at: float) -> None:
+        """End of the run: a pause still running counts into ``paused_s``."""
+        if self.unhealthy_since is not None:
+            self.paused_s += at - self.unhealthy_since
+            self.unhealthy_since = None
+
+
+def _unhealthy_stop(policy: HealthPolicy, paused_s: float, status: ExecutionStatus) -> str | None:
+    """Why the health policy stops the run now (``None``: it keeps pausing)."""
+    if policy.on_unhealthy == "pause" and (policy.max_pause_s is None or paused_s <= policy.max_pause_s):
+        return None
+    if policy.on_unhealthy == "pause":
+        what = f"gave up after pausing {paused_s:.0f} s (max_pause_s={policy.max_pause_s})"
+    else:
+        what = f"on_unhealthy={policy.on_unhealthy!r}"
+    then = ("the moves in flight were cancelled" if policy.on_unhealthy == "cancel"
+            else "the moves in flight continue")
+    return (f"stopped by the health gate, {what}: {status.paused}; {len(status.pending)} move(s) not submitted, "
+            f"{then}. Run the task again on the same plan once the cluster is healthy (it resumes), or raise "
+            "max_pause_s")
+
+
+def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, done_before: int, at_s: float,
+                options: ExecutionOptions, log: logging.Logger,
+                measure: Sequence[TopicPartition] | None = None, stall_s: float | None = None) -> float | None:
+    """Measure the copy in flight (DescribeLogDirs of its partitions): the net rate, a stall
+    (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown).
+
+    ``measure`` (the plan's partitions, for the progress line) widens that one DescribeLogDirs;
+    the sizes are then kept in ``status.sizes``. When the step already read them (``status.sizes``: it
+    orders a bounded batch by size), nothing is read again."""
+    moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
+    if status.sizes is not None:  # the step read the plan's sizes to order its batch, moments ago: no second read
+        left = bytes_left(moving, status.sizes) if moving else {}
+    elif measure is not None:
+        status.sizes = admin.replica_sizes(measure)
+        left = bytes_left(moving, status.sizes) if moving else {}
+    else:
+        left = bytes_left(moving, admin.replica_sizes(sorted(moving))) if moving else {}
+    status.stalled = watch.update(at_s, sum(left.values()) if left else None,
+                                  finished=len(status.done) - done_before, key=frozenset(left),
+                                  window_s=stall_window_s(options.throttle_bytes_per_sec) if stall_s is None
+                                  else stall_s)
+    if status.stalled:
+        rate = options.throttle_bytes_per_sec
+        log.warning("copy STALLED: %d move(s) in flight (%s) have not gained on their leaders for %d polls "
+                    "(%.0f s), %d bytes left; %s", len(moving), _sample(list(moving)), watch.flat_polls,
+                    watch.flat_s, sum(left.values()),
+                    f"the throttle ({rate} B/s) is likely below these partitions' ingest rate: raise it "
+                    "(throttle_bytes_per_sec, or max_throttle with adaptive limits)" if rate else
+                    "check the brokers of these moves")
+    return soonest_eta_s(left, watch.rate)
+

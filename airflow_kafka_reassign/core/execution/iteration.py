@@ -1,0 +1,143 @@
+"""One retry-safe iteration, :func:`step`: observe, reconcile the throttles, submit what fits."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from airflow_kafka_reassign.core.disk_guard import DiskReserve
+from airflow_kafka_reassign.core.execution.batch import _disk_room, _disk_verdict, _order, _request_json, _submit, select_batch
+from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, ExecutionLimits, ExecutionOptions
+from airflow_kafka_reassign.core.execution.observe import _assess
+from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.journal import StateLocation, journal
+from airflow_kafka_reassign.core.lease import LeaseKeeper
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.core.throttle import (
+    sync_throttles,
+)
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+_log = logging.getLogger(__name__)
+
+
+
+
+def step(
+    admin: ClusterAdmin,
+    plan: ReassignmentPlan,
+    limits: ExecutionLimits,
+    options: ExecutionOptions,
+    *,
+    state_dir: StateLocation | None = None,
+    submit: bool = True,
+    log: logging.Logger | None = None,
+    known_failed: Mapping[TopicPartition, str] | None = None,
+    settle_s: float = SETTLE_RECHECK_S,
+    sleep: Callable[[float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    lease: LeaseKeeper | None = None,
+) -> ExecutionStatus:
+    """One retry-safe iteration: observe, reconcile throttles, submit what fits.
+
+    Safe to call at any moment, from any process, any number of times: a move in flight is
+    recognised from the controller's listing and never submitted again, a killed earlier call
+    leaves nothing that this one does not reconcile. With ``submit=False`` (or when the run is
+    blocked) nothing new goes out, but finished partitions still lose their throttles.
+
+    :param state_dir: where the throttle backup lives (required with a throttle; the operators
+        use ``<plan dir>/run``).
+    :param known_failed: moves refused earlier in this run (``status.failed``), not sent again.
+    :param settle_s: a move that looks stale is observed again after this delay before it is
+        refused (describe can lag the controller right after a reassignment completes).
+    :param should_stop: asked right before anything is written; ``True`` (a kill arrived while
+        observing) submits nothing and leaves the throttles as they are.
+    :param lease: the plan's lease (core/lease.py), confirmed (and renewed) right before anything
+        is written; :class:`~airflow_kafka_reassign.core.lease.LeaseLostError` when another run
+        took it over, and then nothing is written.
+    """
+    log = log or _log
+    if options.throttle_bytes_per_sec and state_dir is None and not options.dry_run:
+        raise ConfigurationError(
+            "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
+            "pass state_dir (the operators use <plan dir>/run)"
+        )
+    status, obs = _assess(admin, plan, options, known_failed=known_failed, settle_s=settle_s, sleep=sleep, log=log,
+                          rf_guard_check=submit)
+    batch: list[Move] = []
+    if submit and status.blocked is None and status.paused is None and status.pending:
+        pending = [status.moves[tp] for tp in status.pending]
+        sizes: Mapping[TopicPartition, Mapping[int, int]] = {}
+        guard = options.disk_reserve if isinstance(options.disk_reserve, DiskReserve) else None
+        room = None
+        # every partition of the plan, once: the copy watch and the progress line of this poll reuse it
+        if guard is not None:
+            sizes, room = _disk_room(admin, plan, status, guard)
+        elif limits.order != "plan" and limits.limited and len(pending) > 1:
+            sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
+        plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
+        ordered = _order(pending, limits, sizes, plan_index)
+        if status.below_min_isr:  # safest last (core/health.py)
+            risky = set(status.below_min_isr)
+            ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
+        held: dict[TopicPartition, str] = {}
+        batch = select_batch(ordered, status.reassignments, limits, room, held)
+        if room is not None and guard is not None:
+            _disk_verdict(room, held, batch, status, guard, log)
+
+    rate = options.throttle_bytes_per_sec
+    in_flight = [status.moves[tp] for tp in status.in_flight]
+    if options.dry_run:
+        sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, dry_run=True, log=log,
+                       live_brokers=obs.brokers)
+        if batch:
+            status.would_submit = [m.tp for m in batch]
+            for allow in (False, True):
+                group = [m for m in batch if m.changes_rf == allow]
+                if group:
+                    log.info("DRY RUN: would send AlterPartitionReassignments (AllowReplicationFactorChange=%s, "
+                             "rf_guard=%s): %s", str(allow).lower(), options.rf_guard, _request_json(group))
+        return status
+
+    if should_stop is not None and should_stop():
+        return status
+    if lease is not None:
+        lease.confirm()
+    sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log, live_brokers=obs.brokers)
+    if batch:
+        _submit(admin, batch, options, status, log)
+        # sets, not the status's lists: every lookup below is O(1), so a step is linear in the moves
+        sent = set(status.submitted)
+        in_batch = {m.tp for m in batch}
+        ok = [m for m in batch if m.tp in sent]
+        journal(state_dir, {
+            "event": "submitted",
+            "holder": lease.lease.holder if lease is not None else None,
+            "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in ok],
+            "refused": {str(tp): why for tp, why in status.failed.items() if tp in in_batch},
+            "throttle_bytes_per_sec": rate,
+        }, log=log)
+        refused = [m for m in batch if m.tp in status.failed]
+        status.pending = [tp for tp in status.pending if tp not in in_batch]
+        status.in_flight.extend(m.tp for m in ok)
+        status.in_flight.sort()
+        if refused and rate:
+            sync_throttles(admin, [*in_flight, *ok], rate, state_dir=state_dir, log=log, live_brokers=obs.brokers)
+    if options.elect_leaders:
+        _elect(admin, [tp for tp in status.done if obs.partitions[tp].leader != status.moves[tp].target_replicas[0]],
+               status, log)
+    log.info("%s", status.progress_line())
+    return status
+
+
+def _elect(admin: ClusterAdmin, partitions: Sequence[TopicPartition], status: ExecutionStatus,
+           log: logging.Logger) -> None:
+    if not partitions:
+        return
+    for r in admin.elect_preferred_leaders(partitions):
+        status.elections[r.tp] = r.error
+        if r.error:
+            log.warning("preferred-leader election of %s failed: %s %s", r.tp, r.error_code, r.error)
+    log.info("preferred leaders elected for %d moved partition(s)", sum(1 for e in status.elections.values() if e is None))
+

@@ -1,0 +1,454 @@
+"""The one execution loop: an :class:`ExecutionSession` runs a plan one tick at a time, for every path.
+
+A tick observes the cluster, applies the deadline, brings the throttles to what the moves in flight need, submits
+what fits (:func:`~airflow_kafka_reassign.core.execution.iteration.step`), reads the health gate (pause, or the
+policy's stop: cancel or fail), adapts the limits (AIMD) and measures the copy, journals what it did, and says when
+to poll next. Every driver ticks the same session:
+
+* :func:`run` (ExecuteReassignment, and the rollback of CancelReassignment and of the sensor's timeout policy):
+  pre-flight, then ticks until the plan is complete, then :meth:`ExecutionSession.finish`;
+* the sensor in poke and reschedule mode and its trigger in the triggerer (``submit_pending=True``): one tick per
+  poke; what must outlive the process (the governor, the health policy's stop) is kept on the run state by
+  :meth:`ExecutionSession.save` and read back by :meth:`ExecutionSession.resume`.
+
+Example (with the in-memory fake)::
+
+    >>> from airflow_kafka_reassign.testing import FakeClusterAdmin
+    >>> from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+    >>> fake = FakeClusterAdmin.build(brokers={1: "a", 2: "b", 3: "c"}, topics={"t": [[1, 2]]})
+    >>> plan = ReassignmentPlan(moves=(Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(2, 3)),))
+    >>> session = ExecutionSession(fake, plan, ExecutionConfig(), state_dir=None)
+    >>> tick = session.tick()
+    >>> [str(tp) for tp in tick.status.submitted], tick.status.complete
+    (['t-0'], False)
+    >>> fake.complete()
+    >>> session.tick().status.complete
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
+from airflow_kafka_reassign.core.execution import clock as waiting
+from airflow_kafka_reassign.core.execution.config import (
+    SETTLE_RECHECK_S,
+    ExecutionConfig,
+    ExecutionLimits,
+    ExecutionOptions,
+    OnDeadline,
+)
+from airflow_kafka_reassign.core.execution.finishing import finish, submitted_total
+from airflow_kafka_reassign.core.execution.governor import RunGovernor
+from airflow_kafka_reassign.core.execution.iteration import step
+from airflow_kafka_reassign.core.execution.observe import report_preflight
+from airflow_kafka_reassign.core.execution.run_state import (
+    HEALTH_CANCELLED,
+    HEALTH_STOPPED,
+    read_governor,
+    try_events,
+    write_governor,
+)
+from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.journal import StateLocation, journal
+from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
+from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.core.throttle import NOT_RESTORED, backup_path
+from airflow_kafka_reassign.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_kafka_reassign.core.cancel import CancelResult
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Tick:
+    """What one :meth:`ExecutionSession.tick` saw and did."""
+
+    status: ExecutionStatus
+    #: the deadline has passed: nothing was submitted (the moves in flight go on, or were cancelled)
+    past_deadline: bool = False
+    #: why the health policy stopped the submissions (at this tick or an earlier one; ``None``: it did not)
+    health_stop: str | None = None
+    #: the cancel this tick made (``on_deadline="cancel"`` or ``on_unhealthy="cancel"``)
+    cancel: CancelResult | None = None
+    #: the adaptive limits' changes made at this tick, one line each
+    adaptations: list[str] = field(default_factory=list)
+    #: the ETA of the first move in flight to finish (seconds; ``None``: unknown)
+    eta_s: float | None = None
+    #: when to tick again: soon when a move in flight is about to finish, rarely when far (core/adaptive.py)
+    next_poll_s: float = 0.0
+
+    @property
+    def over(self) -> bool:
+        """Nothing more for a driver that waits for its own moves: complete, stopped by the health policy, or
+        nothing in flight and nothing that may still go out (past the deadline, or blocked with none lagging)."""
+        s = self.status
+        if s.complete or self.health_stop is not None:
+            return True
+        return not s.in_flight and (self.past_deadline or (s.blocked is not None and not s.lagging))
+
+
+class ExecutionSession:
+    """Runs one plan, one :meth:`tick` at a time; every path of the provider drives this same object.
+
+    :param admin: the cluster (the port; a driver may replace it between ticks: ``session.admin = ...``).
+    :param config: the execution settings (or, for the engine's own callers, ``(limits, options, adaptive)``
+        through :meth:`from_parts`).
+    :param state_dir: the run state (throttle backup, journal, lease); required with a throttle.
+    :param lease: the plan's lease, confirmed before anything is written; or a callable that takes it at the
+        first tick that may write (the sensor takes it in the process that submits: worker or triggerer).
+    :param holder: names the task try in the journal (the lease holder without host and pid).
+    :param deadline: no move is submitted at or after it (aware datetime); ``on_deadline="cancel"`` cancels the
+        moves in flight when it passes, ``"finish"`` lets them finish.
+    :param measure: read the plan's sizes at each tick (the progress line's bytes; one DescribeLogDirs).
+    """
+
+    def __init__(self, admin: ClusterAdmin, plan: ReassignmentPlan, config: ExecutionConfig | None = None, *,
+                 state_dir: StateLocation | None, lease: LeaseKeeper | Callable[[], LeaseKeeper | None] | None = None,
+                 holder: str | None = None, deadline: datetime | None = None, on_deadline: OnDeadline = "finish",
+                 poll_interval_s: float = 5.0, min_poll_interval_s: float = DEFAULT_MIN_POLL_S,
+                 measure: bool = False, log: logging.Logger | None = None,
+                 settle_s: float = SETTLE_RECHECK_S, sleep: Callable[[float], None] | None = None,
+                 should_stop: Callable[[], bool] = lambda: False,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC), clock_s: Callable[[], float] | None = None,
+                 default_disk_reserve: str | None = None,
+                 _parts: tuple[ExecutionLimits, ExecutionOptions, AdaptiveBounds | None] | None = None) -> None:
+        if _parts is None:
+            config = config or ExecutionConfig()
+            reserve = {"default_disk_reserve": default_disk_reserve} if default_disk_reserve else {}
+            _parts = (config.limits(), config.options(**reserve), config.adaptive())
+        self.limits, self.options, adaptive = _parts
+        if deadline is not None and deadline.tzinfo is None:
+            raise ConfigurationError(f"deadline {deadline.isoformat()} has no time zone; give an aware datetime")
+        if on_deadline not in ("finish", "cancel"):
+            raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {on_deadline!r}")
+        if self.options.throttle_bytes_per_sec and state_dir is None and not self.options.dry_run:
+            raise ConfigurationError(
+                "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
+                "pass state_dir (the operators use <plan dir>/run)"
+            )
+        self.admin, self.plan, self.state_dir = admin, plan, state_dir
+        self._lease = lease
+        self.holder = holder
+        self.deadline, self.on_deadline = deadline, on_deadline
+        self.poll_interval_s, self.min_poll_interval_s = poll_interval_s, min_poll_interval_s
+        self.measure = measure
+        self.log = log or _log
+        self.settle_s, self.sleep, self.should_stop = settle_s, sleep, should_stop
+        self.now = now
+        #: seconds on the wall clock by default: a resumed session (another process) goes on from them
+        self.clock_s: Callable[[], float] = clock_s or (lambda: time.time())
+        self.governor = RunGovernor(self.options.health, adaptive, self.options.throttle_bytes_per_sec, holder=holder)
+        #: moves refused so far in this session (never sent again by it)
+        self.known_failed: dict[TopicPartition, str] = {}
+        #: every move this session submitted
+        self.submitted: list[TopicPartition] = []
+        #: why the health policy stopped the submissions (kept: the same task try never submits again)
+        self.health_stop: str | None = None
+        self.deadline_reached = False
+        self.ticks = 0
+        self.last: ExecutionStatus | None = None
+        self._done_before: int | None = None
+        self._poll: float | None = None
+        self._saved: list[str] = []
+
+    @classmethod
+    def from_parts(cls, admin: ClusterAdmin, plan: ReassignmentPlan, limits: ExecutionLimits,
+                   options: ExecutionOptions, *, adaptive: AdaptiveBounds | None = None,
+                   **kwargs: Any) -> ExecutionSession:
+        """A session from the engine's views directly (tests, benchmarks, the CLI)."""
+        return cls(admin, plan, None, _parts=(limits, options, adaptive), **kwargs)
+
+    # -- the lease -------------------------------------------------------------------------------
+
+    @property
+    def lease(self) -> LeaseKeeper | None:
+        """The plan's lease (taken now when the session was given a way to take it)."""
+        if callable(self._lease) and not isinstance(self._lease, LeaseKeeper):
+            self._lease = self._lease()
+        return self._lease
+
+    # -- one tick --------------------------------------------------------------------------------
+
+    def preflight(self) -> ExecutionStatus:
+        """One read-only step (nothing submitted, nothing written), its findings logged; a blocked plan stops
+        here, before anything changed."""
+        status = step(self.admin, self.plan, self.limits, self.options, state_dir=self.state_dir, submit=False,
+                      log=self.log, settle_s=self.settle_s, sleep=self.sleep)
+        self.ticks += 1
+        self.last = status
+        report_preflight(status, self.log)
+        return status
+
+    def tick(self, *, submit: bool = True) -> Tick:
+        """Observe, deadline, step (throttles, submissions), health, adapt, journal; see the module docstring.
+
+        Safe at any moment from any process: a move in flight is recognised from the controller's listing and
+        never submitted again. ``submit=False`` only watches (finished partitions still lose their throttles)."""
+        log = self.log
+        past = self.deadline is not None and self.now() >= self.deadline
+        cancelled: CancelResult | None = None
+        if past and not self.deadline_reached:
+            self.deadline_reached = True
+            last = self.last
+            log.warning("deadline %s passed: no new move is submitted%s", self.deadline.isoformat() if self.deadline
+                        else "", f"; {len(last.in_flight)} in flight, {len(last.pending)} pending are left for the "
+                                 "next run" if last is not None else "")
+            if self.on_deadline == "cancel" and (last is None or last.in_flight):
+                cancelled = self._cancel()
+        done_before = self._done_before if self._done_before is not None else (
+            len(self.last.done) if self.last is not None else None)
+        limits, options = self.governor.for_step(self.limits, self.options)
+        changes = len(self.governor.adaptations)
+        status = step(self.admin, self.plan, limits, options, state_dir=self.state_dir,
+                      submit=submit and not past and self.health_stop is None, log=log,
+                      known_failed=self.known_failed, settle_s=self.settle_s, sleep=self.sleep,
+                      should_stop=self.should_stop, lease=None if options.dry_run else self.lease)
+        self.ticks += 1
+        self.submitted.extend(status.submitted)
+        self.known_failed.update(status.failed)
+        before = len(status.done) if done_before is None else done_before
+        eta: float | None = None
+        if not status.complete:
+            stop = None
+            if self.health_stop is None and status.blocked is None:  # a blocked plan submits nothing: no pause
+                stop = self.governor.health(status, at=self.clock_s(), submitting=not past and submit, log=log)
+            if stop is not None:
+                self.health_stop = stop
+                log.error("%s", stop)
+                journal(self.state_dir, {"event": HEALTH_STOPPED, "holder": self.holder, "why": stop}, log=log)
+                if options.health.on_unhealthy == "cancel" and status.in_flight:
+                    cancelled = self._cancel()
+                    log.warning("on_unhealthy=cancel: %s", cancelled.line())
+                    journal(self.state_dir, {"event": HEALTH_CANCELLED, "holder": self.holder,
+                                             "cancel": cancelled.summary()}, log=log)
+            elif self.health_stop is None:
+                eta = self.governor.adapt(self.admin, status, before, at=self.clock_s(), options=options,
+                                          state_dir=self.state_dir, log=log,
+                                          measure=self.plan.partitions if self.measure else None)
+        if self.health_stop is not None:
+            status.blocked = status.blocked or self.health_stop
+            # never sent now (nor a cancelled move again): a driver that watches names them when it ends
+            self.known_failed.update(dict.fromkeys(status.pending, f"not sent: {self.health_stop}"))
+        self._poll = next_poll_s(eta, previous_s=self._poll, ceiling_s=self.poll_interval_s,
+                                 floor_s=min(self.min_poll_interval_s, self.poll_interval_s),
+                                 progressed=len(status.done) > before)
+        self._done_before = len(status.done)
+        self.last = status
+        return Tick(status=status, past_deadline=past, health_stop=self.health_stop, cancel=cancelled,
+                    adaptations=self.governor.adaptations[changes:], eta_s=eta, next_poll_s=self._poll)
+
+    def _cancel(self) -> CancelResult:
+        from airflow_kafka_reassign.core.cancel import cancel  # it builds on this package
+
+        return cancel(self.admin, self.plan, rf_guard=self.options.rf_guard, log=self.log, sleep=self.sleep)
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self, *, elect: bool | None = None) -> dict[str, Any]:
+        """Restore the throttles exactly as they were before the run; elect preferred leaders (``elect``, default
+        the option); under the lease (a session that lost it restores nothing)."""
+        return finish(self.admin, self.plan, self.options, state_dir=self.state_dir, elect=elect, log=self.log,
+                      lease=self.lease)
+
+    # -- across processes (the sensor's pokes, reschedules, deferral, triggerer restarts) ----------
+
+    @classmethod
+    def resume(cls, admin: ClusterAdmin, plan: ReassignmentPlan, config: ExecutionConfig, *, state_dir: Any,
+               holder: str | None, **kwargs: Any) -> ExecutionSession:
+        """A session for one task try that goes on from what an earlier process of the same try left on the run
+        state: the health policy's stop (journalled), the governor (adaptive limits, pause clock, copy watch)
+        and the count of moves done at its last tick."""
+        session = cls(admin, plan, config, state_dir=state_dir, holder=holder, **kwargs)
+        if holder is None or state_dir is None:
+            return session
+        stops = [e["why"] for e in try_events(state_dir, holder) if e.get("event") == HEALTH_STOPPED]
+        session.health_stop = stops[0] if stops else None
+        saved = read_governor(state_dir, holder, session.log)
+        if saved:
+            try:
+                session.governor.restore(saved["governor"])
+                session._done_before = saved.get("done")
+            except (KeyError, TypeError, ValueError) as e:  # another provider version's shape: start afresh
+                session.log.warning("could not restore the submitter's adaptive state (%s): starting afresh", e)
+                session.governor = RunGovernor(session.options.health, session.governor.adaptive,
+                                               session.options.throttle_bytes_per_sec, holder=holder)
+        return session
+
+    def save(self) -> None:
+        """Keep the governor for a later process of the same task try (best effort; written when it changed)."""
+        if self.holder is None or self.state_dir is None:
+            return
+        write_governor(self.state_dir, self.holder, {"governor": self.governor.export(), "done": self._done_before},
+                       self._saved, self.log)
+
+
+@dataclass
+class RunResult:
+    """How a :func:`run` ended: the last status and what happened on the way."""
+
+    status: ExecutionStatus
+    #: moves this call submitted, over all its steps (``status.submitted`` is the last step's only)
+    submitted: list[TopicPartition] = field(default_factory=list)
+    #: distinct moves of the plan submitted by any run so far (this one, earlier tries, the sensor), from the journal
+    submitted_total: int | None = None
+    deadline_reached: bool = False
+    stopped: bool = False
+    cancel: CancelResult | None = None
+    finish: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0
+    elapsed_s: float = 0.0
+    #: the health policy stopped the run (``on_unhealthy`` "cancel"/"fail", or a pause longer than its bound)
+    unhealthy: str | None = None
+    #: seconds spent paused by the health gate
+    paused_s: float = 0.0
+    #: the adaptive limits' changes, one line each (``adaptive``)
+    adaptations: list[str] = field(default_factory=list)
+    #: polls at which the copy in flight was stalled (not gaining on its leaders; see core/adaptive.py)
+    stalled_polls: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        out = self.status.summary()
+        out.update(deadline_reached=self.deadline_reached, stopped=self.stopped, steps=self.steps,
+                   elapsed_s=round(self.elapsed_s, 1), unhealthy=self.unhealthy, paused_s=round(self.paused_s, 1),
+                   adaptations=len(self.adaptations), stalled_polls=self.stalled_polls, **self.finish)
+        out["submitted"] = len(self.submitted)
+        out["submitted_total"] = self.submitted_total if self.submitted_total is not None else len(self.submitted)
+        # "yes" restored now, "none-set" nothing to restore, "no" left in place (wait_for_completion=False: the
+        # sensor restores them when the moves are done)
+        out.setdefault("throttles_restored", NOT_RESTORED)
+        if self.cancel is not None:
+            out["cancel"] = self.cancel.summary()
+        return out
+
+
+def run(
+    admin: ClusterAdmin,
+    plan: ReassignmentPlan,
+    limits: ExecutionLimits | ExecutionConfig,
+    options: ExecutionOptions | None = None,
+    *,
+    state_dir: StateLocation | None,
+    deadline: datetime | None = None,
+    on_deadline: OnDeadline = "finish",
+    poll_interval_s: float = 5.0,
+    before_first_submit: Callable[[ExecutionStatus], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    finish_at_end: bool = True,
+    wait: bool = True,
+    log: logging.Logger | None = None,
+    sleep: Callable[[float], None] | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    settle_s: float = SETTLE_RECHECK_S,
+    lease: LeaseKeeper | None = None,
+    adaptive: AdaptiveBounds | None = None,
+    min_poll_interval_s: float = DEFAULT_MIN_POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[ExecutionStatus], None] | None = None,
+    default_disk_reserve: str | None = None,
+    holder: str | None = None,
+) -> RunResult:
+    """Execute ``plan`` to the end (or the deadline) by ticking one :class:`ExecutionSession`.
+
+    ``limits`` is an :class:`ExecutionConfig` (then ``options`` and ``adaptive`` come from it) or the engine's
+    :class:`ExecutionLimits` with ``options``.
+
+    1. Pre-flight: a read-only tick whose findings are logged; a blocked run stops here, before anything changed.
+    2. ``before_first_submit(status)`` (the operator writes the rollback plan there).
+    3. Ticks until the plan is complete, each after the pause the last tick chose (between
+       ``min_poll_interval_s`` and ``poll_interval_s``: soon when a move in flight is about to finish). After
+       ``deadline`` nothing is submitted; in-flight moves finish (``on_deadline="finish"``) or are cancelled
+       (``"cancel"``). The health policy pauses, or stops the run (cancelling with ``on_unhealthy="cancel"``;
+       with ``"fail"`` or a pause past ``max_pause_s`` the moves in flight keep their throttles, for the next
+       run or the cancel operator to restore).
+    4. :meth:`ExecutionSession.finish` (throttles restored exactly, leaders elected) unless ``finish_at_end`` is
+       False; after an exception or ``should_stop()`` the throttles are restored all the same.
+
+    With ``wait=False`` it returns after the first submission (the sensor keeps ticking); pass
+    ``finish_at_end=False`` with it so that the throttles stay for the moves in flight. With ``lease`` every tick
+    confirms the plan's lease before it writes; a run whose lease was taken over stops at once and restores
+    nothing (:class:`~airflow_kafka_reassign.core.lease.LeaseLostError`). With ``options.dry_run`` it stops after
+    the pre-flight and one dry tick that logs the exact requests of the first batch. ``progress(status)`` is
+    called after each tick that leaves moves in flight.
+    """
+    if isinstance(limits, ExecutionConfig):
+        reserve = {"default_disk_reserve": default_disk_reserve} if default_disk_reserve else {}
+        parts = (limits.limits(), limits.options(**reserve), limits.adaptive())
+    else:
+        if options is None:
+            raise ConfigurationError("run() needs options with ExecutionLimits (or pass an ExecutionConfig)")
+        parts = (limits, options, adaptive)
+    session = ExecutionSession(admin, plan, None, _parts=parts, state_dir=state_dir, lease=lease, holder=holder,
+                               deadline=deadline, on_deadline=on_deadline, poll_interval_s=poll_interval_s,
+                               min_poll_interval_s=min_poll_interval_s, measure=progress is not None, log=log,
+                               settle_s=settle_s, sleep=sleep, should_stop=should_stop, now=now, clock_s=clock)
+    log = session.log
+    options = session.options
+    started = time.monotonic()
+    result = RunResult(status=ExecutionStatus(total=len(plan)))
+    done_cleanly = lost = keep_throttles = False
+    try:
+        status = session.preflight()
+        result.steps, result.status = 1, status
+        if options.dry_run:
+            result.status = session.tick().status
+            result.steps += 1
+            done_cleanly = True
+            return result
+        if status.blocked is None and status.pending and before_first_submit is not None:
+            before_first_submit(status)
+        while True:
+            if should_stop():
+                result.stopped = True
+                log.warning("stop requested: no further move is submitted; %d remain", len(status.remaining))
+                break
+            tick = session.tick()
+            status = tick.status
+            result.steps, result.status = session.ticks, status
+            result.cancel = tick.cancel or result.cancel
+            if tick.health_stop is not None:
+                result.unhealthy = tick.health_stop
+                keep_throttles = options.health.on_unhealthy != "cancel" and bool(status.in_flight)
+            if not wait or tick.over:
+                break
+            if progress is not None and status.in_flight:
+                progress(status)
+            (sleep or waiting.sleep)(tick.next_poll_s)
+        done_cleanly = True
+    except LeaseLostError:
+        lost = True
+        raise
+    finally:
+        result.elapsed_s = time.monotonic() - started
+        result.deadline_reached = session.deadline_reached
+        result.submitted = list(session.submitted)
+        governor = session.governor
+        governor.close(session.clock_s())
+        result.paused_s, result.adaptations = governor.paused_s, governor.adaptations
+        result.stalled_polls = governor.stalled_polls
+        if keep_throttles:
+            log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
+                        "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),
+                        backup_path(state_dir) if state_dir else "the backup")
+        elif not lost and (finish_at_end or not done_cleanly or result.stopped):
+            try:
+                elect = done_cleanly and not result.stopped and options.elect_leaders
+                result.finish = session.finish(elect=elect)
+            except Exception:
+                if done_cleanly:
+                    raise
+                log.exception("restoring the throttles failed; the next run (or CancelReassignmentOperator) "
+                              "restores them from %s", backup_path(state_dir) if state_dir else "the backup")
+    if result.status.blocked:
+        log.error("%s", result.status.blocked)
+    result.submitted_total = submitted_total(state_dir, result.submitted)
+    return result

@@ -1,0 +1,171 @@
+"""Where a plan stands: :class:`ExecutionStatus`, derived from the cluster and the plan only, and what one step read."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
+from airflow_kafka_reassign.core.health import HealthReport
+from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition
+from airflow_kafka_reassign.core.ports import InFlightReassignment
+
+_log = logging.getLogger(__name__)
+
+
+def _names(tps: Iterable[TopicPartition], limit: int = SUMMARY_SAMPLE) -> list[str]:
+    return [str(tp) for tp in sorted(tps)[:limit]]
+
+
+@dataclass
+class ExecutionStatus:
+    """Where a plan stands, derived from the cluster and the plan only (plus the throttle backup).
+
+    Every move of the plan is in exactly one of ``done``, ``lagging``, ``in_flight``,
+    ``pending``, ``stale`` and ``failed``. ``foreign`` lists reassignments this plan did not
+    start (a plan partition moved elsewhere by someone else is also ``stale``). ``submitted``
+    are the moves this call submitted (also in ``in_flight`` or, if instant, ``done``).
+    """
+
+    total: int = 0
+    done: list[TopicPartition] = field(default_factory=list)
+    in_flight: list[TopicPartition] = field(default_factory=list)
+    pending: list[TopicPartition] = field(default_factory=list)
+    #: expected current replicas vs the actual ones
+    stale: dict[TopicPartition, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
+    #: why a stale move is refused, when a list diff does not say it (a reassignment to elsewhere in flight)
+    stale_why: dict[TopicPartition, str] = field(default_factory=dict)
+    foreign: list[TopicPartition] = field(default_factory=list)
+    submitted: list[TopicPartition] = field(default_factory=list)
+    #: partition -> why it was refused (a guard) or failed (the broker's error)
+    failed: dict[TopicPartition, str] = field(default_factory=dict)
+    #: replicas equal the target but the ISR misses a target replica
+    lagging: list[TopicPartition] = field(default_factory=list)
+    #: dry run: what would have been submitted now
+    would_submit: list[TopicPartition] = field(default_factory=list)
+    #: plan errors, one line per problem (a broker, a topic): what each names and how many moves
+    #: it concerns; their moves are in ``failed`` (see ``ExecutionOptions.on_plan_error``)
+    plan_errors: list[str] = field(default_factory=list)
+    #: why no new move may be submitted (plan errors, foreign moves, strict, an RF guard the brokers lack)
+    blocked: str | None = None
+    #: preferred-leader elections run by this call (partition -> error, None when elected)
+    elections: dict[TopicPartition, str | None] = field(default_factory=dict)
+    #: the controller's listing: every in-flight reassignment (ours and foreign)
+    reassignments: dict[TopicPartition, InFlightReassignment] = field(default_factory=dict)
+    #: each classified move as it really is: current_replicas = the live (or original) replicas
+    moves: dict[TopicPartition, Move] = field(default_factory=dict)
+    #: the health gate's reading (``None``: the gate is off)
+    health: HealthReport | None = None
+    #: why nothing new was submitted although the run may: the cluster is unhealthy (one line)
+    paused: str | None = None
+    #: pending moves whose target keeps fewer in-sync replicas than min.insync.replicas (ordered last or refused)
+    below_min_isr: list[TopicPartition] = field(default_factory=list)
+    #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
+    stalled: bool = False
+    #: pending moves the disk guard held this step: a broker they add lacks the free space (why, per move)
+    disk_held: dict[TopicPartition, str] = field(default_factory=dict)
+    #: what this step read (the plan's partitions, the live brokers): the progress line reuses it
+    observation: _Observation | None = field(default=None, repr=False)
+    #: the plan's replica sizes measured this poll (DescribeLogDirs), when a progress line wants them
+    sizes: dict[TopicPartition, dict[int, int]] | None = field(default=None, repr=False)
+    observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def complete(self) -> bool:
+        """Nothing left that this plan will do: no move pending, in flight or lagging.
+
+        Stale and failed moves are refused, not left: check :attr:`ok` for a clean finish.
+        """
+        return not (self.pending or self.in_flight or self.lagging)
+
+    @property
+    def ok(self) -> bool:
+        """Complete, and nothing was refused or failed."""
+        return self.complete and not self.stale and not self.failed and self.blocked is None
+
+    @property
+    def remaining(self) -> list[TopicPartition]:
+        return sorted([*self.in_flight, *self.pending, *self.lagging])
+
+    def progress_line(self) -> str:
+        line = (
+            f"{len(self.done)}/{self.total} moves done, {len(self.in_flight)} in flight, "
+            f"{len(self.pending)} pending"
+        )
+        extras = [(self.lagging, "lagging (ISR short)"), (self.stale, "stale (refused)"),
+                  (self.failed, "failed"), (self.foreign, "foreign in flight")]
+        for items, what in extras:
+            if items:
+                line += f", {len(items)} {what}"
+        if self.submitted:
+            line += f"; submitted {len(self.submitted)} now"
+        if self.below_min_isr:
+            line += f", {len(self.below_min_isr)} below min ISR (last)"
+        if self.stalled:
+            line += "; copy STALLED"
+        if self.paused:
+            line += "; PAUSED (cluster unhealthy)"
+        if self.disk_held:
+            line += f", {len(self.disk_held)} wait for disk space"
+        if self.blocked:
+            line += "; BLOCKED (see the warning)"
+        return line
+
+    def summary(self) -> dict[str, Any]:
+        """A small JSON-able dict for XCom and logs (at most a few partitions named per kind)."""
+        out: dict[str, Any] = {
+            "moves": self.total,
+            "done": len(self.done),
+            "in_flight": len(self.in_flight),
+            "pending": len(self.pending),
+            "lagging": len(self.lagging),
+            "stale": len(self.stale),
+            "failed": len(self.failed),
+            "foreign": len(self.foreign),
+            "submitted": len(self.submitted),
+            "complete": self.complete,
+            "ok": self.ok,
+            "blocked": self.blocked,
+            "paused": self.paused,
+            "below_min_isr": len(self.below_min_isr),
+            "stalled": self.stalled,
+            "disk_held": len(self.disk_held),
+        }
+        if self.disk_held:
+            out["disk_held_partitions"] = {str(tp): why for tp, why in sorted(self.disk_held.items())[:SUMMARY_SAMPLE]}
+        if self.health is not None:
+            out["health"] = self.health.summary()
+        if self.stale:
+            out["stale_partitions"] = {
+                str(tp): {"expected": list(self.stale[tp][0]), "actual": list(self.stale[tp][1]),
+                          **({"why": self.stale_why[tp]} if tp in self.stale_why else {})}
+                for tp in sorted(self.stale)[:SUMMARY_SAMPLE]
+            }
+        if self.failed:
+            out["failed_partitions"] = {str(tp): self.failed[tp] for tp in sorted(self.failed)[:SUMMARY_SAMPLE]}
+        if self.plan_errors:
+            out["plan_errors"] = self.plan_errors[:SUMMARY_SAMPLE]
+        if self.foreign:
+            out["foreign_partitions"] = _names(self.foreign)
+        if self.remaining:
+            out["remaining_partitions"] = _names(self.remaining)
+        if self.would_submit:
+            out["would_submit"] = len(self.would_submit)
+        return out
+
+
+@dataclass
+class _Observation:
+    reassignments: dict[TopicPartition, InFlightReassignment]
+    partitions: dict[TopicPartition, PartitionState]
+    #: the brokers the cluster lists as alive (DescribeCluster)
+    brokers: frozenset[int] = frozenset()
+    #: the plan's topics that exist, with their partition count now
+    topics: dict[str, int] = field(default_factory=dict)
+    #: every partition read (all topics when the health gate is on), and min.insync.replicas per topic
+    everything: tuple[PartitionState, ...] = ()
+    min_isr: dict[str, int] = field(default_factory=dict)
+
