@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_reassign.core.cancel import live_rollback
+from airflow_kafka_reassign.core.drain import read_drain
 from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, progress_observation
 from airflow_kafka_reassign.core.execution.run_state import executed_digest, health_stop, try_key
@@ -52,6 +53,8 @@ STEP_LOGGER = "airflow_kafka_reassign.sensors.submit"
 ADAPTER_LOGGER = "airflow_kafka_reassign.kafka.admin"
 #: Consecutive polls that may fail to reach the cluster before the wait fails.
 MAX_UNREACHABLE_POLLS = 3
+#: The soonest a deferred wait pokes again after a poke (a move predicted to finish sooner is seen at the next one).
+MIN_POLL_S = 1.0
 
 
 def _step_logger() -> logging.Logger:
@@ -101,6 +104,9 @@ class WaitSpec:
     #: With ``submit_pending``: no move is submitted at or after this time (ISO-8601 with a time zone); the
     #: wait then ends once the moves in flight are done, leaving the pending ones for the next run.
     submit_until: str | None = None
+    #: The longest pause between two pokes (the sensor's ``poke_interval``): with ``submit_pending`` the trigger
+    #: pokes sooner, when the session predicts the first move in flight finishes (a freed slot is refilled then).
+    poll_interval_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.which not in ("plan", "rollback"):
@@ -155,7 +161,9 @@ class WaitSpec:
         log = log or _step_logger()
         return ExecutionSession.resume(admin, plan, self.config(), state_dir=self.state,
                                        holder=try_key(self.lease_holder), lease=lambda: self.take_lease(log),
-                                       deadline=self.deadline(), measure=self.measure_bytes, log=log)
+                                       deadline=self.deadline(), measure=self.measure_bytes, log=log,
+                                       poll_interval_s=self.poll_interval_s, min_poll_interval_s=MIN_POLL_S,
+                                       drain=read_drain(self.plan_store) if self.which == "plan" else None)
 
     def submitter(self, plan: ReassignmentPlan) -> Submitter | None:
         """Ticks the plan's session once per poke (with ``submit_pending``); see :func:`poke_outcome`."""
@@ -224,9 +232,13 @@ def poke_outcome(session: ExecutionSession, *, measure_bytes: bool) -> SubmitOut
     plan = session.plan
     observed = (lambda at, refused_now: progress_observation(plan, status, at=at, refused=refused_now)) \
         if covered else None
+    notes = [f"adaptive limits: {why}" for why in tick.adaptations]
+    if tick.drained_later:
+        notes.append(f"drain round {session.drain_rounds}: {len(tick.drained_later)} partition(s) that arrived on the "
+                     f"drained brokers meanwhile are moved off in this run")
     return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=tick.health_stop or status.blocked,
-                         notes=tuple(f"adaptive limits: {why}" for why in tick.adaptations),
-                         closed=tick.past_deadline, observed=observed)
+                         notes=tuple(notes), closed=tick.past_deadline, observed=observed, plan=plan,
+                         next_poll_s=tick.next_poll_s)
 
 
 def make_admin(spec: WaitSpec) -> ClusterAdmin:

@@ -476,6 +476,12 @@ class SubmitOutcome:
     #: The plan as the submitter's step observed it (``observed(at, refused)``), sizes included: the poke then
     #: reads the cluster no second time. ``None``: the poke observes the plan itself.
     observed: Callable[[float, Mapping[TopicPartition, str]], Observation] | None = None
+    #: The plan as the submitter runs it now (a drain round adds the partitions that arrived on the drained brokers):
+    #: the watch follows it. ``None``: the plan the watch was built with.
+    plan: ReassignmentPlan | None = None
+    #: When to poke next (seconds): when the first move in flight is predicted to finish (bytes left at the rate
+    #: observed for it), within the session's bounds. ``None``: no prediction (the driver's own interval).
+    next_poll_s: float | None = None
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -545,6 +551,8 @@ class ReassignmentWatch:
         self.notes: tuple[str, ...] = ()
         #: The submitter's deadline has passed (:attr:`SubmitOutcome.closed`).
         self.closed = False
+        #: When the submitter's session predicts the next poke is worth making (:attr:`SubmitOutcome.next_poll_s`).
+        self.next_poll_s: float | None = None
 
     @property
     def state(self) -> TrackerState:
@@ -555,6 +563,9 @@ class ReassignmentWatch:
         observed = None
         if self.submitter is not None:
             outcome = self.submitter(admin)
+            if outcome.plan is not None:
+                self.plan = outcome.plan
+            self.next_poll_s = outcome.next_poll_s
             observed = outcome.observed
             submitted = outcome.submitted
             self.refused.update(outcome.refused)

@@ -39,6 +39,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S
 from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
+from airflow_kafka_reassign.core.drain import read_drain
 from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.durations import duration_s
 from airflow_kafka_reassign.core.execution import (
@@ -209,6 +210,7 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
                 min_poll_interval_s=float(self.min_poll_interval),
                 progress=self._progress_logger(plan),
                 default_disk_reserve=self.default_disk_reserve(),
+                drain=read_drain(store),
             )
         except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
@@ -257,6 +259,8 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
         problem = None
         if status.blocked:
             problem = f"the plan was refused: {status.blocked}"
+        elif result.drain_short:
+            problem = f"the drain did not end empty: {result.drain_short}"
         elif status.stale or status.failed:
             problem = (
                 f"{len(status.stale)} stale and {len(status.failed)} refused or failed move(s) were not executed "

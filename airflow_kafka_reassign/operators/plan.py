@@ -55,6 +55,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSki
 from airflow.sdk import BaseOperator, Context
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
+from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.rates import snapshot_bytes_in
@@ -143,6 +144,10 @@ class PlanReassignmentOperator(BaseOperator):
     :param partial_drain: goal ``remove-brokers`` with topic filters: drain only the selected
         topics now; topics left out keep their replicas on the removed brokers (a warning says how
         many). Without it such a plan is refused. Templated (``"{{ params.partial_drain }}"``).
+    :param drain_rounds: goal ``remove-brokers``: the plan directory says what is drained (``drain.json``), and the
+        execution that runs it, once the plan's moves are done, moves the partitions that arrived on the drained
+        brokers meanwhile (topics created or grown while it ran, placed there by the controller) in the same run,
+        within the same limits, up to this many rounds (0: none). See docs/decommission.md.
     :param request: extra :class:`~airflow_kafka_reassign.core.planner.PlanRequest` fields.
     :param output_uri: where the snapshot and plan go: a path or an object-storage URI (templated;
         see the module doc).
@@ -183,6 +188,7 @@ class PlanReassignmentOperator(BaseOperator):
         include_internal: bool = False,
         use_sizes: bool = False,
         partial_drain: bool = False,
+        drain_rounds: int = DEFAULT_MAX_ROUNDS,
         capacity: Any = None,
         sample_window_s: float | None = None,
         disk_cap: float | None = None,
@@ -211,6 +217,7 @@ class PlanReassignmentOperator(BaseOperator):
         self.include_internal = include_internal
         self.use_sizes = use_sizes
         self.partial_drain = partial_drain
+        self.drain_rounds = drain_rounds
         self.capacity = capacity
         self.sample_window_s = sample_window_s
         self.disk_cap = disk_cap
@@ -421,6 +428,7 @@ class PlanReassignmentOperator(BaseOperator):
             metrics, report = self._plan_on_storage(location.rstrip("/"), work, snapshot)
 
         base = location.rstrip("/") if remote else str(work)
+        self._write_drain(request, f"{base}/plan")
         summary = metrics["summary"]
         out = {
             "plan_uri": f"{base}/plan",
@@ -459,6 +467,18 @@ class PlanReassignmentOperator(BaseOperator):
             context["ti"].xcom_push(key="plan", value=out)
             raise AirflowSkipException("the plan moves nothing: skipping the downstream tasks")
         return out
+
+    def _write_drain(self, request: PlanRequest, plan_uri: str) -> None:
+        """A decommission's plan directory says what is drained (drain.json): the execution that runs it drains
+        the partitions that arrive on those brokers meanwhile, in the same run (core/drain.py)."""
+        if request.goal != "remove-brokers" or not request.brokers:
+            return
+        partial = bool(request.partial_drain)
+        spec = DrainSpec(brokers=request.brokers, max_rounds=int(self.drain_rounds),
+                         topic_include=request.topic_include if partial else (),
+                         topic_exclude=request.topic_exclude if partial else ())
+        open_store(plan_uri, conn_id=self.storage_conn_id or None, timeout_s=float(self.storage_timeout_s)).write(
+            DRAIN_FILE, spec.model_dump_json().encode())
 
     def _digest(self, plan_dir: Path, location: str, remote: bool) -> str:
         if not remote:

@@ -182,7 +182,7 @@ class WaitForReassignmentSensor(ExecutionTask, BaseSensorOperator):
             submit_pending=self.submit_pending, execution=config.to_json(),
             storage_conn_id=self.storage_conn_id or None, storage_timeout_s=float(self.storage_timeout_s),
             state_dir=str(self.state_dir) if self.state_dir else None, lease_holder=holder, lease_scope=scope,
-            submit_until=self._submit_until(),
+            submit_until=self._submit_until(), poll_interval_s=float(self.poke_interval),
         )
 
     def _submit_until(self) -> str | None:

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
     from airflow_kafka_reassign.core.progress import ReassignmentWatch
 
 
+def next_poke_s(watch: ReassignmentWatch, poke_interval: float) -> float:
+    """The pause before the next poke: when the execution session predicts the first move in flight finishes (so a
+    freed slot is refilled about then, not a whole ``poke_interval`` later), never longer than ``poke_interval``."""
+    predicted = watch.next_poll_s
+    return poke_interval if predicted is None else max(0.0, min(poke_interval, predicted))
+
+
 class ReassignmentTrigger(BaseTrigger):
     """Polls a plan's progress until it is complete, blocked or timed out; see the module docstring.
 
@@ -112,7 +119,7 @@ class ReassignmentTrigger(BaseTrigger):
             if progress.status != "running":
                 yield TriggerEvent(event_payload(progress, spec))
                 return
-            await asyncio.sleep(self.poke_interval)
+            await asyncio.sleep(next_poke_s(watch, self.poke_interval))
 
     async def cleanup(self) -> None:
         admin, self._admin = self._admin, None

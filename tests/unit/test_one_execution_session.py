@@ -141,3 +141,27 @@ def test_a_session_runs_a_whole_plan_tick_by_tick_on_the_fake(tmp_path):
     assert session.finish()["throttles_restored"] == "yes"
     assert all(not configs for configs in admin.broker_configs.values())  # restored exactly: nothing was there
     assert sorted(session.submitted) == sorted(m.tp for m in PLAN.moves)
+
+
+def test_the_deferred_wait_pokes_when_the_first_move_is_predicted_to_finish(tmp_path, monkeypatch):
+    """Pacing from the session, not the poll interval: a move predicted to finish in about 3 s is polled within
+    that, never later than poke_interval; with nothing predicted, poke_interval."""
+    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.triggers.reassignment import next_poke_s
+
+    watch = ReassignmentWatch(PLAN, started_at=0.0, stuck_after_s=600)
+    assert next_poke_s(watch, 15.0) == 15.0  # a bare watch: no prediction
+    admin = cluster()
+    spec = WaitSpec(plan_uri=str(plan_dir_of(tmp_path)), kafka_config_id="k", submit_pending=True,
+                    execution={"max_moves": 2}, lease_holder=HOLDER, lease_scope="d/r", poll_interval_s=15.0)
+    watch = spec.watch(started_at=0.0, admin=admin)
+    session_clock = [1000.0]
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.session.time.time", lambda: session_clock[0])
+    watch.poke(admin, now=0.0)  # submits 2 moves of 1 MB each
+    first = next_poke_s(watch, 15.0)
+    assert 1.0 <= first < 15.0  # no rate yet: soon, growing from the floor
+    for tp in admin.inflight:
+        admin.sizes[tp] = {**admin.sizes[tp], 3: MB // 4}  # a quarter copied in 1 s: 3 s left
+    session_clock[0] += 1.0
+    watch.poke(admin, now=1.0)
+    assert 1.0 <= next_poke_s(watch, 15.0) <= 3.0

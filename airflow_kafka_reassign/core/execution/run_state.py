@@ -23,6 +23,30 @@ HEALTH_STOPPED = "health-stopped"
 HEALTH_CANCELLED = "health-cancelled"
 #: Where a task try's governor is kept between processes: ``<run dir>/governor/<try>.json`` (overwritten).
 GOVERNOR_DIR = "governor"
+#: A drain's later rounds (core/drain.py): ``<run dir>/drain/round-<n>.json``, each a plan of the partitions that
+#: arrived on the drained brokers, written before any of its moves is sent (a retry, on any worker, goes on from them).
+DRAIN_DIR = "drain"
+#: The journal event of a drain round planned.
+DRAIN_ROUND = "drain-round"
+
+
+def drain_round_name(n: int) -> str:
+    return f"{DRAIN_DIR}/round-{n:03d}.json"
+
+
+def read_drain_rounds(state: StateLocation) -> list[str]:
+    """The drain rounds planned so far on this run state, in order (their JSON texts)."""
+    store = as_store(state)
+    out = []
+    n = 1
+    while (data := store.read(drain_round_name(n))) is not None:
+        out.append(data.decode())
+        n += 1
+    return out
+
+
+def write_drain_round(state: StateLocation, n: int, plan_json: str) -> None:
+    as_store(state).write(drain_round_name(n), plan_json.encode())
 
 
 def try_key(lease_holder: str | None) -> str | None:

@@ -36,9 +36,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
+from airflow_kafka_reassign.core.drain import DrainSpec, drain_moves, leftovers, merge
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import (
     SETTLE_RECHECK_S,
+    SUMMARY_SAMPLE,
     ExecutionConfig,
     ExecutionLimits,
     ExecutionOptions,
@@ -49,10 +51,13 @@ from airflow_kafka_reassign.core.execution.governor import RunGovernor
 from airflow_kafka_reassign.core.execution.iteration import step
 from airflow_kafka_reassign.core.execution.observe import report_preflight
 from airflow_kafka_reassign.core.execution.run_state import (
+    DRAIN_ROUND,
     HEALTH_CANCELLED,
     HEALTH_STOPPED,
+    read_drain_rounds,
     read_governor,
     try_events,
+    write_drain_round,
     write_governor,
 )
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
@@ -67,6 +72,11 @@ if TYPE_CHECKING:
     from airflow_kafka_reassign.core.cancel import CancelResult
 
 _log = logging.getLogger(__name__)
+
+
+def _tps(tps: Any, limit: int = 10) -> str:
+    names = [str(tp) for tp in tps]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 @dataclass
@@ -86,6 +96,8 @@ class Tick:
     eta_s: float | None = None
     #: when to tick again: soon when a move in flight is about to finish, rarely when far (core/adaptive.py)
     next_poll_s: float = 0.0
+    #: a drain round planned at this tick: the partitions that arrived on the drained brokers (core/drain.py)
+    drained_later: list[TopicPartition] = field(default_factory=list)
 
     @property
     def over(self) -> bool:
@@ -110,6 +122,9 @@ class ExecutionSession:
     :param deadline: no move is submitted at or after it (aware datetime); ``on_deadline="cancel"`` cancels the
         moves in flight when it passes, ``"finish"`` lets them finish.
     :param measure: read the plan's sizes at each tick (the progress line's bytes; one DescribeLogDirs).
+    :param drain: a decommission's drain (core/drain.py): once the plan's moves are done, the partitions that arrived
+        on the drained brokers meanwhile are planned and moved in the same run, round after round (each round kept
+        on the run state before its moves go out), until the brokers are empty or ``drain.max_rounds``.
     """
 
     def __init__(self, admin: ClusterAdmin, plan: ReassignmentPlan, config: ExecutionConfig | None = None, *,
@@ -120,7 +135,7 @@ class ExecutionSession:
                  settle_s: float = SETTLE_RECHECK_S, sleep: Callable[[float], None] | None = None,
                  should_stop: Callable[[], bool] = lambda: False,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC), clock_s: Callable[[], float] | None = None,
-                 default_disk_reserve: str | None = None,
+                 default_disk_reserve: str | None = None, drain: DrainSpec | None = None,
                  _parts: tuple[ExecutionLimits, ExecutionOptions, AdaptiveBounds | None] | None = None) -> None:
         if _parts is None:
             config = config or ExecutionConfig()
@@ -160,6 +175,13 @@ class ExecutionSession:
         self._done_before: int | None = None
         self._poll: float | None = None
         self._saved: list[str] = []
+        self.drain = drain
+        #: drain rounds planned so far (this session's and, resumed, earlier processes'), and what each brought
+        self.drain_rounds = 0
+        self.drained_later: list[TopicPartition] = []
+        #: why the drain could not empty the brokers (rounds spent, partitions that cannot be placed)
+        self.drain_short: str | None = None
+        self._last_round: list[TopicPartition] = []
 
     @classmethod
     def from_parts(cls, admin: ClusterAdmin, plan: ReassignmentPlan, limits: ExecutionLimits,
@@ -216,6 +238,11 @@ class ExecutionSession:
         self.ticks += 1
         self.submitted.extend(status.submitted)
         self.known_failed.update(status.failed)
+        if status.complete and self.drain is not None and not past and submit and self.health_stop is None \
+                and not options.dry_run and self._drain_round():
+            again = self.tick(submit=submit)  # the round's first batch, at once
+            again.drained_later = self.drained_later[-len(self._last_round):]
+            return again
         before = len(status.done) if done_before is None else done_before
         eta: float | None = None
         if not status.complete:
@@ -247,6 +274,47 @@ class ExecutionSession:
         return Tick(status=status, past_deadline=past, health_stop=self.health_stop, cancel=cancelled,
                     adaptations=self.governor.adaptations[changes:], eta_s=eta, next_poll_s=self._poll)
 
+    def _drain_round(self) -> bool:
+        """Plan the partitions that arrived on the drained brokers as a new round (``True``: one was planned)."""
+        spec = self.drain
+        assert spec is not None
+        self._last_round = []
+        snap = self.admin.snapshot()
+        left = leftovers(snap, spec)
+        if not left:
+            return False
+        if self.drain_rounds >= spec.max_rounds:
+            self.drain_short = (
+                f"{len(left)} partition(s) still have a replica on the drained broker(s) {list(spec.brokers)} after "
+                f"{self.drain_rounds} drain round(s) (max_rounds={spec.max_rounds}): {_tps(p.tp for p in left)}. "
+                "Something keeps creating partitions there: cordon the brokers (Kafka 4.3+, KIP-1066), or stop what "
+                "creates topics, then run the drain again")
+            self.log.error("%s", self.drain_short)
+            return False
+        extra, refused = drain_moves(snap, spec)
+        if refused:
+            self.drain_short = ("the drain cannot place " + "; ".join(f"{tp}: {why}" for tp, why in
+                                                                        sorted(refused.items())[:10]))
+            self.log.error("%s", self.drain_short)
+        if not extra.moves:
+            return False
+        self.drain_rounds += 1
+        if self.state_dir is not None:
+            if self.lease is not None:
+                self.lease.confirm()
+            write_drain_round(self.state_dir, self.drain_rounds, extra.model_dump_json())
+            journal(self.state_dir, {"event": DRAIN_ROUND, "holder": self.holder, "round": self.drain_rounds,
+                                     "partitions": [str(m.tp) for m in extra.moves]}, log=self.log)
+        self._last_round = [m.tp for m in extra.moves]
+        self.drained_later.extend(self._last_round)
+        self.plan = merge(self.plan, extra)
+        self.log.warning(
+            "%d partition(s) arrived on the drained broker(s) %s while the plan's moves ran (%s): drained in this run, "
+            "round %d of at most %d, within the same limits. Cordoning the brokers before the plan (Kafka 4.3+, "
+            "KIP-1066) keeps new partitions off them", len(extra.moves), list(spec.brokers),
+            _tps(self._last_round), self.drain_rounds, spec.max_rounds)
+        return True
+
     def _cancel(self) -> CancelResult:
         from airflow_kafka_reassign.core.cancel import cancel  # it builds on this package
 
@@ -269,6 +337,7 @@ class ExecutionSession:
         state: the health policy's stop (journalled), the governor (adaptive limits, pause clock, copy watch)
         and the count of moves done at its last tick."""
         session = cls(admin, plan, config, state_dir=state_dir, holder=holder, **kwargs)
+        session.resume_drain()
         if holder is None or state_dir is None:
             return session
         stops = [e["why"] for e in try_events(state_dir, holder) if e.get("event") == HEALTH_STOPPED]
@@ -283,6 +352,16 @@ class ExecutionSession:
                 session.governor = RunGovernor(session.options.health, session.governor.adaptive,
                                                session.options.throttle_bytes_per_sec, holder=holder)
         return session
+
+    def resume_drain(self) -> None:
+        """Take the drain rounds an earlier process planned on this run state into the plan."""
+        if self.drain is None or self.state_dir is None:
+            return
+        for text in read_drain_rounds(self.state_dir):
+            extra = ReassignmentPlan.model_validate_json(text)
+            self.plan = merge(self.plan, extra)
+            self.drain_rounds += 1
+            self.drained_later.extend(m.tp for m in extra.moves)
 
     def save(self) -> None:
         """Keep the governor for a later process of the same task try (best effort; written when it changed)."""
@@ -315,6 +394,10 @@ class RunResult:
     adaptations: list[str] = field(default_factory=list)
     #: polls at which the copy in flight was stalled (not gaining on its leaders; see core/adaptive.py)
     stalled_polls: int = 0
+    #: partitions that arrived on the drained brokers during the run and were drained in it (core/drain.py)
+    drained_later: list[TopicPartition] = field(default_factory=list)
+    #: why the drain could not empty the brokers (``None``: it did, or there was no drain)
+    drain_short: str | None = None
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
@@ -328,6 +411,10 @@ class RunResult:
         out.setdefault("throttles_restored", NOT_RESTORED)
         if self.cancel is not None:
             out["cancel"] = self.cancel.summary()
+        if self.drained_later or self.drain_short:
+            out["drained_later"] = len(self.drained_later)
+            out["drained_later_partitions"] = [str(tp) for tp in self.drained_later[:SUMMARY_SAMPLE]]
+            out["drain_short"] = self.drain_short
         return out
 
 
@@ -356,6 +443,7 @@ def run(
     progress: Callable[[ExecutionStatus], None] | None = None,
     default_disk_reserve: str | None = None,
     holder: str | None = None,
+    drain: DrainSpec | None = None,
 ) -> RunResult:
     """Execute ``plan`` to the end (or the deadline) by ticking one :class:`ExecutionSession`.
 
@@ -390,7 +478,9 @@ def run(
     session = ExecutionSession(admin, plan, None, _parts=parts, state_dir=state_dir, lease=lease, holder=holder,
                                deadline=deadline, on_deadline=on_deadline, poll_interval_s=poll_interval_s,
                                min_poll_interval_s=min_poll_interval_s, measure=progress is not None, log=log,
-                               settle_s=settle_s, sleep=sleep, should_stop=should_stop, now=now, clock_s=clock)
+                               settle_s=settle_s, sleep=sleep, should_stop=should_stop, now=now, clock_s=clock,
+                               drain=drain)
+    session.resume_drain()
     log = session.log
     options = session.options
     started = time.monotonic()
@@ -435,6 +525,7 @@ def run(
         governor.close(session.clock_s())
         result.paused_s, result.adaptations = governor.paused_s, governor.adaptations
         result.stalled_polls = governor.stalled_polls
+        result.drained_later, result.drain_short = list(session.drained_later), session.drain_short
         if keep_throttles:
             log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
                         "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),
