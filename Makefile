@@ -18,7 +18,7 @@ $(UV):
 # default (uv does not). Without it, where PYTHONDONTWRITEBYTECODE is set (this machine), every
 # Python process compiles PySpark, pydantic, Airflow, ... again: each Spark job's Python
 # workers took 0.5 s longer to start (docs/performance.md).
-$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+$(VENV)/.synced: $(UV) pyproject.toml packages/sandbox/pyproject.toml uv.lock
 	$(UV) sync --frozen --extra dev --compile-bytecode
 	touch $@
 
@@ -67,7 +67,7 @@ docs: setup  ## the docs site in site/ (mkdocs, warnings are errors)
 	$(VENV)/bin/mkdocs build --strict -d site
 
 lint: setup
-	$(VENV)/bin/ruff check airflow_kafka_reassign tests
+	$(VENV)/bin/ruff check airflow_kafka_reassign tests packages
 	$(VENV)/bin/mypy airflow_kafka_reassign/core
 
 clean:
