@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 from airflow_kafka_reassign.core.models import ClusterSnapshot
+from airflow_kafka_reassign.core.units import format_bytes
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+#: The name the operators and the report import (one formatter: core.units.format_bytes).
+human_bytes = format_bytes
 
 
 def broker_loads(snapshot: ClusterSnapshot) -> dict[int, dict[str, int]]:
