@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from airflow_kafka_reassign.core.plan_view import PlanView, rack_label, rack_loads
-from airflow_kafka_reassign.core.report import human_bytes
+from airflow_kafka_reassign.core.units import format_bytes
+from airflow_kafka_reassign.report.view import PlanView, rack_label, rack_loads
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:24px auto;max-width:1500px;
@@ -58,7 +58,7 @@ def delta(before: int | None, after: int | None, *, as_bytes: bool = False) -> s
     d = after - before
     if d == 0:
         return "0"
-    text = (("+" if d > 0 else "-") + human_bytes(abs(d))) if as_bytes else f"{d:+,}"
+    text = (("+" if d > 0 else "-") + format_bytes(abs(d))) if as_bytes else f"{d:+,}"
     return f'<span class="{"up" if d > 0 else "down"}">{e(text)}</span>'
 
 
@@ -121,7 +121,7 @@ def summary_cards(metrics: Mapping[str, Any], view: PlanView) -> str:
              "ok" if moves <= bound * 1.05 or moves == 0 else "warn"),
         card(f"{num(view.leader_changes)} / {num(lbound)}",
              f"leader changes / fewest needed ({e(ratio(view.leader_changes, lbound))})"),
-        card(e(human_bytes(view.bytes_to_move)) if view.bytes_to_move is not None else "unknown",
+        card(e(format_bytes(view.bytes_to_move)) if view.bytes_to_move is not None else "unknown",
              "bytes to copy" + ("" if view.bytes_to_move is not None else " (no replica sizes in the snapshot)")),
         card(num(len(view.rf_changes)), "replication-factor changes",
              "bad" if any(not c.allowed for c in view.rf_changes) else ("warn" if view.rf_changes else "ok")),
@@ -232,8 +232,8 @@ def balance_table(metrics: Mapping[str, Any]) -> str:
         if b is None and a is None:
             continue
         if key == "bytes_max_min":
-            rows.append([e(label), e(human_bytes(b)) if b is not None else "\u2014",
-                         e(human_bytes(a)) if a is not None else "\u2014"])
+            rows.append([e(label), e(format_bytes(b)) if b is not None else "\u2014",
+                         e(format_bytes(a)) if a is not None else "\u2014"])
         elif isinstance(b, str) or isinstance(a, str):
             rows.append([e(label), f"<code>{e(b)}</code>", f"<code>{e(a)}</code>"])
         else:
@@ -260,7 +260,7 @@ def racks_table(view: PlanView) -> str:
         for k in ("replicas", "leaders"):
             row += [num(r[f"{k}_before"]), num(r[f"{k}_after"]), delta(r[f"{k}_before"], r[f"{k}_after"])]
         if view.bytes_before is not None:
-            row += [e(human_bytes(r["bytes_before"])), e(human_bytes(r["bytes_after"])),
+            row += [e(format_bytes(r["bytes_before"])), e(format_bytes(r["bytes_after"])),
                     delta(r["bytes_before"], r["bytes_after"], as_bytes=True)]
         rows.append(row)
     headers = ["rack", "brokers", "replicas before", "after", "\u0394", "leaders before", "after", "\u0394"]
@@ -281,7 +281,7 @@ def brokers_table(view: PlanView, order: Sequence[int]) -> str:
             row += [num(before[b]), num(after[b]), delta(before[b], after[b])]
         if has_bytes:
             assert view.bytes_before is not None and view.bytes_after is not None
-            row += [e(human_bytes(view.bytes_before[b])), e(human_bytes(view.bytes_after[b])),
+            row += [e(format_bytes(view.bytes_before[b])), e(format_bytes(view.bytes_after[b])),
                     delta(view.bytes_before[b], view.bytes_after[b], as_bytes=True)]
         rows.append(row)
     headers = ["broker", "rack", "replicas before", "after", "\u0394", "leaders before", "after", "\u0394"]
@@ -303,7 +303,7 @@ def disk_table(disk: Mapping[str, Any], order: Sequence[int]) -> str:
         x, y = before.get(b, 0), after.get(b, 0)
         over = y > cap * c
         share = f"{y / c:.1%}"
-        rows.append([str(b), e(human_bytes(c)), e(human_bytes(x)), f"{x / c:.1%}", e(human_bytes(y)),
+        rows.append([str(b), e(format_bytes(c)), e(format_bytes(x)), f"{x / c:.1%}", e(format_bytes(y)),
                      f'<span class="removed">{share} (over the cap)</span>' if over else share,
                      delta(x, y, as_bytes=True)])
     mean = float(disk.get("mean_share", 0.0))
@@ -328,10 +328,10 @@ def ingress_table(ingress: Mapping[str, Any], order: Sequence[int], tiered: Mapp
     rows = []
     for b in brokers:
         x, y = before.get(b, 0.0), after.get(b, 0.0)
-        row = [str(b), e(human_bytes(x)) + "/s", e(human_bytes(y)) + "/s"]
+        row = [str(b), e(format_bytes(x)) + "/s", e(format_bytes(y)) + "/s"]
         if capacity:
             c = capacity.get(b)
-            row += [e(human_bytes(c)) + "/s" if c else "", f"{x / c:.1%}" if c else "", f"{y / c:.1%}" if c else ""]
+            row += [e(format_bytes(c)) + "/s" if c else "", f"{x / c:.1%}" if c else "", f"{y / c:.1%}" if c else ""]
         rows.append(row)
     window = ingress.get("window_s")
     how = f" sampled over {float(window):.0f} s" if window else ""
@@ -356,8 +356,8 @@ def ingress_table(ingress: Mapping[str, Any], order: Sequence[int], tiered: Mapp
     if tiered:
         note += (f"<p>Tiered topics (remote.storage.enable): {num(int(tiered['topics']))} topic(s), "
                 f"{num(int(tiered['partitions']))} partition(s), counted at their local bytes: "
-                f"{e(human_bytes(int(tiered['local_bytes'])))} of {e(human_bytes(int(tiered['total_bytes'])))} on the "
-                f"brokers' disks; {e(human_bytes(int(tiered.get('bytes_to_move', 0))))} of them move.</p>")
+                f"{e(format_bytes(int(tiered['local_bytes'])))} of {e(format_bytes(int(tiered['total_bytes'])))} on the "
+                f"brokers' disks; {e(format_bytes(int(tiered.get('bytes_to_move', 0))))} of them move.</p>")
     return (
         f"<p>Bytes in per broker (estimated{e(how)}; goal: {e(goal)}).</p>"
         + table(headers, rows, numeric=[False] + [True] * (len(headers) - 1), scroll=len(rows) > 30)

@@ -13,7 +13,9 @@ from typing import Any
 
 from airflow_kafka_reassign.core import plan_io
 from airflow_kafka_reassign.core.models import ClusterSnapshot
-from airflow_kafka_reassign.core.plan_view import (
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.report import charts, page
+from airflow_kafka_reassign.report.view import (
     Assignment,
     PlanView,
     assignment_from_snapshot,
@@ -24,8 +26,6 @@ from airflow_kafka_reassign.core.plan_view import (
     read_plan_moves,
     request_brokers,
 )
-from airflow_kafka_reassign.exceptions import ConfigurationError
-from airflow_kafka_reassign.report import charts, page
 
 #: Sub-directory of the plan directory the report is written to.
 REPORT_DIR = "report"
