@@ -115,7 +115,8 @@ def load_workload(config: Mapping[str, str]) -> None:
     for name, (partitions, rf, mb) in SKEWED_TOPICS.items():
         for p in range(partitions):
             produce(config, name, partition=p, megabytes=mb)
-        print(f"    {name}: {partitions} partitions, RF {rf}, {mb * partitions:.0f} MB of records", flush=True)
+        print(f"    {name}: {partitions} partitions, RF {rf}, {format_bytes(mb * partitions * 1_000_000)} of records",
+              flush=True)
 
 
 def demo_snapshot(config: Mapping[str, str]) -> ClusterSnapshot:
