@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_reassign.core.loads import broker_loads
 from airflow_kafka_reassign.core.models import ClusterSnapshot
-from airflow_kafka_reassign.core.report import broker_loads, human_bytes
+from airflow_kafka_reassign.core.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: topic -> (partitions, RF, MB per partition); all placed on brokers 1-3 only.
@@ -114,7 +115,8 @@ def load_workload(config: Mapping[str, str]) -> None:
     for name, (partitions, rf, mb) in SKEWED_TOPICS.items():
         for p in range(partitions):
             produce(config, name, partition=p, megabytes=mb)
-        print(f"    {name}: {partitions} partitions, RF {rf}, {mb * partitions:.0f} MB of records", flush=True)
+        print(f"    {name}: {partitions} partitions, RF {rf}, {format_bytes(mb * partitions * 1_000_000)} of records",
+              flush=True)
 
 
 def demo_snapshot(config: Mapping[str, str]) -> ClusterSnapshot:
@@ -136,7 +138,7 @@ def before_after_table(before: ClusterSnapshot, after: ClusterSnapshot) -> str:
         x, y = a.get(i, zero), b.get(i, zero)
         lines.append(
             f"{i:>6}  {racks.get(i) or '-':<5} {x['replicas']:>5} -> {y['replicas']:<4} {x['leaders']:>4} -> "
-            f"{y['leaders']:<4} {human_bytes(x['bytes']):>8} -> {human_bytes(y['bytes']):<9}"
+            f"{y['leaders']:<4} {format_bytes(x['bytes']):>8} -> {format_bytes(y['bytes']):<9}"
         )
 
     def spread(loads: Mapping[int, Mapping[str, int]], key: str, skip: Iterable[int] = ()) -> int:
@@ -293,7 +295,7 @@ def run(workdir: Path, keep: bool) -> int:
         say("the plan")
         print(f"    replica moves {summary['replica_moves']} (lower bound {summary['lower_bound']}, "
               f"{summary['replica_moves'] / max(1, summary['lower_bound']):.2f}x), "
-              f"{summary['partitions_moved']} partitions, {human_bytes(summary['bytes_to_move'] or 0)} to copy, "
+              f"{summary['partitions_moved']} partitions, {format_bytes(summary['bytes_to_move'] or 0)} to copy, "
               f"{summary['leader_changes']} leader changes", flush=True)
         report = plan_dir / "report" / "report.html"
         if not report.is_file():

@@ -75,9 +75,9 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         # the "Plan report" extra link and the plugin route that serves the report (Airflow's auth)
-        "extra-links": ["airflow_kafka_reassign.links.PlanReportLink"],
+        "extra-links": ["airflow_kafka_reassign.report.links.PlanReportLink"],
         "plugins": [
-            {"name": "kafka_reassign", "plugin-class": "airflow_kafka_reassign.report_server.KafkaReassignPlugin"},
+            {"name": "kafka_reassign", "plugin-class": "airflow_kafka_reassign.report.server.KafkaReassignPlugin"},
         ],
         # "operators", "sensors" and "triggers" entries go here once those modules exist
         # (airflow_kafka_reassign.operators..., .sensors..., .triggers...); list only modules

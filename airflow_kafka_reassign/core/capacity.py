@@ -15,8 +15,8 @@ the normal case. JSON or YAML::
 3.3+, KIP-827's total bytes), read when the snapshot is taken, so no capacity file has to follow
 the hardware (``{"default": {"disk": "cluster"}}``, or the shorthand ``capacity="cluster"``).
 ``network_in`` (bytes per second) is optional. Sizes are integers (bytes) or strings with a
-unit: ``K``/``M``/``G``/``T`` (powers of 1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers
-of 1024); ``B`` is optional.
+unit, read by :func:`~airflow_kafka_reassign.core.units.parse_bytes`: ``K``/``M``/``G``/``T``
+(powers of 1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers of 1024); ``B`` is optional.
 
 :meth:`CapacityDocument.resolve` turns a document into one :class:`BrokerCapacity` per broker
 and fails, naming the broker, rack or number, on an override for a broker or rack the cluster
@@ -27,7 +27,6 @@ the document is read.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,36 +34,8 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from airflow_kafka_reassign.core.models import _Frozen
+from airflow_kafka_reassign.core.units import parse_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
-    "p": 1000**5, "pb": 1000**5,
-    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
-    "ti": 1024**4, "tib": 1024**4, "pi": 1024**5, "pib": 1024**5,
-}
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*(?:/s)?\s*$")
-
-
-def parse_bytes(value: Any, what: str = "size") -> int:
-    """``"2TiB"`` -> 2199023255552; an int passes through. ``ValueError`` naming ``what`` otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{what}: {value!r} is not a size; write bytes (e.g. 2000000000) or a unit (e.g. '2TiB')")
-    if isinstance(value, int | float):
-        return int(value)
-    if isinstance(value, str):
-        m = _SIZE.match(value)
-        if m and m.group(2).lower() in _UNITS:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-        if value.strip().startswith("-"):
-            m = _SIZE.match(value.strip()[1:])
-            if m and m.group(2).lower() in _UNITS:
-                return -int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raise ValueError(
-        f"{what}: {value!r} is not a size; write bytes (e.g. 2000000000) or a number with a unit "
-        "(K, M, G, T, KiB, MiB, GiB, TiB)"
-    )
 
 
 class BrokerCapacity(_Frozen):

@@ -33,10 +33,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from airflow_kafka_reassign.core.capacity import parse_bytes
 from airflow_kafka_reassign.core.models import Move, TopicPartition
 from airflow_kafka_reassign.core.ports import DiskSpace
-from airflow_kafka_reassign.core.report import human_bytes
+from airflow_kafka_reassign.core.units import format_bytes, parse_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: The default reserve: keep at least 1% of each broker's disk free after the moves.
@@ -101,7 +100,7 @@ class DiskReserve:
         return int(self.of(space) * total / space.total_bytes) if space.total_bytes else 0
 
     def __str__(self) -> str:
-        return f"{self.ratio * 100:g}%" if self.ratio else human_bytes(self.bytes)
+        return f"{self.ratio * 100:g}%" if self.ratio else format_bytes(self.bytes)
 
 
 @dataclass
@@ -187,14 +186,14 @@ class DiskRoom:
             kept = self.reserve.of(space)
             if self.room[b] < size:
                 coming = max(0, space.usable_bytes - kept - self.room[b])
-                return (f"needs {human_bytes(size)} on broker {b}: {human_bytes(space.usable_bytes)} free, "
-                        f"reserve {human_bytes(kept)}"
-                        + (f", {human_bytes(coming)} still to come by copies under way or this batch" if coming
+                return (f"needs {format_bytes(size)} on broker {b}: {format_bytes(space.usable_bytes)} free, "
+                        f"reserve {format_bytes(kept)}"
+                        + (f", {format_bytes(coming)} still to come by copies under way or this batch" if coming
                            else ""))
             if max(self.volumes[b], default=0) < size:
-                return (f"needs {human_bytes(size)} in one log dir of broker {b}: its roomiest volume has "
-                        f"{human_bytes(max(0, max(self.volumes[b], default=0)))} above its share of the reserve "
-                        f"({len(space.dirs)} volumes, {human_bytes(space.usable_bytes)} free in all)")
+                return (f"needs {format_bytes(size)} in one log dir of broker {b}: its roomiest volume has "
+                        f"{format_bytes(max(0, max(self.volumes[b], default=0)))} above its share of the reserve "
+                        f"({len(space.dirs)} volumes, {format_bytes(space.usable_bytes)} free in all)")
         for b in adding:
             self._use(b, size)
         return None

@@ -59,6 +59,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from airflow_kafka_reassign.core.loads import broker_loads
 from airflow_kafka_reassign.core.models import (
     INTERNAL_COORDINATOR_TOPICS,
     ClusterSnapshot,
@@ -69,7 +70,6 @@ from airflow_kafka_reassign.core.models import (
 from airflow_kafka_reassign.core.planner import PlanRequest, PlanResult, plan_reassignment
 from airflow_kafka_reassign.core.planner.goals import parse_partition
 from airflow_kafka_reassign.core.ports import ClusterAdmin, NewPartitions, TopicResult
-from airflow_kafka_reassign.core.report import broker_loads
 from airflow_kafka_reassign.core.store import LocalStore, Store
 from airflow_kafka_reassign.exceptions import ConfigurationError
 

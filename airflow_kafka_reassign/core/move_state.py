@@ -41,6 +41,7 @@ from enum import StrEnum
 from typing import Any
 
 from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition, _Frozen
+from airflow_kafka_reassign.core.units import format_bytes
 
 
 class MoveState(StrEnum):
@@ -176,14 +177,3 @@ def classify(move: Move, part: PartitionState | None, sizes: Mapping[int, int] |
         copied = sum(size if b in isr else min(size, (sizes or {}).get(b, 0)) for b in adding)
     return _construct(topic=topic, partition=partition, state=state, bytes_total=total, bytes_copied=copied,
                       lagging=lagging, listed=part.reassigning, detail=detail)
-
-
-
-def format_bytes(n: float) -> str:
-    """Decimal units, as Kafka's configs use: ``999 B``, ``1.5 kB``, ``20.0 MB``, ``3.2 GB``."""
-    n = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")

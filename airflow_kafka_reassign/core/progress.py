@@ -67,9 +67,9 @@ from airflow_kafka_reassign.core.move_state import (
     PartitionProgress,
     _construct,
     classify,
-    format_bytes,
 )
 from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.core.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: Default sliding window of the throughput estimate, in seconds.
@@ -367,7 +367,7 @@ class Progress:
     def line(self) -> str:
         """The one progress line of a poke, for example::
 
-        [#########-----------]  45% | moves 3/10 done, 2 in flight, 5 pending | 45.0 MB of 100.0 MB copied | 150 kB/s | ETA 6m 05s
+        [#########-----------]  45% | moves 3/10 done, 2 in flight, 5 pending | 4.5 MB of 10.0 MB copied | 15.0 KB/s | ETA 6m 06s
         """
         o = self.observation
         frac = o.fraction

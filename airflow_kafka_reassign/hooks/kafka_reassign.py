@@ -69,12 +69,11 @@ class KafkaReassignHook(BaseHook):
         """
         conn_id = self.kafka_config_id
         conn = self.get_connection(conn_id)
-        raw = conn.extra
-        if not raw:
-            extra: Any = {}
-        else:
+        extra: Any = conn.extra_dejson
+        if not extra and (conn.extra or "").strip():
+            # extra_dejson gives {} for an extra it cannot parse (and logs why): say where it breaks
             try:
-                extra = json.loads(raw)
+                json.loads(conn.extra)
             except json.JSONDecodeError as e:
                 raise ConfigurationError(
                     f"Kafka connection {conn_id!r}: its extra is not valid JSON ({e.msg} at "

@@ -49,6 +49,7 @@ from kafka import errors as kp_errors
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import AlterPartitionReassignmentsRequest
 from kafka.protocol.metadata import ApiVersionsRequest
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
 from airflow_kafka_reassign.core.models import (
@@ -395,32 +396,41 @@ class KafkaClusterAdmin:
             return self._kp
 
     def _with_fresh_controller(self, call: Callable[[KafkaAdminClient], _T]) -> _T:
-        """``call(kafka-python client)``, retried once on a new client when the broker it
-        routes to is gone. kafka-python keeps the "controller" id it learned first (in KRaft
-        a broker that forwards to the quorum); when that broker stops (a rolling restart,
-        a decommission) every later request fails with UnknownBrokerIdError. The calls
-        wrapped here (list, alter to the same targets, cancel) are safe to repeat."""
-        client = self._kafka_python()
-        for attempt in range(FRESH_CONTROLLER_ATTEMPTS):
-            try:
-                return call(client)
-            except _STALE_NODE_ERRORS as e:
-                if attempt + 1 == FRESH_CONTROLLER_ATTEMPTS:
-                    raise
-                # In KRaft the metadata names a random live broker as "controller": one that was just killed
-                # stays listed until its session times out, so a fresh client may pick it again. A few tries,
-                # a moment apart, reach another one.
-                log.info("broker routing of the admin client is stale (%s: %s); retrying with fresh metadata",
-                         type(e).__name__, e)
-                with self._kp_lock:
-                    if self._kp is client:  # not one another thread has made fresh meanwhile
-                        self._kp = None
-                with contextlib.suppress(Exception):  # closing a client whose broker is gone
-                    client.close()
-                if attempt:
-                    time.sleep(0.5 * attempt)
-                client = self._kafka_python()
-        raise AssertionError("unreachable")
+        """``call(kafka-python client)``, tried again on a new client when the broker it routes
+        to is gone. kafka-python keeps the "controller" id it learned first (in KRaft a broker
+        that forwards to the quorum); when that broker stops (a rolling restart, a decommission)
+        every later request fails with UnknownBrokerIdError. The calls wrapped here (list, alter
+        to the same targets, cancel) are safe to repeat.
+
+        In KRaft the metadata names a random live broker as "controller": one that was just killed
+        stays listed until its session times out, so a fresh client may pick it again. Up to
+        :data:`FRESH_CONTROLLER_ATTEMPTS` tries, 0, 0.5, 1, 1.5 s apart, reach another one; the
+        last try's error is raised as it is."""
+        tried: list[KafkaAdminClient] = []
+
+        def attempt() -> _T:
+            tried.append(client := self._kafka_python())
+            return call(client)
+
+        def drop_client(state: RetryCallState) -> None:
+            e = state.outcome.exception() if state.outcome is not None else None
+            log.info("broker routing of the admin client is stale (%s: %s); retrying with fresh metadata",
+                     type(e).__name__, e)
+            client = tried[-1]
+            with self._kp_lock:
+                if self._kp is client:  # not one another thread has made fresh meanwhile
+                    self._kp = None
+            with contextlib.suppress(Exception):  # closing a client whose broker is gone
+                client.close()
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_STALE_NODE_ERRORS),
+            stop=stop_after_attempt(FRESH_CONTROLLER_ATTEMPTS),
+            wait=wait_incrementing(start=0, increment=0.5),
+            before_sleep=drop_client,
+            reraise=True,
+        )
+        return retrying(attempt)
 
     @contextlib.contextmanager
     def _authorized(self, refused: Refused) -> Iterator[None]:

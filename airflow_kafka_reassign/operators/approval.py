@@ -45,10 +45,10 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.execution import ExecutionOptions, ExecutionStatus, preflight, preflight_findings, refusal
 from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
-from airflow_kafka_reassign.core.report import human_bytes
+from airflow_kafka_reassign.core.units import format_bytes as human_bytes
 from airflow_kafka_reassign.exceptions import KafkaReassignError
-from airflow_kafka_reassign.links import report_url
 from airflow_kafka_reassign.operators._base import as_bool
+from airflow_kafka_reassign.report.links import report_url
 
 try:
     from airflow.providers.standard.operators.hitl import ApprovalOperator

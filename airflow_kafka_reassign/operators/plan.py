@@ -59,13 +59,13 @@ from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, Dr
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.rates import snapshot_bytes_in
-from airflow_kafka_reassign.core.report import human_bytes
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
+from airflow_kafka_reassign.core.units import format_bytes as human_bytes
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.links import PlanReportLink, push_report_location
 from airflow_kafka_reassign.operators._base import as_bool, default_run_location
+from airflow_kafka_reassign.report.links import PlanReportLink, push_report_location
 from airflow_kafka_reassign.spark.submit import (
     DEFAULT_MASTER,
     default_conf,

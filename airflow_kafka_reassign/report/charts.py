@@ -23,8 +23,8 @@ from matplotlib.colors import LinearSegmentedColormap, LogNorm, Normalize  # noq
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from airflow_kafka_reassign.core.plan_view import MatrixTable, PlanView, rack_label  # noqa: E402
-from airflow_kafka_reassign.core.report import human_bytes  # noqa: E402
+from airflow_kafka_reassign.core.units import byte_unit, format_bytes  # noqa: E402
+from airflow_kafka_reassign.report.view import MatrixTable, PlanView, rack_label  # noqa: E402
 
 DPI = 100
 #: Rack colours (tab10 without grey); brokers without a rack are grey.
@@ -94,11 +94,8 @@ def broker_load_chart(
     a = np.array([after.get(k, 0) for k in order], dtype=float)
     scale, unit = (1.0, "")
     if as_bytes:
-        top = max(float(b.max(initial=0)), float(a.max(initial=0)), 1.0)
-        for factor, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1.0, "B")):
-            if top >= factor:
-                scale, unit = factor, name
-                break
+        factor, unit = byte_unit(max(float(b.max(initial=0)), float(a.max(initial=0)), 1.0))
+        scale = float(factor)
         b, a = b / scale, a / scale
     width = min(22.0, max(8.0, 3.0 + 0.13 * n))
     fig, ax = plt.subplots(figsize=(width, 4.4))
@@ -231,7 +228,7 @@ def cost_chart(
 
 
 def bytes_label(n: int | None) -> str:
-    return "unknown" if n is None else human_bytes(n)
+    return "unknown" if n is None else format_bytes(n)
 
 
 def disk_share_chart(view: PlanView, disk: Mapping[str, Any], *, path: Path) -> Path:

@@ -8,24 +8,26 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow_kafka_reassign.core import plan_io
 from airflow_kafka_reassign.core.models import ClusterSnapshot
-from airflow_kafka_reassign.core.plan_view import (
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.report import charts, page
+from airflow_kafka_reassign.report.view import (
     Assignment,
     PlanView,
     assignment_from_snapshot,
     broker_matrix,
     plan_view,
+    rack_loads,
     rack_matrix,
     read_assignment,
     read_plan_moves,
     request_brokers,
 )
-from airflow_kafka_reassign.exceptions import ConfigurationError
-from airflow_kafka_reassign.report import charts, page
 
 #: Sub-directory of the plan directory the report is written to.
 REPORT_DIR = "report"
@@ -102,17 +104,16 @@ def write_report(
 
     out = Path(out_dir) if out_dir is not None else plan_path / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
-    body = _body(metrics, view, assignment, out, plan_path, snapshot_label, embed_images,
-                 max_matrix_brokers=max_matrix_brokers, limit=max_listed)
+    context = _context(metrics, view, assignment, out, plan_path, snapshot_label, embed_images,
+                       max_matrix_brokers=max_matrix_brokers, limit=max_listed)
     target = out / REPORT_FILE
     tmp = target.with_name(target.name + ".tmp")
-    goal = (metrics.get("request") or {}).get("goal", "plan")
-    tmp.write_text(page.page(f"Reassignment plan: {goal}", body), encoding="utf-8")
+    tmp.write_text(page.render(**context), encoding="utf-8")
     os.replace(tmp, target)
     return target
 
 
-def _body(
+def _context(
     metrics: dict[str, Any],
     view: PlanView,
     assignment: Assignment,
@@ -123,31 +124,17 @@ def _body(
     *,
     max_matrix_brokers: int,
     limit: int,
-) -> list[str]:
+) -> dict[str, Any]:
+    """What ``templates/report.html.j2`` shows, the charts drawn into ``out`` on the way."""
     summary = metrics.get("summary") or {}
-    body = [
-        page.header(metrics, view, plan_dir=str(plan_path), snapshot_label=snapshot_label,
-                    cluster_id=assignment.cluster_id, taken_at=assignment.taken_at),
-        page.summary_cards(metrics, view),
-        "<h2>Guard decisions</h2>",
-        page.guard_decisions(metrics, view, limit=limit, snapshot_mismatch=_mismatch(metrics, assignment)),
-        page.rf_table(view, limit),
-        "<h2>Cost: moves against the lower bound</h2>",
-    ]
-    cost = charts.cost_chart(
+    request = metrics.get("request") or {}
+    figures: dict[str, Any] = {"cost": _img(charts.cost_chart(
         replica_moves=view.replica_moves,
         lower_bound=int(summary.get("lower_bound", 0)),
         leader_changes=view.leader_changes,
         leader_lower_bound=int(summary.get("leader_changes_lower_bound", 0)),
         path=out / "cost.png",
-    )
-    body.append(page.figure(
-        _img(cost, embed), "replica moves and leader changes against their lower bounds",
-        "Replica moves (replicas copied to a new broker) against the fewest any plan reaching the same balance "
-        "needs; leader changes (partitions whose first replica changes) against the fewest leader balance needs.",
-    ))
-    body.append(page.lower_bound_table(metrics))
-    body += ["<h2>Balance before and after</h2>", page.balance_table(metrics), "<h2>Load per broker</h2>"]
+    ), embed)}
     order = charts.broker_order(view)
     loads = [
         ("replicas.png", "replicas per broker", "replicas", view.replicas_before, view.replicas_after, False),
@@ -156,64 +143,52 @@ def _body(
     ]
     if view.bytes_before is not None and view.bytes_after is not None:
         loads.append(("bytes.png", "bytes per broker", "bytes", view.bytes_before, view.bytes_after, True))
-    for name, title, ylabel, before, after, as_bytes in loads:
-        path = charts.broker_load_chart(view, before, after, title=title, ylabel=ylabel, path=out / name,
-                                        as_bytes=as_bytes)
-        body.append(page.figure(
-            _img(path, embed), title,
-            f"{page.e(title.capitalize())}: before (grey) and after the plan (the rack's colour); the dashed line is "
-            "the mean after the plan over the brokers that keep replicas.",
-        ))
+    figures["loads"] = [
+        (_img(charts.broker_load_chart(view, before, after, title=title, ylabel=ylabel, path=out / name,
+                                       as_bytes=as_bytes), embed), title)
+        for name, title, ylabel, before, after, as_bytes in loads
+    ]
     disk = metrics.get("disk")
     if disk:
-        path = charts.disk_share_chart(view, disk, path=out / "disk.png")
-        body.append(page.figure(
-            _img(path, embed), "disk used per broker against its capacity",
-            "Disk used per broker as a share of its capacity (from the capacity document): before (grey) and after "
-            "the plan (the rack's colour); the red line is the cap no broker may end above, the dashed lines the "
-            "mean share and the band the plan aims at (or the offload threshold).",
-        ))
-        body.append(page.disk_table(disk, order))
-    if metrics.get("ingress"):
-        body.append(page.ingress_table(metrics["ingress"], order, metrics.get("tiered")))
-    elif metrics.get("tiered"):
-        tiered = metrics["tiered"]
-        body.append(f"<p>Tiered topics (remote.storage.enable): {page.num(int(tiered['partitions']))} partition(s) "
-                    "counted at their local bytes.</p>")
-    if view.bytes_before is None:
-        body.append("<p>No replica sizes in the snapshot: bytes per broker are unknown "
-                    "(snapshots taken with <code>include_sizes=True</code> have them).</p>")
-    body.append("<h2>Moves: where replicas go</h2>")
+        figures["disk"] = _img(charts.disk_share_chart(view, disk, path=out / "disk.png"), embed)
+    figures["brokers_matrix"] = figures["racks_matrix"] = None
     if view.matrix:
         btable = broker_matrix(view, max_brokers=max_matrix_brokers)
-        path = charts.matrix_chart(btable, path=out / "moves-brokers.png")
-        body.append(page.figure(
-            _img(path, embed), "replicas moved, broker to broker",
-            f"{page.e(btable.title.capitalize())}: {page.num(btable.total)} replicas; each row is a broker losing replicas, "
-            "each column a broker gaining "
-            "them (Kafka copies the data from the partition's leader). <code>(new replica)</code>: replicas added by "
-            "an RF increase; <code>(dropped)</code>: replicas removed by an RF decrease.",
-        ))
+        figures["brokers_matrix"] = {"src": _img(charts.matrix_chart(btable, path=out / "moves-brokers.png"), embed),
+                                     "table": btable}
         if len(view.rack_names()) > 1:
             rtable = rack_matrix(view)
-            path = charts.matrix_chart(rtable, path=out / "moves-racks.png")
-            inside = sum(rtable.counts[i][i] for i in range(min(len(rtable.rows), len(rtable.columns))))
-            body.append(page.figure(
-                _img(path, embed), "replicas moved, rack to rack",
-                f"The same moves by rack: {page.num(inside)} of {page.num(rtable.total)} stay inside their rack "
-                "(the diagonal).",
-            ))
-    else:
-        body.append("<p>The plan moves no replica.</p>")
-    body += [
-        "<h2>Racks</h2>", page.racks_table(view),
-        "<h2>Brokers</h2>", page.brokers_table(view, order),
-        "<h2>Topics</h2>", page.topics_table(view, 20),
-        "<h2>Request</h2>", page.request_block(metrics),
-        "<h2>Files</h2>",
-        page.files_list(_files(plan_path, out)),
-    ]
-    return body
+            figures["racks_matrix"] = {
+                "src": _img(charts.matrix_chart(rtable, path=out / "moves-racks.png"), embed),
+                "table": rtable,
+                "inside": sum(rtable.counts[i][i] for i in range(min(len(rtable.rows), len(rtable.columns)))),
+            }
+    return {
+        "title": f"Reassignment plan: {request.get('goal', 'plan')}",
+        "header": {
+            "goal": request.get("goal", "?"),
+            "cluster_id": assignment.cluster_id,
+            "taken": assignment.taken_at.isoformat(timespec="seconds") if assignment.taken_at else "unknown",
+            "snapshot_label": snapshot_label,
+            "plan_dir": str(plan_path),
+            "now": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+        "view": view,
+        "summary": {"lower_bound": int(summary.get("lower_bound", 0)),
+                    "leader_changes_lower_bound": int(summary.get("leader_changes_lower_bound", 0))},
+        "guards": page.guard_facts(metrics, view, snapshot_mismatch=_mismatch(metrics, assignment)),
+        "limit": limit,
+        "figures": figures,
+        "lower_bound_parts": sorted((metrics.get("lower_bound_parts") or {}).items()),
+        "balance": page.balance_rows(metrics),
+        "disk": page.disk_facts(disk, order) if disk else None,
+        "ingress": page.ingress_facts(metrics["ingress"], order) if metrics.get("ingress") else None,
+        "tiered": metrics.get("tiered"),
+        "racks": rack_loads(view),
+        "order": order,
+        "request": page.request_rows(metrics),
+        "files": _files(plan_path, out),
+    }
 
 
 def _files(plan_path: Path, out: Path) -> list[tuple[str, str, str]]:

@@ -17,7 +17,6 @@ from airflow_kafka_reassign.core.progress import (
     check_timeout_policy,
     classify,
     final_message,
-    format_bytes,
     format_duration,
     parse_names,
     slope,
@@ -242,11 +241,6 @@ def test_summary_is_small_json():
     s = tr.update(in_flight_obs(0, 60 * MB, done=500)).summary(plan_uri="/plans/x")
     text = json.dumps(s)
     assert json.loads(text)["moves"] == 501 and len(text) < 1000
-
-
-@pytest.mark.parametrize(("n", "text"), [(999, "999 B"), (1500, "1.5 kB"), (20 * MB, "20.0 MB"), (3.2e9, "3.2 GB")])
-def test_format_bytes(n, text):
-    assert format_bytes(n) == text
 
 
 @pytest.mark.parametrize(("s", "text"), [(45, "45s"), (365, "6m 05s"), (7380, "2h 03m"), (273600, "3d 04h")])

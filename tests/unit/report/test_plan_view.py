@@ -1,4 +1,4 @@
-"""core.plan_view: the report's numbers agree with the planner's metrics, from either source."""
+"""report.view: the report's numbers agree with the planner's metrics, from either source."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from report_scenarios import decommission_snapshot
 
-from airflow_kafka_reassign.core import plan_view as pv
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.core.plan_io import write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest, compute_metrics, plan_reassignment
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.report import view as pv
 
 
 def same_assignment(a: pv.Assignment, b: pv.Assignment) -> None:
@@ -197,3 +197,13 @@ def test_aggregate_matrix_adds_new_and_dropped_only_when_used():
     table = pv.aggregate_matrix({(pv.NEW_REPLICA, 2): 1, (1, pv.DROPPED_REPLICA): 2}, str, ["1", "2"], title="t")
     assert table.rows == ["1", "2", pv.NEW_LABEL] and table.columns == ["1", "2", pv.DROPPED_LABEL]
     assert table.counts == [[0, 0, 2], [0, 0, 0], [0, 1, 0]]
+
+
+def test_the_broker_table_prints_each_brokers_load_and_the_spread():
+    snapshot = snapshot_from_assignment({1: "a", 2: "b", 3: None}, {"t": [[1, 2], [2, 1], [1, 2]]},
+                                        sizes={"t": [1_500, 2_000_000, 0]})
+    lines = pv.broker_table(snapshot, title="before").splitlines()
+    assert lines[0] == "before" and lines[1].split() == ["broker", "rack", "replicas", "leaders", "bytes"]
+    assert lines[2].split() == ["1", "a", "3", "2", "2.0", "MB"]
+    assert lines[4].split() == ["3", "-", "0", "0", "0", "B"]
+    assert lines[5].split() == ["max-min", "3", "2"]

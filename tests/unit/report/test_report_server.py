@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from airflow_kafka_reassign import report_server
-from airflow_kafka_reassign.links import PlanReportLink, report_url
-from airflow_kafka_reassign.report_server import _ACCESS, app
+from airflow_kafka_reassign.report import server
+from airflow_kafka_reassign.report.links import PlanReportLink, report_url
+from airflow_kafka_reassign.report.server import _ACCESS, app
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def client(tmp_path, monkeypatch):
     (report / "replicas.png").write_bytes(b"\x89PNG")
     locations = {("d", "manual__2026-11-22T08:00:00+00:00", "plan", -1): {
         "report_uri": str(report / "report.html"), "storage_conn_id": None}}
-    monkeypatch.setattr(report_server, "report_location", lambda *key: locations.get(key))
+    monkeypatch.setattr(server, "report_location", lambda *key: locations.get(key))
     app.dependency_overrides[_ACCESS.dependency] = lambda: None
     yield TestClient(app)
     app.dependency_overrides.clear()
@@ -50,3 +50,16 @@ def test_the_route_is_behind_airflows_auth_dependency():
     route = next(r for r in app.routes if getattr(r, "path", "") == "/report/{dag_id}/{run_id}/{task_id}/{name}")
     assert _ACCESS in route.dependencies
     assert PlanReportLink().name == "Plan report"
+
+
+def test_the_link_and_the_plugin_load_no_chart_library():
+    """The operators import the link and Airflow the plugin: neither may need the report extra (matplotlib)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, airflow_kafka_reassign.report.links, airflow_kafka_reassign.report.server\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or m.endswith('report.write')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "[]"  # (Airflow may log a warning before)

@@ -2,7 +2,7 @@
 
 The plan report (``<plan>/report/report.html``) lives in the plan's storage: a worker's disk or
 object storage, never a place a browser can open. The link therefore points at the provider's
-own route in Airflow's API server (:mod:`airflow_kafka_reassign.report_server`, an Airflow 3
+own route in Airflow's API server (:mod:`airflow_kafka_reassign.report.server`, an Airflow 3
 plugin)::
 
     {api.base_url}/kafka-reassign/report/{dag_id}/{run_id}/{task_id}/report.html

@@ -9,7 +9,7 @@ install or configure. It mounts a small FastAPI app at ``/kafka-reassign`` with 
    may read the DAG's task instances (``requires_access_dag("GET", TASK_INSTANCE)``): anyone
    else gets 401/403.
 2. The task instance's XCom ``plan_report`` (pushed by PlanReassignment and ExecuteReassignment,
-   :mod:`airflow_kafka_reassign.links`) says where the report is and with which storage
+   :mod:`airflow_kafka_reassign.report.links`) says where the report is and with which storage
    connection; ``name`` must be one file of the report folder (``report.html`` or a chart's PNG).
 3. The file is read from the plan storage (the API server's disk, or object storage through the
    connection) and returned. A missing XCom or file is a 404 that says why.
@@ -22,7 +22,7 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Response
 
-from airflow_kafka_reassign.links import REPORT_XCOM_KEY, URL_PREFIX
+from airflow_kafka_reassign.report.links import REPORT_XCOM_KEY, URL_PREFIX
 
 try:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity

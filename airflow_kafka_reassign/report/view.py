@@ -19,6 +19,9 @@ it. Kafka copies the data from the partition's leader, not from the broker losin
 the matrix says where replicas go, not which link carries the bytes. A replica added without
 one removed (an RF increase) comes from :data:`NEW_REPLICA`; one removed without one added
 (an RF decrease) goes to :data:`DROPPED_REPLICA`.
+
+:func:`broker_table` is the text form of a snapshot's per-broker load, for a terminal or a log.
+Pure like the planner: no Airflow, Kafka client or PySpark import.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow.parquet as pq
 
+from airflow_kafka_reassign.core.loads import broker_loads
 from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
+from airflow_kafka_reassign.core.units import format_bytes
 
 #: Matrix source of replicas added without one removed (an RF increase, a heal).
 NEW_REPLICA = -1
@@ -578,3 +583,21 @@ def rack_loads(view: PlanView) -> list[dict[str, Any]]:
                 row[f"{name}_after"] = sum(after[b] for b in members)
         out.append(row)
     return out
+
+
+def broker_table(snapshot: ClusterSnapshot, *, title: str | None = None) -> str:
+    """A fixed-width table of a snapshot: broker, rack, replicas, leaders, bytes, with a max-min line."""
+    loads = broker_loads(snapshot)
+    racks = snapshot.racks
+    lines = [title] if title else []
+    lines.append(f"{'broker':>6}  {'rack':<8} {'replicas':>8} {'leaders':>8} {'bytes':>10}")
+    for b, load in loads.items():
+        rack = racks.get(b) or ("-" if b in racks else "(gone)")
+        lines.append(
+            f"{b:>6}  {rack:<8} {load['replicas']:>8} {load['leaders']:>8} {format_bytes(load['bytes']):>10}"
+        )
+    if loads:
+        spread = {k: max(v[k] for v in loads.values()) - min(v[k] for v in loads.values())
+                  for k in ("replicas", "leaders")}
+        lines.append(f"{'max-min':>6}  {'':<8} {spread['replicas']:>8} {spread['leaders']:>8}")
+    return "\n".join(lines)
