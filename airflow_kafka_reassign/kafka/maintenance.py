@@ -12,7 +12,7 @@
 * UnregisterBroker (api key 64): neither client has it; its request class is in :mod:`.protocol`,
   sent through kafka-python's connection manager.
 
-Verified against real 4.3.0, 4.3.1 and 4.4.0 clusters (``tests/integration/test_maintenance_*.py``,
+Verified against real 4.3.0, 4.3.1 and 4.4.0 clusters (``tests/integration/test_maintenance.py``,
 docs/decommission.md for what each version does).
 """
 

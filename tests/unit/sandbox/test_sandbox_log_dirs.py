@@ -1,5 +1,5 @@
 """The sandbox's --log-dirs option (KRaft JBOD), without starting a cluster (the cluster test is
-tests/integration/test_maintenance_log_dirs.py)."""
+tests/integration/test_maintenance.py)."""
 
 from __future__ import annotations
 
