@@ -290,18 +290,11 @@ class BrokerResult(_Frozen):
         return self.error is None
 
 
-class ReplicaDirResult(_Frozen):
-    """The outcome of AlterReplicaLogDirs for one replica; ``error`` is ``None`` when the broker accepted it."""
+class ReplicaDirResult(PartitionResult):
+    """The outcome of AlterReplicaLogDirs for one replica (of ``partition`` on ``broker``); ``error`` is ``None``
+    when the broker accepted it."""
 
-    topic: str
-    partition: int
     broker: int
-    error: str | None = None
-    error_code: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
     @property
     def replica(self) -> TopicPartitionReplica:
