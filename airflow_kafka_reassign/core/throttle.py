@@ -181,7 +181,9 @@ def desired_throttles(
     entries = throttled_replicas(active)
     brokers: dict[int, dict[str, str | None]] = {}
     for b, before in backup.brokers.items():
-        brokers[b] = {k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved else dict(before)
+        # the replication rates only: a log-dir rate in the same backup is sync_log_dir_throttle's to set
+        brokers[b] = ({k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved
+                      else {k: v for k, v in before.items() if k in BROKER_THROTTLE_KEYS})
     topics: dict[str, dict[str, str | None]] = {}
     for t, before in backup.topics.items():
         if t in entries:

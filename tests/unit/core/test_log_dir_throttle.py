@@ -47,3 +47,15 @@ def test_beside_a_reassignment_throttle_both_are_restored():
     assert LOG_DIR_RATE not in f.broker_configs[1] and f.broker_configs[1][LEADER_RATE] == "5000"
     restore_throttles(f, store)
     assert all(not f.broker_configs[b] for b in (1, 2, 3))
+
+
+def test_the_reassignment_throttle_leaves_a_log_dir_rate_set_meanwhile_alone():
+    f, store = fake(), MemoryStore()
+    f.broker_configs[3][LOG_DIR_RATE] = "777"  # someone else's, backed up below
+    sync_log_dir_throttle(f, [3], 2000, state_dir=store)
+    moves = [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(1, 3))]
+    sync_throttles(f, moves, 5000, state_dir=store)
+    sync_throttles(f, [], 5000, state_dir=store)  # the move is done: its rates go back
+    assert f.broker_configs[3] == {LOG_DIR_RATE: "2000"}
+    restore_throttles(f, store)
+    assert f.broker_configs[3] == {LOG_DIR_RATE: "777"}
