@@ -5,7 +5,11 @@ AlterPartitionReassignments with KIP-860's AllowReplicationFactorChange semantic
 (including an already-reassigning partition compared by its target size), cancel back to the
 original replicas (KIP-455) in the order of the controller's merged list as Kafka does (not
 necessarily the order before), a reorder that completes at once, leaders that stay while alive,
-dynamic throttle configs, CreatePartitions. Reassignments stay
+dynamic throttle configs, CreatePartitions, and the maintenance primitives: cordons that the
+controller's placement avoids (and, as Kafka 4.4 does, explicit assignments onto a cordoned broker refused;
+``cordons_refuse_explicit_assignments=False`` behaves as 4.3.0/4.3.1 and accepts them), a KRaft quorum
+(``voters``), fenced brokers (``down``), UnregisterBroker, JBOD log dirs with intra-broker moves that stay
+in flight (a future replica) until :meth:`FakeClusterAdmin.complete_log_dir_moves`. Reassignments stay
 in flight until :meth:`FakeClusterAdmin.complete` is called (or at once with
 ``auto_complete=True``). Snapshots are complete or fail as the adapter's do: :meth:`FakeClusterAdmin.hide`
 makes a topic's configs or partitions invisible for some reads, as while the cluster's metadata
@@ -27,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.cordon import ALL_DIRS, CORDONED_LOG_DIRS, parse_cordon
 from airflow_kafka_reassign.core.models import (
     Broker,
     ClusterSnapshot,
@@ -38,13 +43,23 @@ from airflow_kafka_reassign.core.models import (
 )
 from airflow_kafka_reassign.core.ports import (
     AlterResult,
+    BrokerResult,
+    ClusterCapabilities,
+    ClusterDescription,
+    DirReplica,
     DiskSpace,
     InFlightReassignment,
+    LogDir,
     LogDirs,
     NewPartitions,
     PartitionResult,
+    QuorumInfo,
+    QuorumMember,
+    RegisteredBroker,
+    ReplicaDirResult,
     RfGuard,
     ThrottleBackup,
+    TopicPartitionReplica,
     TopicResult,
 )
 from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
@@ -62,6 +77,8 @@ class FakeClusterAdmin:
         *,
         rf_guard_supported: bool = True,
         auto_complete: bool = False,
+        capabilities: ClusterCapabilities | None = None,
+        log_dirs: int = 1,
     ) -> None:
         self.brokers = list(brokers)
         self.topics = dict(topics)
@@ -95,6 +112,21 @@ class FakeClusterAdmin:
         #: The fake's clock in seconds (:meth:`sleep`), and the reads its snapshots made (several while unsettled).
         self.now = 0.0
         self.snapshot_reads = 0
+        #: What the fake cluster supports: by default everything of Kafka 4.4 (metadata.version 33).
+        self.caps = capabilities or ClusterCapabilities(
+            metadata_version=33, cordons=True, cordons_refuse_explicit_assignments=True, describe_quorum=True,
+            fenced_brokers=True, unregister_broker=True, jbod=True)
+        #: The KRaft voters (as the sandbox: the first three brokers are combined broker+controller nodes).
+        self.voters: list[int] = [b.id for b in self.brokers][:3]
+        #: Each broker's log dirs (``/kafka/<broker>/data-<k>``); a replica is in its broker's first dir unless
+        #: :attr:`replica_dirs` says otherwise.
+        self.broker_dirs: dict[int, list[str]] = {b.id: [f"/kafka/{b.id}/data-{k}" for k in range(1, log_dirs + 1)]
+                                                  for b in self.brokers}
+        self.replica_dirs: dict[TopicPartitionReplica, str] = {}
+        #: Intra-broker moves in flight: ``{replica: (target dir, offset lag)}``, until :meth:`complete_log_dir_moves`.
+        self.log_dir_moves: dict[TopicPartitionReplica, tuple[str, int]] = {}
+        #: Brokers whose registration was removed (UnregisterBroker): no longer listed anywhere.
+        self.unregistered: set[int] = set()
 
     @classmethod
     def build(
@@ -120,8 +152,10 @@ class FakeClusterAdmin:
         """Finish in-flight reassignments (all, or the given ones)."""
         for tp in list(partitions if partitions is not None else self.inflight):
             if tp in self.inflight:
-                _, target = self.inflight.pop(tp)
+                original, target = self.inflight.pop(tp)
                 self.replicas[tp] = target
+                for b in set(target) - set(original):
+                    self.replica_dirs[TopicPartitionReplica(tp.topic, tp.partition, b)] = self._place_dir(b)
                 if self.leaders.get(tp) not in target:
                     self.leaders.pop(tp, None)
 
@@ -141,6 +175,27 @@ class FakeClusterAdmin:
             self.hidden.clear()
         else:
             self.hidden.pop(topic, None)
+
+    def complete_log_dir_moves(self, replicas: Collection[TopicPartitionReplica] | None = None) -> None:
+        """Finish intra-broker moves (all, or the given replicas): the future replica replaces the current one."""
+        for r in list(replicas if replicas is not None else self.log_dir_moves):
+            if r in self.log_dir_moves:
+                self.replica_dirs[TopicPartitionReplica(*r)] = self.log_dir_moves.pop(TopicPartitionReplica(*r))[0]
+
+    def cordoned(self, broker: int) -> frozenset[str]:
+        """The log dirs of ``broker`` its ``cordoned.log.dirs`` cordons."""
+        cordon = parse_cordon(self.broker_configs.get(broker, {}).get(CORDONED_LOG_DIRS))
+        return frozenset(self.broker_dirs.get(broker, ())) if cordon == ALL_DIRS else frozenset(cordon)
+
+    def _fully_cordoned(self, broker: int) -> bool:
+        dirs = set(self.broker_dirs.get(broker, ()))
+        return self.caps.cordons and bool(dirs) and dirs <= self.cordoned(broker)
+
+    def _place_dir(self, broker: int) -> str:
+        """Where a new replica on ``broker`` goes: its first log dir that is not cordoned (Kafka picks one)."""
+        dirs = self.broker_dirs.get(broker) or [f"/kafka/{broker}/data-1"]
+        cordoned = self.cordoned(broker) if self.caps.cordons else frozenset()
+        return next((d for d in dirs if d not in cordoned), dirs[0])
 
     def sleep(self, seconds: float) -> None:
         """The fake's clock: a snapshot's pauses between reads advance it, and take no time."""
@@ -248,8 +303,9 @@ class FakeClusterAdmin:
                     out[tp] = sizes
         return out
 
-    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
-        sizes = self.replica_sizes(partitions)  # one DescribeLogDirs per broker: counted as replica_sizes
+    def log_dirs(self, partitions: Collection[TopicPartition] | None) -> LogDirs:
+        wanted = set(self.replicas) if partitions is None else {TopicPartition(*tp) for tp in partitions}
+        sizes = self.replica_sizes(wanted)  # one DescribeLogDirs per broker: counted as replica_sizes
         used: dict[int, int] = {b.id: 0 for b in self.brokers}
         for by_broker in self.sizes.values():
             for b, n in by_broker.items():
@@ -260,7 +316,29 @@ class FakeClusterAdmin:
             total = self.disk_total.get(b, 2**40)
             if total is not None:
                 space[b] = DiskSpace.one(total, max(0, total - used[b]))
-        return LogDirs(sizes=sizes, space=space, unanswered=tuple(sorted(self.log_dirs_unanswered)))
+        return LogDirs(sizes=sizes, space=space, unanswered=tuple(sorted(self.log_dirs_unanswered)),
+                       dirs=self._dirs(wanted))
+
+    def _dirs(self, wanted: Collection[TopicPartition]) -> dict[int, tuple[LogDir, ...]]:
+        held: dict[tuple[int, str], list[DirReplica]] = {}
+        for tp in sorted(wanted):
+            if tp not in self.replicas:
+                continue
+            for b in self._replica_view(tp)[0]:
+                r = TopicPartitionReplica(tp.topic, tp.partition, b)
+                size = self.sizes.get(tp, {}).get(b, 0)
+                held.setdefault((b, self.replica_dirs.get(r) or self.broker_dirs.get(b, ["?"])[0]), []).append(
+                    DirReplica(tp.topic, tp.partition, size))
+                if r in self.log_dir_moves:
+                    target, lag = self.log_dir_moves[r]
+                    held.setdefault((b, target), []).append(DirReplica(tp.topic, tp.partition, 0, lag, future=True))
+        out = {}
+        for b in sorted({x.id for x in self.brokers} - self.down - self.log_dirs_unanswered):
+            cordoned = self.cordoned(b) if self.caps.cordons else frozenset()
+            out[b] = tuple(LogDir(path=d, cordoned=(d in cordoned) if self.caps.cordons else None,
+                                  replicas=tuple(held.get((b, d), ())))
+                           for d in self.broker_dirs.get(b, ()))
+        return out
 
     def alter_reassignments(
         self,
@@ -282,6 +360,10 @@ class FakeClusterAdmin:
                 error = ("UNKNOWN_TOPIC_OR_PARTITION", f"partition {tp} does not exist")
             elif any(b not in registered for b in target):
                 error = ("INVALID_REPLICA_ASSIGNMENT", f"unknown broker in {list(target)}")
+            elif self.caps.cordons_refuse_explicit_assignments and (cordoned := [
+                    b for b in target if b not in self.replicas[tp] and self._fully_cordoned(b)]):
+                error = ("INVALID_REPLICA_ASSIGNMENT", f"The manual partition assignment includes broker "
+                                                       f"{cordoned[0]}, but all its log directories are cordoned.")
             else:
                 current_target = self.inflight[tp][1] if tp in self.inflight else self.replicas[tp]
                 if not allow_replication_factor_change and len(current_target) != len(target):
@@ -333,14 +415,27 @@ class FakeClusterAdmin:
                 out[r.topic] = TopicResult(topic=r.topic, error_code="INVALID_PARTITIONS",
                                            error=f"topic already has {len(have)} partitions")
                 continue
+            cordoned = [b for a in (r.assignment or ()) for b in a if self._fully_cordoned(b)]
+            if cordoned and self.caps.cordons_refuse_explicit_assignments:
+                out[r.topic] = TopicResult(topic=r.topic, error_code="INVALID_REPLICA_ASSIGNMENT",
+                                           error=f"The manual partition assignment includes broker {cordoned[0]}, "
+                                                 "but all its log directories are cordoned.")
+                continue
             if not validate_only:
                 rf = self.topics[r.topic].replication_factor
-                live = [b.id for b in self.brokers if b.id not in self.down]
+                # the controller's placement skips fenced and fully cordoned brokers
+                live = [b.id for b in self.brokers if b.id not in self.down and not self._fully_cordoned(b.id)]
+                if not r.assignment and len(live) < rf:
+                    out[r.topic] = TopicResult(topic=r.topic, error_code="INVALID_REPLICATION_FACTOR",
+                                               error=f"unable to place {rf} replicas on {len(live)} usable brokers")
+                    continue
                 for i in range(len(have), r.total_count):
                     if r.assignment:
                         self.replicas[TopicPartition(r.topic, i)] = tuple(r.assignment[i - len(have)])
                     else:
                         self.replicas[TopicPartition(r.topic, i)] = tuple(live[(i + k) % len(live)] for k in range(rf))
+                    for b in self.replicas[TopicPartition(r.topic, i)]:
+                        self.replica_dirs[TopicPartitionReplica(r.topic, i, b)] = self._place_dir(b)
             out[r.topic] = TopicResult(topic=r.topic)
         return out
 
@@ -349,10 +444,12 @@ class FakeClusterAdmin:
         if set(brokers) & self.down:
             raise TimeoutError(f"fake: broker(s) {sorted(set(brokers) & self.down)} are down; the config request timed out")
 
-    def describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
+    def describe_throttles(self, brokers: Collection[int], topics: Collection[str], *,
+                           broker_keys: Collection[str] | None = None) -> ThrottleBackup:
         self._reachable(brokers)
+        keys = BROKER_THROTTLE_KEYS if broker_keys is None else tuple(broker_keys)
         return ThrottleBackup(
-            brokers={b: {k: self.broker_configs.get(b, {}).get(k) for k in BROKER_THROTTLE_KEYS} for b in sorted(brokers)},
+            brokers={b: {k: self.broker_configs.get(b, {}).get(k) for k in keys} for b in sorted(brokers)},
             topics={t: {k: self.topic_configs.get(t, {}).get(k) for k in TOPIC_THROTTLE_KEYS} for t in sorted(topics)},
         )
 
@@ -376,6 +473,84 @@ class FakeClusterAdmin:
     def supports_rf_guard(self) -> bool | None:
         """The ``rf_guard_supported`` flag the fake was built with (``None``: cannot tell)."""
         return self.rf_guard_supported
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def capabilities(self) -> ClusterCapabilities:
+        return self.caps
+
+    def describe_cordons(self, brokers: Collection[int]) -> dict[int, str | None]:
+        self._reachable(brokers)
+        return {b: self.broker_configs.get(b, {}).get(CORDONED_LOG_DIRS) for b in sorted(brokers)}
+
+    def set_cordons(self, values: Mapping[int, str | None]) -> None:
+        if values and not self.caps.cordons:
+            raise UnsupportedBrokerError("fake broker: no cordons (metadata.version below 4.3-IV0); nothing was sent")
+        for b, value in values.items():
+            cordon = parse_cordon(value)
+            missing = sorted(cordon - set(self.broker_dirs.get(b, ()))) if cordon != ALL_DIRS else []
+            if missing:  # as Kafka's broker (INVALID_REQUEST)
+                raise ValueError(f"requirement failed: All entries in cordoned.log.dirs must be present in log.dirs "
+                                 f"or log.dir. Missing entries : {','.join(missing)}")
+        self.set_throttles({b: {CORDONED_LOG_DIRS: v} for b, v in values.items()}, {})
+
+    def describe_quorum(self) -> QuorumInfo:
+        if not self.caps.describe_quorum:
+            raise UnsupportedBrokerError("fake cluster: no DescribeQuorum")
+        registered = [b.id for b in self.brokers]
+        live_voters = [v for v in self.voters if v not in self.down]
+        return QuorumInfo(leader=live_voters[0] if live_voters else None, leader_epoch=1,
+                          voters=tuple(QuorumMember(id=v) for v in self.voters),
+                          observers=tuple(QuorumMember(id=b) for b in registered if b not in self.voters))
+
+    def describe_cluster(self, *, include_fenced: bool = True) -> ClusterDescription:
+        fenced = include_fenced and self.caps.fenced_brokers
+        return ClusterDescription(
+            cluster_id="fake",
+            brokers=tuple(RegisteredBroker(id=b.id, rack=b.rack, fenced=b.id in self.down)
+                          for b in self.brokers if fenced or b.id not in self.down),
+            includes_fenced=fenced)
+
+    def unregister_broker(self, broker_id: int) -> BrokerResult:
+        """As Kafka's controller: any registered broker is unregistered, a LIVE one too (Kafka accepts it; the
+        running broker's heartbeats then fail); it is no longer listed by DescribeCluster."""
+        if not self.caps.unregister_broker:
+            raise UnsupportedBrokerError("fake cluster: no UnregisterBroker")
+        if broker_id not in {b.id for b in self.brokers}:
+            return BrokerResult(broker=broker_id, error_code="BROKER_ID_NOT_REGISTERED",
+                                error=f"Broker ID {broker_id} is not currently registered")
+        self.brokers = [b for b in self.brokers if b.id != broker_id]
+        self.unregistered.add(broker_id)
+        return BrokerResult(broker=broker_id)
+
+    def alter_replica_log_dirs(self, targets: Mapping[TopicPartitionReplica, str]) -> tuple[ReplicaDirResult, ...]:
+        if targets and not self.caps.jbod:
+            raise UnsupportedBrokerError("fake cluster: no AlterReplicaLogDirs")
+        out = []
+        for key, path in targets.items():
+            r = TopicPartitionReplica(*key)
+            error = None
+            if r.broker in self.down or r.broker not in {b.id for b in self.brokers}:
+                error = ("KAFKA_STORAGE_ERROR", f"broker {r.broker} is not available")
+            elif path not in self.broker_dirs.get(r.broker, ()):
+                error = ("LOG_DIR_NOT_FOUND", "The user-specified log directory is not found in the broker config.")
+            elif path in (self.cordoned(r.broker) if self.caps.cordons else ()):
+                error = ("INVALID_REPLICATION_ASSIGNMENT", "Replication assignment is invalid.")
+            elif r.tp not in self.replicas or r.broker not in self._replica_view(r.tp)[0]:
+                error = ("REPLICA_NOT_AVAILABLE", f"broker {r.broker} holds no replica of {r.tp}")
+            if error:
+                out.append(ReplicaDirResult(topic=r.topic, partition=r.partition, broker=r.broker,
+                                            error_code=error[0], error=error[1]))
+                continue
+            current = self.replica_dirs.get(r) or self.broker_dirs[r.broker][0]
+            if path == current:
+                self.log_dir_moves.pop(r, None)
+            else:
+                self.log_dir_moves[r] = (path, max(1, self.sizes.get(r.tp, {}).get(r.broker, 1)))
+            out.append(ReplicaDirResult(topic=r.topic, partition=r.partition, broker=r.broker))
+        if self.auto_complete:
+            self.complete_log_dir_moves()
+        return tuple(sorted(out, key=lambda x: (x.broker, x.topic, x.partition)))
 
     def close(self) -> None:
         pass

@@ -9,8 +9,8 @@ progress rules never see a Kafka client object.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import Field
 
@@ -66,16 +66,81 @@ class DiskSpace:
         return sum(u for _, u in self.dirs)
 
 
+class TopicPartitionReplica(NamedTuple):
+    """One replica: partition ``topic-partition`` on broker ``broker`` (Kafka's ``TopicPartitionReplica``)."""
+
+    topic: str
+    partition: int
+    broker: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}@{self.broker}"
+
+
+@dataclass(frozen=True)
+class DirReplica:
+    """A replica a log dir holds (DescribeLogDirs): ``future`` is the copy an intra-broker move
+    (AlterReplicaLogDirs, KIP-113) is writing into this dir, which replaces the current one once it has
+    caught up; ``offset_lag`` is how far it is behind (the current replica's: behind the high watermark)."""
+
+    topic: str
+    partition: int
+    size: int
+    offset_lag: int = 0
+    future: bool = False
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class LogDir:
+    """One log dir of one broker as DescribeLogDirs reports it.
+
+    ``offline``: the broker reports an error for it (``error``: Kafka's name, ``KAFKA_STORAGE_ERROR`` for a
+    failed disk); ``total_bytes``/``usable_bytes``: its volume (KIP-827, Kafka 3.3+; ``None`` when not
+    reported); ``cordoned``: KIP-1066's flag (DescribeLogDirs v5, Kafka 4.3+; ``None`` when the broker does
+    not report it); ``replicas``: the replicas of the partitions asked for that it holds, future ones
+    included."""
+
+    path: str
+    offline: bool = False
+    error: str | None = None
+    total_bytes: int | None = None
+    usable_bytes: int | None = None
+    cordoned: bool | None = None
+    replicas: tuple[DirReplica, ...] = ()
+
+
 @dataclass(frozen=True)
 class LogDirs:
-    """What DescribeLogDirs tells: replica sizes (``{partition: {broker: bytes}}``) and each broker's disk space
-    (a plain dataclass: a million sizes are not validated one by one)."""
+    """What DescribeLogDirs tells: replica sizes (``{partition: {broker: bytes}}``), each broker's disk space,
+    and each broker's log dirs with the replicas they hold (a plain dataclass: a million sizes are not
+    validated one by one)."""
 
     sizes: dict[TopicPartition, dict[int, int]]
     space: dict[int, DiskSpace]
     #: live brokers that did not answer (their space is unknown; a broker older than Kafka 3.3 answers without
     #: space and is simply absent from ``space``)
     unanswered: tuple[int, ...] = ()
+    #: every answering broker's log dirs in the broker's order (the first holds the KRaft metadata log unless
+    #: ``metadata.log.dir`` says otherwise), with the replicas of the partitions asked for
+    dirs: dict[int, tuple[LogDir, ...]] = field(default_factory=dict)
+
+    def dir_of(self, replica: TopicPartitionReplica) -> str | None:
+        """The log dir holding the current (not future) copy of ``replica``, or ``None``."""
+        return next((d.path for d in self.dirs.get(replica.broker, ()) for r in d.replicas
+                     if not r.future and r.topic == replica.topic and r.partition == replica.partition), None)
+
+    def future_of(self, replica: TopicPartitionReplica) -> tuple[str, DirReplica] | None:
+        """Where an intra-broker move of ``replica`` is copying it to, and the future replica, or ``None``."""
+        return next(((d.path, r) for d in self.dirs.get(replica.broker, ()) for r in d.replicas
+                     if r.future and r.topic == replica.topic and r.partition == replica.partition), None)
 
 
 class PartitionResult(_Frozen):
@@ -172,6 +237,112 @@ class ThrottleBackup(_Frozen):
         return not self.brokers and not self.topics
 
 
+#: ``metadata.version`` feature levels that turn a maintenance feature on (Kafka's ``MetadataVersion``):
+#: 3.7-IV2 assigns replicas to log dirs in the metadata (JBOD on KRaft, KIP-858); 4.3-IV0 cordons (KIP-1066).
+JBOD_METADATA_LEVEL = 17
+CORDON_METADATA_LEVEL = 30
+
+
+class ClusterCapabilities(_Frozen):
+    """Which maintenance primitives the cluster supports, as the adapter found them (ApiVersions and the
+    finalized ``metadata.version``). Core code asks these, never API keys or client methods."""
+
+    #: the finalized ``metadata.version`` feature level (KRaft), ``None`` when the cluster reports none
+    metadata_version: int | None = None
+    #: ``cordoned.log.dirs`` is in force (KIP-1066): metadata.version 4.3-IV0 (30) or newer
+    cordons: bool = False
+    #: the controller also refuses EXPLICIT assignments (CreateTopics, CreatePartitions,
+    #: AlterPartitionReassignments) onto a broker whose every log dir is cordoned. Kafka 4.3.0 and 4.3.1
+    #: accept them (KAFKA-20832); 4.4.0 refuses them (INVALID_REPLICA_ASSIGNMENT). Told from the highest
+    #: metadata.version the brokers' software supports (4.3: 30; 4.4: 33), so False when unsure: check
+    #: explicit assignments client-side (:func:`~airflow_kafka_reassign.core.cordon.cordon_violations`).
+    cordons_refuse_explicit_assignments: bool = False
+    #: DescribeQuorum (KIP-595/853): the KRaft voters and observers
+    describe_quorum: bool = False
+    #: DescribeCluster v2 lists fenced brokers (KIP-1073, Kafka 4.0+)
+    fenced_brokers: bool = False
+    #: UnregisterBroker (api key 64, KRaft)
+    unregister_broker: bool = False
+    #: AlterReplicaLogDirs between a broker's log dirs (KIP-113) with dir assignment in KRaft
+    #: (metadata.version 3.7-IV2, KIP-858)
+    jbod: bool = False
+
+
+class QuorumMember(_Frozen):
+    """A node of the KRaft quorum as DescribeQuorum reports it."""
+
+    id: int
+    #: the metadata log's end offset on it (``None``/-1: unknown)
+    log_end_offset: int | None = None
+    #: its metadata log dir's id (KIP-853's dynamic quorum; ``None`` for a static ``controller.quorum.voters``)
+    directory_id: str | None = None
+
+
+class QuorumInfo(_Frozen):
+    """The KRaft metadata quorum (DescribeQuorum of ``__cluster_metadata``): its voters (the controllers that
+    vote), observers (brokers and non-voting controllers that follow the log) and leader (the active
+    controller)."""
+
+    leader: int | None
+    leader_epoch: int | None = None
+    high_watermark: int | None = None
+    voters: tuple[QuorumMember, ...]
+    observers: tuple[QuorumMember, ...] = ()
+
+    @property
+    def voter_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(v.id for v in self.voters))
+
+    @property
+    def observer_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(o.id for o in self.observers))
+
+
+class RegisteredBroker(_Frozen):
+    """A broker registered with the controller (DescribeCluster; ``fenced`` with KIP-1073's fenced brokers:
+    registered but not heartbeating, as once it is shut down)."""
+
+    id: int
+    rack: str | None = None
+    fenced: bool = False
+
+
+class ClusterDescription(_Frozen):
+    """DescribeCluster: the registered brokers (fenced ones only when asked for and supported)."""
+
+    cluster_id: str | None = None
+    brokers: tuple[RegisteredBroker, ...]
+    #: whether fenced brokers were asked for AND the cluster could list them (DescribeCluster v2)
+    includes_fenced: bool = False
+
+    def broker(self, broker_id: int) -> RegisteredBroker | None:
+        return next((b for b in self.brokers if b.id == broker_id), None)
+
+
+class BrokerResult(_Frozen):
+    """The outcome of a request about one broker; ``error`` is ``None`` on success."""
+
+    broker: int
+    error: str | None = None
+    #: Kafka's error name, for example ``BROKER_ID_NOT_REGISTERED``
+    error_code: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class ReplicaDirResult(PartitionResult):
+    """The outcome of AlterReplicaLogDirs for one replica (of ``partition`` on ``broker``); ``error`` is ``None``
+    when the broker accepted it."""
+
+    broker: int
+
+    @property
+    def replica(self) -> TopicPartitionReplica:
+        return TopicPartitionReplica(self.topic, self.partition, self.broker)
+
+
 @runtime_checkable
 class ClusterAdmin(Protocol):
     """The admin operations the provider needs, in core terms."""
@@ -208,10 +379,14 @@ class ClusterAdmin(Protocol):
         """
         ...
 
-    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
+    def log_dirs(self, partitions: Collection[TopicPartition] | None) -> LogDirs:
         """:meth:`replica_sizes` of ``partitions`` and, from the same DescribeLogDirs requests, each
         answering broker's disk space (KIP-827's total and usable bytes, Kafka 3.3+; a broker that does
-        not report them is absent from :attr:`LogDirs.space`). The disk guard reads it before a batch."""
+        not report them is absent from :attr:`LogDirs.space`). The disk guard reads it before a batch.
+
+        :attr:`LogDirs.dirs` lists every answering broker's log dirs (offline or not, cordoned or not)
+        with the replicas of ``partitions`` each holds, future replicas of intra-broker moves included;
+        ``None`` asks for every partition (a disk removal: what is on that disk)."""
         ...
 
     def alter_reassignments(
@@ -234,9 +409,13 @@ class ClusterAdmin(Protocol):
         ...
 
     def describe_throttles(
-        self, brokers: Collection[int], topics: Collection[str]
+        self, brokers: Collection[int], topics: Collection[str], *,
+        broker_keys: Collection[str] | None = None,
     ) -> ThrottleBackup:
-        """The current dynamic throttle configs of these brokers and topics."""
+        """The current dynamic throttle configs of these brokers and topics. ``broker_keys``: which broker
+        configs (default the replication rates,
+        :data:`~airflow_kafka_reassign.core.throttle.BROKER_THROTTLE_KEYS`; add
+        :data:`~airflow_kafka_reassign.core.throttle.LOG_DIR_RATE` for intra-broker moves)."""
         ...
 
     def set_throttles(
@@ -256,6 +435,46 @@ class ClusterAdmin(Protocol):
         """Whether the brokers enforce KIP-860's AllowReplicationFactorChange (AlterPartitionReassignments v1, Apache
         Kafka 4.1+): what the adapter learned from ApiVersions. ``None``: it cannot tell (it refuses again before
         sending anyway)."""
+        ...
+
+    # -- maintenance: cordons, the quorum, registrations, log dirs ----------------------------
+
+    def capabilities(self) -> ClusterCapabilities:
+        """Which maintenance primitives the cluster supports (read once per client and kept)."""
+        ...
+
+    def describe_cordons(self, brokers: Collection[int]) -> dict[int, str | None]:
+        """Each broker's own DYNAMIC ``cordoned.log.dirs`` (``"*"``: every dir; a comma-separated list of
+        log dir paths; ``None``: not set dynamically), what :meth:`set_cordons` changes and a backup restores.
+        A value set a moment ago may read as before for a moment (the broker applies it from the metadata
+        log). Which dirs are cordoned in fact (static configs included): :attr:`LogDir.cordoned`."""
+        ...
+
+    def set_cordons(self, values: Mapping[int, str | None]) -> None:
+        """Set (a value) or delete (``None``) each broker's dynamic ``cordoned.log.dirs``, one
+        IncrementalAlterConfigs per broker. Needs :attr:`ClusterCapabilities.cordons`; a path that is not
+        one of the broker's ``log.dirs`` is refused by the broker (``INVALID_REQUEST``)."""
+        ...
+
+    def describe_quorum(self) -> QuorumInfo:
+        """The KRaft metadata quorum: voters, observers, leader (DescribeQuorum)."""
+        ...
+
+    def describe_cluster(self, *, include_fenced: bool = True) -> ClusterDescription:
+        """The registered brokers; with ``include_fenced`` (and :attr:`ClusterCapabilities.fenced_brokers`)
+        the fenced ones too, flagged (KIP-1073)."""
+        ...
+
+    def unregister_broker(self, broker_id: int) -> BrokerResult:
+        """Remove ``broker_id``'s registration (UnregisterBroker, KRaft). Kafka accepts it for a LIVE broker
+        too (4.3.1: the broker keeps running, its heartbeats fail with STALE_BROKER_EPOCH): call it only for a
+        broker DescribeCluster lists fenced (:mod:`airflow_kafka_reassign.core.lifecycle`). A broker not
+        registered: ``BROKER_ID_NOT_REGISTERED``."""
+        ...
+
+    def alter_replica_log_dirs(self, targets: Mapping[TopicPartitionReplica, str]) -> tuple[ReplicaDirResult, ...]:
+        """Move each replica to the log dir (an absolute path of that broker's ``log.dirs``) named for it
+        (AlterReplicaLogDirs, KIP-113): one request per broker; per-replica results, never swallowed."""
         ...
 
     def close(self) -> None:

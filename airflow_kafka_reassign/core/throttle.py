@@ -27,6 +27,10 @@ from airflow_kafka_reassign.core.store import as_store
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 LEADER_RATE = "leader.replication.throttled.rate"
+#: The broker rate (bytes/s) of intra-broker moves between log dirs (AlterReplicaLogDirs, KIP-113): the
+#: future replica's copy is limited to it on that broker. Not one of :data:`BROKER_THROTTLE_KEYS` (a
+#: reassignment does not set it); read it with ``describe_throttles(..., broker_keys=...)``.
+LOG_DIR_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
@@ -177,7 +181,9 @@ def desired_throttles(
     entries = throttled_replicas(active)
     brokers: dict[int, dict[str, str | None]] = {}
     for b, before in backup.brokers.items():
-        brokers[b] = {k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved else dict(before)
+        # the replication rates only: a log-dir rate in the same backup is sync_log_dir_throttle's to set
+        brokers[b] = ({k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved
+                      else {k: v for k, v in before.items() if k in BROKER_THROTTLE_KEYS})
     topics: dict[str, dict[str, str | None]] = {}
     for t, before in backup.topics.items():
         if t in entries:
@@ -304,8 +310,10 @@ def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, l
                                 topics=backup.topics)
     # only what differs from the backup is written: a run whose first throttle write was refused (a user
     # without ALTER_CONFIGS) changed nothing, and its restore needs no write either
+    keys = _broker_keys(backup)
     for attempt in (0, 1, 2):
-        current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics))
+        current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics),
+                                           **({"broker_keys": keys} if keys else {}))
         db, dt = _diff(current, backup.brokers, backup.topics)
         if not db and not dt:
             break
@@ -324,4 +332,56 @@ def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, l
                         "topics": sorted(backup.topics)}, log=log)
     log.info("throttle configs restored exactly as before on brokers %s and topics %s",
              sorted(backup.brokers), sorted(backup.topics))
+    return True
+
+
+# -- intra-broker moves: the log-dir rate, in the same backup ---------------------------------
+
+
+def _broker_keys(backup: ThrottleBackup) -> tuple[str, ...] | None:
+    """The broker configs a backup covers beyond the replication rates (``None``: none beyond them)."""
+    keys = {k for values in backup.brokers.values() for k in values}
+    return tuple(sorted(keys | set(BROKER_THROTTLE_KEYS))) if keys - set(BROKER_THROTTLE_KEYS) else None
+
+
+def sync_log_dir_throttle(
+    admin: ClusterAdmin,
+    brokers: Collection[int],
+    rate: int | None,
+    *,
+    state_dir: StateLocation,
+    log: logging.Logger | None = None,
+) -> bool:
+    """Throttle intra-broker moves (AlterReplicaLogDirs) on ``brokers`` at ``rate`` bytes/s
+    (:data:`LOG_DIR_RATE`), or put it back to its value before the run (``rate=None``); returns whether a
+    config changed.
+
+    Each broker's previous value is added to the run's throttle backup BEFORE anything is set (a broker new to
+    the backup gets its replication rates read too, so the backup of a broker always covers them), and
+    :func:`restore_throttles` restores it with the rest. While the engine also throttles reassignments on the
+    same brokers, it writes only the replication rates: the two do not overwrite each other."""
+    log = log or _log
+    if rate is not None and rate <= 0:
+        raise ValueError(f"the log-dir throttle must be a positive number of bytes/s, not {rate}")
+    backup = read_backup(state_dir) or ThrottleBackup()
+    new = sorted(set(brokers) - set(backup.brokers))
+    lacking = sorted(b for b in set(brokers) & set(backup.brokers) if LOG_DIR_RATE not in backup.brokers[b])
+    if new or lacking:
+        read_new = admin.describe_throttles(new, (), broker_keys=(*BROKER_THROTTLE_KEYS, LOG_DIR_RATE)).brokers if new else {}
+        read_rate = admin.describe_throttles(lacking, (), broker_keys=(LOG_DIR_RATE,)).brokers if lacking else {}
+        merged = {b: dict(v) for b, v in backup.brokers.items()}
+        for b, values in {**read_new, **read_rate}.items():
+            merged.setdefault(b, {}).update(values)
+        backup = ThrottleBackup(brokers=merged, topics=backup.topics)
+        write_backup(state_dir, backup)
+    wanted = {b: {LOG_DIR_RATE: str(int(rate)) if rate is not None else backup.brokers[b].get(LOG_DIR_RATE)}
+              for b in sorted(brokers)}
+    current = admin.describe_throttles(sorted(brokers), (), broker_keys=(LOG_DIR_RATE,))
+    changed, _ = _diff(current, wanted, {})
+    if not changed:
+        return False
+    admin.set_throttles(changed, {})
+    journal(state_dir, {"event": "log-dir-throttle", "brokers": {str(b): v for b, v in changed.items()}}, log=log)
+    log.info("log-dir throttle (%s) set (None = deleted): %s", LOG_DIR_RATE,
+             json.dumps({str(b): v for b, v in changed.items()}, sort_keys=True))
     return True

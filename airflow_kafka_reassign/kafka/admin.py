@@ -81,6 +81,7 @@ from airflow_kafka_reassign.exceptions import (
     UnsupportedBrokerError,
 )
 from airflow_kafka_reassign.kafka.config import is_secret_key, to_confluent, to_kafka_python, validate_client_config
+from airflow_kafka_reassign.kafka.maintenance import MaintenanceMixin, log_dirs_of
 
 #: Named topics missing from the metadata are looked for again for this many times this long
 #: (3 s; within the snapshot's time budget) before :meth:`KafkaClusterAdmin.snapshot` refuses them
@@ -255,8 +256,11 @@ class SafeKafkaAdminClient(KafkaAdminClient):  # type: ignore[misc]
             raise
 
 
-class KafkaClusterAdmin:
+class KafkaClusterAdmin(MaintenanceMixin):
     """A ``ClusterAdmin`` over a real cluster, from one librdkafka config dict.
+
+    The maintenance methods (cordons, the quorum, registrations, log-dir moves) are in
+    :class:`~airflow_kafka_reassign.kafka.maintenance.MaintenanceMixin`.
 
     ``timeout_s`` bounds every request; an unreachable cluster raises
     :class:`~airflow_kafka_reassign.exceptions.ClusterUnreachableError` naming the
@@ -782,24 +786,24 @@ class KafkaClusterAdmin:
         is skipped, with one line naming it; one that fails to answer is logged and left out,
         so a caller can keep reporting while a broker is down.
         """
-        return self._log_dirs(partitions)[0]
+        return self._log_dirs(partitions)[0] if partitions else {}
 
-    def log_dirs(self, partitions: Collection[TopicPartition]) -> LogDirs:
-        """:meth:`replica_sizes` and each answering broker's disk space, from the same requests."""
-        sizes, space, unanswered = self._log_dirs(partitions, with_space=True)
-        return LogDirs(sizes=sizes, space=space, unanswered=tuple(unanswered))
+    def log_dirs(self, partitions: Collection[TopicPartition] | None) -> LogDirs:
+        """:meth:`replica_sizes` and each answering broker's disk space and log dirs, from the same requests
+        (``partitions=None``: every partition)."""
+        sizes, space, unanswered, responses = self._log_dirs(partitions, with_space=True)
+        asked = None if partitions is None else {t: set(ps) for t, ps in _by_topic(partitions).items()}
+        return LogDirs(sizes=sizes, space=space, unanswered=tuple(unanswered), dirs=log_dirs_of(responses, asked))
 
-    def _log_dirs(self, partitions: Collection[TopicPartition], with_space: bool = False,
-                  ) -> tuple[dict[TopicPartition, dict[int, int]], dict[int, DiskSpace], list[int]]:
-        """One DescribeLogDirs per live broker naming ``partitions``: their sizes, each broker's space, and the
-        live brokers that did not answer."""
-        wanted: dict[str, list[int]] = defaultdict(list)
-        for t, p in partitions:
-            wanted[t].append(p)
-        if not wanted:  # never an empty request: kafka-python would send "every topic"
-            return {}, {}, []
+    def _log_dirs(self, partitions: Collection[TopicPartition] | None, with_space: bool = False,
+                  ) -> tuple[dict[TopicPartition, dict[int, int]], dict[int, DiskSpace], list[int], list[dict[str, Any]]]:
+        """One DescribeLogDirs per live broker naming ``partitions`` (``None``: all): their sizes, each broker's
+        space, the live brokers that did not answer, and the answers."""
+        wanted = _by_topic(partitions) if partitions is not None else None
+        if wanted is not None and not wanted:  # never an empty request: kafka-python would send "every topic"
+            return {}, {}, [], []
         kp = self._kafka_python()
-        request = {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
+        request = None if wanted is None else {t: sorted(set(ps)) for t, ps in sorted(wanted.items())}
         responses: list[dict[str, Any]] = []
         live = {b.id for b in self.describe_cluster_brokers()[1]}
         known = {b.node_id for b in kp._manager.cluster.brokers()}
@@ -811,7 +815,10 @@ class KafkaClusterAdmin:
         unanswered = sorted(live - known)  # alive for the controller, unknown to this client yet
         for node in sorted(known & live):
             try:
-                responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
+                if request is None:  # Topics null: every partition the broker holds, in one request
+                    responses.extend(kp._manager.run(kp._async_describe_log_dirs, None, [node]))
+                else:
+                    responses.extend(kp.describe_log_dirs(topic_partitions=request, brokers=[node]))
             except (kp_errors.KafkaError, OSError) as e:
                 unanswered.append(node)
                 # warned once per broker and client: a broker that is down would repeat it on every poll
@@ -820,10 +827,12 @@ class KafkaClusterAdmin:
                     node, type(e).__name__, e)
                 self._sizes_warned.add(node)
         sizes = _sizes_from_log_dirs(responses)
-        asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
         space = self._space_from_log_dirs(responses) if with_space else {}
+        if request is None:
+            return sizes, space, sorted(unanswered), responses
+        asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
         return ({tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}, space,
-                sorted(unanswered))
+                sorted(unanswered), responses)
 
     def _space_from_log_dirs(self, responses: Sequence[Mapping[str, Any]]) -> dict[int, DiskSpace]:
         """Each broker's disk space (KIP-827, DescribeLogDirs v4+): the log dirs that answer without error, log
@@ -1033,15 +1042,19 @@ class KafkaClusterAdmin:
 
     # -- throttles ------------------------------------------------------------------------
 
-    def describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
-        """The per-broker and per-topic DYNAMIC values of the throttle configs (``None``: unset).
+    def describe_throttles(self, brokers: Collection[int], topics: Collection[str], *,
+                           broker_keys: Collection[str] | None = None) -> ThrottleBackup:
+        """The per-broker and per-topic DYNAMIC values of the throttle configs (``None``: unset);
+        ``broker_keys``: the broker configs to read (default :data:`BROKER_THROTTLE_KEYS`).
 
         Static values from a broker's properties file and cluster-wide dynamic defaults are
         not ours to change and are not reported.
         """
-        return self._on_fresh_controller(lambda: self._describe_throttles(brokers, topics))
+        keys = tuple(BROKER_THROTTLE_KEYS if broker_keys is None else broker_keys)
+        return self._on_fresh_controller(lambda: self._describe_throttles(brokers, topics, keys))
 
-    def _describe_throttles(self, brokers: Collection[int], topics: Collection[str]) -> ThrottleBackup:
+    def _describe_throttles(self, brokers: Collection[int], topics: Collection[str],
+                            broker_keys: Sequence[str] = BROKER_THROTTLE_KEYS) -> ThrottleBackup:
         ck = self._confluent()
         broker_vals: dict[int, dict[str, str | None]] = {}
         for b in sorted(set(brokers)):
@@ -1051,7 +1064,7 @@ class KafkaClusterAdmin:
             broker_vals[b] = {
                 k: (entries[k].value if k in entries
                     and entries[k].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value else None)
-                for k in BROKER_THROTTLE_KEYS
+                for k in broker_keys
             }
         topic_vals: dict[str, dict[str, str | None]] = {}
         names = sorted(set(topics))
@@ -1075,27 +1088,28 @@ class KafkaClusterAdmin:
         librdkafka accepts a single broker resource per IncrementalAlterConfigs."""
         self._on_fresh_controller(lambda: self._set_throttles(broker_configs, topic_configs))
 
+    def _set_broker_configs(self, configs: Mapping[int, Mapping[str, str | None]], what: str) -> None:
+        """Set or delete dynamic broker configs, one IncrementalAlterConfigs per broker (librdkafka accepts a
+        single broker resource per request); ``what`` names them in an authorization failure."""
+        self._on_fresh_controller(lambda: self._set_broker_configs_once(configs, what))
+
+    def _set_broker_configs_once(self, configs: Mapping[int, Mapping[str, str | None]], what: str) -> None:
+        ck = self._confluent()
+        for b, values in sorted(configs.items()):
+            if values:
+                res = ConfigResource(ConfigResource.Type.BROKER, str(b),
+                                     incremental_configs=_config_entries(values))
+                self._wait(ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res],
+                           needs=Refused.on_cluster("ALTER_CONFIGS", f"IncrementalAlterConfigs of broker {b}'s {what}"))
+
     def _set_throttles(
         self,
         broker_configs: Mapping[int, Mapping[str, str | None]],
         topic_configs: Mapping[str, Mapping[str, str | None]],
     ) -> None:
         ck = self._confluent()
-
-        def entries(values: Mapping[str, str | None]) -> list[ConfigEntry]:
-            return [
-                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) if v is not None
-                else ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
-                for k, v in sorted(values.items())
-            ]
-
-        for b, values in sorted(broker_configs.items()):
-            if values:
-                res = ConfigResource(ConfigResource.Type.BROKER, str(b),
-                                     incremental_configs=entries(values))
-                self._wait(ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res],
-                           needs=Refused.on_cluster("ALTER_CONFIGS",
-                                                      f"IncrementalAlterConfigs of broker {b}'s throttle rates"))
+        entries = _config_entries
+        self._set_broker_configs_once(broker_configs, "throttle rates")
         resources = [
             ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=entries(values))
             for t, values in sorted(topic_configs.items()) if values
@@ -1160,6 +1174,22 @@ def metadata_lag(offsets: Mapping[int, int | None], target: int) -> str:
     where = ", ".join(f"{b} at {o}" for b, o in behind.items())
     return (f"broker(s) {', '.join(map(str, behind))} had not yet applied the cluster's metadata up to offset "
             f"{target}, where it was when the snapshot began ({where})")
+
+
+def _config_entries(values: Mapping[str, str | None]) -> list[ConfigEntry]:
+    """IncrementalAlterConfigs entries: SET a value, DELETE a ``None``."""
+    return [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) if v is not None
+        else ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+        for k, v in sorted(values.items())
+    ]
+
+
+def _by_topic(partitions: Collection[TopicPartition]) -> dict[str, list[int]]:
+    wanted: dict[str, list[int]] = defaultdict(list)
+    for t, p in partitions:
+        wanted[t].append(p)
+    return wanted
 
 
 def _sizes_from_log_dirs(responses: Sequence[Mapping[str, Any]]) -> dict[TopicPartition, dict[int, int]]:

@@ -3,10 +3,11 @@
 Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
 
     up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--tls] [--acls] [--kafka-version V] [--timeout 120]
-       [--object-store]
+       [--log-dirs 1] [--object-store]
         start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids);
         --tls adds an SSL listener (its CA certificate under "tls_ca"), --acls (with --sasl) the
         StandardAuthorizer and the limited SCRAM users sandbox-limited and sandbox-nobody;
+        --log-dirs N gives every broker N log dirs (KRaft JBOD; each broker's are under "log_dirs");
         with --object-store also an S3-compatible store (S3Proxy) in DIR/objectstore: its
         endpoint, bucket and the path of its credentials file (mode 600) under "object_store"
     down --dir DIR                     stop every node and the object store (idempotent)
@@ -66,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                          "sandbox-limited may only describe, sandbox-nobody has no ACL")
     up.add_argument("--kafka-version", help=f"Kafka >= 4.1 (default: ${VERSION_ENV} or newest 4.x)")
     up.add_argument("--timeout", type=float, default=120.0, help="readiness timeout in s (120)")
+    up.add_argument("--log-dirs", type=int, default=1,
+                    help="log dirs per broker (default 1; N > 1: KRaft JBOD, data-1..data-N, the metadata log in the first)")
     up.add_argument("--object-store", action="store_true",
                     help="also start an S3-compatible object store (S3Proxy from Maven Central) in DIR/objectstore")
 
@@ -107,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=args.timeout,
                 tls=args.tls,
                 acls=args.acls,
+                log_dirs=args.log_dirs,
             )
             if args.object_store:
                 info["object_store"] = ObjectStoreSandbox(os.path.join(args.dir, "objectstore")).up()

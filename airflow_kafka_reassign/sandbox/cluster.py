@@ -12,6 +12,9 @@ Layout of a sandbox directory ``DIR``::
     DIR/node-<id>/server.log     the broker's log (log4j2)
     DIR/node-<id>/stdout.log     the JVM's stdout and stderr
     DIR/node-<id>/data/          log.dirs (and the KRaft metadata log)
+    DIR/node-<id>/data-<k>/      with ``log_dirs=N`` > 1: the N log dirs ``data-1 .. data-N`` (KRaft JBOD,
+                                 KIP-858) instead of ``data/``; the metadata log is in ``data-1``, the first
+                                 of ``log.dirs`` (Kafka's default for ``metadata.log.dir``)
 
 Topology: node ids are ``1..N``; nodes ``1..min(3, N)`` are combined ``broker,controller``
 nodes (the static KRaft voters), the others are brokers only, so a cluster of 3+ nodes
@@ -233,17 +236,25 @@ def render_properties(props: Mapping[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def log_dir_paths(node_dir: Path, log_dirs: int) -> list[Path]:
+    """The log dirs of a node: ``data`` alone, or ``data-1 .. data-N`` for ``log_dirs`` N > 1 (JBOD)."""
+    if log_dirs < 1:
+        raise SandboxError("a broker needs at least 1 log dir")
+    return [node_dir / "data"] if log_dirs == 1 else [node_dir / f"data-{k}" for k in range(1, log_dirs + 1)]
+
+
 def node_properties(
     node: Mapping[str, Any],
     voters: str,
     brokers: int,
-    data_dir: Path,
+    data_dir: Path | Sequence[Path],
     sasl: bool,
     keystore: Path | None = None,
     acls: bool = False,
 ) -> dict[str, object]:
-    """``server.properties`` of one node of a ``brokers``-node sandbox (``keystore``: the PEM keystore
-    of an SSL listener; ``acls``: KRaft's StandardAuthorizer with the sandbox's super users)."""
+    """``server.properties`` of one node of a ``brokers``-node sandbox (``data_dir``: its log dir, or
+    several, JBOD; ``keystore``: the PEM keystore of an SSL listener; ``acls``: KRaft's StandardAuthorizer
+    with the sandbox's super users)."""
     controller = "controller" in node["roles"]
     listeners = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
     advertised = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
@@ -267,7 +278,7 @@ def node_properties(
         "listener.security.protocol.map": (
             "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL"
         ),
-        "log.dirs": str(data_dir),
+        "log.dirs": str(data_dir) if isinstance(data_dir, Path) else ",".join(map(str, data_dir)),
         "auto.create.topics.enable": "false",
         "offsets.topic.replication.factor": internal_rf,
         "offsets.topic.num.partitions": 10,
@@ -420,6 +431,12 @@ class Sandbox:
         """All node ids (every node is a broker)."""
         return [n["id"] for n in self.state["nodes"]]
 
+    def log_dirs(self, node_id: int) -> list[str]:
+        """The absolute paths of node ``node_id``'s log dirs (its ``log.dirs``), the first holding the
+        metadata log."""
+        node = self._node(node_id)
+        return list(node.get("log_dirs") or [str(Path(node["dir"]) / "data")])
+
     @property
     def kafka_version(self) -> str:
         """The Apache Kafka version the sandbox runs."""
@@ -440,6 +457,7 @@ class Sandbox:
                     "port": n["port"],
                     "sasl_port": n.get("sasl_port"),
                     "ssl_port": n.get("ssl_port"),
+                    "log_dirs": self.log_dirs(n["id"]),
                 }
                 for n in state["nodes"]
             ],
@@ -615,11 +633,14 @@ class Sandbox:
         *,
         tls: bool = False,
         acls: bool = False,
+        log_dirs: int = 1,
     ) -> dict[str, Any]:
         """Create and start a fresh cluster; return :attr:`info` once it is ready.
 
         ``tls`` adds an SSL listener (certificates made once in ``DIR/tls``); ``acls`` (with
         ``sasl``) runs KRaft's StandardAuthorizer with the limited users described above.
+        ``log_dirs`` > 1 gives every broker that many log dirs (KRaft JBOD, KIP-858: intra-broker
+        moves with AlterReplicaLogDirs); the metadata log stays in the first.
 
         Ready means: every broker is registered (the cluster metadata lists all ids) and a topic
         with replication factor ``min(3, brokers)`` can be created and deleted, within
@@ -635,6 +656,8 @@ class Sandbox:
             raise SandboxError("racks must be >= 0 (0: no broker.rack)")
         if acls and not sasl:
             raise SandboxError("acls needs sasl: the limited users are SCRAM users (pass --sasl with --acls)")
+        if log_dirs < 1:
+            raise SandboxError("log_dirs must be >= 1 (the number of log dirs of each broker)")
         started = time.monotonic()
         with self._lock():
             self._prepare_dir()
@@ -643,7 +666,7 @@ class Sandbox:
             except maven.KafkaFetchError as exc:
                 raise SandboxError(str(exc)) from exc
             archives = cds.ensure_archives(dist, _java(), self._train_archives(dist))
-            self._start(dist, brokers, racks, sasl, timeout, archives, tls=tls, acls=acls)
+            self._start(dist, brokers, racks, sasl, timeout, archives, tls=tls, acls=acls, log_dirs=log_dirs)
             self.state["started_in_s"] = round(time.monotonic() - started, 1)
             self._save()
         log.info("sandbox ready in %.1f s: %s", self.state["started_in_s"], self.bootstrap_servers)
@@ -661,8 +684,9 @@ class Sandbox:
         *,
         tls: bool = False,
         acls: bool = False,
+        log_dirs: int = 1,
     ) -> None:
-        self._state = self._create_state(dist, brokers, racks, sasl, tls=tls, acls=acls)
+        self._state = self._create_state(dist, brokers, racks, sasl, tls=tls, acls=acls, log_dirs=log_dirs)
         if tls:
             from airflow_kafka_reassign.sandbox.tls import ensure_certificates
 
@@ -757,7 +781,7 @@ class Sandbox:
 
     def _create_state(
         self, dist: maven.KafkaDistribution, brokers: int, racks: int, sasl: bool, *, tls: bool = False,
-        acls: bool = False,
+        acls: bool = False, log_dirs: int = 1,
     ) -> dict[str, Any]:
         voters = controller_ids(brokers)
         ports = iter(free_ports(brokers + len(voters) + (brokers if sasl else 0) + (brokers if tls else 0)))
@@ -775,6 +799,7 @@ class Sandbox:
                     "sasl_port": next(ports) if sasl else None,
                     "ssl_port": next(ports) if tls else None,
                     "dir": str(node_dir),
+                    "log_dirs": [str(p) for p in log_dir_paths(node_dir, log_dirs)],
                     "properties": str(node_dir / "server.properties"),
                     "pid": None,
                     "command": [],
@@ -794,6 +819,7 @@ class Sandbox:
             "brokers": brokers,
             "racks": racks,
             "controllers": voters,
+            "log_dirs": log_dirs,
             "sasl": sasl,
             "sasl_mechanism": SASL_MECHANISM if sasl else None,
             "sasl_username": SASL_USERNAME if sasl else None,
@@ -819,10 +845,12 @@ class Sandbox:
         (self.dir / "tools-log4j2.xml").write_text(_render_log4j2("tools-log4j2.xml", Path()))
         for node in state["nodes"]:
             node_dir = Path(node["dir"])
-            data_dir = node_dir / "data"
-            data_dir.mkdir(parents=True)
+            data_dirs = [Path(p) for p in node.get("log_dirs") or [node_dir / "data"]]
+            for data_dir in data_dirs:
+                data_dir.mkdir(parents=True)
             keystore = state.get("tls_keystore")
-            props = node_properties(node, voters, state["brokers"], data_dir, state["sasl"],
+            props = node_properties(node, voters, state["brokers"],
+                                    data_dirs[0] if len(data_dirs) == 1 else data_dirs, state["sasl"],
                                     keystore=Path(keystore) if keystore else None, acls=bool(state.get("acls")))
             Path(node["properties"]).write_text(render_properties(props))
             log4j = node_dir / "log4j2.xml"
