@@ -346,3 +346,27 @@ def restore_cordons(
     journal(state_dir, {"event": "cordons-restored", "brokers": sorted(todo)}, log=log)
     log.info("cordoned.log.dirs restored exactly as before on brokers %s", sorted(todo))
     return True
+
+
+def cordon_refusal(admin: ClusterAdmin, moves: Sequence[Move]) -> str | None:
+    """Why these moves may not go out: a new replica would land on a cordoned broker or log dir (``None``: none
+    would, or the cluster has no cordons). Reads the target brokers' ``cordoned.log.dirs`` (one DescribeConfigs):
+    execution's pre-flight, because Kafka 4.3.0/4.3.1 would accept such a reassignment (KAFKA-20832)."""
+    adding = sorted({b for m in moves for b in m.adding_replicas})
+    if not adding or not admin.capabilities().cordons:
+        return None
+    view = CordonView.from_configs(admin.describe_cordons(adding))
+    try:
+        check_cordons(view, moves=moves)
+    except CordonRefusedError as e:
+        return str(e).replace("pass allow_cordoned_targets=True to place them there deliberately",
+                              "plan again from the current cluster (a plan never targets a cordoned broker)")
+    return None
+
+
+def cordoned_brokers(admin: ClusterAdmin, brokers: Collection[int]) -> frozenset[int]:
+    """The brokers of ``brokers`` whose every log dir is cordoned (``cordoned.log.dirs=*``); none on a cluster
+    without cordons."""
+    if not brokers or not admin.capabilities().cordons:
+        return frozenset()
+    return CordonView.from_configs(admin.describe_cordons(sorted(brokers))).whole

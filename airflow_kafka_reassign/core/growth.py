@@ -53,12 +53,13 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from airflow_kafka_reassign.core.cordon import cordoned_brokers
 from airflow_kafka_reassign.core.loads import broker_loads
 from airflow_kafka_reassign.core.models import (
     INTERNAL_COORDINATOR_TOPICS,
@@ -86,7 +87,7 @@ Status = Literal["created", "validated", "no-op", "refused", "failed"]
 #: Why a topic was refused, as a stable code (XCom, tests, alerting).
 RefusalCode = Literal[
     "unknown-topic", "internal-topic", "shrink", "compacted-topic", "under-replicated",
-    "too-few-live-brokers",
+    "too-few-live-brokers", "assignment", "cordoned",
 ]
 
 
@@ -135,6 +136,10 @@ class GrowthRequest(_Frozen):
     allow_under_replicated: bool = False
     #: Spread each new partition's replicas over racks (``broker.rack``).
     rack_aware: bool = True
+    #: Explicit replicas of the NEW partitions of a topic (``{topic: [[1, 2], [2, 3]]}``, one list per partition
+    #: added, each as long as the topic's replication factor), in place of the guarded placement. Every guard
+    #: still applies, and no replica may be on a cordoned broker (KIP-1066: Kafka 4.3.0/4.3.1 would accept it).
+    assignments: dict[str, tuple[tuple[int, ...], ...]] = Field(default_factory=dict)
 
     @field_validator("targets", mode="before")
     @classmethod
@@ -390,8 +395,10 @@ class _Placer:
 # ------------------------------------------------------------------------------ decisions
 
 
-def plan_growth(snapshot: ClusterSnapshot, request: GrowthRequest) -> GrowthPlan:
-    """Decide every topic of ``request`` against ``snapshot`` (see the module doc).
+def plan_growth(snapshot: ClusterSnapshot, request: GrowthRequest, *,
+                cordoned: Collection[int] = ()) -> GrowthPlan:
+    """Decide every topic of ``request`` against ``snapshot`` (see the module doc). ``cordoned``: brokers that
+    take no new replica (KIP-1066): the placement avoids them, an explicit assignment naming one is refused.
 
     ``snapshot`` should cover the whole cluster (every topic), so the brokers' loads and the
     brokers that are not running are known. The snapshot's brokers are the live ones.
@@ -407,7 +414,7 @@ def plan_growth(snapshot: ClusterSnapshot, request: GrowthRequest) -> GrowthPlan
     placer = _Placer(snapshot, request.rack_aware)
     decisions = []
     for name in sorted(request.targets):
-        decisions.append(_decide(name, request, states, by_topic, live, offline, placer))
+        decisions.append(_decide(name, request, states, by_topic, live, offline, placer, frozenset(cordoned)))
     warnings = list(placer.warnings)
     if offline:
         warnings.append(
@@ -430,6 +437,7 @@ def _decide(
     live: list[int],
     offline: list[int],
     placer: _Placer,
+    cordoned: frozenset[int] = frozenset(),
 ) -> TopicGrowth:
     target = request.targets[name]
     state = states.get(name)
@@ -507,7 +515,21 @@ def _decide(
         placeholders = offline
         if min_isr is None:
             warnings.append(f"{name}: min.insync.replicas unknown; assumed Kafka's default 1")
-    placed = placer.place(parts, target - current, rf, live, placeholders)
+    explicit = request.assignments.get(name)
+    if explicit is not None:
+        why = _explicit_problem(explicit, target - current, rf, live, cordoned)
+        if why:
+            return refuse("assignment", f"{name}: the explicit assignment {[list(r) for r in explicit]} is refused: "
+                                        f"{why}; nothing was created", **known)
+        placed: list[tuple[tuple[int, ...], tuple[int, ...]]] = [(tuple(r), ()) for r in explicit]
+    else:
+        placeable = [b for b in live if b not in cordoned]
+        if cordoned & set(live) and len(placeable) < rf and n_live >= rf:
+            return refuse("cordoned", f"only {len(placeable)} live broker(s) {placeable} are not cordoned for "
+                                      f"replication factor {rf}: cordoned broker(s) {sorted(cordoned & set(live))} "
+                                      "take no new replica (KIP-1066); wait until their decommission ends or "
+                                      "uncordon one", **known)
+        placed = placer.place(parts, target - current, rf, placeable if cordoned else live, placeholders)
     under: dict[str, int] = {}
     offline_reps: dict[str, tuple[int, ...]] = {}
     for i, (_, ph) in enumerate(placed):
@@ -601,7 +623,9 @@ def grow_partitions(
         )
     emit = log or (lambda level, message: None)
     snapshot = _snapshot_naming(admin, request.targets, sleep)
-    plan = plan_growth(snapshot, request)
+    # the brokers being emptied (KIP-1066): the placement avoids them and an explicit assignment naming one is
+    # refused (Kafka 4.3.0/4.3.1 would accept it, KAFKA-20832)
+    plan = plan_growth(snapshot, request, cordoned=cordoned_brokers(admin, snapshot.broker_ids))
     for w in plan.warnings:
         emit("warning", w)
     for t in plan.topics:
@@ -807,3 +831,21 @@ def plan_heal(
         goal="heal", heal_targets=assessment.plan_targets, include_internal=True, rack_aware=rack_aware
     )
     return assessment, plan_reassignment(snapshot, request)
+
+
+def _explicit_problem(assignment: Sequence[Sequence[int]], count: int, rf: int, live: Sequence[int],
+                      cordoned: Collection[int]) -> str | None:
+    """What is wrong with an explicit assignment of ``count`` new partitions (``None``: nothing)."""
+    if len(assignment) != count:
+        return f"it names {len(assignment)} partition(s), the request adds {count}"
+    for i, replicas in enumerate(assignment):
+        if len(replicas) != rf or len(set(replicas)) != len(replicas):
+            return f"partition {i} of it has replicas {list(replicas)}: give {rf} distinct brokers (the topic's RF)"
+        down = [b for b in replicas if b not in live]
+        if down:
+            return f"broker(s) {down} are not live brokers of the cluster (live: {list(live)})"
+        on = [b for b in replicas if b in cordoned]
+        if on:
+            return (f"broker(s) {on} are cordoned (cordoned.log.dirs, KIP-1066: they are being emptied and take no "
+                    "new replica; Kafka 4.3.0/4.3.1 would accept this assignment, KAFKA-20832): choose other brokers")
+    return None

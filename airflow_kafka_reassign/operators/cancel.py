@@ -161,6 +161,7 @@ class CancelReassignmentOperator(ExecutionTask, BaseOperator):
 
         result, rolled = outcome.cancel, outcome.rollback
         summary: dict[str, Any] = {"plan_uri": store.uri if store else None, **result.summary(),
+                                   "cordons_restored": outcome.cordons_restored,
                                    "rollback": rolled.summary() if rolled is not None else None}
         # a partition the cancel left off its replicas (count, brokers, order) is put back by a rollback that finished
         problems = result.problems(placement=rolled is None or not rolled.status.ok)

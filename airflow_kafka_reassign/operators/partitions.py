@@ -117,10 +117,16 @@ class GuardedCreatePartitionsOperator(BaseOperator):
     :param fail_on_refused: fail the task when a guard refused a topic (after the valid
         topics grew). Kafka errors always fail it.
     :param rack_aware: spread each new partition's replicas over ``broker.rack`` racks.
+    :param replica_assignment: explicit replicas of the new partitions, ``{topic: [[1, 2], [2, 3]]}`` (one list per
+        partition added, each as long as the topic's replication factor), in place of the guarded placement
+        (templated). Every guard still applies; a broker that is not live, or that is cordoned (KIP-1066: being
+        emptied; Kafka 4.3.0/4.3.1 would accept it, KAFKA-20832), refuses the topic before anything is sent.
+        Without it the placement avoids cordoned brokers.
     :param timeout_s: bound on every request to the cluster.
     """
 
     template_fields: Sequence[str] = (
+        "replica_assignment",
         "new_total_partitions",
         "kafka_config_id",
         "heal_targets_path",
@@ -146,6 +152,7 @@ class GuardedCreatePartitionsOperator(BaseOperator):
         storage_conn_id: str | None = None,
         fail_on_refused: bool = True,
         rack_aware: bool = True,
+        replica_assignment: Mapping[str, Sequence[Sequence[int]]] | None = None,
         timeout_s: float = 30.0,
         **kwargs: Any,
     ) -> None:
@@ -162,6 +169,7 @@ class GuardedCreatePartitionsOperator(BaseOperator):
         self.heal_targets_path = heal_targets_path
         self.fail_on_refused = fail_on_refused
         self.rack_aware = rack_aware
+        self.replica_assignment = replica_assignment
         self.timeout_s = timeout_s
 
     def _request(self) -> GrowthRequest:
@@ -174,8 +182,10 @@ class GuardedCreatePartitionsOperator(BaseOperator):
                 allow_compacted=self.allow_compacted,
                 allow_under_replicated=self.allow_under_replicated,
                 rack_aware=self.rack_aware,
+                assignments={str(k): tuple(tuple(int(b) for b in r) for r in v)
+                             for k, v in (self.replica_assignment or {}).items()},
             )
-        except ValueError as e:  # pydantic's ValidationError and ConfigurationError
+        except (ValueError, TypeError) as e:  # pydantic's ValidationError and ConfigurationError
             raise AirflowFailException(f"{self.task_id}: invalid parameters: {e}") from e
 
     def _log(self, level: str, message: str) -> None:

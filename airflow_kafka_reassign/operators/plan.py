@@ -49,20 +49,22 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
+from airflow_kafka_reassign.core.cordon import apply_cordons, decommission_cordons
 from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
+from airflow_kafka_reassign.core.quorum import check_voters
 from airflow_kafka_reassign.core.rates import snapshot_bytes_in
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.core.units import format_bytes as human_bytes
-from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import as_bool, default_run_location
 from airflow_kafka_reassign.report.links import PlanReportLink, push_report_location
@@ -81,8 +83,12 @@ from airflow_kafka_reassign.storage import (
     job_environment,
     local_path,
     open_store,
+    run_state,
     upload_dir,
 )
+
+if TYPE_CHECKING:
+    from airflow_kafka_reassign.core.ports import ClusterAdmin
 
 #: Connection id the operator defines (in this task's environment only) for the local master.
 LOCAL_SPARK_CONN_ID = "akr_spark_local"
@@ -144,6 +150,14 @@ class PlanReassignmentOperator(BaseOperator):
     :param partial_drain: goal ``remove-brokers`` with topic filters: drain only the selected
         topics now; topics left out keep their replicas on the removed brokers (a warning says how
         many). Without it such a plan is refused. Templated (``"{{ params.partial_drain }}"``).
+    :param cordon: goal ``remove-brokers``: before the snapshot, cordon the brokers (``cordoned.log.dirs=*``,
+        KIP-1066, Kafka 4.3+) so that topics created or grown while they drain get no replica there; the previous
+        values are backed up in the plan's run state (``<plan>/run``) first. A cancel or a rollback of the plan
+        uncordons them exactly; a finished drain leaves them cordoned until they are unregistered. On an older
+        cluster a warning says so and the drain rounds do the work. Templated (a dry run passes ``False``).
+    :param allow_voter_removal: goal ``remove-brokers``: a broker that is a KRaft controller voter (a combined
+        broker+controller node) is refused before anything is changed, naming the voters and the majority;
+        this lets it be drained all the same (never when the voters left would be fewer than the majority).
     :param drain_rounds: goal ``remove-brokers``: the plan directory says what is drained (``drain.json``), and the
         execution that runs it, once the plan's moves are done, moves the partitions that arrived on the drained
         brokers meanwhile (topics created or grown while it ran, placed there by the controller) in the same run,
@@ -170,7 +184,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "goal", "brokers", "topic_include", "topic_exclude", "rf_changes", "heal_targets", "output_uri",
-        "spark_master", "partial_drain", "storage_conn_id",
+        "spark_master", "partial_drain", "storage_conn_id", "cordon",
     )
     ui_color = "#e8f0fe"
     operator_extra_links = (PlanReportLink(),)
@@ -189,6 +203,8 @@ class PlanReassignmentOperator(BaseOperator):
         use_sizes: bool = False,
         partial_drain: bool = False,
         drain_rounds: int = DEFAULT_MAX_ROUNDS,
+        cordon: Any = True,
+        allow_voter_removal: bool = False,
         capacity: Any = None,
         sample_window_s: float | None = None,
         disk_cap: float | None = None,
@@ -218,6 +234,8 @@ class PlanReassignmentOperator(BaseOperator):
         self.use_sizes = use_sizes
         self.partial_drain = partial_drain
         self.drain_rounds = drain_rounds
+        self.cordon = cordon
+        self.allow_voter_removal = allow_voter_removal
         self.capacity = capacity
         self.sample_window_s = sample_window_s
         self.disk_cap = disk_cap
@@ -400,6 +418,8 @@ class PlanReassignmentOperator(BaseOperator):
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
         admin = hook.get_admin()
         try:  # complete, or IncompleteSnapshotError: the task fails before anything is written or submitted
+            if request.goal == "remove-brokers" and request.brokers:
+                self._before_drain(admin, request, location.rstrip("/") if remote else str(work))
             snapshot = admin.snapshot(include_sizes=request.use_sizes or request.capacity is not None,
                                       settle_timeout_s=float(self.snapshot_settle_timeout_s))
             if window:
@@ -467,6 +487,31 @@ class PlanReassignmentOperator(BaseOperator):
             context["ti"].xcom_push(key="plan", value=out)
             raise AirflowSkipException("the plan moves nothing: skipping the downstream tasks")
         return out
+
+    def _before_drain(self, admin: ClusterAdmin, request: PlanRequest, base: str) -> None:
+        """A decommission, before its snapshot: refuse to drain a KRaft controller voter (DescribeQuorum), then
+        cordon the brokers (KIP-1066, Kafka 4.3+) so that nothing new lands on them while they drain; the previous
+        ``cordoned.log.dirs`` values are backed up in the plan's run state first (a cancel or rollback restores
+        them; a finished drain leaves the brokers cordoned until they are unregistered)."""
+        caps = admin.capabilities()
+        if caps.describe_quorum:
+            try:
+                check_voters(request.brokers, admin.describe_quorum(),
+                             allow_voter_removal=as_bool(self.allow_voter_removal, "allow_voter_removal"))
+            except GuardRefusedError as e:
+                raise AirflowFailException(f"task {self.task_id}: {e}") from None
+        if not as_bool(self.cordon, "cordon"):
+            return
+        if not caps.cordons:
+            self.log.warning(
+                "brokers %s are not cordoned: cordons need Kafka 4.3+ with metadata.version 4.3-IV0 (KIP-1066; this "
+                "cluster's level: %s). Topics created or grown while they drain may get replicas on them; the "
+                "execution drains those too, in up to %s later round(s) of the same run", list(request.brokers),
+                caps.metadata_version, self.drain_rounds)
+            return
+        state = run_state(open_store(f"{base}/plan", conn_id=self.storage_conn_id or None,
+                                     timeout_s=float(self.storage_timeout_s)))
+        apply_cordons(admin, decommission_cordons(request.brokers), state_dir=state, log=self.log)
 
     def _write_drain(self, request: PlanRequest, plan_uri: str) -> None:
         """A decommission's plan directory says what is drained (drain.json): the execution that runs it drains

@@ -7,6 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
+from airflow_kafka_reassign.core.cordon import cordon_refusal
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, SUMMARY_SAMPLE, ExecutionOptions
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus, _names, _Observation
@@ -372,8 +373,11 @@ def preflight(
     approval step (operators/approval.py) shows it to the person before asking;
     :func:`refusal` says whether execution would refuse the whole plan.
     """
-    return _assess(admin, plan, options, known_failed=None, settle_s=settle_s, sleep=sleep, log=log or _log,
-                   rf_guard_check=True)[0]
+    status = _assess(admin, plan, options, known_failed=None, settle_s=settle_s, sleep=sleep, log=log or _log,
+                     rf_guard_check=True)[0]
+    if status.blocked is None and status.pending:
+        status.blocked = cordon_refusal(admin, [status.moves[tp] for tp in status.pending])
+    return status
 
 
 def refusal(status: ExecutionStatus) -> str | None:

@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from airflow_kafka_reassign.core.cancel import CancelResult, cancel_plan, live_rollback
+from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
+from airflow_kafka_reassign.core.cordon import restore_cordons
 from airflow_kafka_reassign.core.execution.config import ExecutionConfig
 from airflow_kafka_reassign.core.lease import LeaseKeeper
 from airflow_kafka_reassign.core.ports import ClusterAdmin
@@ -64,6 +66,8 @@ class CancelOutcome:
 
     cancel: CancelResult
     rollback: RunResult | None = None
+    #: the run's cordons (a decommission's, a disk removal's) were put back as they were before it
+    cordons_restored: bool = False
 
     def rollback_problem(self) -> str | None:
         """Why the rollback did not put everything back (``None``: none was started, or it did)."""
@@ -98,7 +102,8 @@ def cancel_then_roll_back(
     default_disk_reserve: str | None = None,
     log: logging.Logger | None = None,
 ) -> CancelOutcome:
-    """Cancel the plan's moves in flight (or every reassignment, ``cancel_all``), restore the run's throttles, then,
+    """Cancel the plan's moves in flight (or every reassignment, ``cancel_all``), restore the run's throttles and its
+    cordons (a decommission's: the brokers take new replicas again), then,
     with a ``rollback`` plan, move the partitions back: the rollback starts from where each partition is now
     (:func:`~airflow_kafka_reassign.core.cancel.live_rollback`) and runs through the same session as any plan
     (to the end with ``wait``; else its first batch, its throttles left for the sensor that waits for it).
@@ -108,6 +113,9 @@ def cancel_then_roll_back(
     options = config.options(**({"default_disk_reserve": default_disk_reserve} if default_disk_reserve else {}))
     outcome = CancelOutcome(cancel_plan(admin, plan, state_dir=state_dir, cancel_all=cancel_all,
                                         dry_run=options.dry_run, rf_guard=options.rf_guard, lease=lease, log=log))
+    if state_dir is not None and not options.dry_run and read_cordon_backup(state_dir) is not None:
+        # a cancelled (or rolled-back) decommission or disk removal: the cordons go back exactly as before
+        outcome.cordons_restored = restore_cordons(admin, state_dir, log=log)
     if rollback is None or should_stop():
         return outcome
     rollback = live_rollback(admin, rollback, plan)

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
+from airflow_kafka_reassign.core.cordon import cordon_refusal, cordoned_brokers
 from airflow_kafka_reassign.core.drain import DrainSpec, drain_moves, leftovers, merge
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import (
@@ -208,6 +209,10 @@ class ExecutionSession:
                       log=self.log, settle_s=self.settle_s, sleep=self.sleep)
         self.ticks += 1
         self.last = status
+        if status.blocked is None and status.pending:
+            cordoned = cordon_refusal(self.admin, [status.moves[tp] for tp in status.pending])
+            if cordoned is not None:
+                status.blocked = cordoned
         report_preflight(status, self.log)
         return status
 
@@ -291,7 +296,7 @@ class ExecutionSession:
                 "creates topics, then run the drain again")
             self.log.error("%s", self.drain_short)
             return False
-        extra, refused = drain_moves(snap, spec)
+        extra, refused = drain_moves(snap, spec, cordoned=cordoned_brokers(self.admin, snap.broker_ids))
         if refused:
             self.drain_short = ("the drain cannot place " + "; ".join(f"{tp}: {why}" for tp, why in
                                                                         sorted(refused.items())[:10]))

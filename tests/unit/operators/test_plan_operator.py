@@ -105,11 +105,12 @@ def test_empty_plan_can_skip_downstream(cluster, tmp_path):
 
 def test_the_jobs_bad_input_message_becomes_the_task_error(monkeypatch, tmp_path):
     admin = FakeClusterAdmin.build({1: None, 2: None}, {"orders": [[1, 2]]})
+    admin.voters = []  # not about the quorum: the job's own refusal
     monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
 
     def failing_submit(self, snapshot: str, plan: str, request_file: str, **_: object) -> None:
         plan = Path(plan)
-        plan.mkdir(parents=True)
+        plan.mkdir(parents=True, exist_ok=True)  # (the run state may hold the cordon backup already)
         (plan / ERROR_FILE).write_text("removing broker(s) [1, 2] would leave no broker\n")
         raise ConfigurationError((plan / ERROR_FILE).read_text().strip())
 
