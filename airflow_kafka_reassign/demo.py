@@ -3,11 +3,11 @@
 ``python -m airflow_kafka_reassign.demo`` (``make demo``), from a clean clone, in a few minutes:
 
 1. starts a 5-broker, 3-rack sandbox Kafka cluster (Apache Kafka from Maven Central);
-2. loads a skewed workload with real data: every replica on brokers 1-3, brokers 4 and 5 empty;
+2. loads a skewed workload with real data: every replica on brokers 3-5, brokers 1 and 2 empty;
 3. prepares a throw-away Airflow (its own ``AIRFLOW_HOME``, ``airflow db migrate``) whose dags
    folder is ``example_dags/`` and whose ``kafka_default`` connection points at the sandbox;
 4. runs the ``kafka_decommission_brokers`` example DAG with ``airflow dags test`` (which exits 1
-   when the run fails): broker 1 is drained and the remaining brokers 2-5 end balanced (a
+   when the run fails): broker 5 is drained and the remaining brokers 1-4 end balanced (a
    decommission plus rebalance in one plan: snapshot -> Spark plan job -> guarded, throttled,
    batched execution -> wait with one progress line per poke -> verification);
 5. prints the per-broker table before and after (replicas, leaders, bytes), the replica moves
@@ -47,10 +47,11 @@ from airflow_kafka_reassign.core.models import ClusterSnapshot
 from airflow_kafka_reassign.core.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
-#: topic -> (partitions, RF, MB per partition); all placed on brokers 1-3 only.
+#: topic -> (partitions, RF, MB per partition); all placed on brokers 3-5 only.
 SKEWED_TOPICS = {"orders": (12, 3, 2.0), "payments": (6, 2, 1.0), "clicks": (18, 2, 0.5)}
-#: The broker the demo decommissions.
-DECOMMISSIONED = 1
+#: The broker the demo decommissions: not a KRaft controller voter (the sandbox's nodes 1-3 are combined
+#: broker+controller voters; the decommission refuses to drain one).
+DECOMMISSIONED = 5
 DEMO_DAG = "kafka_decommission_brokers"
 DEMO_THROTTLE = 20_000_000  # bytes/s per broker: moves take seconds, and the progress line shows
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def say(msg: str) -> None:
     print(f"==> {msg}", flush=True)
 
 
-def skewed_assignment(partitions: int, rf: int, crowded: tuple[int, ...] = (1, 2, 3)) -> list[list[int]]:
+def skewed_assignment(partitions: int, rf: int, crowded: tuple[int, ...] = (3, 4, 5)) -> list[list[int]]:
     n = len(crowded)
     return [[crowded[(p + k) % n] for k in range(rf)] for p in range(partitions)]
 
@@ -96,7 +97,7 @@ def load_workload(config: Mapping[str, str]) -> None:
     from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
     from airflow_kafka_reassign.kafka.workload import create_topic, produce
 
-    say("creating skewed topics with real data: every replica on brokers 1-3, brokers 4 and 5 empty")
+    say("creating skewed topics with real data: every replica on brokers 3-5, brokers 1 and 2 empty")
     for name, (partitions, rf, _) in SKEWED_TOPICS.items():
         create_topic(config, name, skewed_assignment(partitions, rf))
     with KafkaClusterAdmin(config) as admin:  # new topics take a moment to have leaders everywhere
@@ -268,7 +269,7 @@ def run(workdir: Path, keep: bool) -> int:
         migrate(env, logs)
 
         say(f"running the {DEMO_DAG} example DAG through Airflow: drain broker {DECOMMISSIONED}, "
-            "balance brokers 2-5")
+            "balance brokers 1-4")
         conf = {
             "broker_ids": [DECOMMISSIONED],
             "dry_run": False,

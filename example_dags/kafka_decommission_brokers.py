@@ -28,8 +28,17 @@ the guards and submits the first batch under the throttle, then returns (no work
 hours; ``dry_run``: it logs the exact requests and changes nothing, and the run stops after it);
 ``wait`` waits in the triggerer (``deferrable=True``), submits the next batches within the same
 limits as moves finish (``submit_pending=True``), logs one progress line per poke (bytes copied,
-rate, ETA) and restores the throttles exactly at the end; ``verify_drained`` confirms the brokers
-hold no replica any more: they can be shut down.
+rate, ETA) and restores the throttles exactly at the end; partitions that topics created or grown meanwhile
+put on the brokers are drained in the same run (drain rounds: on Kafka before 4.3, or wherever the cordon
+could not be set); ``verify_drained`` confirms the brokers hold no replica any more. They stay cordoned.
+
+The whole lifecycle (docs/decommission.md): ``plan`` first refuses a broker that is a KRaft controller voter
+(a combined broker+controller node: draining it and then stopping it would cost the quorum a voter), then
+cordons the brokers (``cordoned.log.dirs=*``, Kafka 4.3+: nothing new lands there while they drain; the
+previous values are backed up with the plan, and a cancel or rollback restores them). With ``unregister``
+ticked, the run then waits (``wait_for_shutdown``, reschedule mode) until you have stopped the brokers'
+processes, and unregisters them (``unregister``): a broker never unregistered still counts, and gets new
+partitions assigned (KIP-1073).
 
 A large decommission can run in steps: with ``topic_include`` naming some topics and
 ``partial_drain`` ticked, only those topics are drained in this run (the plan refuses otherwise,
@@ -48,6 +57,7 @@ from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.approval import PlanApprovalOperator
+from airflow_kafka_reassign.operators.decommission import UnregisterBrokersOperator, WaitForBrokerShutdownSensor
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
@@ -102,6 +112,10 @@ PARAMS = {
         False, type="boolean", title="Partial drain",
         description="drain only the topics above now; other topics keep their replicas on these brokers",
     ),
+    "unregister": Param(
+        False, type="boolean", title="Wait for shutdown, then unregister",
+        description="after the drain, wait until you have stopped the brokers (fenced), then unregister them",
+    ),
 }
 # [END decommission_params]
 
@@ -154,6 +168,7 @@ with DAG(
         brokers="{{ params.broker_ids }}",
         topic_include="{{ params.topic_include }}",
         partial_drain="{{ params.partial_drain }}",
+        cordon="{{ not params.dry_run }}",  # cordoned.log.dirs=* before the snapshot (Kafka 4.3+), backed up
         use_sizes=True,
         skip_if_empty=True,
         execution_timeout=timedelta(minutes=30),
@@ -220,22 +235,45 @@ with DAG(
             snapshot = admin.snapshot()
         finally:
             admin.close()
-        on_removed = [p for p in snapshot.partitions if remove & set(p.replicas)]
+        on_removed = [p for p in snapshot.partitions if remove & set(p.replicas)]  # (drain rounds took late ones)
         planned = [p for p in on_removed if any(r.fullmatch(p.topic) for r in patterns)]
         left = planned if params["partial_drain"] else on_removed
         if left:
             raise AirflowFailException(
                 f"{len(left)} partition(s) still have replicas on brokers {sorted(remove)}: "
-                f"{[str(p.tp) for p in left[:20]]}; trigger the DAG again (moves in flight finish first; stale ones "
-                "are planned again)"
+                f"{[str(p.tp) for p in left[:20]]} after the plan and its drain rounds (see the wait task's log: "
+                "something keeps creating partitions there; cordons, Kafka 4.3+, stop it); trigger the DAG again"
             )
         if on_removed:
             topics = sorted({p.topic for p in on_removed})
             print(f"brokers {sorted(remove)} hold no replica of the planned topics; {len(on_removed)} partition(s) "
                   f"of other topics are still there ({topics[:10]}): drain them next, then shut the brokers down")
         else:
-            print(f"brokers {sorted(remove)} hold no replica: they can be shut down")
+            print(f"brokers {sorted(remove)} hold no replica and stay cordoned: stop their processes (with the "
+                  "'unregister' Param ticked, the run waits for that, then unregisters them)")
         return {"drained": sorted(remove), "left_for_later": len(on_removed)}
 
-    check_request() >> plan >> approve >> execute >> not_a_dry_run() >> wait >> verify_drained()
+    @task.short_circuit
+    def unregister_requested(params: dict | None = None) -> bool:
+        """The end of the lifecycle only when asked: the brokers' processes are yours to stop."""
+        return bool(params["unregister"])
+
+    wait_for_shutdown = WaitForBrokerShutdownSensor(
+        task_id="wait_for_shutdown",
+        kafka_config_id=KAFKA_CONN_ID,
+        brokers="{{ params.broker_ids }}",
+        mode="reschedule",  # no worker slot while you stop the brokers
+        poke_interval=15,
+        timeout=timedelta(hours=6),
+    )
+    unregister = UnregisterBrokersOperator(
+        task_id="unregister",
+        kafka_config_id=KAFKA_CONN_ID,
+        brokers="{{ params.broker_ids }}",
+        retries=0,
+    )
+
+    drained = verify_drained()
+    check_request() >> plan >> approve >> execute >> not_a_dry_run() >> wait >> drained
+    drained >> unregister_requested() >> wait_for_shutdown >> unregister
 # [END decommission]

@@ -79,3 +79,46 @@ def test_a_controller_voter_is_not_drained(monkeypatch, tmp_path):
     with pytest.raises(AirflowFailException, match=r"broker\(s\) 2: they are KRaft controller voters.*3 voter"):
         op.execute({"ti": None, "run_id": "r"})
     assert all(CORDONED_LOG_DIRS not in c for c in admin.broker_configs.values())  # refused before the cordon
+
+
+def test_the_shutdown_sensor_waits_for_fenced_brokers_and_unregister_refuses_a_running_one(monkeypatch):
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.decommission import UnregisterBrokersOperator, WaitForBrokerShutdownSensor
+
+    admin = cluster()
+    admin.close = lambda: None
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    sensor = WaitForBrokerShutdownSensor(task_id="wait_for_shutdown", brokers=[4, 5])
+    unregister = UnregisterBrokersOperator(task_id="unregister", brokers=[4, 5])
+    assert sensor.poke({}) is False  # both running
+    with pytest.raises(AirflowFailException, match="refused to unregister broker 4: it is still running"):
+        unregister.execute({})
+    assert admin.unregistered == set()  # nothing sent
+    admin.down |= {4, 5}  # their processes stopped: fenced
+    assert sensor.poke({}).xcom_value == {"shut_down": [4, 5], "states": {"4": "fenced", "5": "fenced"}}
+    dry = UnregisterBrokersOperator(task_id="u", brokers=[4, 5], dry_run=True).execute({})
+    assert dry["dry_run"] and admin.unregistered == set()
+    assert unregister.execute({}) == {"unregistered": [4, 5], "already": [], "dry_run": False}
+    assert {b.id for b in admin.describe_cluster(include_fenced=True).brokers} == {1, 2, 3}
+    assert unregister.execute({})["already"] == [4, 5]  # a retry is fine
+
+
+def test_uncordon_restores_what_the_decommission_set(monkeypatch, tmp_path):
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.decommission import UncordonBrokersOperator
+
+    admin = cluster()
+    admin.close = lambda: None
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    plan_dir = tmp_path / "plan"
+    plan_dir.mkdir()
+    (plan_dir / "plan.json").write_text(ReassignmentPlan(moves=()).model_dump_json())
+    (plan_dir / "metrics.json").write_text("{}")
+    from airflow_kafka_reassign.core.store import LocalStore
+
+    apply_cordons(admin, decommission_cordons([5]), state_dir=LocalStore(plan_dir / "run"))
+    assert admin.broker_configs[5][CORDONED_LOG_DIRS] == "*"
+    assert UncordonBrokersOperator(task_id="uncordon", plan_uri=str(plan_dir)).execute({}) == {"restored": True}
+    assert CORDONED_LOG_DIRS not in admin.broker_configs[5]
