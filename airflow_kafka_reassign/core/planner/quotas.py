@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
 
+from airflow_kafka_reassign.core.planner.maxflow import FlowGraph
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicLoad
 
 #: Replicas per group of topics when steps 4 and 5 run per group (about 0.15 s of work each):
@@ -414,7 +415,7 @@ def _shift_shares(
         return list(shares), 0
     rack0 = 2
     topic0 = rack0 + k_racks
-    graph = _FlowGraph(topic0)
+    graph = FlowGraph(topic0)
     for g in range(k_racks):
         if surplus[g] > 0:
             graph.add(0, rack0 + g, surplus[g])
@@ -781,7 +782,7 @@ def split_capacity(remaining: Sequence[int], extras: Sequence[int]) -> list[list
     ng, nb = len(extras), len(remaining)
     total = sum(extras)
     cap = [[remaining[i] * extras[g] // total for i in range(nb)] for g in range(ng)]
-    graph = _FlowGraph(2 + ng + nb)
+    graph = FlowGraph(2 + ng + nb)
     for g in range(ng):
         graph.add(0, 2 + g, extras[g] - sum(cap[g]))
     edges = {
@@ -946,74 +947,6 @@ def _assign_extras(
         pick(best_g, best_i)
 
 
-class _FlowGraph:
-    """Dinic's max flow on flat arrays (edge ``e`` and its reverse ``e ^ 1``)."""
-
-    def __init__(self, n: int) -> None:
-        self.adj: list[list[int]] = [[] for _ in range(n)]
-        self.to: list[int] = []
-        self.cap: list[int] = []
-
-    def add(self, u: int, v: int, c: int) -> int:
-        e = len(self.to)
-        self.to += (v, u)
-        self.cap += (c, 0)
-        self.adj[u].append(e)
-        self.adj[v].append(e + 1)
-        return e
-
-    def max_flow(self, s: int, t: int) -> int:
-        adj, to, cap = self.adj, self.to, self.cap
-        n = len(adj)
-        total = 0
-        while True:
-            level = [-1] * n
-            level[s] = 0
-            frontier = [s]
-            while frontier and level[t] < 0:
-                nxt = []
-                for u in frontier:
-                    for e in adj[u]:
-                        v = to[e]
-                        if cap[e] > 0 and level[v] < 0:
-                            level[v] = level[u] + 1
-                            nxt.append(v)
-                frontier = nxt
-            if level[t] < 0:
-                return total
-            it = [0] * n
-            while True:  # blocking flow: iterative DFS, unit-ish augmentations
-                path: list[int] = []
-                u = s
-                while u != t:
-                    edges = adj[u]
-                    i = it[u]
-                    while i < len(edges):
-                        e = edges[i]
-                        v = to[e]
-                        if cap[e] > 0 and level[v] == level[u] + 1:
-                            break
-                        i += 1
-                    it[u] = i
-                    if i == len(edges):
-                        if u == s:
-                            break
-                        level[u] = -1  # dead end
-                        e = path.pop()
-                        u = to[e ^ 1]
-                        it[u] += 1
-                        continue
-                    path.append(edges[i])
-                    u = to[edges[i]]
-                if u != t:
-                    break
-                f = min(cap[e] for e in path)
-                for e in path:
-                    cap[e] -= f
-                    cap[e ^ 1] += f
-                total += f
-
-
 def _max_saving_extras(
     loads: Sequence[TopicLoad],
     shares: Sequence[RackShares],
@@ -1033,7 +966,7 @@ def _max_saving_extras(
     # nodes: 0 source, 1 sink, brokers, topics, then (topic, rack) nodes where racks limit
     broker0 = 2
     topic0 = broker0 + nb
-    graph = _FlowGraph(topic0 + n_topics)
+    graph = FlowGraph(topic0 + n_topics)
     saving_of: list[list[int]] = []
     options = [0] * nb  # topics where an extra on the broker would save a move
     for t, (ld, sh) in enumerate(zip(loads, shares, strict=True)):
