@@ -40,7 +40,7 @@ from airflow_kafka_reassign.core.planner.ingress import (
 )
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders, fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
-from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
+from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, assignment_metrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.quotas import GROUP_REPLICAS, QuotaPlan, compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicMove, TopicParams, TopicPartitions
@@ -333,11 +333,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     for p in snapshot.partitions:
         b = target_of(p)[0]
         original_leaders[b] = original_leaders.get(b, 0) + 1
-    leader_bound = (
-        fewest_leader_changes(original_leaders, layout.brokers, layout.removed, request.max_leader_spread)
-        if scope.balance and request.balance_leaders
-        else 0
-    )
+    leader_bound = leader_changes_bound(original_leaders, layout, request, balance=scope.balance)
     replica_moves = sum(m.replica_moves for m in moves)
     has_sizes = any(t.sizes is not None for t in scope.topics)
     parts = bound.as_dict()
@@ -357,14 +353,7 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
             report = report.model_copy(update={"tiered_topics": tiered.topics})
         parts["disk"] = disk_moves
         moves_bound = max(moves_bound, disk_moves)
-    warnings = [*scope.warnings, *warnings]
-    if after.rack_violations and scope.balance:
-        warnings.append(f"{after.rack_violations} partition(s) stay spread over fewer than min(RF, racks) racks")
-    if scope.balance and request.balance_leaders and after.leader_max_min > request.max_leader_spread:
-        warnings.append(
-            f"preferred leaders stay {after.leader_max_min} apart (max-min), more than {request.max_leader_spread}: "
-            "partitions left alone or replica sets leave no better order"
-        )
+    warnings = [*scope.warnings, *warnings, *balance_warnings(after, request, balance=scope.balance)]
     return PlanResult(
         request=request,
         plan=plan,
@@ -386,6 +375,28 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
         ingress=flow,
         tiered=tiered,
     )
+
+
+def leader_changes_bound(original_leaders: Mapping[int, int], layout: BrokerLayout, request: PlanRequest, *,
+                         balance: bool) -> int:
+    """The fewest preferred-leader changes the plan could make (0 when it does not balance leaders): the
+    in-memory planner and the Spark driver state it the same way."""
+    if not (balance and request.balance_leaders):
+        return 0
+    return fewest_leader_changes(dict(original_leaders), layout.brokers, layout.removed, request.max_leader_spread)
+
+
+def balance_warnings(after: BalanceMetrics, request: PlanRequest, *, balance: bool) -> list[str]:
+    """What the plan leaves unbalanced, in words: racks spread too thin, preferred leaders too far apart."""
+    out = []
+    if after.rack_violations and balance:
+        out.append(f"{after.rack_violations} partition(s) stay spread over fewer than min(RF, racks) racks")
+    if balance and request.balance_leaders and after.leader_max_min > request.max_leader_spread:
+        out.append(
+            f"preferred leaders stay {after.leader_max_min} apart (max-min), more than {request.max_leader_spread}: "
+            "partitions left alone or replica sets leave no better order"
+        )
+    return out
 
 
 def disk_report(

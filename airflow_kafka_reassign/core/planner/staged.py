@@ -64,10 +64,15 @@ from airflow_kafka_reassign.core.planner.goals import (
     plan_context,
     prepare_topic,
 )
-from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat, fewest_leader_changes
+from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat
 from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
-from airflow_kafka_reassign.core.planner.pipeline import disk_report_of, make_disk_goal
+from airflow_kafka_reassign.core.planner.pipeline import (
+    balance_warnings,
+    disk_report_of,
+    leader_changes_bound,
+    make_disk_goal,
+)
 from airflow_kafka_reassign.core.planner.quotas import MapGroups, QuotaGroup, compute_quotas, solve_quota_group
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
@@ -681,11 +686,7 @@ def driver_result(
     request = ctx.request
     layout = ctx.layout
     bound = combine_bound_parts(bound_parts, layout, balance_brokers=ctx.balance, fixed_load=step.fixed_load)
-    leader_bound = (
-        fewest_leader_changes(dict(original_leaders), layout.brokers, layout.removed, request.max_leader_spread)
-        if ctx.balance and request.balance_leaders
-        else 0
-    )
+    leader_bound = leader_changes_bound(original_leaders, layout, request, balance=ctx.balance)
     has_sizes = ctx.any_sizes
     warnings = list(step.warnings)
     parts = bound.as_dict()
@@ -694,13 +695,7 @@ def driver_result(
         warnings.extend(disk.outcome.warnings)
         parts["disk"] = disk.bounds.moves_bound
         moves_bound = max(moves_bound, disk.bounds.moves_bound)
-    if after.rack_violations and ctx.balance:
-        warnings.append(f"{after.rack_violations} partition(s) stay spread over fewer than min(RF, racks) racks")
-    if ctx.balance and request.balance_leaders and after.leader_max_min > request.max_leader_spread:
-        warnings.append(
-            f"preferred leaders stay {after.leader_max_min} apart (max-min), more than {request.max_leader_spread}: "
-            "partitions left alone or replica sets leave no better order"
-        )
+    warnings.extend(balance_warnings(after, request, balance=ctx.balance))
     return PlanResult(
         request=request,
         plan=ReassignmentPlan.model_construct(moves=()),
