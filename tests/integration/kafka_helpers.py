@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +211,25 @@ class Traffic:
             consumer.close()
         lost = self.acked - seen
         assert not lost, f"{len(lost)} acknowledged record(s) missing on read-back, e.g. {sorted(lost)[:5]}"
+
+
+@contextlib.contextmanager
+def cordon_capable_cluster(directory: Path, *, log_dirs: int = 1) -> Iterator[Any]:
+    """A 4-node KRaft cluster of a test's own (nodes 1-3 combined broker+controller voters, 4 a broker only, no
+    racks), Kafka 4.3+ (cordons): the sandbox's default version or ``AKR_MAINTENANCE_KAFKA_VERSION``; the test is
+    skipped on an older line. Stopped at the end."""
+    import pytest
+
+    from airflow_kafka_reassign.sandbox import Sandbox
+    from airflow_kafka_reassign.sandbox.maven import parse_version
+
+    sandbox = Sandbox(directory)
+    sandbox.up(brokers=4, racks=0, log_dirs=log_dirs,
+               kafka_version=os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION") or None,
+               timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
+    try:
+        if (parse_version(sandbox.kafka_version) or ()) < (4, 3):
+            pytest.skip(f"cordons need Kafka 4.3+, the sandbox runs {sandbox.kafka_version}")
+        yield sandbox
+    finally:
+        sandbox.down()

@@ -9,7 +9,6 @@ default version, or ``AKR_MAINTENANCE_KAFKA_VERSION``. No fixed sleeps: every wa
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +16,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from dagrun import run_dag_file
-from kafka_helpers import make_topic
+from kafka_helpers import cordon_capable_cluster, make_topic
 
 from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import Sandbox, wait_until
-from airflow_kafka_reassign.sandbox.maven import parse_version
 
 DRAINED = 4
 KEPT = (1, 2, 3)
@@ -31,15 +29,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sandbox = Sandbox(tmp_path_factory.mktemp("lifecycle-sandbox"))
-    sandbox.up(brokers=4, racks=0, kafka_version=os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION") or None,
-               timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
-    try:
-        if (parse_version(sandbox.kafka_version) or ()) < (4, 3):
-            pytest.skip(f"cordons need Kafka 4.3+, the sandbox runs {sandbox.kafka_version}")
+    with cordon_capable_cluster(tmp_path_factory.mktemp("lifecycle-sandbox")) as sandbox:
         yield sandbox
-    finally:
-        sandbox.down()
 
 
 def test_cordon_drain_shut_down_and_unregister_a_broker_while_the_cluster_lives_on(cluster, airflow_home, tmp_path):

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka_helpers import delete_topics, replicas_of
+from kafka_helpers import cordon_capable_cluster, delete_topics, replicas_of
 
 from airflow_kafka_reassign.core.cordon import (
     CordonRefusedError,
@@ -47,15 +47,8 @@ DECOMMISSIONED = 4
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sandbox = Sandbox(tmp_path_factory.mktemp("maintenance-sandbox"))
-    sandbox.up(brokers=4, racks=0, log_dirs=2, kafka_version=os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION") or None,
-               timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
-    try:
-        if (parse_version(sandbox.kafka_version) or ()) < (4, 3):
-            pytest.skip(f"cordons need Kafka 4.3+, the sandbox runs {sandbox.kafka_version}")
+    with cordon_capable_cluster(tmp_path_factory.mktemp("maintenance-sandbox"), log_dirs=2) as sandbox:
         yield sandbox
-    finally:
-        sandbox.down()
 
 
 @pytest.fixture
