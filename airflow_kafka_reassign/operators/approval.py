@@ -258,4 +258,32 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
                "responded_at": at.isoformat() if hasattr(at, "isoformat") else at}
         self.log.info("Plan %s %s by %s", record.get("plan_sha256"), "APPROVED" if approved else "REJECTED: nothing "
                       "is executed", out["approved_by"])
+        if not approved:
+            out["cordons_restored"] = self._release_cordons(context, record)
         return out
+
+    def _release_cordons(self, context: Context, record: Mapping[str, Any]) -> bool:
+        """A rejected decommission takes its brokers back: the cordons its plan set are restored exactly (from the
+        plan's run state). Best effort: a failure is logged, the cordon backup stays for CancelReassignment or
+        UncordonBrokersOperator(plan_uri=...)."""
+        task = self._execute_task(context)
+        plan_uri = record.get("plan_uri")
+        if task is None or not plan_uri:
+            return False
+        try:
+            from airflow_kafka_reassign.core.cordon import read_backup, restore_cordons
+            from airflow_kafka_reassign.storage import plan_store, run_state
+
+            state = run_state(plan_store(str(plan_uri), conn_id=task.storage_conn_id or None,
+                                         timeout_s=float(getattr(task, "storage_timeout_s", 60.0))))
+            if read_backup(state) is None:
+                return False
+            admin = self._admin(str(task.kafka_config_id), float(getattr(task, "kafka_timeout_s", 30.0)))
+            try:
+                return restore_cordons(admin, state, log=self.log)
+            finally:
+                admin.close()
+        except Exception:  # noqa: BLE001 (a rejection must not fail; the backup stays)
+            self.log.warning("the plan was rejected but its cordons could not be restored; restore them with "
+                             "UncordonBrokersOperator(plan_uri=%r)", plan_uri, exc_info=True)
+            return False
