@@ -8,7 +8,7 @@ Examples (against the sandbox: ``python -m airflow_kafka_reassign.sandbox up``):
 
 Every ``--out``, ``--snapshot`` and ``--plan`` may be an object-storage URI (``s3://bucket/...``):
 it is read or written through the same storage layer as the operators
-(``airflow_kafka_reassign.storage``), with the Airflow connection ``--storage-conn-id`` when
+(``airflow_kafka_reassign.plan_storage``), with the Airflow connection ``--storage-conn-id`` when
 given, else the file system's own defaults (for S3 the ``AWS_*`` environment variables).
 
 ``plan`` submits the Spark job (``spark-submit``, ``--master local[*]`` by default; any
@@ -72,7 +72,7 @@ def _kv_file(path: str) -> dict[str, str]:
 @contextlib.contextmanager
 def _writable(uri: str, args: argparse.Namespace) -> Iterator[Path]:
     """A local directory for ``uri``: itself, or a temporary one uploaded to it at the end."""
-    from airflow_kafka_reassign.storage import is_local, local_path, upload_dir
+    from airflow_kafka_reassign.plan_storage import is_local, local_path, upload_dir
 
     if is_local(uri):
         yield local_path(uri)
@@ -83,7 +83,7 @@ def _writable(uri: str, args: argparse.Namespace) -> Iterator[Path]:
 
 
 def _readable(uri: str, args: argparse.Namespace) -> Path:
-    from airflow_kafka_reassign.storage import fetch_dir
+    from airflow_kafka_reassign.plan_storage import fetch_dir
 
     return fetch_dir(uri, conn_id=args.storage_conn_id)
 
@@ -187,7 +187,7 @@ def _cluster_disks(request: Any, args: argparse.Namespace) -> Any:
     import pyarrow.parquet as pq
 
     from airflow_kafka_reassign.core.capacity import DISKS_FILE, disk_totals
-    from airflow_kafka_reassign.storage import open_store
+    from airflow_kafka_reassign.plan_storage import open_store
 
     cap = request.capacity
     if cap is None or not cap.from_cluster:
@@ -208,9 +208,9 @@ def _plan_on_spark(args: argparse.Namespace, request: Any) -> dict[str, Any] | N
     or object-storage URIs its driver reads with the credentials of ``--storage-conn-id`` or its own
     environment); the summary of metrics.json, ``None`` when the job failed (its output says why)."""
     from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
+    from airflow_kafka_reassign.plan_storage import is_local, job_environment, local_path, open_store
     from airflow_kafka_reassign.spark.submit import EXIT_BAD_INPUT as JOB_BAD_INPUT
     from airflow_kafka_reassign.spark.submit import submit_plan
-    from airflow_kafka_reassign.storage import is_local, job_environment, local_path, open_store
 
     def where(uri: str) -> str:
         return str(local_path(uri).resolve()) if is_local(uri) else uri
@@ -255,7 +255,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from airflow_kafka_reassign.core.plan_io import read_plan
     from airflow_kafka_reassign.core.planner import compute_metrics
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
-    from airflow_kafka_reassign.storage import is_local, open_plan
+    from airflow_kafka_reassign.plan_storage import is_local, open_plan
 
     snapshot = read_snapshot(_readable(args.snapshot, args))
     plan_path = Path(args.plan)

@@ -37,7 +37,7 @@ from airflow_kafka_reassign.core.progress import (
 )
 from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, plan_store, run_state
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, plan_store, run_state
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.models import ReassignmentPlan

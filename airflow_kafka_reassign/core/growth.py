@@ -673,7 +673,7 @@ def _snapshot_naming(admin: ClusterAdmin, names: Iterable[str], sleep: Callable[
 # ------------------------------------------------------------------------------ heal targets file
 
 #: Where the heal-targets file is: a local path, or ``(store, file name)`` (object storage:
-#: ``airflow_kafka_reassign.storage.heal_targets_file`` opens one from a URI).
+#: ``airflow_kafka_reassign.plan_storage.heal_targets_file`` opens one from a URI).
 HealTargetsLocation = str | os.PathLike[str] | tuple[Store, str]
 
 #: Attempts of a compare-and-set update of the heal-targets file against concurrent writers.

@@ -21,7 +21,7 @@ Layout (``format_version`` 1; see docs/formats.md)::
 through a temporary file and a rename, so a reader that finds ``metrics.json`` finds a whole
 plan. The writers work on a local directory (the planner's driver); the readers take a local
 path or any :class:`~airflow_kafka_reassign.core.store.Store` (object storage, through
-``airflow_kafka_reassign.storage``).
+``airflow_kafka_reassign.plan_storage``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ at once. That is all :class:`Store` asks of a storage: read an object, write one
 never sees half of it), delete one, list a prefix, and create or replace one only if it is as the
 caller last saw it (the compare-and-set the lease needs, core/lease.py). The same code then runs
 on a worker's disk, on a disk shared by every worker, and on object storage (S3, GCS, Azure Blob,
-through Airflow's ``ObjectStoragePath``: ``airflow_kafka_reassign.storage``).
+through Airflow's ``ObjectStoragePath``: ``airflow_kafka_reassign.plan_storage``).
 
 :class:`LocalStore` is the adapter for a directory: atomic writes through a temporary file and a
 rename, compare-and-set under an exclusive ``flock`` of a lock file beside the objects (one

@@ -21,7 +21,7 @@ from airflow_kafka_reassign.core.execution import EXECUTION_SETTINGS, ExecutionC
 from airflow_kafka_reassign.core.lease import LeaseHeldError, LeaseKeeper, task_lease_identity
 from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
-from airflow_kafka_reassign.storage import default_output_root, safe_name
+from airflow_kafka_reassign.plan_storage import default_output_root, safe_name
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.execution import ExecutionOptions

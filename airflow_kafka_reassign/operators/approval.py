@@ -220,7 +220,7 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         if task is None:
             self.log.info("No pre-flight: no execute task %r in this DAG", self.execute_task_id)
             return None
-        from airflow_kafka_reassign.storage import plan_store
+        from airflow_kafka_reassign.plan_storage import plan_store
 
         fail = f"task {self.task_id}: the plan is refused before approval (nobody is asked, nothing is executed): "
         try:

@@ -39,7 +39,7 @@ from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, open_store, plan_store, run_state
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store, plan_store, run_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

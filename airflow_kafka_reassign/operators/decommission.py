@@ -35,7 +35,7 @@ from airflow_kafka_reassign.core.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import as_bool
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, plan_store, run_state
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, plan_store, run_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -59,8 +59,8 @@ from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, plan_store, run_state, snapshot_taken_at
 from airflow_kafka_reassign.report.links import PlanReportLink, push_report_location
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S, plan_store, run_state, snapshot_taken_at
 from airflow_kafka_reassign.wait import log_progress
 
 if TYPE_CHECKING:

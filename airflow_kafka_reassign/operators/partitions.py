@@ -39,7 +39,7 @@ from airflow_kafka_reassign.core.plan_io import write_plan_dir
 from airflow_kafka_reassign.core.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.storage import heal_targets_file, is_local, local_path, upload_dir
+from airflow_kafka_reassign.plan_storage import heal_targets_file, is_local, local_path, upload_dir
 
 
 def _heal_file(path: str | None, conn_id: str | None) -> tuple[Store, str] | None:

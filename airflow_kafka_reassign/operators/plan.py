@@ -67,16 +67,7 @@ from airflow_kafka_reassign.core.units import format_bytes as human_bytes
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import as_bool, default_run_location
-from airflow_kafka_reassign.report.links import PlanReportLink, push_report_location
-from airflow_kafka_reassign.spark.submit import (
-    DEFAULT_MASTER,
-    default_conf,
-    plan_job_args,
-    plan_job_path,
-    spark_submit_binary,
-    submit_env,
-)
-from airflow_kafka_reassign.storage import (
+from airflow_kafka_reassign.plan_storage import (
     DEFAULT_TIMEOUT_S,
     ObjectStore,
     is_local,
@@ -85,6 +76,15 @@ from airflow_kafka_reassign.storage import (
     open_store,
     run_state,
     upload_dir,
+)
+from airflow_kafka_reassign.report.links import PlanReportLink, push_report_location
+from airflow_kafka_reassign.spark.submit import (
+    DEFAULT_MASTER,
+    default_conf,
+    plan_job_args,
+    plan_job_path,
+    spark_submit_binary,
+    submit_env,
 )
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from airflow_kafka_reassign.core.progress import (
 )
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
-from airflow_kafka_reassign.storage import DEFAULT_TIMEOUT_S
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S
 from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger
 from airflow_kafka_reassign.wait import MAX_UNREACHABLE_POLLS, WaitSpec, event_payload, log_progress, make_admin
 

@@ -20,8 +20,8 @@ from airflow_kafka_reassign.core.models import ReassignmentPlan
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
+from airflow_kafka_reassign.plan_storage import upload_dir
 from airflow_kafka_reassign.sandbox import wait_until
-from airflow_kafka_reassign.storage import upload_dir
 
 #: The session sandbox's brokers (tests/integration/conftest.py).
 BROKERS = [1, 2, 3, 4, 5]

@@ -29,8 +29,8 @@ import pytest
 from kafka_helpers import make_topic, put_plan, replicas, throttles, wait_until
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.plan_storage import ObjectStore
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
-from airflow_kafka_reassign.storage import ObjectStore
 
 STORAGE_CONN_ID = "akr_plans"
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
@@ -337,7 +337,7 @@ def test_object_store_adapter_against_the_real_store(object_store, monkeypatch):
 def test_heal_targets_file_on_the_real_store(object_store, monkeypatch):
     """GuardedCreatePartitions records, PlanHeal reads and prunes: the file on S3, updated by If-Match."""
     from airflow_kafka_reassign.core.growth import read_heal_targets, update_heal_targets
-    from airflow_kafka_reassign.storage import heal_targets_file
+    from airflow_kafka_reassign.plan_storage import heal_targets_file
 
     monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", object_store.airflow_connection())
     where = heal_targets_file(f"s3://{object_store.bucket}/heal/heal-targets.json", conn_id=STORAGE_CONN_ID)

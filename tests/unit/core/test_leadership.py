@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from airflow_kafka_reassign.core.leadership import (
+from airflow_kafka_reassign.core.leader_evacuation import (
     RECORD_FILE,
     LeadershipRecord,
     apply_leadership,

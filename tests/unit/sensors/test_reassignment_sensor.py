@@ -27,8 +27,8 @@ from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPart
 from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.plan_storage import plan_store
 from airflow_kafka_reassign.sensors.reassignment import STATE_KEY, WaitForReassignmentSensor
-from airflow_kafka_reassign.storage import plan_store
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger
 from airflow_kafka_reassign.wait import WaitSpec

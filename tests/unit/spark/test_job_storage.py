@@ -13,10 +13,10 @@ import pytest
 
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.plan_storage import job_environment
 from airflow_kafka_reassign.spark import job_storage
 from airflow_kafka_reassign.spark.job_storage import JobStorageError, check_local_snapshot, is_remote, publish
 from airflow_kafka_reassign.spark.plan_job import main
-from airflow_kafka_reassign.storage import job_environment
 
 
 @pytest.mark.parametrize(("uri", "remote"), [

@@ -18,7 +18,7 @@ shows half an object); the lease uses conditional writes (``If-None-Match: *`` t
 
 Example::
 
-    from airflow_kafka_reassign.storage import open_plan
+    from airflow_kafka_reassign.plan_storage import open_plan
     from airflow_kafka_reassign.core.plan_io import read_plan
 
     plan_store = open_plan("s3://kafka-plans/decommission/run-1/plan", conn_id="aws_plans")
