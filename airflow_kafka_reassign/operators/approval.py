@@ -272,7 +272,7 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
             return False
         try:
             from airflow_kafka_reassign.core.cordon import read_backup, restore_cordons
-            from airflow_kafka_reassign.storage import plan_store, run_state
+            from airflow_kafka_reassign.plan_storage import plan_store, run_state
 
             state = run_state(plan_store(str(plan_uri), conn_id=task.storage_conn_id or None,
                                          timeout_s=float(getattr(task, "storage_timeout_s", 60.0))))
