@@ -9,12 +9,18 @@ second client samples DescribeLogDirs (the future replicas per log dir) and the 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from dagrun import run_dag_file
 from kafka_helpers import Traffic, delete_topics
 
 from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
@@ -35,6 +41,7 @@ from airflow_kafka_reassign.sandbox.maven import parse_version
 
 BROKER = 1
 RATE = 500_000  # bytes/s: a 1.5 MB replica takes about 3 s to copy, long enough to be sampled
+EXAMPLE = Path(__file__).resolve().parents[2] / "example_dags" / "kafka_remove_disk.py"
 
 
 @pytest.fixture(scope="module")
@@ -151,4 +158,41 @@ def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
     finally:
         admin.set_cordons({BROKER: None})
         admin.set_throttles({BROKER: {LOG_DIR_RATE: None}}, {})
+        delete_topics(config, [topic])
+
+
+def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path):
+    """docs/decommission.md's example, unchanged, as a real Airflow run (``dag.test()``) against this sandbox:
+    plan (through spark-submit: the plan job's driver plans this goal, no Spark session), execute, verify."""
+    config = cluster.client_config()
+    first, second = cluster.log_dirs(2)
+    topic = f"disk-dag-{secrets.token_hex(3)}"
+    create_topic(config, topic, [[2, 1], [3, 2]])
+    home = tmp_path / "airflow"
+    (home / "dags").mkdir(parents=True)
+    shutil.copyfile(EXAMPLE, home / "dags" / EXAMPLE.name)
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AKR_OUTPUT_DIR": str(home / "kafka_reassign"),
+           "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": config})}
+    try:
+        subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], env=env, check=True,
+                       capture_output=True, timeout=300)
+        wait_until(lambda: all(admin.log_dirs([TopicPartition(topic, p)]).dir_of(TopicPartitionReplica(topic, p, 2))
+                               for p in (0, 1)), f"{topic} in the log dirs", timeout=30)
+        assert all(r.ok for r in admin.alter_replica_log_dirs({TopicPartitionReplica(topic, p, 2): second
+                                                               for p in (0, 1)}))
+        wait_until(lambda: all(admin.log_dirs([TopicPartition(topic, p)]).dir_of(TopicPartitionReplica(topic, p, 2))
+                               == second for p in (0, 1)), f"{topic} in {second}", timeout=30)
+        for p in (0, 1):
+            produce(config, topic, partition=p, megabytes=0.5)
+        result = run_dag_file(env, home / "dags" / EXAMPLE.name,
+                              {"log_dirs": [f"2:{second}"], "log_dir_throttle_bytes_per_sec": 1_000_000})
+        assert result["state"] == "success", result["log"][-6000:]
+        assert result["tis"] == {"plan": "success", "execute": "success", "verify_emptied": "success"}
+        assert result["xcom"]["plan.return_value"]["log_dirs"]["intra_moves"] >= 2
+        dirs = {d.path: d for d in admin.log_dirs(None).dirs[2]}
+        assert not dirs[second].replicas and dirs[second].cordoned and dirs[first].replicas
+        assert admin.describe_throttles([2], [], broker_keys=[LOG_DIR_RATE]).brokers[2] == {LOG_DIR_RATE: None}
+    finally:
+        admin.set_cordons({2: None})
         delete_topics(config, [topic])
