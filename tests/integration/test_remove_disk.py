@@ -142,7 +142,8 @@ def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
         assert outcome.status.ok, outcome.status.progress_line()
         assert outcome.finish["throttles_restored"] == "yes" and read_throttle_backup(state) is None
         moving = [(futures, rate) for futures, rate in samples if any(futures.values())]
-        print(f"run {outcome.elapsed_s:.1f} s, {outcome.steps} ticks; {len(samples)} samples, {len(moving)} with a future replica; max per dir "
+        print(f"run {outcome.elapsed_s:.1f} s, {outcome.steps} ticks; {len(samples)} samples, {len(moving)} with a "
+              "future replica; max per dir "
               f"{max((max(f.values()) for f, _ in samples), default=0)}; rates seen while moving "
               f"{sorted({str(r) for _, r in moving})}")
         assert moving, "no sample saw a replica being moved"
