@@ -73,14 +73,15 @@ def test_bad_input_is_refused_by_name_before_anything_is_sent(cluster, admin, tm
     first, second = cluster.log_dirs(BROKER)
     other = cluster.log_dirs(2)[1]
     topic = f"disk-everywhere-{secrets.token_hex(3)}"
-    create_topic(cluster.client_config(), topic, [[1, 2, 3]])  # every broker holds it: nowhere else to go
+    everyone = sorted(cluster.broker_ids)
+    create_topic(cluster.client_config(), topic, [everyone])  # every broker holds it: nowhere else to go
     state = LocalStore(tmp_path / "run")
-    before = admin.describe_cordons([1, 2, 3])
+    before = admin.describe_cordons(everyone)
     try:
         wait_until(lambda: admin.log_dirs([TopicPartition(topic, 0)]).dir_of(TopicPartitionReplica(topic, 0, 1)),
                    f"{topic} in a log dir of broker 1", timeout=30)
         for log_dirs, message in (
-            ([f"9:{second}"], r"broker 9 is not in the cluster \(its brokers: \[1, 2, 3\]\)"),
+            ([f"9:{second}"], rf"broker 9 is not in the cluster \(its brokers: \[{', '.join(map(str, everyone))}\]\)"),
             ([f"1:{second}-nope"], r"broker 1 has no such log dir \(its log dirs: \["),
             ([f"1:{other}"], f'it is a log dir of broker 2: write "2:{other}"'),
             ([f"1:{first}", f"1:{second}"], rf"{topic}-0 .* have nowhere to go: they are in the broker's last usable "
@@ -88,7 +89,7 @@ def test_bad_input_is_refused_by_name_before_anything_is_sent(cluster, admin, tm
         ):
             with pytest.raises(ConfigurationError, match=f"{message}.*Nothing was sent"):
                 cordon_for_removal(admin, PlanRequest(goal="remove-disks", log_dirs=log_dirs), state_dir=state)
-        assert admin.describe_cordons([1, 2, 3]) == before and read_cordon_backup(state) is None
+        assert admin.describe_cordons(everyone) == before and read_cordon_backup(state) is None
     finally:
         delete_topics(cluster.client_config(), [topic])
 

@@ -197,3 +197,30 @@ def test_run_moves_every_replica_out_and_the_dry_run_sends_nothing(caplog):
     assert result.status.ok and result.finish["throttles_restored"] == "yes"
     assert {f.replica_dirs[R("t", p, 1)] for p in range(4)} == {D1}
     assert result.summary()["log_dirs"]["done"] == 4
+
+
+def test_a_wait_ends_when_the_moves_between_log_dirs_are_done_too():
+    """The sensor's two paths: with submit_pending (the session's tick observes for it) and a bare watch (its own
+    DescribeLogDirs): the partitions are in place from the first poke, but not done until their dirs are."""
+    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.wait import poke_outcome
+
+    f = cluster(2)
+    plan = removal(f)
+    s = session(f, plan)
+    submitting = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, submitter=lambda admin: poke_outcome(
+        s, measure_bytes=False))
+    watching = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, settle_s=0)
+    first = submitting.poke(f, now=1)
+    assert first.status == "running" and first.observation.in_flight == 1 and first.observation.pending == 1
+    seen = watching.poke(f, now=1).observation
+    assert (seen.in_flight, seen.pending, seen.done) == (1, 1, 0)
+    for now in (2, 3):
+        f.complete_log_dir_moves()
+        progress = submitting.poke(f, now=now)
+    assert progress.status == "complete" and watching.poke(f, now=4).status == "complete"
+    f.set_cordons({1: D1})
+    f.replica_dirs[R("t", 0, 1)] = D2  # back in the removed dir: its move now refused (the target is cordoned)
+    again = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, settle_s=0, submitter=lambda admin: poke_outcome(
+        session(f, plan), measure_bytes=False))
+    assert again.poke(f, now=5).status == "blocked"
