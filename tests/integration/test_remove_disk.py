@@ -25,8 +25,9 @@ from kafka_helpers import Traffic, delete_topics
 
 from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
 from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
-from airflow_kafka_reassign.core.execution import ExecutionConfig, run
-from airflow_kafka_reassign.core.models import TopicPartition
+from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
+from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.planner.goals import PlanRequest
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
 from airflow_kafka_reassign.core.ports import TopicPartitionReplica
@@ -161,6 +162,39 @@ def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
         admin.set_cordons({BROKER: None})
         admin.set_throttles({BROKER: {LOG_DIR_RATE: None}}, {})
         delete_topics(config, [topic])
+
+
+def test_a_move_between_log_dirs_in_flight_is_cancelled(cluster, admin, tmp_path):
+    """What a cancel of the plan can call (core/execution/log_dirs.py): the future replica is dropped, the replica
+    stays where it was; the log-dir throttle is restored."""
+    config = cluster.client_config()
+    first, second = cluster.log_dirs(3)
+    topic = f"disk-cancel-{secrets.token_hex(3)}"
+    create_topic(config, topic, [[3]])
+    replica = TopicPartitionReplica(topic, 0, 3)
+    state = LocalStore(tmp_path / "run")
+    try:
+        src = wait_until(lambda: admin.log_dirs([replica.tp]).dir_of(replica), f"{replica} in a log dir", timeout=30)
+        dst = first if src == second else second
+        produce(config, topic, partition=0, megabytes=1)
+        plan = pin(replica, dst)
+        session = ExecutionSession(admin, plan, ExecutionConfig(log_dir_throttle_bytes_per_sec=20_000), state_dir=state)
+        session.tick()
+        wait_until(lambda: admin.log_dirs([replica.tp]).future_of(replica), "the future replica", timeout=30)
+        assert cancel_log_dir_moves(admin, plan) == {replica: None}
+        wait_until(lambda: (ld := admin.log_dirs([replica.tp])).future_of(replica) is None and ld.dir_of(replica) == src,
+                   "the future replica to be dropped", timeout=30)
+        assert session.finish()["throttles_restored"] == "yes"
+        assert admin.describe_throttles([3], [], broker_keys=[LOG_DIR_RATE]).brokers[3] == {LOG_DIR_RATE: None}
+    finally:
+        admin.set_throttles({3: {LOG_DIR_RATE: None}}, {})
+        delete_topics(config, [topic])
+
+
+def pin(replica: TopicPartitionReplica, path: str) -> ReassignmentPlan:
+    """A plan of one move: ``replica`` to log dir ``path`` of its broker."""
+    return ReassignmentPlan(moves=(Move(topic=replica.topic, partition=replica.partition, current_replicas=(3,),
+                                        target_replicas=(3,), log_dirs=(path,)),))
 
 
 def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path):

@@ -335,3 +335,30 @@ def _request_json(targets: Mapping[Replica, str]) -> str:
     for r, d in sorted(targets.items()):
         by_dir.setdefault(f"{r.broker}:{d}", []).append(f"{r.topic}-{r.partition}")
     return json.dumps(by_dir, sort_keys=True)
+
+
+def cancel_log_dir_moves(admin: ClusterAdmin, plan: ReassignmentPlan, *,
+                         log: logging.Logger | None = None) -> dict[Replica, str | None]:
+    """Stop the plan's moves between log dirs that are in flight: each future replica in its pinned dir is dropped by
+    an AlterReplicaLogDirs back to the dir of its current replica (what ``kafka-reassign-partitions --cancel`` does).
+    Returns ``{replica: None, or why the broker refused}``; moves done stay done (a rollback plan moves replicas
+    back between brokers, not between log dirs)."""
+    log = log or _log
+    moves = pinned(plan)
+    if not moves:
+        return {}
+    seen = admin.log_dirs(sorted({r.tp for r, _ in moves}))
+    back = {}
+    for r, d in moves:
+        future, current = seen.future_of(r), seen.dir_of(r)
+        if future is not None and future[0] == d and current is not None:
+            back[r] = current
+    if not back:
+        return {}
+    out: dict[Replica, str | None] = {}
+    for res in admin.alter_replica_log_dirs(back):
+        out[res.replica] = None if res.ok else f"{res.error_code}: {res.error}"
+    log.warning("cancelled %d move(s) between log dirs in flight (back to the dir of their current replica): %s%s",
+                sum(1 for e in out.values() if e is None), _request_json(back),
+                f"; refused: { {str(r): e for r, e in out.items() if e} }" if any(out.values()) else "")
+    return out

@@ -224,3 +224,15 @@ def test_a_wait_ends_when_the_moves_between_log_dirs_are_done_too():
     again = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, settle_s=0, submitter=lambda admin: poke_outcome(
         session(f, plan), measure_bytes=False))
     assert again.poke(f, now=5).status == "blocked"
+
+
+def test_the_moves_between_log_dirs_in_flight_can_be_cancelled():
+    from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
+
+    f = cluster(2)
+    plan = removal(f)
+    session(f, plan, max_moves_per_dir=2).tick()
+    assert len(f.log_dir_moves) == 2
+    assert cancel_log_dir_moves(f, plan) == {R("t", 0, 1): None, R("t", 1, 1): None}
+    assert not f.log_dir_moves and {f.replica_dirs[R("t", p, 1)] for p in (0, 1)} == {D2}
+    assert cancel_log_dir_moves(f, plan) == {}  # nothing in flight: nothing sent
