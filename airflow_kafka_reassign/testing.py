@@ -125,6 +125,11 @@ class FakeClusterAdmin:
         self.replica_dirs: dict[TopicPartitionReplica, str] = {}
         #: Intra-broker moves in flight: ``{replica: (target dir, offset lag)}``, until :meth:`complete_log_dir_moves`.
         self.log_dir_moves: dict[TopicPartitionReplica, tuple[str, int]] = {}
+        #: Each log dir's volume in bytes (a dir not listed: 1 TiB); its usable bytes are that less the bytes of the
+        #: replicas in it (:attr:`sizes`) and of the future replicas copied into it so far (size less offset lag).
+        self.dir_total: dict[str, int] = {}
+        #: Log dirs that failed (KAFKA_STORAGE_ERROR): listed offline, without replicas; no move into or out of them.
+        self.offline_dirs: set[str] = set()
         #: Brokers whose registration was removed (UnregisterBroker): no longer listed anywhere.
         self.unregistered: set[int] = set()
 
@@ -321,23 +326,35 @@ class FakeClusterAdmin:
 
     def _dirs(self, wanted: Collection[TopicPartition]) -> dict[int, tuple[LogDir, ...]]:
         held: dict[tuple[int, str], list[DirReplica]] = {}
-        for tp in sorted(wanted):
-            if tp not in self.replicas:
-                continue
+        used: dict[str, int] = {}
+        for tp in sorted(self.replicas):
             for b in self._replica_view(tp)[0]:
                 r = TopicPartitionReplica(tp.topic, tp.partition, b)
                 size = self.sizes.get(tp, {}).get(b, 0)
-                held.setdefault((b, self.replica_dirs.get(r) or self.broker_dirs.get(b, ["?"])[0]), []).append(
-                    DirReplica(tp.topic, tp.partition, size))
-                if r in self.log_dir_moves:
-                    target, lag = self.log_dir_moves[r]
-                    held.setdefault((b, target), []).append(DirReplica(tp.topic, tp.partition, 0, lag, future=True))
+                where = self.replica_dirs.get(r) or self.broker_dirs.get(b, ["?"])[0]
+                used[where] = used.get(where, 0) + size
+                future = self.log_dir_moves.get(r)
+                if future is not None:
+                    used[future[0]] = used.get(future[0], 0) + max(0, size - future[1])
+                if tp not in wanted:
+                    continue
+                held.setdefault((b, where), []).append(DirReplica(tp.topic, tp.partition, size))
+                if future is not None:
+                    held.setdefault((b, future[0]), []).append(
+                        DirReplica(tp.topic, tp.partition, max(0, size - future[1]), future[1], future=True))
         out = {}
         for b in sorted({x.id for x in self.brokers} - self.down - self.log_dirs_unanswered):
             cordoned = self.cordoned(b) if self.caps.cordons else frozenset()
-            out[b] = tuple(LogDir(path=d, cordoned=(d in cordoned) if self.caps.cordons else None,
-                                  replicas=tuple(held.get((b, d), ())))
-                           for d in self.broker_dirs.get(b, ()))
+            dirs = []
+            for d in self.broker_dirs.get(b, ()):
+                total = self.dir_total.get(d, 2**40)
+                if d in self.offline_dirs:
+                    dirs.append(LogDir(path=d, offline=True, error="KAFKA_STORAGE_ERROR"))
+                    continue
+                dirs.append(LogDir(path=d, cordoned=(d in cordoned) if self.caps.cordons else None,
+                                   total_bytes=total, usable_bytes=max(0, total - used.get(d, 0)),
+                                   replicas=tuple(held.get((b, d), ()))))
+            out[b] = tuple(dirs)
         return out
 
     def alter_reassignments(
@@ -534,6 +551,8 @@ class FakeClusterAdmin:
                 error = ("KAFKA_STORAGE_ERROR", f"broker {r.broker} is not available")
             elif path not in self.broker_dirs.get(r.broker, ()):
                 error = ("LOG_DIR_NOT_FOUND", "The user-specified log directory is not found in the broker config.")
+            elif path in self.offline_dirs or (self.replica_dirs.get(r) or self.broker_dirs[r.broker][0]) in self.offline_dirs:
+                error = ("KAFKA_STORAGE_ERROR", "Disk error when trying to access log file on the disk.")
             elif path in (self.cordoned(r.broker) if self.caps.cordons else ()):
                 error = ("INVALID_REPLICATION_ASSIGNMENT", "Replication assignment is invalid.")
             elif r.tp not in self.replicas or r.broker not in self._replica_view(r.tp)[0]:

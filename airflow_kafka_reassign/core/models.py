@@ -33,6 +33,9 @@ INTERNAL_COORDINATOR_TOPICS = frozenset(
 #: The only reassignment JSON version Kafka's tools read and write.
 KAFKA_REASSIGNMENT_JSON_VERSION = 1
 
+#: A ``log_dirs`` entry of Kafka's reassignment JSON that pins no log dir (the broker chooses one).
+ANY_LOG_DIR = "any"
+
 
 class TopicPartition(NamedTuple):
     """A (topic, partition) pair; prints as Kafka does: ``topic-partition``."""
@@ -340,11 +343,19 @@ class Move(_Frozen):
     target_replicas: tuple[int, ...]
     current_replicas: tuple[int, ...] | None = None
     allow_rf_change: bool = False
+    #: Kafka's ``log_dirs``: one entry per target replica, ``"any"`` (the broker chooses) or the absolute path of
+    #: the log dir that replica must end in (AlterReplicaLogDirs, KIP-113). ``None`` (no entry pinned, always so in
+    #: plans without log dirs) is not written: such plans are the same bytes as before the field existed. A move
+    #: whose target equals its current replicas and that pins a dir moves that replica between its broker's dirs.
+    log_dirs: tuple[str, ...] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _check(self) -> Move:
         where = f"partition {self.topic}-{self.partition}"
         check_replica_list(self.target_replicas, what="target_replicas", where=where)
+        if self.log_dirs is not None:
+            dirs = check_log_dirs(self.log_dirs, self.target_replicas, where=where)
+            object.__setattr__(self, "log_dirs", dirs)
         if self.current_replicas is not None:
             check_replica_list(self.current_replicas, what="current_replicas", where=where)
             if self.changes_rf and not self.allow_rf_change:
@@ -386,6 +397,30 @@ class Move(_Frozen):
     def leader_changes(self) -> bool:
         current = self.current_replicas
         return bool(current) and current is not None and current[0] != self.target_replicas[0]
+
+    @property
+    def pinned_dirs(self) -> dict[int, str]:
+        """``{broker: log dir}`` of the target replicas whose log dir the move pins (``log_dirs``)."""
+        if self.log_dirs is None:
+            return {}
+        return {b: d for b, d in zip(self.target_replicas, self.log_dirs, strict=True) if d != ANY_LOG_DIR}
+
+
+def check_log_dirs(dirs: Sequence[str], replicas: Sequence[int], *, where: str) -> tuple[str, ...] | None:
+    """A move's ``log_dirs`` checked against its target ``replicas`` (Kafka's format: one entry per replica, ``"any"``
+    or an absolute path); ``None`` when every entry is ``"any"`` (nothing pinned). Raises ``ValueError`` naming the
+    partition."""
+    out = tuple(dirs)
+    if len(out) != len(replicas):
+        raise ValueError(f"{where}: log_dirs {list(out)} has {len(out)} entries but target_replicas {list(replicas)} "
+                         f"has {len(replicas)}; give one per replica (\"{ANY_LOG_DIR}\" where the broker chooses)")
+    bad = [d for d in out if d != ANY_LOG_DIR and not (isinstance(d, str) and d.startswith("/"))]
+    if bad:
+        raise ValueError(f"{where}: log_dirs entry {bad[0]!r} is neither \"{ANY_LOG_DIR}\" nor an absolute path of a "
+                         "log dir (as DescribeLogDirs reports it)")
+    if all(d == ANY_LOG_DIR for d in out):
+        return None
+    return tuple(d if d == ANY_LOG_DIR else (d.rstrip("/") or "/") for d in out)
 
 
 class ReassignmentPlan(_Frozen):
@@ -452,10 +487,12 @@ class ReassignmentPlan(_Frozen):
     # -- Kafka's own format -------------------------------------------------------------
 
     def to_kafka_dict(self) -> dict[str, Any]:
+        """Kafka's format; a move's ``log_dirs`` only when it pins one (a plan without log dirs has none)."""
         return {
             "version": KAFKA_REASSIGNMENT_JSON_VERSION,
             "partitions": [
-                {"topic": m.topic, "partition": m.partition, "replicas": list(m.target_replicas)}
+                {"topic": m.topic, "partition": m.partition, "replicas": list(m.target_replicas),
+                 **({"log_dirs": list(m.log_dirs)} if m.log_dirs is not None else {})}
                 for m in self.moves
             ],
         }
@@ -471,16 +508,16 @@ class ReassignmentPlan(_Frozen):
         current: dict[TopicPartition, Sequence[int]] | None = None,
         *,
         allow_rf_change: bool = False,
-        log_dirs: Literal["refuse", "ignore"] = "refuse",
+        log_dirs: Literal["refuse", "ignore", "keep"] = "refuse",
     ) -> ReassignmentPlan:
         """Parse Kafka's reassignment JSON (as ``--generate`` prints and ``--execute`` reads).
 
         ``current`` optionally supplies each partition's present replicas, so the moves
         can be checked for staleness and RF changes; a move that would change a partition's
         replication factor is then refused unless ``allow_rf_change=True``. ``log_dirs`` entries other than
-        ``"any"`` are refused, since moving replicas between a broker's log directories is not
-        supported; ``log_dirs="ignore"`` reads them anyway (the reference tool prints the
-        *current* assignment with real paths).
+        ``"any"``: ``"refuse"`` (default) refuses them, ``"keep"`` reads them into each move's ``log_dirs``
+        (execution moves those replicas between log dirs, AlterReplicaLogDirs), ``"ignore"`` drops them (the
+        reference tool prints the *current* assignment with real paths).
         """
         try:
             data = json.loads(text)
@@ -498,10 +535,10 @@ class ReassignmentPlan(_Frozen):
                     f"got {entry!r}"
                 )
             dirs = entry.get("log_dirs")
-            if log_dirs == "refuse" and dirs is not None and any(d != "any" for d in dirs):
+            if log_dirs == "refuse" and dirs is not None and any(d != ANY_LOG_DIR for d in dirs):
                 raise ValueError(
-                    f"partition {entry['topic']}-{entry['partition']}: log_dirs {dirs} "
-                    "are not supported; remove them (or use \"any\")"
+                    f"partition {entry['topic']}-{entry['partition']}: log_dirs {dirs} pin log dirs; read them "
+                    "with log_dirs=\"keep\" to move those replicas between log dirs, or use \"any\""
                 )
             tp = TopicPartition(entry["topic"], entry["partition"])
             cur = current.get(tp) if current else None
@@ -514,6 +551,7 @@ class ReassignmentPlan(_Frozen):
                     allow_rf_change=allow_rf_change
                     and cur is not None
                     and len(cur) != len(entry["replicas"]),
+                    log_dirs=tuple(dirs) if log_dirs == "keep" and dirs is not None else None,
                 )
             )
         return cls(version=data.get("version", KAFKA_REASSIGNMENT_JSON_VERSION), moves=tuple(moves))

@@ -75,6 +75,7 @@ def metrics_document(result: PlanResult, *, snapshot: str | None = None) -> dict
         **({"disk": result.disk.model_dump(mode="json"), "bytes_ratio": _ratio(result.bytes_ratio)} if result.disk else {}),
         **({"ingress": result.ingress.model_dump(mode="json")} if result.ingress else {}),
         **({"tiered": result.tiered.model_dump(mode="json")} if result.tiered else {}),
+        **({"log_dirs": result.log_dirs.model_dump(mode="json")} if result.log_dirs else {}),
     }
 
 

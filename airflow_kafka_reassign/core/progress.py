@@ -68,7 +68,7 @@ from airflow_kafka_reassign.core.move_state import (
     _construct,
     classify,
 )
-from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.core.ports import ClusterAdmin, LogDirs, TopicPartitionReplica
 from airflow_kafka_reassign.core.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -509,7 +509,38 @@ def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_b
         except ConfigurationError:
             snap = admin.snapshot()
     sizes = admin.replica_sizes(plan.partitions) if measure_bytes and plan.moves else None
-    return assess(plan, snap, sizes, at=at, refused=refused)
+    obs = assess(plan, snap, sizes, at=at, refused=refused)
+    pinned = [m.tp for m in plan.moves if m.log_dirs is not None]
+    return with_log_dirs(obs, pinned_states(plan, admin.log_dirs(pinned))) if pinned else obs
+
+
+def pinned_states(plan: ReassignmentPlan, dirs: LogDirs) -> dict[TopicPartition, MoveState]:
+    """The moves whose pinned log dirs (``Move.log_dirs``) are not reached yet, from DescribeLogDirs: in flight
+    while a future replica is copied into a pinned dir (AlterReplicaLogDirs), pending otherwise."""
+    out: dict[TopicPartition, MoveState] = {}
+    for m in plan.moves:
+        for b, d in m.pinned_dirs.items():
+            r = TopicPartitionReplica(m.topic, m.partition, b)
+            if dirs.dir_of(r) == d:
+                continue
+            future = dirs.future_of(r)
+            copying = future is not None and future[0] == d
+            if copying or m.tp not in out:
+                out[m.tp] = MoveState.IN_FLIGHT if copying else MoveState.PENDING
+    return out
+
+
+def with_log_dirs(obs: Observation, states: Mapping[TopicPartition, MoveState]) -> Observation:
+    """``obs`` with each move whose replicas are in place but whose pinned log dirs are not in the state ``states``
+    gives (in flight, pending, failed) instead of done: a wait ends when the moves between log dirs are done too."""
+    if not states:
+        return obs
+    parts = tuple(
+        _construct(topic=p.topic, partition=p.partition, state=states[p.tp], bytes_total=p.bytes_total,
+                   bytes_copied=p.bytes_copied, detail="moving between log dirs" if states[p.tp] is not MoveState.FAILED
+                   else "a move between log dirs was refused")
+        if p.state is MoveState.DONE and p.tp in states else p for p in obs.partitions)
+    return Observation(at=obs.at, partitions=parts, waiting_on=obs.waiting_on)
 
 
 class ReassignmentWatch:

@@ -59,12 +59,14 @@ from airflow_kafka_reassign.core.cordon import apply_cordons, decommission_cordo
 from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
+from airflow_kafka_reassign.core.planner.goals import LOG_DIR_GOALS
+from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable
 from airflow_kafka_reassign.core.quorum import check_voters
 from airflow_kafka_reassign.core.rates import snapshot_bytes_in
 from airflow_kafka_reassign.core.snapshot_io import write_snapshot
 from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
 from airflow_kafka_reassign.core.units import format_bytes as human_bytes
-from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
+from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError, UnsupportedBrokerError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import as_bool, default_run_location
 from airflow_kafka_reassign.plan_storage import (
@@ -126,7 +128,12 @@ class PlanReassignmentOperator(BaseOperator):
     """Plan a reassignment with the Spark planner; see the module docstring.
 
     :param kafka_config_id: the ``kafka`` connection of the cluster.
-    :param goal: ``rebalance``, ``add-brokers``, ``remove-brokers`` or ``heal``.
+    :param goal: ``rebalance``, ``add-brokers``, ``remove-brokers``, ``heal``, ``offload``, ``remove-disks`` or
+        ``rebalance-disks`` (docs/decommission.md: the log dirs of a broker, JBOD).
+    :param log_dirs: goal ``remove-disks``: the log dirs to empty, ``["1:/var/lib/kafka/data-2", ...]`` (broker id and
+        the absolute path DescribeLogDirs reports; ``"1:/a,2:/b"`` as a rendered Param). They are checked against the
+        cluster (nothing sent on a bad one, or when their replicas have nowhere to go), then cordoned (Kafka 4.3+,
+        backed up on the plan's run state ``<output>/plan/run``) before the snapshot; they stay cordoned.
     :param brokers: brokers added (add-brokers) or removed (remove-brokers); a list, or
         ``"4,5"`` as a rendered Param.
     :param topic_include / topic_exclude: regular expressions (full match) of topics.
@@ -184,7 +191,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "goal", "brokers", "topic_include", "topic_exclude", "rf_changes", "heal_targets", "output_uri",
-        "spark_master", "partial_drain", "storage_conn_id", "cordon",
+        "spark_master", "partial_drain", "storage_conn_id", "cordon", "log_dirs",
     )
     ui_color = "#e8f0fe"
     operator_extra_links = (PlanReportLink(),)
@@ -209,6 +216,7 @@ class PlanReassignmentOperator(BaseOperator):
         sample_window_s: float | None = None,
         disk_cap: float | None = None,
         offload_threshold: float | None = None,
+        log_dirs: Any = None,
         request: Mapping[str, Any] | None = None,
         output_uri: str | None = None,
         storage_conn_id: str | None = None,
@@ -240,6 +248,7 @@ class PlanReassignmentOperator(BaseOperator):
         self.sample_window_s = sample_window_s
         self.disk_cap = disk_cap
         self.offload_threshold = offload_threshold
+        self.log_dirs = log_dirs
         self.request = dict(request or {})
         self.output_uri = output_uri
         self.storage_conn_id = storage_conn_id
@@ -283,6 +292,9 @@ class PlanReassignmentOperator(BaseOperator):
             fields["disk_cap"] = float(self.disk_cap)
         if self.offload_threshold is not None:
             fields["offload_threshold"] = float(self.offload_threshold)
+        dirs = _as_list(self.log_dirs, "log_dirs")
+        if dirs:
+            fields["log_dirs"] = tuple(str(d) for d in dirs)
         try:
             return PlanRequest(**fields)
         except ValueError as e:
@@ -417,11 +429,16 @@ class PlanReassignmentOperator(BaseOperator):
         window = self.sample_window(request)  # bad input fails before the cluster is touched
         hook = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s)
         admin = hook.get_admin()
+        table = None
         try:  # complete, or IncompleteSnapshotError: the task fails before anything is written or submitted
             if request.goal == "remove-brokers" and request.brokers:
                 self._before_drain(admin, request, location.rstrip("/") if remote else str(work))
+            if request.goal in LOG_DIR_GOALS:  # remove-disks: checked (nothing sent on bad input), then cordoned
+                self._cordon_for_removal(admin, request, location)
             snapshot = admin.snapshot(include_sizes=request.use_sizes or request.capacity is not None,
                                       settle_timeout_s=float(self.snapshot_settle_timeout_s))
+            if request.goal in LOG_DIR_GOALS:
+                table = LogDirTable.of(admin.log_dirs(None))
             if window:
                 self.log.info("Sampling bytes-in rates: replica sizes read twice, %g s apart", window)
                 snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, window)
@@ -430,6 +447,8 @@ class PlanReassignmentOperator(BaseOperator):
         finally:
             admin.close()
         write_snapshot(snapshot, snapshot_dir)
+        if table is not None:
+            table.write(snapshot_dir)  # log_dirs.json: what the goals on log dirs plan from
         if space is not None:
             request = self._cluster_disks(request, space, snapshot, snapshot_dir)
         check = snapshot.check
@@ -472,6 +491,7 @@ class PlanReassignmentOperator(BaseOperator):
             "replica_max_min_floor": summary.get("replica_max_min_floor"),
             "replica_balance_bounded_by": summary.get("replica_balance_bounded_by", []),
             "warnings": summary["warnings"][:10],
+            **({"log_dirs": summary["log_dirs"]} if "log_dirs" in summary else {}),  # the goals on log dirs
         }
         self.log.info(
             "Plan: %d partitions to move, %d replica moves (lower bound %d), %d leader changes -> %s",
@@ -512,6 +532,19 @@ class PlanReassignmentOperator(BaseOperator):
         state = run_state(open_store(f"{base}/plan", conn_id=self.storage_conn_id or None,
                                      timeout_s=float(self.storage_timeout_s)))
         apply_cordons(admin, decommission_cordons(request.brokers), state_dir=state, log=self.log)
+
+    def _cordon_for_removal(self, admin: Any, request: PlanRequest, location: str) -> None:
+        """goal remove-disks: bad input refused by name before anything is sent, then the dirs cordoned, backed up on
+        the plan's run state (core/disk_removal.py)."""
+        from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
+        from airflow_kafka_reassign.plan_storage import run_state
+
+        state = run_state(open_store(f"{location.rstrip('/')}/plan", conn_id=self.storage_conn_id or None,
+                                     timeout_s=float(self.storage_timeout_s)))
+        try:
+            cordon_for_removal(admin, request, state_dir=state, log=self.log)
+        except (ConfigurationError, UnsupportedBrokerError) as e:  # retrying cannot fix it
+            raise AirflowFailException(f"task {self.task_id}: {e}") from None
 
     def _write_drain(self, request: PlanRequest, plan_uri: str) -> None:
         """A decommission's plan directory says what is drained (drain.json): the execution that runs it drains

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_kafka_reassign.core.planner.log_dirs import LOG_DIRS_FILE
+
 #: The files of a snapshot directory the job reads (``snapshot.json`` is optional).
 SNAPSHOT_FILES = ("brokers.parquet", "topics.parquet", "partitions.parquet")
 SNAPSHOT_META = "snapshot.json"
@@ -122,12 +124,12 @@ def stage_snapshot(uri: str, local: Path) -> Path:
 
     filesystem_, base = filesystem(uri)
     local.mkdir(parents=True, exist_ok=True)
-    for name in (*SNAPSHOT_FILES, SNAPSHOT_META):
+    for name in (*SNAPSHOT_FILES, SNAPSHOT_META, LOG_DIRS_FILE):
         path = f"{base}/{name}"
         try:
             info = filesystem_.get_file_info(path)
             if info.type != pafs.FileType.File:
-                if name == SNAPSHOT_META:
+                if name in (SNAPSHOT_META, LOG_DIRS_FILE):  # optional: older snapshots, goals without log dirs
                     continue
                 raise JobStorageError(
                     f"{uri}: no snapshot there ({name} is missing): give the snapshot folder that "

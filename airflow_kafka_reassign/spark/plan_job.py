@@ -76,6 +76,7 @@ from airflow_kafka_reassign.core.completeness import PartitionIds, compare_count
 from airflow_kafka_reassign.core.models import Broker, TopicState  # noqa: E402
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_metrics, write_plan_fragments  # noqa: E402
 from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
+    LOG_DIR_GOALS,
     PartitionRow,
     PlanRequest,
     PrepareContext,
@@ -707,6 +708,8 @@ def run(
     """
     if request.capacity is not None and request.capacity.gives_network_in():
         return plan_bytes_in_on_driver(snapshot, out, request, snapshot_name or snapshot)
+    if request.goal in LOG_DIR_GOALS:
+        return plan_log_dirs_on_driver(snapshot, out, request, snapshot_name or snapshot)
     with no_cyclic_gc():
         return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
                     snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check)
@@ -730,6 +733,24 @@ def plan_bytes_in_on_driver(snapshot: str, out: str | Path, request: PlanRequest
         result = plan_reassignment(read_snapshot(snapshot), request)
     write_plan_dir(result, out, snapshot=name)
     print(f"[plan_job] bytes-in planning on the driver {time.perf_counter() - started:.2f}s", file=sys.stderr)
+    return read_metrics(Path(out))
+
+
+def plan_log_dirs_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
+    """A goal on log dirs (remove-disks, rebalance-disks): the pure planner on the driver, from the snapshot and the
+    brokers' log dirs beside it (``log_dirs.json``); it touches only the partitions in the dirs concerned."""
+    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
+    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+
+    if is_remote(snapshot):
+        raise ConfigurationError(
+            f"goal {request.goal} is planned on the driver from a local or object-storage snapshot (staged by the "
+            f"job); {snapshot} is not one: give the snapshot folder PlanReassignmentOperator wrote")
+    started = time.perf_counter()
+    result = plan_log_dirs(read_snapshot(snapshot), LogDirTable.read(snapshot), request)
+    write_plan_dir(result, out, snapshot=name)
+    print(f"[plan_job] {request.goal} planned on the driver in {time.perf_counter() - started:.2f}s", file=sys.stderr)
     return read_metrics(Path(out))
 
 
@@ -953,10 +974,11 @@ def _main(args: argparse.Namespace, request: PlanRequest, tmp: Path) -> int:
             check_local_snapshot(snapshot)
         # the files against the counts snapshot.json records (Spark's own file systems: in run)
         counts = None if is_remote(snapshot) else check_snapshot_files(snapshot)
-        from pyspark.sql import SparkSession
+        if request.goal not in LOG_DIR_GOALS:  # those are planned on the driver alone: no Spark session
+            from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.appName(args.app_name).getOrCreate()
-        spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
+            spark = SparkSession.builder.appName(args.app_name).getOrCreate()
+            spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
         doc = run(spark, snapshot, out, request, partitions=args.partitions, reader=args.reader,
                   snapshot_name=args.snapshot, snapshot_check=counts)
         if remote_out:

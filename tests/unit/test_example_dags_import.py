@@ -26,6 +26,7 @@ EXPECTED = {
     "kafka_grow_partitions",
     "kafka_heal_under_replicated",
     "kafka_rack_maintenance",
+    "kafka_remove_disk",
 }
 
 
@@ -155,3 +156,14 @@ def test_scheduled_examples_run_with_their_defaults(dagbag):
     """A scheduled run has no conf: the defaults must be valid."""
     for dag_id in ("kafka_rebalance_maintenance_window", "kafka_heal_under_replicated"):
         validate(dagbag.dags[dag_id], {})
+
+
+@pytest.mark.parametrize(("conf", "problem"), [
+    ({}, "No value passed"),
+    ({"log_dirs": []}, "should be non-empty"),
+    ({"log_dirs": ["1:data-2"]}, "does not match"),
+    ({"log_dirs": ["1:/d"], "max_moves_per_dir": 0}, "less than the minimum"),
+])
+def test_remove_disk_params_refuse_bad_input_before_a_run(dagbag, conf, problem):
+    with pytest.raises(PARAM_ERRORS, match=problem):
+        validate(dagbag.dags["kafka_remove_disk"], conf)

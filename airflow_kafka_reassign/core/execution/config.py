@@ -58,14 +58,17 @@ class ExecutionLimits:
     :param order: ``"plan"`` (the plan's order), ``"smallest-first"`` or ``"largest-first"``
         (by bytes to copy: partition size x adding replicas, from DescribeLogDirs; moves of
         unknown size go last, in plan order).
+    :param max_moves_per_dir: concurrent moves between log dirs (AlterReplicaLogDirs) out of or into any one log
+        dir, foreign ones seen in DescribeLogDirs included (``None``: no limit).
     """
 
     max_moves: int | None = None
     max_moves_per_broker: int | None = None
     order: Order = "smallest-first"
+    max_moves_per_dir: int | None = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_moves", "max_moves_per_broker"):
+        for name in ("max_moves", "max_moves_per_broker", "max_moves_per_dir"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigurationError(f"{name} must be a positive integer or None, not {value!r}")
@@ -112,7 +115,10 @@ class ExecutionOptions:
         disk space is read (DescribeLogDirs, Kafka 3.3+) and a move is submitted only if every broker it
         adds keeps this much free after it and the moves in flight: a share (``"1%"``, the default), a
         size (``"20GiB"``, bytes), or ``None``/``"off"``. A move that does not fit waits; when nothing
-        is in flight and nothing fits, the run is refused naming the broker and the numbers.
+        is in flight and nothing fits, the run is refused naming the broker and the numbers. A move between
+        log dirs is checked against its target dir's volume the same way.
+    :param log_dir_throttle_bytes_per_sec: ``replica.alter.log.dirs.io.max.bytes.per.second`` on the brokers
+        moving replicas between their log dirs, backed up with the replication throttles and restored with them.
     """
 
     allow_replication_factor_change: bool = False
@@ -126,6 +132,7 @@ class ExecutionOptions:
     dry_run: bool = False
     health: HealthPolicy = field(default_factory=HealthPolicy)
     disk_reserve: DiskReserve | str | int | None = DEFAULT_RESERVE
+    log_dir_throttle_bytes_per_sec: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.disk_reserve, DiskReserve):  # parsed once: "5%", "20GiB", bytes, None/"off"
@@ -142,16 +149,15 @@ class ExecutionOptions:
                 "strict=True refuses the whole plan when any move is refused, on_plan_error='skip' runs the other "
                 "moves: choose one (strict=True already refuses the plan on a plan error)"
             )
-        rate = self.throttle_bytes_per_sec
-        if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0):
-            raise ConfigurationError(
-                f"throttle_bytes_per_sec must be a positive integer (bytes/s) or None, not {rate!r}"
-            )
+        for name in ("throttle_bytes_per_sec", "log_dir_throttle_bytes_per_sec"):
+            rate = getattr(self, name)
+            if rate is not None and (not isinstance(rate, int) or isinstance(rate, bool) or rate <= 0):
+                raise ConfigurationError(f"{name} must be a positive integer (bytes/s) or None, not {rate!r}")
 
 
 
 _OPTIONAL = ("max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "max_pause_s", "disk_reserve",
-             "adaptive_limits")
+             "adaptive_limits", "log_dir_throttle_bytes_per_sec")
 _BOOLS = ("allow_replication_factor_change", "allow_concurrent_reassignments", "allow_offline_brokers", "strict",
           "elect_leaders", "dry_run", "health_gate")
 
@@ -225,6 +231,14 @@ class ExecutionConfig(BaseModel):
     (``"15%"``), a size (``"50GiB"``, bytes) or ``"off"``. ``None``: the deployment's default
     (``AKR_DISK_RESERVE``, else 1%). A move that does not fit waits; nothing in flight and nothing fitting
     refuses the run, naming the broker and the numbers."""
+    max_moves_per_dir: int | None = 1
+    """Moves between log dirs (AlterReplicaLogDirs, a plan's pinned ``log_dirs``) in flight out of or into any one
+    log dir (``None``: no limit). Each copies a replica within its broker's disks: one per dir keeps the disks'
+    other work going."""
+    log_dir_throttle_bytes_per_sec: int | None = None
+    """``replica.alter.log.dirs.io.max.bytes.per.second`` (bytes/s) on the brokers moving replicas between their log
+    dirs while they do; the values before are backed up on the run state (with the replication throttles) and
+    restored exactly at the end, and on a broker as soon as it has nothing left to move."""
     adaptive_limits: dict[str, Any] | None = None
     """AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8, "min_throttle": 10_000_000, "max_throttle":
     100_000_000}``: concurrency starts at ``min_moves`` and the throttle at ``throttle_bytes_per_sec``; both grow
@@ -266,7 +280,7 @@ class ExecutionConfig(BaseModel):
     def limits(self) -> ExecutionLimits:
         """How many moves at once and in which order (the adaptive limits replace ``max_moves`` as they move)."""
         return ExecutionLimits(max_moves=self.max_moves, max_moves_per_broker=self.max_moves_per_broker,
-                               order=self.order)
+                               order=self.order, max_moves_per_dir=self.max_moves_per_dir)
 
     def options(self, *, default_disk_reserve: str = DEFAULT_RESERVE) -> ExecutionOptions:
         """What execution may do; ``default_disk_reserve`` stands in for ``disk_reserve=None`` (the operators pass
@@ -280,6 +294,7 @@ class ExecutionConfig(BaseModel):
             health=HealthPolicy(gate=self.health_gate, on_unhealthy=self.on_unhealthy, max_pause_s=self.max_pause_s,
                                 below_min_isr=self.below_min_isr),
             disk_reserve=default_disk_reserve if self.disk_reserve is None else self.disk_reserve,
+            log_dir_throttle_bytes_per_sec=self.log_dir_throttle_bytes_per_sec,
         )
 
     def adaptive(self) -> AdaptiveBounds | None:

@@ -13,8 +13,9 @@ from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.journal import StateLocation, read_journal
 from airflow_kafka_reassign.core.lease import LeaseKeeper
 from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.move_state import MoveState
 from airflow_kafka_reassign.core.ports import ClusterAdmin
-from airflow_kafka_reassign.core.progress import Observation, assess_parts
+from airflow_kafka_reassign.core.progress import Observation, assess_parts, with_log_dirs
 from airflow_kafka_reassign.core.throttle import (
     NONE_SET,
     RESTORED,
@@ -67,8 +68,15 @@ def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at:
     obs = status.observation
     if obs is None:
         raise ValueError("this status was not made by step(): it has no observation to report progress from")
-    return assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
+    seen = assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
                         refused=status.failed if refused is None else refused, submitted=set(status.submitted))
+    ld = status.log_dirs  # the moves between log dirs the step classified: a partition is done when they are
+    if ld is None:
+        return seen
+    states = {r.tp: MoveState.FAILED for r in ld.failed}
+    states.update({r.tp: MoveState.PENDING for r in (*ld.pending, *ld.waiting)})
+    states.update({r.tp: MoveState.IN_FLIGHT for r in ld.in_flight})
+    return with_log_dirs(seen, states)
 
 
 def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPartition] = ()) -> int:

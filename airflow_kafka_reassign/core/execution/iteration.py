@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from airflow_kafka_reassign.core.disk_guard import DiskReserve
 from airflow_kafka_reassign.core.execution.batch import _disk_room, _disk_verdict, _order, _request_json, _submit, select_batch
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, ExecutionLimits, ExecutionOptions
+from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs, submit_log_dirs
 from airflow_kafka_reassign.core.execution.observe import _assess
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.journal import StateLocation, journal
@@ -58,13 +59,15 @@ def step(
         took it over, and then nothing is written.
     """
     log = log or _log
-    if options.throttle_bytes_per_sec and state_dir is None and not options.dry_run:
+    if (options.throttle_bytes_per_sec or options.log_dir_throttle_bytes_per_sec) and state_dir is None \
+            and not options.dry_run:
         raise ConfigurationError(
             "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
             "pass state_dir (the operators use <plan dir>/run)"
         )
     status, obs = _assess(admin, plan, options, known_failed=known_failed, settle_s=settle_s, sleep=sleep, log=log,
                           rf_guard_check=submit)
+    dirs = observe_log_dirs(admin, plan, status, known_failed=known_failed, log=log)  # None: the plan pins no log dir
     batch: list[Move] = []
     if submit and status.blocked is None and status.paused is None and status.pending:
         pending = [status.moves[tp] for tp in status.pending]
@@ -91,6 +94,7 @@ def step(
     if options.dry_run:
         sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, dry_run=True, log=log,
                        live_brokers=obs.brokers)
+        submit_log_dirs(admin, dirs, status, limits, options, state_dir=state_dir, submit=submit, log=log)
         if batch:
             status.would_submit = [m.tp for m in batch]
             for allow in (False, True):
@@ -105,6 +109,8 @@ def step(
     if lease is not None:
         lease.confirm()
     sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, log=log, live_brokers=obs.brokers)
+    submit_log_dirs(admin, dirs, status, limits, options, state_dir=state_dir, submit=submit, log=log,
+                    holder=lease.lease.holder if lease is not None else None)
     if batch:
         _submit(admin, batch, options, status, log)
         # sets, not the status's lists: every lookup below is O(1), so a step is linear in the moves

@@ -6,12 +6,15 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
 from airflow_kafka_reassign.core.health import HealthReport
 from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition
 from airflow_kafka_reassign.core.ports import InFlightReassignment
+
+if TYPE_CHECKING:
+    from airflow_kafka_reassign.core.execution.log_dirs import LogDirStatus
 
 _log = logging.getLogger(__name__)
 
@@ -71,15 +74,19 @@ class ExecutionStatus:
     observation: _Observation | None = field(default=None, repr=False)
     #: the plan's replica sizes measured this poll (DescribeLogDirs), when a progress line wants them
     sizes: dict[TopicPartition, dict[int, int]] | None = field(default=None, repr=False)
+    #: the plan's moves between log dirs (pinned ``log_dirs``; ``None``: it has none): core/execution/log_dirs.py.
+    #: A partition whose log-dir move failed is in ``failed``, not ``done``.
+    log_dirs: LogDirStatus | None = None
     observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def complete(self) -> bool:
         """Nothing left that this plan will do: no move pending, in flight or lagging.
 
-        Stale and failed moves are refused, not left: check :attr:`ok` for a clean finish.
+        Stale and failed moves are refused, not left: check :attr:`ok` for a clean finish. Moves between log dirs
+        count too (:attr:`log_dirs`).
         """
-        return not (self.pending or self.in_flight or self.lagging)
+        return not (self.pending or self.in_flight or self.lagging) and (self.log_dirs is None or self.log_dirs.complete)
 
     @property
     def ok(self) -> bool:
@@ -110,6 +117,8 @@ class ExecutionStatus:
             line += "; PAUSED (cluster unhealthy)"
         if self.disk_held:
             line += f", {len(self.disk_held)} wait for disk space"
+        if self.log_dirs is not None:
+            line += f"; {self.log_dirs.line()}"
         if self.blocked:
             line += "; BLOCKED (see the warning)"
         return line
@@ -154,6 +163,8 @@ class ExecutionStatus:
             out["remaining_partitions"] = _names(self.remaining)
         if self.would_submit:
             out["would_submit"] = len(self.would_submit)
+        if self.log_dirs is not None:
+            out["log_dirs"] = self.log_dirs.summary()
         return out
 
 

@@ -34,8 +34,21 @@ from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partitio
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
-Goal = Literal["rebalance", "add-brokers", "remove-brokers", "heal", "offload"]
+Goal = Literal["rebalance", "add-brokers", "remove-brokers", "heal", "offload", "remove-disks", "rebalance-disks"]
 BALANCE_GOALS = ("rebalance", "add-brokers", "remove-brokers")
+#: The goals on log dirs (JBOD, :mod:`~airflow_kafka_reassign.core.planner.log_dirs`): planned from the brokers' log
+#: dirs (``log_dirs.json`` beside the snapshot) by the pure planner, on the plan job's driver.
+LOG_DIR_GOALS = ("remove-disks", "rebalance-disks")
+
+
+def parse_dir_removal(entry: str) -> tuple[int, str]:
+    """``"1:/var/lib/kafka/data-2"`` -> ``(1, "/var/lib/kafka/data-2")``: a broker and one of its log dirs (the
+    absolute path DescribeLogDirs reports; a trailing ``/`` is dropped)."""
+    broker, sep, path = str(entry).strip().partition(":")
+    if not sep or not broker.strip().isdigit() or not path.strip().startswith("/"):
+        raise ValueError(f"log dir {entry!r} is not BROKER:/ABSOLUTE/PATH; write it as the broker id and the log dir "
+                         "as DescribeLogDirs reports it, for example 1:/var/lib/kafka/data-2")
+    return int(broker), path.strip().rstrip("/") or "/"
 
 
 def parse_partition(key: str) -> TopicPartition:
@@ -119,6 +132,34 @@ class PlanRequest(_Frozen):
     ingress_tolerance: float = Field(default=0.05, gt=0, lt=1)
     #: goal offload: brokers above this share of their disk shed down to it (default ``disk_cap``).
     offload_threshold: float | None = Field(default=None, gt=0, le=1)
+    #: goal remove-disks: the log dirs to empty, ``"BROKER:/absolute/path"`` each (not written when empty: the
+    #: requests of the other goals keep their bytes). Their replicas go to the broker's other log dirs, else to
+    #: other brokers; ``disk_cap`` bounds every log dir's volume after the plan.
+    log_dirs: tuple[str, ...] = Field(default=(), exclude_if=lambda v: not v)
+
+    @field_validator("log_dirs")
+    @classmethod
+    def _check_log_dirs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        out = tuple(f"{b}:{path}" for b, path in (parse_dir_removal(e) for e in v))
+        if len(set(out)) != len(out):
+            raise ValueError(f"log_dirs {list(v)} lists a log dir twice")
+        return out
+
+    def dir_removals(self) -> tuple[tuple[int, str], ...]:
+        """goal remove-disks: ``(broker, log dir)`` of each entry of ``log_dirs``."""
+        return tuple(parse_dir_removal(e) for e in self.log_dirs)
+
+    @model_validator(mode="after")
+    def _check_log_dir_goals(self) -> PlanRequest:
+        if self.goal == "remove-disks" and not self.log_dirs:
+            raise ValueError('goal remove-disks needs log_dirs=["BROKER:/path", ...]: the log dirs to empty')
+        if self.log_dirs and self.goal != "remove-disks":
+            raise ValueError(f"log_dirs only applies to goal remove-disks, not {self.goal}")
+        if self.goal in LOG_DIR_GOALS and (self.brokers or self.capacity is not None or self.rf_changes
+                                           or self.heal_targets):
+            raise ValueError(f"goal {self.goal} moves replicas off log dirs (and between them); brokers, capacity, "
+                             "rf_changes and heal_targets do not apply to it")
+        return self
 
     @model_validator(mode="after")
     def _check_capacity(self) -> PlanRequest:
@@ -211,6 +252,8 @@ class PlanResult(_Frozen):
     ingress: IngressReport | None = None
     #: With tiered topics in the snapshot: how many, and their local bytes.
     tiered: TieredReport | None = None
+    #: The goals on log dirs: what moves between log dirs, per log dir before and after.
+    log_dirs: LogDirReport | None = None
 
     @property
     def bytes_ratio(self) -> float | None:
@@ -247,8 +290,30 @@ class PlanResult(_Frozen):
             **({"bytes_lower_bound": self.bytes_lower_bound, "disk": self.disk.summary()} if self.disk else {}),
             **({"ingress": self.ingress.summary()} if self.ingress else {}),
             **({"tiered": self.tiered.model_dump(mode="json")} if self.tiered else {}),
+            **({"log_dirs": self.log_dirs.summary()} if self.log_dirs else {}),
             "warnings": list(self.warnings),
         }
+
+
+class LogDirReport(_Frozen):
+    """What a goal on log dirs moves (:mod:`~airflow_kafka_reassign.core.planner.log_dirs`): replicas between the
+    log dirs of their broker (``intra_*``, AlterReplicaLogDirs) and to other brokers (``cross_*``, reassignments),
+    and each log dir's bytes (``"BROKER:/path"``) before and, as planned, after."""
+
+    goal: str
+    #: goal remove-disks: the log dirs emptied (``"BROKER:/path"``)
+    removed: tuple[str, ...] = ()
+    intra_moves: int = 0
+    intra_bytes: int = 0
+    cross_moves: int = 0
+    cross_bytes: int = 0
+    dirs_before: dict[str, int] = Field(default_factory=dict)
+    #: a replica sent to another broker is counted in the log dir the plan found room in (Kafka picks the dir)
+    dirs_after: dict[str, int] = Field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"removed": list(self.removed), "intra_moves": self.intra_moves, "intra_bytes": self.intra_bytes,
+                "cross_moves": self.cross_moves, "cross_bytes": self.cross_bytes}
 
 
 class DiskReport(_Frozen):

@@ -22,6 +22,7 @@ from airflow_kafka_reassign.core.planner.disk import (
 )
 from airflow_kafka_reassign.core.planner.goals import (
     BALANCE_GOALS,
+    LOG_DIR_GOALS,
     DiskReport,
     PlanRequest,
     PlanResult,
@@ -286,6 +287,11 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     give a sound plan, before planning anything.
     """
     request = request or PlanRequest()
+    if request.goal in LOG_DIR_GOALS:
+        from airflow_kafka_reassign.exceptions import ConfigurationError
+
+        raise ConfigurationError(f"goal {request.goal} plans from the brokers' log dirs too: call "
+                                 "core.planner.log_dirs.plan_log_dirs(snapshot, LogDirTable, request)")
     scope = prepare(snapshot, request)
     layout = scope.layout
     disk = disk_goal(snapshot, request, scope)

@@ -1,4 +1,4 @@
-"""core.leadership: leadership off brokers or racks by reordering replicas and electing, and back."""
+"""core.leader_evacuation: leadership off brokers or racks by reordering replicas and electing, and back."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def test_plan_round_trips_kafka_json():
         ('{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[1,1]}]}', "lists broker 1 twice"),
         ('{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[-1]}]}', "negative broker id -1"),
         ('{"version":1,"partitions":[{"topic":"a","partition":0}]}', "needs topic, partition and replicas"),
-        ('{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[1],"log_dirs":["/d"]}]}', "log_dirs"),
+        ('{"version":1,"partitions":[{"topic":"a","partition":0,"replicas":[1],"log_dirs":["/d"]}]}', 'log_dirs="keep"'),
         ("[1,2]", "must be an object"),
         ("{nope", "not valid JSON"),
     ],
@@ -212,3 +212,39 @@ def test_the_planner_records_the_partition_count_of_every_moved_topic():
     expected = {"moved": 4, **({"still": 1} if "still" in moved else {})}  # the moved topics only, by name
     assert result.plan.partition_counts == expected and list(expected) == sorted(moved)
     assert snapshot.partition_counts(["still"]) == {"still": 1}
+
+
+# -- log dirs (Kafka's ``log_dirs``, KIP-113) ---------------------------------------------------------------------
+
+
+def test_a_plan_without_log_dirs_is_the_same_bytes_as_before_the_field():
+    move = Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))
+    plan = ReassignmentPlan.from_moves([move], partition_counts={"t": 1})
+    assert plan.model_dump_json() == (
+        '{"version":1,"moves":[{"topic":"t","partition":0,"target_replicas":[3,2],"current_replicas":[1,2],'
+        '"allow_rf_change":false}],"partition_counts":{"t":1}}')
+    assert "log_dirs" not in plan.to_kafka_json() and "log_dirs" not in move.model_dump()
+
+
+def test_a_move_pins_log_dirs_as_kafka_writes_them():
+    move = Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(1, 2),
+                log_dirs=("any", "/kafka/2/data-1/"))
+    assert move.log_dirs == ("any", "/kafka/2/data-1") and move.pinned_dirs == {2: "/kafka/2/data-1"}
+    assert not move.adding_replicas  # an intra-broker move: the replicas stay, one changes its log dir
+    plan = ReassignmentPlan.from_moves([move])
+    assert json.loads(plan.to_kafka_json())["partitions"][0]["log_dirs"] == ["any", "/kafka/2/data-1"]
+    assert ReassignmentPlan.model_validate_json(plan.model_dump_json()) == plan
+    # read back from Kafka's format with log_dirs="keep"; "any" everywhere pins nothing
+    again = ReassignmentPlan.from_kafka_json(plan.to_kafka_json(), {move.tp: (1, 2)}, log_dirs="keep")
+    assert again.moves[0].log_dirs == move.log_dirs
+    assert Move(topic="t", partition=0, target_replicas=(1, 2), log_dirs=("any", "any")).log_dirs is None
+    assert ReassignmentPlan.from_kafka_json(plan.to_kafka_json(), log_dirs="ignore").moves[0].log_dirs is None
+
+
+@pytest.mark.parametrize(("dirs", "message"), [
+    (("any",), "log_dirs \\['any'\\] has 1 entries but target_replicas \\[1, 2\\] has 2"),
+    (("any", "data-1"), "log_dirs entry 'data-1' is neither \"any\" nor an absolute path"),
+])
+def test_a_move_refuses_log_dirs_that_do_not_fit_its_replicas(dirs, message):
+    with pytest.raises(ValidationError, match=f"partition t-0: {message}"):
+        Move(topic="t", partition=0, target_replicas=(1, 2), log_dirs=dirs)

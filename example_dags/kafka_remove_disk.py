@@ -1,0 +1,99 @@
+"""Remove a disk (JBOD): empty log dirs of brokers, triggered by hand with Params.
+
+Trigger it from the UI (the form is built from the Params) or::
+
+    airflow dags trigger kafka_remove_disk --conf '{"log_dirs": ["1:/var/lib/kafka/data-2"]}'
+
+1. ``plan`` checks the log dirs against the cluster (each one of its broker's log dirs as DescribeLogDirs reports
+   them; their replicas must have somewhere to go): a bad one fails the task by name before anything is sent. Then
+   it cordons them (``cordoned.log.dirs``, Kafka 4.3+; the previous values backed up on the plan's run state) so that
+   no new replica lands there, takes the snapshot and plans: each replica of a removed dir to the broker's log dir
+   with the most room, else (no room on the broker) to another broker, rack-aware. The plan is Kafka's format with
+   ``log_dirs``.
+2. ``execute`` moves them: between log dirs with AlterReplicaLogDirs, at most ``max_moves_per_dir`` in flight out of
+   or into each dir, under the log-dir throttle (``replica.alter.log.dirs.io.max.bytes.per.second``, restored
+   exactly at the end), the disk guard checking each target volume; it stops, keeping its state, if a log dir goes
+   offline. Replicas sent to other brokers are ordinary reassignments under the replication throttle.
+3. ``verify_emptied``: the dirs hold no replica and are still cordoned. Take them out of the brokers' ``log.dirs``
+   (a rolling restart), then clear ``cordoned.log.dirs`` for them.
+
+A cancel (CancelReassignmentOperator on the plan) restores the cordons from the backup.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.sdk import DAG, Param, task
+
+from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+
+KAFKA_CONN_ID = "kafka_default"
+
+# [START remove_disk]
+with DAG(
+    dag_id="kafka_remove_disk",
+    description="Empty log dirs of brokers (JBOD): check, cordon, plan, move between log dirs, verify",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(hours=13),
+    render_template_as_native_obj=True,  # Params arrive in the operators as lists and ints
+    params={
+        "log_dirs": Param(
+            type="array", items={"type": "string", "pattern": "^[0-9]+:/.+"}, minItems=1, uniqueItems=True,
+            title="Log dirs to empty", description='BROKER:/absolute/path each, e.g. "1:/var/lib/kafka/data-2"',
+        ),
+        "log_dir_throttle_bytes_per_sec": Param(
+            50_000_000, type="integer", minimum=100_000, title="Log-dir throttle (bytes/s)",
+            description="replica.alter.log.dirs.io.max.bytes.per.second on the brokers moving, restored at the end",
+        ),
+        "max_moves_per_dir": Param(1, type="integer", minimum=1, maximum=16, title="Moves in flight per log dir"),
+    },
+    tags=["kafka", "reassignment", "jbod"],
+) as dag:
+    plan = PlanReassignmentOperator(
+        task_id="plan",
+        kafka_config_id=KAFKA_CONN_ID,
+        goal="remove-disks",
+        log_dirs="{{ params.log_dirs }}",
+        skip_if_empty=True,
+        retries=0,
+    )
+
+    execute = ExecuteReassignmentOperator(
+        task_id="execute",
+        kafka_config_id=KAFKA_CONN_ID,
+        plan_uri="{{ ti.xcom_pull(task_ids='plan')['plan_uri'] }}",
+        log_dir_throttle_bytes_per_sec="{{ params.log_dir_throttle_bytes_per_sec }}",
+        max_moves_per_dir="{{ params.max_moves_per_dir }}",
+        throttle_bytes_per_sec=50_000_000,  # for replicas that must go to other brokers
+        execution_timeout=timedelta(hours=12),
+    )
+
+    @task(retries=0)
+    def verify_emptied(params: dict | None = None) -> dict:
+        """Every removed log dir holds no replica and is still cordoned."""
+        admin = KafkaReassignHook(kafka_config_id=KAFKA_CONN_ID).get_admin()
+        try:
+            dirs = admin.log_dirs(None).dirs
+        finally:
+            admin.close()
+        left = {}
+        for entry in params["log_dirs"]:
+            broker, _, path = entry.partition(":")
+            found = next((d for d in dirs.get(int(broker), ()) if d.path == path.rstrip("/")), None)
+            if found is None or found.replicas or found.cordoned is False:
+                left[entry] = "not reported" if found is None else (
+                    f"{len(found.replicas)} replica(s) left" if found.replicas else "not cordoned")
+        if left:
+            raise AirflowFailException(f"log dir(s) not emptied: {left}; trigger the DAG again")
+        print(f"log dir(s) {params['log_dirs']} are empty and cordoned: take them out of log.dirs")
+        return {"emptied": params["log_dirs"]}
+
+    plan >> execute >> verify_emptied()
+# [END remove_disk]

@@ -1,0 +1,238 @@
+"""Moves between log dirs in the one engine (core/execution/log_dirs.py), on the in-memory fake: the per-dir limit,
+the log-dir throttle backed up and restored, the stop on an offline log dir, the disk guard per volume, pins on new
+replicas after their reassignment, refusals by partition."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.planner.goals import PlanRequest
+from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
+from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+from airflow_kafka_reassign.core.store import MemoryStore
+from airflow_kafka_reassign.core.throttle import LOG_DIR_RATE, read_backup
+from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+MB = 1_000_000
+D1, D2 = "/kafka/1/data-1", "/kafka/1/data-2"
+
+
+class Fake(FakeClusterAdmin):
+    """The fake, counting the replicas each AlterReplicaLogDirs carried."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.dir_requests: list[dict[R, str]] = []
+
+    def alter_replica_log_dirs(self, targets):
+        self.dir_requests.append(dict(targets))
+        return super().alter_replica_log_dirs(targets)
+
+
+def cluster(partitions: int = 4, **topics) -> Fake:
+    """3 brokers with 2 log dirs each; t-0..t-3 on [1, 2] / [2, 1] with broker 1's replica in its second dir."""
+    f = Fake.build({1: "a", 2: "b", 3: "c"},
+                   {"t": [[1, 2] if p % 2 == 0 else [2, 1] for p in range(partitions)], **topics}, log_dirs=2)
+    for p in range(partitions):
+        f.replica_dirs[R("t", p, 1)] = D2
+        f.sizes[TopicPartition("t", p)] = {1: (p + 1) * MB, 2: (p + 1) * MB}
+    return f
+
+
+def removal(f: FakeClusterAdmin, *entries: str) -> ReassignmentPlan:
+    request = PlanRequest(goal="remove-disks", log_dirs=list(entries or [f"1:{D2}"]))
+    return plan_log_dirs(f.snapshot(include_sizes=True), LogDirTable.of(f.log_dirs(None)), request).plan
+
+
+def future_replicas(f: FakeClusterAdmin) -> dict[str, int]:
+    """Future replicas per log dir, as DescribeLogDirs shows them (the integration test samples the same)."""
+    out: dict[str, int] = {}
+    for dirs in f.log_dirs(None).dirs.values():
+        for d in dirs:
+            out[d.path] = sum(1 for x in d.replicas if x.future)
+    return out
+
+
+def session(f: FakeClusterAdmin, plan: ReassignmentPlan, state=None, **settings) -> ExecutionSession:
+    return ExecutionSession(f, plan, ExecutionConfig(**settings), state_dir=state, settle_s=0, sleep=lambda s: None)
+
+
+def test_one_move_per_dir_at_a_time_by_default_until_the_dir_is_empty():
+    f = cluster()
+    plan = removal(f)
+    s = session(f, plan)
+    sent = []
+    for _ in range(6):
+        tick = s.tick()
+        assert max(future_replicas(f).values()) <= 1  # the sampled invariant: never more than one per dir
+        sent.extend(r for req in f.dir_requests[len(sent):] for r in req)
+        f.complete_log_dir_moves()
+        if tick.status.complete:
+            break
+    assert tick.status.complete and tick.status.ok
+    assert [len(r) for r in f.dir_requests] == [1, 1, 1, 1]
+    assert [r.partition for req in f.dir_requests for r in req] == [0, 1, 2, 3]  # smallest first
+    assert not [x for x in f.log_dirs(None).dirs[1] if x.path == D2][0].replicas  # the removed dir is empty
+    assert "log dirs: 4/4 replicas moved" in tick.status.progress_line()
+
+
+def test_the_limit_counts_source_and_target_dirs_and_is_a_setting():
+    f = cluster()
+    f.replica_dirs[R("t", 0, 2)] = "/kafka/2/data-2"  # broker 2 empties its second dir too: in parallel with 1
+    plan = removal(f, f"1:{D2}", "2:/kafka/2/data-2")
+    session(f, plan).tick()
+    assert sorted(r.broker for r in f.dir_requests[0]) == [1, 2]
+    f2 = cluster()
+    session(f2, removal(f2), max_moves_per_dir=3).tick()
+    assert len(f2.dir_requests[0]) == 3 and future_replicas(f2)[D1] == 3
+    with pytest.raises(ConfigurationError, match="max_moves_per_dir must be a positive integer"):
+        ExecutionConfig.parse(max_moves_per_dir=0)
+
+
+def test_the_log_dir_throttle_is_backed_up_set_while_moving_and_restored_exactly():
+    f = cluster(2)
+    f.broker_configs[1][LOG_DIR_RATE] = "7000000"  # someone else's value, put back exactly
+    state = MemoryStore()
+    plan = removal(f)
+    s = session(f, plan, state, log_dir_throttle_bytes_per_sec=500_000)
+    s.tick()
+    assert read_backup(state).brokers[1][LOG_DIR_RATE] == "7000000"
+    assert f.broker_configs[1][LOG_DIR_RATE] == "500000" and LOG_DIR_RATE not in f.broker_configs[2]
+    f.complete_log_dir_moves()
+    s.tick()  # the second move goes out, still throttled
+    assert f.broker_configs[1][LOG_DIR_RATE] == "500000"
+    f.complete_log_dir_moves()
+    tick = s.tick()
+    assert tick.status.complete and f.broker_configs[1][LOG_DIR_RATE] == "7000000"  # nothing left: set back at once
+    assert s.finish()["throttles_restored"] == "yes"
+    assert read_backup(state) is None and f.broker_configs[1][LOG_DIR_RATE] == "7000000"
+    with pytest.raises(ConfigurationError, match="a throttle needs a state_dir"):
+        session(f, plan, None, log_dir_throttle_bytes_per_sec=1).tick()
+
+
+def test_an_offline_log_dir_stops_every_new_move_and_keeps_the_state(caplog):
+    f = cluster(u=[[2, 3], [3, 2]])
+    others = (Move(topic="u", partition=0, current_replicas=(2, 3), target_replicas=(1, 3)),
+              Move(topic="u", partition=1, current_replicas=(3, 2), target_replicas=(3, 1)))
+    plan = ReassignmentPlan(moves=(*removal(f).moves, *others))
+    state = MemoryStore()
+    s = session(f, plan, state, log_dir_throttle_bytes_per_sec=1_000_000, max_moves=1, order="plan")
+    s.tick()
+    assert len(f.dir_requests) == 1 and f.log_dir_moves and len(f.alter_requests) == 1
+    f.complete()  # u-0 done: u-1 could go now
+    f.offline_dirs.add(D1)  # KAFKA-19571: the target dir failed
+    with caplog.at_level(logging.ERROR):
+        tick = s.tick()
+    status = tick.status
+    assert status.blocked.startswith("STOPPED: log dir /kafka/1/data-1 of broker 1 (KAFKA_STORAGE_ERROR) is offline")
+    assert "STOPPED" in caplog.text and "run the task again on this plan: it resumes" in status.blocked
+    assert len(f.dir_requests) == 1 and len(f.alter_requests) == 1  # nothing new: between dirs nor to brokers
+    assert f.log_dir_moves and status.log_dirs.stopped  # nothing cancelled, the move stays
+    assert status.pending == [TopicPartition("u", 1)] and not status.complete
+    assert read_backup(state) is not None  # the throttle backup is kept
+    f.offline_dirs.clear()
+    f.complete_log_dir_moves()
+    assert s.tick().status.blocked is None and len(f.dir_requests) == 2  # back: it resumes
+
+
+def test_the_disk_guard_holds_a_move_its_target_volume_cannot_take():
+    f = cluster(2)
+    plan = removal(f)  # planned with room; the volume shrinks before execution
+    f.dir_total[D1] = 3 * MB  # 3 MB free (nothing in it), 1% reserve: t-0 (1 MB) fits, t-1 (2 MB) does not after it
+    s = session(f, plan, max_moves_per_dir=2, disk_reserve="1%")
+    tick = s.tick()
+    assert [r.partition for r in f.dir_requests[0]] == [0]
+    assert "log dir /kafka/1/data-1 of broker 1" in tick.status.log_dirs.held[R("t", 1, 1)]
+    f.complete_log_dir_moves()
+    f.dir_total[D1] = int(1.5 * MB)
+    tick = s.tick()
+    assert tick.status.blocked.startswith("disk guard: no pending move between log dirs fits")
+
+
+def test_a_pin_on_a_new_replica_waits_for_its_reassignment_then_is_sent():
+    f = cluster(1)
+    plan = ReassignmentPlan(moves=(Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2),
+                                        log_dirs=("/kafka/3/data-2", "any")),))
+    s = session(f, plan)
+    tick = s.tick()
+    assert tick.status.in_flight == [TopicPartition("t", 0)] and not f.dir_requests
+    assert tick.status.log_dirs.waiting == [R("t", 0, 3)] and not tick.status.complete
+    f.complete()
+    s.tick()
+    assert f.dir_requests == [{R("t", 0, 3): "/kafka/3/data-2"}]
+    f.complete_log_dir_moves()
+    assert s.tick().status.ok
+
+
+def test_a_cordoned_target_and_a_replica_moved_elsewhere_are_refused_by_partition():
+    f = cluster(2)
+    plan = removal(f)
+    f.set_cordons({1: D1})
+    status = session(f, plan).tick().status
+    assert not f.dir_requests and set(status.failed) == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert "is cordoned (cordoned.log.dirs, KIP-1066)" in status.failed[TopicPartition("t", 0)]
+    assert not status.done and status.complete and not status.ok
+    f.set_cordons({1: None})
+    f.log_dir_moves[R("t", 0, 1)] = ("/kafka/1/data-2", 5)  # someone moves it (back) meanwhile
+    status = session(f, plan).tick().status
+    assert "being moved to log dir /kafka/1/data-2 by someone else" in status.failed[TopicPartition("t", 0)]
+
+
+def test_run_moves_every_replica_out_and_the_dry_run_sends_nothing(caplog):
+    f = cluster()
+    plan = removal(f)
+    with caplog.at_level(logging.INFO):
+        dry = run(f, plan, ExecutionConfig(dry_run=True), state_dir=None, settle_s=0, sleep=lambda s: None)
+    assert not f.dir_requests and dry.status.would_submit == [TopicPartition("t", 0)]
+    assert 'would set replica.alter.log.dirs.io.max.bytes.per.second=None on brokers [1] and send AlterReplicaLogDirs: ' \
+           '{"1:/kafka/1/data-1": ["t-0"]}' in caplog.text
+    f.auto_complete = True
+    result = run(f, plan, ExecutionConfig(log_dir_throttle_bytes_per_sec=1_000_000), state_dir=MemoryStore(),
+                 settle_s=0, sleep=lambda s: None, poll_interval_s=0)
+    assert result.status.ok and result.finish["throttles_restored"] == "yes"
+    assert {f.replica_dirs[R("t", p, 1)] for p in range(4)} == {D1}
+    assert result.summary()["log_dirs"]["done"] == 4
+
+
+def test_a_wait_ends_when_the_moves_between_log_dirs_are_done_too():
+    """The sensor's two paths: with submit_pending (the session's tick observes for it) and a bare watch (its own
+    DescribeLogDirs): the partitions are in place from the first poke, but not done until their dirs are."""
+    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.wait import poke_outcome
+
+    f = cluster(2)
+    plan = removal(f)
+    s = session(f, plan)
+    submitting = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, submitter=lambda admin: poke_outcome(
+        s, measure_bytes=False))
+    watching = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, settle_s=0)
+    first = submitting.poke(f, now=1)
+    assert first.status == "running" and first.observation.in_flight == 1 and first.observation.pending == 1
+    seen = watching.poke(f, now=1).observation
+    assert (seen.in_flight, seen.pending, seen.done) == (1, 1, 0)
+    for now in (2, 3):
+        f.complete_log_dir_moves()
+        progress = submitting.poke(f, now=now)
+    assert progress.status == "complete" and watching.poke(f, now=4).status == "complete"
+    f.set_cordons({1: D1})
+    f.replica_dirs[R("t", 0, 1)] = D2  # back in the removed dir: its move now refused (the target is cordoned)
+    again = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, settle_s=0, submitter=lambda admin: poke_outcome(
+        session(f, plan), measure_bytes=False))
+    assert again.poke(f, now=5).status == "blocked"
+
+
+def test_the_moves_between_log_dirs_in_flight_can_be_cancelled():
+    from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
+
+    f = cluster(2)
+    plan = removal(f)
+    session(f, plan, max_moves_per_dir=2).tick()
+    assert len(f.log_dir_moves) == 2
+    assert cancel_log_dir_moves(f, plan) == {R("t", 0, 1): None, R("t", 1, 1): None}
+    assert not f.log_dir_moves and {f.replica_dirs[R("t", p, 1)] for p in (0, 1)} == {D2}
+    assert cancel_log_dir_moves(f, plan) == {}  # nothing in flight: nothing sent
