@@ -301,7 +301,7 @@ def _remove_disks(snapshot: ClusterSnapshot, table: LogDirTable, request: PlanRe
                 after = [c if r == b else r for r in reps]
                 if not _racks_ok(racks, reps, after, n_racks):
                     continue
-                fit = [x for x in _eligible(table, c) if room.fits(c, x, size)]
+                fit = [x for x in _eligible(table, c, removed_by.get(c, ())) if room.fits(c, x, size)]
                 if fit:
                     x = max(fit, key=lambda x: room.of(c, x) or 0)
                     options.append((racks.get(c) != racks.get(b), -(room.of(c, x) or 0), c, x))

@@ -126,3 +126,13 @@ def test_rebalance_disks_evens_out_the_bytes_between_a_brokers_dirs():
     for d in (D1, D2):
         f.dir_total[d] = 100 * MB  # within 2% of 100 MB: 40, then 10 MB (55 / 50 MB)
     assert {m.tp.partition for m in plan(f, goal="rebalance-disks").plan.moves} == {3, 0}
+
+
+def test_a_removed_dir_of_another_broker_takes_nothing():
+    f = cluster()
+    f.dir_total[D1] = 36 * MB  # broker 1's other dir takes only t-1 (see above)
+    f.dir_total["/kafka/4/data-1"] = MB  # broker 4 has room only in the dir it removes too
+    result = plan(f, log_dirs=[f"1:{D2}", "4:/kafka/4/data-2"])
+    targets = {m.tp.partition: m.target_replicas for m in result.plan.moves if m.log_dirs is None}
+    assert set(targets) == {0, 2, 3} and not any(4 in t for t in targets.values())
+    assert result.after.rack_violations == result.before.rack_violations
