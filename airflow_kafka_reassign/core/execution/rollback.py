@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.cancel import CancelResult, cancel_plan, live_rollback
 from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
 from airflow_kafka_reassign.core.cordon import restore_cordons
 from airflow_kafka_reassign.core.execution.config import ExecutionConfig
+from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
 from airflow_kafka_reassign.core.lease import LeaseKeeper
 from airflow_kafka_reassign.core.ports import ClusterAdmin
 
@@ -68,6 +69,8 @@ class CancelOutcome:
     rollback: RunResult | None = None
     #: the run's cordons (a decommission's, a disk removal's) were put back as they were before it
     cordons_restored: bool = False
+    #: the plan's moves between log dirs that were in flight, dropped (``{replica: None, or why it failed}``)
+    log_dir_moves_cancelled: dict[Any, str | None] = field(default_factory=dict)
 
     def rollback_problem(self) -> str | None:
         """Why the rollback did not put everything back (``None``: none was started, or it did)."""
@@ -113,6 +116,9 @@ def cancel_then_roll_back(
     options = config.options(**({"default_disk_reserve": default_disk_reserve} if default_disk_reserve else {}))
     outcome = CancelOutcome(cancel_plan(admin, plan, state_dir=state_dir, cancel_all=cancel_all,
                                         dry_run=options.dry_run, rf_guard=options.rf_guard, lease=lease, log=log))
+    if plan is not None and not options.dry_run and any(m.log_dirs for m in plan.moves):
+        # moves between log dirs in flight: their future replicas dropped back to the current replica's dir
+        outcome.log_dir_moves_cancelled = cancel_log_dir_moves(admin, plan, log=log)
     if state_dir is not None and not options.dry_run and read_cordon_backup(state_dir) is not None:
         # a cancelled (or rolled-back) decommission or disk removal: the cordons go back exactly as before
         outcome.cordons_restored = restore_cordons(admin, state_dir, log=log)

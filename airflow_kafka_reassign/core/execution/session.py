@@ -107,7 +107,8 @@ class Tick:
         s = self.status
         if s.complete or self.health_stop is not None:
             return True
-        return not s.in_flight and (self.past_deadline or (s.blocked is not None and not s.lagging))
+        copying = bool(s.in_flight) or (s.log_dirs is not None and bool(s.log_dirs.in_flight))
+        return not copying and (self.past_deadline or (s.blocked is not None and not s.lagging))
 
 
 class ExecutionSession:
