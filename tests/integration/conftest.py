@@ -171,38 +171,7 @@ def no_cordon_left_on_the_shared_cluster(request: pytest.FixtureRequest) -> Iter
     session's shared cluster the next test must find every broker open again (Kafka 4.4 refuses an explicit
     assignment onto a cordoned broker)."""
     yield
-    if "sandbox" not in request.fixturenames:
-        return
-    from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+    if "sandbox" in request.fixturenames:
+        from kafka_helpers import reopen_cordoned_brokers
 
-    sandbox = request.getfixturevalue("sandbox")
-    with KafkaClusterAdmin(sandbox.client_config(), timeout_s=30) as admin:
-        if not admin.capabilities().cordons:
-            return
-        live = [b.id for b in admin.describe_cluster(include_fenced=True).brokers if not b.fenced]
-        left = {b: v for b, v in admin.describe_cordons(live).items() if v}
-        if not left:
-            return
-        admin.set_cordons(dict.fromkeys(left))
-    # the controller learns it from the brokers' next heartbeats: wait until it takes an explicit assignment onto
-    # them again (a validate-only CreateTopics, which Kafka 4.4 refuses onto a cordoned broker)
-    from kafka.admin import NewTopic
-
-    from airflow_kafka_reassign.kafka.admin import SafeKafkaAdminClient
-    from airflow_kafka_reassign.kafka.config import to_kafka_python
-    from airflow_kafka_reassign.sandbox import wait_until
-
-    kp = SafeKafkaAdminClient(**to_kafka_python(sandbox.client_config(), timeout_s=30))
-
-    def open_again() -> bool:
-        try:
-            probe = NewTopic("akr-cordon-probe", -1, -1, replica_assignments={i: [b] for i, b in enumerate(sorted(left))})
-            kp.create_topics([probe], validate_only=True)
-        except Exception:  # noqa: BLE001 (INVALID_REPLICA_ASSIGNMENT while the controller still sees the cordon)
-            return False
-        return True
-
-    try:
-        wait_until(open_again, f"the controller to take replicas on {sorted(left)} again", timeout=30)
-    finally:
-        kp.close()
+        reopen_cordoned_brokers(request.getfixturevalue("sandbox").client_config())

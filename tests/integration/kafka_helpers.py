@@ -233,3 +233,37 @@ def cordon_capable_cluster(directory: Path, *, log_dirs: int = 1) -> Iterator[An
         yield sandbox
     finally:
         sandbox.down()
+
+
+def reopen_cordoned_brokers(config: dict[str, Any]) -> list[int]:
+    """Remove every broker's cordon (a finished decommission leaves its brokers cordoned) and wait until the
+    controller takes an explicit assignment onto them again (a validate-only CreateTopics: Kafka 4.4 refuses one onto
+    a cordoned broker, and the controller learns an uncordon from the broker's next heartbeat). Returns them."""
+    from kafka.admin import NewTopic
+
+    from airflow_kafka_reassign.kafka.admin import SafeKafkaAdminClient
+    from airflow_kafka_reassign.kafka.config import to_kafka_python
+
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        if not admin.capabilities().cordons:
+            return []
+        live = [b.id for b in admin.describe_cluster(include_fenced=True).brokers if not b.fenced]
+        left = sorted(b for b, v in admin.describe_cordons(live).items() if v)
+        if not left:
+            return []
+        admin.set_cordons(dict.fromkeys(left))
+    kp = SafeKafkaAdminClient(**to_kafka_python(config, timeout_s=30))
+
+    def open_again() -> bool:
+        try:
+            probe = NewTopic("akr-cordon-probe", -1, -1, replica_assignments={i: [b] for i, b in enumerate(left)})
+            kp.create_topics([probe], validate_only=True)
+        except Exception:  # noqa: BLE001 (INVALID_REPLICA_ASSIGNMENT while the controller still sees the cordon)
+            return False
+        return True
+
+    try:
+        wait_until(open_again, f"the controller to take replicas on {left} again", timeout=30)
+    finally:
+        kp.close()
+    return left

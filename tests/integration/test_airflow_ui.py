@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 from browser import browser  # noqa: F401 (fixture)
-from kafka_helpers import make_topic, wait_until
+from kafka_helpers import make_topic, reopen_cordoned_brokers, wait_until
 
 from airflow_kafka_reassign.demo import _health, _stop_group
 
@@ -250,6 +250,7 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     assert wait_for_run(api, run_id) == "success"
     assert not any(DRAINED in r for r in assignment(sandbox, topics).values())
     assert ti_state(api, run_id, "verify_drained") == "success"
+    assert reopen_cordoned_brokers(config) == [DRAINED]  # the finished drain left it cordoned: a re-commission
 
     # a rejected plan: nothing is submitted
     other = [f"{unique_topic}-c"]
@@ -261,3 +262,4 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     wait_for_run(api, rejected)
     assert ti_state(api, rejected, "execute") == "skipped"
     assert assignment(sandbox, other) == before
+    assert reopen_cordoned_brokers(config) == []  # the rejection took its cordon back

@@ -211,7 +211,9 @@ def test_execute_killed_on_one_worker_resumes_on_another_from_the_store_only(
     ''')
     a = Worker(tmp_path, "worker-a", s3_env).start(dag, "2026-11-24T02:00:00+00:00")
     a.wait_for_log("submitting 1 move", count=2)  # the second move of three goes out, throttled
-    wait_until(lambda: len(_journal(object_store, f"kill-{unique_topic}/plan/run")) >= 2,
+    # the second "submitted" entry (the journal also holds "plan-executed"): the kill comes after it is written
+    wait_until(lambda: sum(json.loads(e).get("event") == "submitted"
+                           for e in _journal(object_store, f"kill-{unique_topic}/plan/run")) >= 2,
                what="the second submission in the run's journal", timeout=60)
     a.kill()
     a.remove_local_dirs()
