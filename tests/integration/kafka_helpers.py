@@ -214,9 +214,9 @@ class Traffic:
 
 
 @contextlib.contextmanager
-def cordon_capable_cluster(directory: Path, *, log_dirs: int = 1) -> Iterator[Any]:
-    """A 4-node KRaft cluster of a test's own (nodes 1-3 combined broker+controller voters, 4 a broker only, no
-    racks), Kafka 4.3+ (cordons): the sandbox's default version or ``AKR_MAINTENANCE_KAFKA_VERSION``; the test is
+def cordon_capable_cluster(directory: Path, *, brokers: int = 4, log_dirs: int = 1) -> Iterator[Any]:
+    """A KRaft cluster of a test's own, 4 nodes by default (nodes 1-3 combined broker+controller voters, 4 a broker
+    only, no racks), Kafka 4.3+ (cordons): the sandbox's default version or ``AKR_MAINTENANCE_KAFKA_VERSION``; the test is
     skipped on an older line. Stopped at the end."""
     import pytest
 
@@ -224,7 +224,7 @@ def cordon_capable_cluster(directory: Path, *, log_dirs: int = 1) -> Iterator[An
     from airflow_kafka_reassign.sandbox.maven import parse_version
 
     sandbox = Sandbox(directory)
-    sandbox.up(brokers=4, racks=0, log_dirs=log_dirs,
+    sandbox.up(brokers=brokers, racks=0, log_dirs=log_dirs,
                kafka_version=os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION") or None,
                timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from dagrun import run_dag_file
-from kafka_helpers import Traffic, delete_topics
+from kafka_helpers import Traffic, cordon_capable_cluster, delete_topics
 
 from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
 from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
@@ -38,7 +38,6 @@ from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
 from airflow_kafka_reassign.sandbox import Sandbox, wait_until
-from airflow_kafka_reassign.sandbox.maven import parse_version
 
 BROKER = 1
 RATE = 500_000  # bytes/s: a 1.5 MB replica takes about 3 s to copy, long enough to be sampled
@@ -47,15 +46,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "example_dags" / "kafka_remove_d
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    sandbox = Sandbox(tmp_path_factory.mktemp("remove-disk-sandbox"))
-    sandbox.up(brokers=3, racks=0, log_dirs=2, kafka_version=os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION") or None,
-               timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
-    try:
-        if (parse_version(sandbox.kafka_version) or ()) < (4, 3):
-            pytest.skip(f"cordons need Kafka 4.3+, the sandbox runs {sandbox.kafka_version}")
+    with cordon_capable_cluster(tmp_path_factory.mktemp("remove-disk-sandbox"), brokers=3, log_dirs=2) as sandbox:
         yield sandbox
-    finally:
-        sandbox.down()
 
 
 @pytest.fixture
