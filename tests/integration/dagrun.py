@@ -56,3 +56,11 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
     result: dict = json.loads(lines[-1].removeprefix("DAG-RESULT "))
     result["log"] = proc.stdout + proc.stderr
     return result
+
+
+def copy_migrated_db(template: Path, home: Path) -> None:
+    """Give ``home`` (an ``AIRFLOW_HOME`` using the default SQLite database) the session's migrated database."""
+    import shutil
+
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, home / "airflow.db")

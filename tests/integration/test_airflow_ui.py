@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from browser import browser  # noqa: F401 (fixture)
+from dagrun import copy_migrated_db
 from kafka_helpers import make_topic, reopen_cordoned_brokers, wait_until
 
 from airflow_kafka_reassign.demo import _health, _stop_group
@@ -86,7 +87,7 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def airflow_ui(sandbox, tmp_path_factory):
+def airflow_ui(sandbox, tmp_path_factory, migrated_airflow_db):
     """``airflow standalone`` on a free port with the decommission DAG (unpaused) and kafka_default -> sandbox."""
     home = tmp_path_factory.mktemp("airflow-ui")
     dags = home / "dags"
@@ -116,7 +117,7 @@ def airflow_ui(sandbox, tmp_path_factory):
     }
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
     airflow = str(Path(sys.executable).with_name("airflow"))
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    copy_migrated_db(migrated_airflow_db, home)
     log = open(home / "standalone.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
