@@ -235,6 +235,21 @@ def cordon_capable_cluster(directory: Path, *, brokers: int = 4, log_dirs: int =
         sandbox.down()
 
 
+def dynamic_broker_configs(config: dict[str, Any], brokers: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """Every dynamic config of each broker (``cordoned.log.dirs``, throttles, anything set per broker or cluster-wide,
+    as each broker reports it; sensitive values as ``None``): a config dump to compare before and after."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    dynamic = {ConfigSource.DYNAMIC_BROKER_CONFIG.value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value}
+    client = AdminClient(dict(config))
+    out: dict[int, dict[str, Any]] = {}
+    for b in brokers if brokers is not None else BROKERS:  # one broker per request (each answers for itself)
+        res = ConfigResource(ConfigResource.Type.BROKER, str(b))
+        entries = client.describe_configs([res], request_timeout=30)[res].result(60)
+        out[b] = {name: e.value for name, e in sorted(entries.items()) if getattr(e.source, "value", e.source) in dynamic}
+    return out
+
+
 def reopen_cordoned_brokers(config: dict[str, Any]) -> list[int]:
     """Remove every broker's cordon (a finished decommission leaves its brokers cordoned) and wait until the
     controller takes an explicit assignment onto them again (a validate-only CreateTopics: Kafka 4.4 refuses one onto
