@@ -133,7 +133,8 @@ class PlanReassignmentOperator(BaseOperator):
     :param log_dirs: goal ``remove-disks``: the log dirs to empty, ``["1:/var/lib/kafka/data-2", ...]`` (broker id and
         the absolute path DescribeLogDirs reports; ``"1:/a,2:/b"`` as a rendered Param). They are checked against the
         cluster (nothing sent on a bad one, or when their replicas have nowhere to go), then cordoned (Kafka 4.3+,
-        backed up on the plan's run state ``<output>/plan/run``) before the snapshot; they stay cordoned.
+        backed up on the plan's run state ``<output>/plan/run``) before the snapshot; they stay cordoned (not with
+        ``cordon=False``).
     :param brokers: brokers added (add-brokers) or removed (remove-brokers); a list, or
         ``"4,5"`` as a rendered Param.
     :param topic_include / topic_exclude: regular expressions (full match) of topics.
@@ -161,7 +162,9 @@ class PlanReassignmentOperator(BaseOperator):
         KIP-1066, Kafka 4.3+) so that topics created or grown while they drain get no replica there; the previous
         values are backed up in the plan's run state (``<plan>/run``) first. A cancel or a rollback of the plan
         uncordons them exactly; a finished drain leaves them cordoned until they are unregistered. On an older
-        cluster a warning says so and the drain rounds do the work. Templated (a dry run passes ``False``).
+        cluster a warning says so and the drain rounds do the work. Goal ``remove-disks``: the same for its log dirs
+        (still checked when false). ``False``: nothing is cordoned, no backup is written. Templated (a dry run
+        passes ``False``).
     :param allow_voter_removal: goal ``remove-brokers``: a broker that is a KRaft controller voter (a combined
         broker+controller node) is refused before anything is changed, naming the voters and the majority;
         this lets it be drained all the same (never when the voters left would be fewer than the majority).
@@ -542,7 +545,7 @@ class PlanReassignmentOperator(BaseOperator):
         state = run_state(open_store(f"{location.rstrip('/')}/plan", conn_id=self.storage_conn_id or None,
                                      timeout_s=float(self.storage_timeout_s)))
         try:
-            cordon_for_removal(admin, request, state_dir=state, log=self.log)
+            cordon_for_removal(admin, request, state_dir=state, cordon=as_bool(self.cordon, "cordon"), log=self.log)
         except (ConfigurationError, UnsupportedBrokerError) as e:  # retrying cannot fix it
             raise AirflowFailException(f"task {self.task_id}: {e}") from None
 
