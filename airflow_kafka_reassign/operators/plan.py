@@ -55,7 +55,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSki
 from airflow.sdk import BaseOperator, Context
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
-from airflow_kafka_reassign.core.cordon import apply_cordons, decommission_cordons
+from airflow_kafka_reassign.core.cordon import apply_cordons, cordoned_brokers, decommission_cordons
 from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
@@ -440,6 +440,7 @@ class PlanReassignmentOperator(BaseOperator):
                 self._cordon_for_removal(admin, request, location)
             snapshot = admin.snapshot(include_sizes=request.use_sizes or request.capacity is not None,
                                       settle_timeout_s=float(self.snapshot_settle_timeout_s))
+            request = self._with_cordons(admin, request, snapshot.broker_ids)
             if request.goal in LOG_DIR_GOALS:
                 table = LogDirTable.of(admin.log_dirs(None))
             if window:
@@ -535,6 +536,16 @@ class PlanReassignmentOperator(BaseOperator):
         state = run_state(open_store(f"{base}/plan", conn_id=self.storage_conn_id or None,
                                      timeout_s=float(self.storage_timeout_s)))
         apply_cordons(admin, decommission_cordons(request.brokers), state_dir=state, log=self.log)
+
+    def _with_cordons(self, admin: ClusterAdmin, request: PlanRequest, brokers: Sequence[int]) -> PlanRequest:
+        """The request with the brokers cordoned now (every log dir, KIP-1066; the removed ones aside): whatever the
+        goal, the plan puts no replica there (core/planner/goals.py). None on a cluster without cordons."""
+        removed = set(request.brokers) if request.goal == "remove-brokers" else set()
+        cordoned = tuple(sorted(cordoned_brokers(admin, brokers) - removed))
+        if not cordoned:
+            return request
+        self.log.info("brokers %s are cordoned (cordoned.log.dirs): the plan puts no replica on them", list(cordoned))
+        return request.model_copy(update={"cordoned": cordoned})
 
     def _cordon_for_removal(self, admin: Any, request: PlanRequest, location: str) -> None:
         """goal remove-disks: bad input refused by name before anything is sent, then the dirs cordoned, backed up on
