@@ -9,8 +9,8 @@ browser.py). One test, two DAG runs:
    in Chromium, the ``plan`` task's page shows the "Plan report" extra link; clicking it opens the
    report, served by the provider's plugin route (the same URL without Airflow's login is
    refused) -> approve through the REST API -> the run finishes, the broker is drained;
-2. rejected: trigger again on other topics -> reject -> ``execute`` is skipped and the topics'
-   assignment is unchanged.
+2. rejected: trigger again on other topics -> reject -> ``execute`` is skipped, the topics'
+   assignment is unchanged, and ``restore_cordons`` has taken back the cordon the plan set.
 
 The walk-through's screenshots (docs/first-decommission.md: the approval form, the plan task's
 "Plan report" link, the report) are taken on the way, into the test's tmp dir, or into
@@ -262,4 +262,6 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     answer(api, rejected, "Reject")
     wait_for_run(api, rejected)
     assert ti_state(api, rejected, "execute") == "skipped"
+    assert ti_state(api, rejected, "restore_cordons") == "success"
     assert assignment(sandbox, other) == before
+    assert reopen_cordoned_brokers(config) == []  # the rejected plan's cordon was taken back (restore_cordons)
