@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup chromium demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow
+.PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow
 
 # the unit tests on both cores, a whole file per worker (module fixtures set up once); docs/testing.md
 XDIST := -n 2 --dist loadfile
@@ -45,6 +45,23 @@ chromium:  ## Debian's chromium for the plan report's browser test (apt-get inst
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  echo "installing Debian's chromium (the plan report's browser test)"; \
 	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+stack-deps:  ## Debian's postgresql and redis-server for the stack (apt-get install when missing)
+	@{ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && command -v redis-server >/dev/null; } || { \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  echo "installing Debian's postgresql and redis-server (the stack's metadata database and Celery broker)"; \
+	  $$SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql redis-server >/dev/null; }
+
+STACK_DIR ?= $(CURDIR)/.stack
+
+stack: setup stack-deps  ## a real deployment (PostgreSQL, Redis, CeleryExecutor with 2 workers, triggerer, Kafka, S3Proxy) in .stack; prints the UI's URL
+	$(PY) -m airflow_kafka_reassign.sandbox.stack up --dir $(STACK_DIR)
+
+stack-down: setup  ## stop what 'make stack' started
+	$(PY) -m airflow_kafka_reassign.sandbox.stack down --dir $(STACK_DIR)
+
+stack-status: setup
+	$(PY) -m airflow_kafka_reassign.sandbox.stack status --dir $(STACK_DIR)
 
 test: setup chromium  ## unit and integration tests (starts one real Kafka cluster); each run ends with its time table
 	$(VENV)/bin/pytest $(XDIST) tests/unit

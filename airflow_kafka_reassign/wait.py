@@ -152,7 +152,7 @@ class WaitSpec:
         if not self.lease_holder or not self.lease_scope:
             return None
         return LeaseKeeper.take(self.state, holder=self.lease_holder, scope=self.lease_scope, ttl_s=self.lease_ttl_s,
-                                log=log)
+                                log=log, take_over_from=self.config().take_over_from)
 
     def session(self, admin: ClusterAdmin, plan: ReassignmentPlan, log: logging.Logger | None = None
                 ) -> ExecutionSession:

@@ -18,7 +18,12 @@ thought dead. The lease is one small object, ``<plan>/run/lease.json``::
 * The same **scope** (the tasks of one DAG run: Airflow runs them one after another, and runs one
   try of a task at a time) takes it over at any moment: a retry on another worker resumes at once
   after its predecessor was killed. Any other scope is refused until the lease expires
-  (:class:`LeaseHeldError` names the holder, the expiry and how to take over).
+  (:class:`LeaseHeldError`, one line: which run holds it, until when, how to take over).
+* ``take_over_from="<run id>"`` takes it over at once from that very run (its scope ``<dag>/<run id>``,
+  or the run id alone), for an operator who has confirmed that run is dead (its worker lost, its task
+  never retried). It names the run, not "anyone": a lease held by another run is still refused. Should
+  the old run still be alive after all, it finds the lease taken at its next write and stops
+  (:class:`LeaseLostError`); the throttle backup stays on the run state for whichever run finishes.
 * Release marks it released (by compare-and-set, never a blind delete), so the next driver takes
   it at once.
 
@@ -88,9 +93,33 @@ def _parse(data: bytes, where: str) -> Lease:
         ) from None
 
 
+def run_of(scope: str) -> str:
+    """The DAG run id of a lease scope ``<dag_id>/<run_id>`` (a DAG id has no ``/``); the scope itself otherwise."""
+    return scope.split("/", 1)[1] if "/" in scope else scope
+
+
+def names_scope(take_over_from: str | None, scope: str) -> bool:
+    """Whether ``take_over_from`` names the run of ``scope``: its whole scope or its run id."""
+    return take_over_from is not None and take_over_from.strip() in (scope, run_of(scope))
+
+
+def held_message(held: Lease, where: str, now: datetime, take_over_from: str | None = None) -> str:
+    """One line: which run holds the plan's lease, when this run can take over, and how at once."""
+    until = held.expires_at.isoformat(timespec="seconds")
+    left = max(0, int((held.expires_at - now).total_seconds()))
+    wrong = (f"take_over_from={take_over_from!r} names another run than the holder; "
+             if take_over_from else "")
+    return (f"{wrong}the plan's lease ({where}) is held by DAG run {run_of(held.scope)!r} ({held.holder}) until {until} "
+            f"(in {left} s; renewed while that run works): this run can take over once it expires, or at once with "
+            f"take_over_from={run_of(held.scope)!r} after you have confirmed that run is dead (its task not running "
+            "on any worker, no retry to come)")
+
+
 def acquire(store: Store, *, holder: str, scope: str, ttl_s: float = DEFAULT_TTL_S,
-            now: Callable[[], datetime] = _now, log: logging.Logger | None = None) -> Lease:
-    """Take the lease of the run state ``store`` for ``holder`` (see the module docstring)."""
+            now: Callable[[], datetime] = _now, log: logging.Logger | None = None,
+            take_over_from: str | None = None) -> Lease:
+    """Take the lease of the run state ``store`` for ``holder`` (see the module docstring); ``take_over_from``: the
+    run id (or scope) of a dead run whose unexpired lease is taken over at once."""
     log = log or _log
     where = f"{store.uri.rstrip('/')}/{LEASE_FILE}"
     for _ in range(5):
@@ -103,15 +132,16 @@ def acquire(store: Store, *, holder: str, scope: str, ttl_s: float = DEFAULT_TTL
                 return lease
             continue
         held = _parse(current[0], where)
-        if not held.expired(t) and held.scope != scope:
-            raise LeaseHeldError(
-                f"another run drives this plan: {held.holder} holds its lease ({where}) until "
-                f"{held.expires_at.isoformat(timespec='seconds')} (renewed while it runs). Wait for it to finish; "
-                f"if it is dead, run this task again after {held.expires_at.isoformat(timespec='seconds')}, when the "
-                f"lease has expired and is taken over, or delete {where} once you are sure it no longer runs"
-            )
+        forced = not held.expired(t) and held.scope != scope and names_scope(take_over_from, held.scope)
+        if not held.expired(t) and held.scope != scope and not forced:
+            raise LeaseHeldError(held_message(held, where, t, take_over_from))
         if store.write_if(LEASE_FILE, lease.dump(), current[1]):
-            if not held.expired(t):
+            if forced:
+                log.warning("took over the plan's lease at once from DAG run %r (%s, held until %s): "
+                            "take_over_from=%r says that run is dead; if it still runs, it stops at its next write",
+                            run_of(held.scope), held.holder, held.expires_at.isoformat(timespec="seconds"),
+                            take_over_from)
+            elif not held.expired(t):
                 log.warning("took over the plan's lease from %s (the same DAG run: a retry, or the next task)",
                             held.holder)
             elif not held.released:
@@ -135,9 +165,10 @@ class LeaseKeeper:
 
     @classmethod
     def take(cls, store: Store, *, holder: str, scope: str, ttl_s: float = DEFAULT_TTL_S,
-             now: Callable[[], datetime] = _now, log: logging.Logger | None = None) -> LeaseKeeper:
-        return cls(store, acquire(store, holder=holder, scope=scope, ttl_s=ttl_s, now=now, log=log),
-                   ttl_s=ttl_s, now=now)
+             now: Callable[[], datetime] = _now, log: logging.Logger | None = None,
+             take_over_from: str | None = None) -> LeaseKeeper:
+        return cls(store, acquire(store, holder=holder, scope=scope, ttl_s=ttl_s, now=now, log=log,
+                                  take_over_from=take_over_from), ttl_s=ttl_s, now=now)
 
     def _current(self) -> tuple[Lease, str]:
         current = self.store.read_versioned(LEASE_FILE)

@@ -101,7 +101,8 @@ class ExecutionTask:
     def _take_lease(self, state: Store, context: Any, ttl_s: float) -> LeaseKeeper:
         holder, scope = task_lease_identity(context, self.task_id)
         try:
-            self._lease = LeaseKeeper.take(state, holder=holder, scope=scope, ttl_s=ttl_s, log=self.log)
+            self._lease = LeaseKeeper.take(state, holder=holder, scope=scope, ttl_s=ttl_s, log=self.log,
+                                           take_over_from=self.execution_config().take_over_from)
         except (StoreError, LeaseHeldError) as e:
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         return self._lease

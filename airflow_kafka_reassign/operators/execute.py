@@ -88,7 +88,7 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
         ``throttle_bytes_per_sec``, ``allow_replication_factor_change``, ``rf_guard``,
         ``allow_concurrent_reassignments``, ``on_plan_error``, ``allow_offline_brokers``, ``strict``,
         ``elect_leaders``, ``dry_run``, ``health_gate``, ``on_unhealthy``, ``max_pause_s``, ``below_min_isr``,
-        ``disk_reserve``, ``adaptive_limits``): each is documented once, on ExecutionConfig. Templated, all of
+        ``disk_reserve``, ``adaptive_limits``, ``take_over_from``): each is documented once, on ExecutionConfig. Templated, all of
         them: ``throttle_bytes_per_sec="{{ params.throttle_bytes_per_sec }}"`` is read after rendering.
     :param min_poll_interval: the poll interval adapts between this and ``poll_interval``: soon when
         a move in flight is about to finish, rarely when far.

@@ -263,9 +263,9 @@ def test_a_second_dag_run_of_the_same_plan_is_refused_naming_the_holder(
     finally:
         os.killpg(first.proc.pid, signal.SIGCONT)
     assert refused["state"] == "failed" and refused["tis"]["execute"] == "failed"
-    assert "another run drives this plan: dag akr_s3_lease / run" in second.log
-    assert "2026-11-24T03:00:00" in second.log.split("another run drives this plan")[1][:200]  # the holder's run
-    assert "when the lease has expired and is taken over" in second.log
+    assert "is held by DAG run " in second.log and "(dag akr_s3_lease / run " in second.log
+    assert "2026-11-24T03:00:00" in second.log.split("is held by DAG run")[1][:80]  # the holder's run
+    assert "this run can take over once it expires, or at once with take_over_from=" in second.log
     assert "submitting" not in second.log  # nothing sent by the refused run
     done = first.result()
     assert done["state"] == "success", first.log[-4000:]

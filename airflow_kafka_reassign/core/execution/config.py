@@ -157,7 +157,7 @@ class ExecutionOptions:
 
 
 _OPTIONAL = ("max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "max_pause_s", "disk_reserve",
-             "adaptive_limits", "log_dir_throttle_bytes_per_sec")
+             "adaptive_limits", "log_dir_throttle_bytes_per_sec", "take_over_from")
 _BOOLS = ("allow_replication_factor_change", "allow_concurrent_reassignments", "allow_offline_brokers", "strict",
           "elect_leaders", "dry_run", "health_gate")
 
@@ -239,6 +239,13 @@ class ExecutionConfig(BaseModel):
     """``replica.alter.log.dirs.io.max.bytes.per.second`` (bytes/s) on the brokers moving replicas between their log
     dirs while they do; the values before are backed up on the run state (with the replication throttles) and
     restored exactly at the end, and on a broker as soon as it has nothing left to move."""
+    take_over_from: str | None = None
+    """The DAG run id of a dead run whose lease on this plan this run takes over at once, instead of waiting until it
+    expires (``lease_ttl_s``). A run refused because another run holds the plan's lease is told, in one line, that
+    run's id and when the lease expires. Give that id here only after confirming the run is dead: its task is not
+    running on any worker and no retry is to come (a worker lost with a task that had no retries left). Only that
+    run's lease is taken; another holder is still refused. The throttles it set stay backed up on the run state and
+    are restored exactly by whichever run finishes the plan (docs/storage.md)."""
     adaptive_limits: dict[str, Any] | None = None
     """AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8, "min_throttle": 10_000_000, "max_throttle":
     100_000_000}``: concurrency starts at ``min_moves`` and the throttle at ``throttle_bytes_per_sec``; both grow

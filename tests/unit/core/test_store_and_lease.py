@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +10,7 @@ import pytest
 
 from airflow_kafka_reassign.core.execution import (
     THROTTLE_BACKUP_FILE,
+    ExecutionConfig,
     ExecutionLimits,
     ExecutionOptions,
     run,
@@ -101,8 +103,10 @@ def test_a_second_run_is_refused_naming_the_holder_and_the_way_out(store):
     with pytest.raises(LeaseHeldError) as e:
         acquire(store, holder="dag d / run r2 / task execute", scope="d/r2", ttl_s=300, now=clock)
     text = str(e.value)
-    assert "dag d / run r1 / task execute holds its lease" in text
-    assert "2026-11-24T12:05:00" in text and "after" in text and f"delete {store.uri}/{LEASE_FILE}" in text
+    assert "\n" not in text  # one line in the task's log
+    assert "held by DAG run 'r1' (dag d / run r1 / task execute)" in text and f"{store.uri}/{LEASE_FILE}" in text
+    assert "until 2026-11-24T12:05:00+00:00 (in 300 s;" in text and "can take over once it expires" in text
+    assert "at once with take_over_from='r1' after you have confirmed that run is dead" in text
 
 
 def test_the_same_run_takes_over_at_once_and_others_after_expiry(store):
@@ -152,6 +156,67 @@ def test_an_unreadable_lease_fails_closed(store):
     store.write(LEASE_FILE, b"not json")
     with pytest.raises(LeaseHeldError, match="not readable.*delete"):
         acquire(store, holder="a", scope="s")
+
+
+@pytest.mark.parametrize("name", ["r1", "d/r1", " r1 "])
+def test_take_over_from_the_dead_run_takes_its_lease_at_once(store, name, caplog):
+    clock = Clock()
+    dead = LeaseKeeper.take(store, holder="dag d / run r1 / task execute / try 1 on w1 (pid 7)", scope="d/r1",
+                            now=clock)
+    clock.advance(5)
+    new = acquire(store, holder="dag d / run r2 / task execute", scope="d/r2", now=clock, take_over_from=name)
+    assert Lease.model_validate_json(store.read(LEASE_FILE)).token == new.token
+    assert "took over the plan's lease at once from DAG run 'r1'" in caplog.text
+    with pytest.raises(LeaseLostError, match="taken over by dag d / run r2"):
+        dead.confirm()  # were it alive after all: it stops at its next write
+
+
+def test_take_over_from_another_run_than_the_holder_is_refused(store):
+    clock = Clock()
+    acquire(store, holder="dag d / run r1 / task execute", scope="d/r1", now=clock)
+    with pytest.raises(LeaseHeldError) as e:
+        acquire(store, holder="dag d / run r3 / task execute", scope="d/r3", now=clock, take_over_from="r2")
+    assert str(e.value).startswith("take_over_from='r2' names another run than the holder; ")
+    assert "held by DAG run 'r1'" in str(e.value)
+    assert Lease.model_validate_json(store.read(LEASE_FILE)).scope == "d/r1"
+
+
+def test_take_over_from_is_harmless_when_the_lease_is_free_or_ours(store):
+    clock = Clock()
+    assert acquire(store, holder="a", scope="d/r1", now=clock, take_over_from="r0").scope == "d/r1"  # absent
+    assert acquire(store, holder="b", scope="d/r1", now=clock, take_over_from="r0").holder == "b"  # our own run
+
+
+def test_take_over_from_is_an_execution_setting():
+    assert ExecutionConfig.parse(take_over_from="manual__2026-11-24").take_over_from == "manual__2026-11-24"
+    assert ExecutionConfig.parse(take_over_from="").take_over_from is None  # an unset Param, rendered
+    assert ExecutionConfig.parse(take_over_from="None").take_over_from is None
+
+
+def test_the_run_that_takes_over_from_a_dead_run_restores_its_throttles_and_submits_nothing_twice():
+    """A run dies after its first batch (throttles set, its lease never released); another run takes over with
+    ``take_over_from`` and finishes: the throttles as before the dead run, each move submitted once."""
+    state = MemoryStore("s3://bucket/plans/p/run")
+    fake, plan = plan_and_fake()
+    fake.broker_configs[1]["leader.replication.throttled.rate"] = "777"  # someone's own throttle, kept
+    before = copy.deepcopy((fake.broker_configs, fake.topic_configs))
+    clock = Clock()
+    dead = LeaseKeeper.take(state, holder="dag d / run r1 / task execute / try 1", scope="d/r1", now=clock)
+    run(fake, plan, ExecutionLimits(max_moves=1), ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=state,
+        lease=dead, wait=False, finish_at_end=False, sleep=lambda _: None)
+    assert len(fake.inflight) == 1 and (fake.broker_configs, fake.topic_configs) != before  # throttled, then lost
+    fake.complete()
+    with pytest.raises(LeaseHeldError, match="take_over_from='r1'"):
+        LeaseKeeper.take(state, holder="dag d / run r2 / task execute / try 1", scope="d/r2", now=clock)
+    keeper = LeaseKeeper.take(state, holder="dag d / run r2 / task execute / try 1", scope="d/r2", now=clock,
+                              take_over_from="r1")
+    result = run(fake, plan, ExecutionLimits(max_moves=1), ExecutionOptions(throttle_bytes_per_sec=1000),
+                 state_dir=state, lease=keeper, sleep=lambda _: fake.complete())
+    assert result.status.complete
+    assert (fake.broker_configs, fake.topic_configs) == before  # the dead run's throttles restored exactly
+    assert state.read(THROTTLE_BACKUP_FILE) is None
+    submitted = [m for e in read_journal(state) if e["event"] == "submitted" for m in e["submitted"]]
+    assert sorted(submitted) == [["t", 0, [2, 3]], ["t", 1, [2, 3]]]  # once each
 
 
 # -- the engine on a store -----------------------------------------------------------------------------------

@@ -440,3 +440,22 @@ def test_the_disk_guard_refusal_fails_the_task_in_one_line_with_the_summary(tmp_
                                                    r"on broker 4: 4.0 KB free, reserve 0 B; t-1.*lower disk_reserve \(now 0 B\)"):
         op(plan_dir, disk_reserve="0").execute({"ti": ti})
     assert cluster.alter_requests == [] and ti.pushed["summary"]["disk_held"] == 2
+
+
+def test_a_run_refused_by_a_dead_runs_lease_is_told_in_one_line_and_takes_over_with_take_over_from(
+        tmp_path, cluster, monkeypatch):
+    from airflow_kafka_reassign.core.lease import acquire
+    from airflow_kafka_reassign.core.store import LocalStore
+
+    plan_dir = write_plan(tmp_path / "plan", MOVES)
+    before = {b: dict(c) for b, c in cluster.broker_configs.items()}
+    acquire(LocalStore(plan_dir / "run"), holder="dag d / run dead / task execute / try 1 on w1 (pid 7)",
+            scope="d/dead")  # its worker was lost with the task: never released, not expired
+    with pytest.raises(AirflowFailException) as e:
+        op(plan_dir, throttle_bytes_per_sec=1000).execute({"ti": TI(), "run_id": "new"})
+    assert "\n" not in str(e.value) and str(e.value).startswith("task execute: the plan's lease (")
+    assert "held by DAG run 'dead'" in str(e.value) and "take_over_from='dead'" in str(e.value)
+    assert not cluster.inflight  # nothing sent by the refused run
+    completing(cluster, monkeypatch)
+    summary = op(plan_dir, throttle_bytes_per_sec=1000, take_over_from="dead").execute({"ti": TI(), "run_id": "new"})
+    assert summary["complete"] and cluster.broker_configs == before
