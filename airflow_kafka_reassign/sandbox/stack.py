@@ -128,6 +128,40 @@ def _group_members(pgid: int) -> int:
     return count
 
 
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """``{pid: (parent pid, process group, state)}`` of every process (Linux ``/proc``)."""
+    found: dict[int, tuple[int, int, str]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+                found[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0])
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    procs = _processes()
+    out: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, (ppid, _, _) in procs.items() if ppid in frontier and p not in out}
+        out |= frontier
+    return out
+
+
+def _group_pids(pgid: int) -> set[int]:
+    return {p for p, (_, group, _) in _processes().items() if group == pgid}
+
+
+def _running(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    state = _processes().get(pid)
+    return state is not None and state[2] != "Z"
+
+
 def stop_group(pid: int, timeout: float, sig: int = signal.SIGTERM) -> str:
     """Stop the process group ``pid`` (``sig``, then SIGKILL after ``timeout`` s); how it went, in words."""
     started = time.monotonic()
@@ -140,7 +174,7 @@ def stop_group(pid: int, timeout: float, sig: int = signal.SIGTERM) -> str:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
-        wait_until(lambda: not _group_alive(pid), f"process group {pid} to die", 10, 0.1)
+        wait_until(lambda: not _group_alive(pid), f"process group {pid} to die", 30, 0.1)
     return f"{time.monotonic() - started:.1f} s (SIGKILL after {timeout:.0f} s)"
 
 
@@ -324,13 +358,22 @@ class Stack:
         self._save(state)
         self._wait_ready([name], timeout)
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` to every process of the component ``name`` (a worker: its pool and the tasks it runs too)."""
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
+        """Send ``sig`` to every process of the component ``name``: its process group and every descendant (a worker:
+        its pool, the task supervisors and the tasks they run, whatever session they made). The pids signalled."""
         pid = self.state["pids"][name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)
+        targets = sorted({pid, *_descendants(pid), *_group_pids(pid)})
+        for target in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(target, sig)
         if sig == signal.SIGKILL:
-            wait_until(lambda: not _group_alive(pid), f"{name} to die", 30, 0.1)
+            wait_until(lambda: not _group_alive(pid) and not any(_running(t) for t in targets), f"{name} to die", 30, 0.1)
+        return targets
+
+    @staticmethod
+    def process_running(pid: int) -> bool:
+        """Whether ``pid`` or a process of its group still runs (zombies do not count)."""
+        return _running(pid) or bool({p for p in _group_pids(pid) if _running(p)})
 
     def alive(self, name: str) -> bool:
         pid = self.state["pids"].get(name)
