@@ -40,6 +40,10 @@ from kafka_helpers import make_topic, reopen_cordoned_brokers, wait_until
 
 from airflow_kafka_reassign.demo import _health, _stop_group
 
+# airflow standalone's start, two DAG runs (approved, rejected) and Chromium: pytest-timeout's 600 s counts set-up and
+# tear-down too, and was reached on a loaded machine (the steps themselves passed)
+pytestmark = pytest.mark.timeout(1200)
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 DAG_ID = "kafka_decommission_brokers"
 DRAINED = 5
