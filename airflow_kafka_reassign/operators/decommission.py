@@ -47,7 +47,7 @@ from airflow_kafka_reassign.core.plan_io import read_plan
 from airflow_kafka_reassign.core.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.operators._base import as_bool
+from airflow_kafka_reassign.operators._base import as_bool, release_lease
 from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store, plan_folder_uri, plan_store, run_state
 
 if TYPE_CHECKING:
@@ -332,8 +332,4 @@ class RestoreCordonsOperator(_BrokerTask, BaseOperator):
 
     def _release_lease(self) -> None:
         lease, self._lease = self._lease, None
-        if lease is not None:
-            try:
-                lease.release()
-            except Exception:  # noqa: BLE001 (it expires by itself)
-                self.log.warning("could not release the plan's lease; it expires by itself", exc_info=True)
+        release_lease(lease, self.log)
