@@ -107,6 +107,9 @@ def airflow_deployment(home: Path, extra_env: Mapping[str, str], *, triggerer_di
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        # a task's calls to the execution API: 5 s by default, reached on a loaded 2-core machine (httpx ReadTimeout
+        # failed check_request before it ran); Airflow 3.1.1+ reads it
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         **extra_env,
     }
     env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)

@@ -115,6 +115,9 @@ def airflow_ui(sandbox, tmp_path_factory, migrated_airflow_db):
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        # a task's calls to the execution API: 5 s by default, reached on a loaded 2-core machine (httpx ReadTimeout
+        # failed check_request before it ran); Airflow 3.1.1+ reads it
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
         "AKR_OUTPUT_DIR": str(home / "plans"),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
