@@ -51,8 +51,6 @@ STEP_LOGGER = "airflow_kafka_reassign.sensors.submit"
 #: The adapter logs each AlterPartitionReassignments it sends at INFO; while the sensor submits, the progress
 #: line's "+N submitted" says it instead.
 ADAPTER_LOGGER = "airflow_kafka_reassign.kafka.admin"
-#: Consecutive polls that may fail to reach the cluster before the wait fails.
-MAX_UNREACHABLE_POLLS = 3
 #: The soonest a deferred wait pokes again after a poke (a move predicted to finish sooner is seen at the next one).
 MIN_POLL_S = 1.0
 

@@ -468,7 +468,11 @@ class KafkaClusterAdmin(MaintenanceMixin):
     # -- describe -------------------------------------------------------------------------
 
     def describe_cluster_brokers(self) -> tuple[str | None, list[Broker]]:
-        """The cluster id and the registered brokers with their racks."""
+        """The cluster id and the registered brokers with their racks (asked again on fresh metadata when
+        librdkafka's "controller" was a broker that stopped)."""
+        return self._on_fresh_controller(self._describe_cluster_brokers)
+
+    def _describe_cluster_brokers(self) -> tuple[str | None, list[Broker]]:
         desc = self._wait(self._confluent().describe_cluster(request_timeout=self._timeout_s))
         brokers = sorted((Broker(id=n.id, rack=n.rack or None) for n in desc.nodes), key=lambda b: b.id)
         return desc.cluster_id, brokers
@@ -590,7 +594,7 @@ class KafkaClusterAdmin(MaintenanceMixin):
         counts, the reads it took and the seconds they spanned.
         """
         budget = DEFAULT_SETTLE_S if settle_timeout_s is None else max(0.0, float(settle_timeout_s))
-        cluster_id, brokers = self.describe_cluster_brokers()
+        cluster_id, brokers = self._describe_cluster_brokers()
         live = {b.id for b in brokers}
         ck = self._confluent()
         named = None if topics is None else set(topics)

@@ -32,6 +32,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.durations import duration_s
 from airflow_kafka_reassign.core.execution import ExecutionConfig, cancel_then_roll_back, finish
+from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
 from airflow_kafka_reassign.core.lease import task_lease_identity
 from airflow_kafka_reassign.core.plan_io import read_rollback
 from airflow_kafka_reassign.core.progress import (
@@ -47,7 +48,7 @@ from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreach
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
 from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S
 from airflow_kafka_reassign.triggers.reassignment import ReassignmentTrigger
-from airflow_kafka_reassign.wait import MAX_UNREACHABLE_POLLS, WaitSpec, event_payload, log_progress, make_admin
+from airflow_kafka_reassign.wait import WaitSpec, event_payload, log_progress, make_admin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
 from airflow_kafka_reassign.core.progress import TrackerState
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError
 from airflow_kafka_reassign.wait import (
-    MAX_UNREACHABLE_POLLS,
     WaitSpec,
     event_payload,
     log_progress,

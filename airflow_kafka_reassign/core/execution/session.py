@@ -67,12 +67,16 @@ from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.ports import ClusterAdmin
 from airflow_kafka_reassign.core.throttle import NOT_RESTORED, backup_path
-from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.cancel import CancelResult
 
 _log = logging.getLogger(__name__)
+
+#: Polls in a row that may fail to reach the cluster (a broker or the controller restarting, a network blip)
+#: before a run or a wait gives up; after each failure it waits one poll interval. Every tick is safe to repeat.
+MAX_UNREACHABLE_POLLS = 3
 
 
 def _tps(tps: Any, limit: int = 10) -> str:
@@ -492,6 +496,7 @@ def run(
     started = time.monotonic()
     result = RunResult(status=ExecutionStatus(total=len(plan)))
     done_cleanly = lost = keep_throttles = False
+    unreachable = 0
     try:
         status = session.preflight()
         result.steps, result.status = 1, status
@@ -507,7 +512,17 @@ def run(
                 result.stopped = True
                 log.warning("stop requested: no further move is submitted; %d remain", len(status.remaining))
                 break
-            tick = session.tick()
+            try:
+                tick = session.tick()
+                unreachable = 0
+            except ClusterUnreachableError as e:  # nothing is submitted twice: the next tick observes first
+                unreachable += 1
+                if unreachable >= MAX_UNREACHABLE_POLLS:
+                    raise
+                log.warning("poll %d/%d could not reach the cluster, asking again in %.0f s: %s", unreachable,
+                            MAX_UNREACHABLE_POLLS, session.poll_interval_s, e)
+                (sleep or waiting.sleep)(session.poll_interval_s)
+                continue
             status = tick.status
             result.steps, result.status = session.ticks, status
             result.cancel = tick.cancel or result.cancel

@@ -22,6 +22,7 @@ from airflow_kafka_reassign.core.execution import (
     step,
     write_rollback_if_missing,
 )
+from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
 from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
@@ -34,7 +35,7 @@ from airflow_kafka_reassign.core.throttle import (
     desired_throttles,
     read_backup,
 )
-from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
+from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError, UnsupportedBrokerError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 NO_LIMITS = ExecutionLimits()
@@ -880,3 +881,40 @@ def test_refusal_names_why_no_move_would_run():
     assert why is not None and why.startswith("none of the plan's 1 move(s) can run: 1 stale and 0 refused (t-0)")
     done = plan_of(mv("t", 0, [3, 4], [1, 2]))  # already where the plan wants it: nothing to refuse
     assert refusal(preflight(f, done, SAFE, settle_s=0, sleep=lambda s: None)) is None
+
+
+@pytest.mark.parametrize("failures", [MAX_UNREACHABLE_POLLS - 1, MAX_UNREACHABLE_POLLS])
+def test_polls_that_cannot_reach_the_cluster_are_asked_again_up_to_the_limit(tmp_path, monkeypatch, caplog, failures):
+    """A broker restart or a controller move can make one poll's request time out: the run asks again after a
+    poll interval (a tick is safe to repeat), and gives up only after MAX_UNREACHABLE_POLLS in a row."""
+    f = fake(t=[[1, 2], [2, 3]])
+    plan = plan_of(mv("t", 0, (1, 2), (3, 4)), mv("t", 1, (2, 3), (4, 5)))
+    snapshot, calls, sleeps = f.snapshot, [], []
+
+    def flaky(**kw):
+        calls.append(1)
+        if 2 <= len(calls) < 2 + failures:  # the pre-flight reads once, then the first polls fail
+            raise ClusterUnreachableError("did not answer within 20 s")
+        return snapshot(**kw)
+
+    monkeypatch.setattr(f, "snapshot", flaky)
+
+    def sleep(s):
+        sleeps.append(s)
+        f.complete()
+
+    with caplog.at_level(logging.WARNING):
+        if failures >= MAX_UNREACHABLE_POLLS:
+            with pytest.raises(ClusterUnreachableError):
+                run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
+                    sleep=sleep, settle_s=0, poll_interval_s=7.0)
+            assert not (tmp_path / THROTTLE_BACKUP_FILE).exists()  # the run's end restored the throttles
+            assert all(not c for c in f.broker_configs.values())
+            return
+        result = run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
+                     sleep=sleep, settle_s=0, poll_interval_s=7.0)
+    assert result.status.ok and sorted(p.replicas for p in f.snapshot(topics=["t"]).partitions) == [(3, 4), (4, 5)]
+    assert sleeps[:failures] == [7.0] * failures
+    assert [r.getMessage()[:14] for r in caplog.records if "could not reach" in r.getMessage()] == [
+        f"poll {n}/{MAX_UNREACHABLE_POLLS} could" for n in range(1, failures + 1)]
+    assert sorted(tp for request, _ in f.alter_requests for tp in request) == [tp("t", 0), tp("t", 1)]  # once each
