@@ -110,6 +110,9 @@ def airflow_deployment(home: Path, extra_env: Mapping[str, str], *, triggerer_di
         # a task's calls to the execution API: 5 s by default, reached on a loaded 2-core machine (httpx ReadTimeout
         # failed check_request before it ran); Airflow 3.1.1+ reads it
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+        # the log servers on free ports: 8793/8794 by default, taken when two deployments run at once (xdist)
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         **extra_env,
     }
     env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
