@@ -155,6 +155,12 @@ def ti_state(api: Api, run_id: str, task_id: str) -> str | None:
     return ti and ti.get("state")
 
 
+def log_tail(home: Path, run_id: str, task_id: str, chars: int = 4000) -> str:
+    """The end of a task's last try's log (for a failure's message)."""
+    logs = sorted((home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/attempt=*.log"))
+    return logs[-1].read_text(errors="replace")[-chars:] if logs else "(no log)"
+
+
 def wait_for_approval_request(api: Api, run_id: str) -> dict:
     def waiting() -> Any:
         state = api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")["state"]
@@ -211,7 +217,7 @@ def assignment(sandbox, topics: list[str]) -> dict:
 
 def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_nothing(
         sandbox, airflow_ui, browser, unique_topic, tmp_path, capsys):  # noqa: F811
-    api, _home = airflow_ui
+    api, home = airflow_ui
     config = sandbox.client_config()
     topics = [f"{unique_topic}-a", f"{unique_topic}-b"]
     make_topic(config, topics[0], [[5, 1], [1, 5], [5, 2], [3, 4]], megabytes=0.3)
@@ -271,7 +277,8 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     wait_for_approval_request(api, rejected)
     answer(api, rejected, "Reject")
     wait_for_run(api, rejected)
-    assert ti_state(api, rejected, "execute") == "skipped"
-    assert ti_state(api, rejected, "restore_cordons") == "success"
+    states = {t: ti_state(api, rejected, t) for t in ("approve", "execute", "restore_cordons")}
+    assert states["execute"] == "skipped" and states["restore_cordons"] == "success", (
+        f"{states}; the approve task's log: {log_tail(home, rejected, 'approve')}")
     assert assignment(sandbox, other) == before
     assert reopen_cordoned_brokers(config) == []  # the rejected plan's cordon was taken back (restore_cordons)
