@@ -6,7 +6,7 @@ long before anything is executed, and backs up each broker's previous ``cordoned
 From the first move sent, the cordons belong to the execution: a cancel or a rollback restores them, a finished drain
 keeps them (until the brokers are unregistered, or for good for a removed dir). Before that, nothing else gives them
 back; :func:`release_unexecuted_cordons` does, called by a clean-up task that runs whatever happened upstream
-(the decommission example DAG's ``restore_cordons``).
+(the ``restore_cordons`` task of the example DAGs ``kafka_decommission_brokers`` and ``kafka_remove_disk``).
 
 It restores the backup exactly (:func:`~airflow_kafka_reassign.core.cordon.restore_cordons`: journalled, checked,
 the backup deleted) unless the execution has it:
