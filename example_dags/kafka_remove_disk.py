@@ -16,8 +16,12 @@ Trigger it from the UI (the form is built from the Params) or::
    offline. Replicas sent to other brokers are ordinary reassignments under the replication throttle.
 3. ``verify_emptied``: the dirs hold no replica and are still cordoned. Take them out of the brokers' ``log.dirs``
    (a rolling restart), then clear ``cordoned.log.dirs`` for them.
+4. ``restore_cordons`` (``RestoreCordonsOperator``, ``trigger_rule="all_done"``, after ``execute``): when none of the
+   plan's moves was sent (``execute`` refused the plan in pre-flight, ``plan`` failed after cordoning), the dirs'
+   cordons go back exactly as they were; once moves were sent it changes nothing: a finished removal keeps the dirs
+   cordoned.
 
-A cancel (CancelReassignmentOperator on the plan) restores the cordons from the backup.
+A cancel or a rollback (CancelReassignmentOperator on the plan) restores the cordons from the backup.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import DAG, Param, task
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+from airflow_kafka_reassign.operators.decommission import RestoreCordonsOperator
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 
@@ -95,5 +100,15 @@ with DAG(
         print(f"log dir(s) {params['log_dirs']} are empty and cordoned: take them out of log.dirs")
         return {"emptied": params["log_dirs"]}
 
+    # the dirs' cordons go back when no move was sent (a refused plan, a plan task that failed after cordoning);
+    # all_done: it runs whatever happened to execute; a removal that moved replicas keeps its cordons
+    restore_cordons = RestoreCordonsOperator(
+        task_id="restore_cordons",
+        plan_task_id="plan",
+        kafka_config_id=KAFKA_CONN_ID,
+        trigger_rule="all_done",
+    )
+
     plan >> execute >> verify_emptied()
+    execute >> restore_cordons
 # [END remove_disk]

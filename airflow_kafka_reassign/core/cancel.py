@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.models import ANY_LOG_DIR, Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.throttle import NONE_SET, RESTORED, restore_throttles
 from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 
@@ -346,7 +346,8 @@ def rebase_rollback(
     ``allow_rf_change`` (the execution still refuses it unless the task allows RF changes); a
     partition already exactly on its original replicas is then done at once (nothing is sent). A
     partition on replicas outside the plan move's before and after (someone else moved it) keeps
-    its expected replicas, and the execution refuses it as stale.
+    its expected replicas, and the execution refuses it as stale. A move's ``log_dirs`` (the rollback of a plan on
+    log dirs pins each moved replica back in the dir it left) are kept: the targets do not change.
     """
     planned = plan.by_partition() if plan is not None else {}
     moves: list[Move] = []
@@ -360,8 +361,11 @@ def rebase_rollback(
         if not set(now) <= known:
             moves.append(m)  # moved by someone else: stale
             continue
+        recorded = m.current_dirs  # the dirs the forward move pinned: by broker, for the replicas now
         moves.append(Move(topic=m.topic, partition=m.partition, current_replicas=now,
-                          target_replicas=m.target_replicas, allow_rf_change=len(now) != len(m.target_replicas)))
+                          target_replicas=m.target_replicas, allow_rf_change=len(now) != len(m.target_replicas),
+                          log_dirs=m.log_dirs,
+                          current_log_dirs=tuple(recorded.get(b, ANY_LOG_DIR) for b in now) if recorded else None))
     return ReassignmentPlan(moves=tuple(moves), partition_counts=rollback.partition_counts)
 
 

@@ -6,7 +6,7 @@ long before anything is executed, and backs up each broker's previous ``cordoned
 From the first move sent, the cordons belong to the execution: a cancel or a rollback restores them, a finished drain
 keeps them (until the brokers are unregistered, or for good for a removed dir). Before that, nothing else gives them
 back; :func:`release_unexecuted_cordons` does, called by a clean-up task that runs whatever happened upstream
-(the decommission example DAG's ``restore_cordons``).
+(the ``restore_cordons`` task of the example DAGs ``kafka_decommission_brokers`` and ``kafka_remove_disk``).
 
 It restores the backup exactly (:func:`~airflow_kafka_reassign.core.cordon.restore_cordons`: journalled, checked,
 the backup deleted) unless the execution has it:
@@ -67,9 +67,12 @@ def sent_in_journal(entries: Iterable[Mapping[str, Any]]) -> str | None:
 
 def started_on_cluster(admin: ClusterAdmin, plan: ReassignmentPlan, *, log: logging.Logger | None = None) -> str | None:
     """Which of the plan's moves the cluster shows done, in flight or lagging (``None``: none): the execution's own
-    read-only pre-flight classification."""
+    read-only pre-flight classification, with where the replicas of its moves between log dirs are. A move that keeps
+    its replicas exactly (it only pins log dirs: a disk removal's) is "done" as a reassignment from the start: only
+    its replicas' dirs tell whether it was sent."""
     status = preflight(admin, plan, ExecutionConfig().options(), log=log)
-    started = sorted({*status.done, *status.in_flight, *status.lagging})
+    same = {m.tp for m in plan.moves if m.current_replicas == m.target_replicas}
+    started = sorted({*(tp for tp in status.done if tp not in same), *status.in_flight, *status.lagging})
     dirs = status.log_dirs
     if dirs is not None:
         started = sorted({*started, *(r.tp for r in (*dirs.done, *dirs.in_flight))})

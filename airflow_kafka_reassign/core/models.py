@@ -348,6 +348,10 @@ class Move(_Frozen):
     #: plans without log dirs) is not written: such plans are the same bytes as before the field existed. A move
     #: whose target equals its current replicas and that pins a dir moves that replica between its broker's dirs.
     log_dirs: tuple[str, ...] | None = Field(default=None, exclude_if=lambda v: v is None)
+    #: The log dir each current replica was in when the plan was made, in the same format (one entry per current
+    #: replica, ``"any"``: not recorded). A plan on log dirs records the dirs its replicas leave, so that its
+    #: :meth:`ReassignmentPlan.rollback` pins them back there. Not part of Kafka's format; ``None`` is not written.
+    current_log_dirs: tuple[str, ...] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _check(self) -> Move:
@@ -356,6 +360,12 @@ class Move(_Frozen):
         if self.log_dirs is not None:
             dirs = check_log_dirs(self.log_dirs, self.target_replicas, where=where)
             object.__setattr__(self, "log_dirs", dirs)
+        if self.current_log_dirs is not None:
+            if self.current_replicas is None:
+                raise ValueError(f"{where}: current_log_dirs {list(self.current_log_dirs)} needs current_replicas "
+                                 "(one entry per current replica); give both, or neither")
+            dirs = check_log_dirs(self.current_log_dirs, self.current_replicas, where=f"{where} (current)")
+            object.__setattr__(self, "current_log_dirs", dirs)
         if self.current_replicas is not None:
             check_replica_list(self.current_replicas, what="current_replicas", where=where)
             if self.changes_rf and not self.allow_rf_change:
@@ -404,6 +414,13 @@ class Move(_Frozen):
         if self.log_dirs is None:
             return {}
         return {b: d for b, d in zip(self.target_replicas, self.log_dirs, strict=True) if d != ANY_LOG_DIR}
+
+    @property
+    def current_dirs(self) -> dict[int, str]:
+        """``{broker: log dir}`` of the current replicas whose log dir the plan recorded (``current_log_dirs``)."""
+        if self.current_log_dirs is None or self.current_replicas is None:
+            return {}
+        return {b: d for b, d in zip(self.current_replicas, self.current_log_dirs, strict=True) if d != ANY_LOG_DIR}
 
 
 def check_log_dirs(dirs: Sequence[str], replicas: Sequence[int], *, where: str) -> tuple[str, ...] | None:
@@ -561,7 +578,8 @@ class ReassignmentPlan(_Frozen):
         return cls(moves=tuple(moves), partition_counts=partition_counts)
 
     def rollback(self) -> ReassignmentPlan:
-        """The plan that puts every moved partition back on its current replicas.
+        """The plan that puts every moved partition back on its current replicas, and every replica whose log dir
+        the plan recorded (``current_log_dirs``: a plan on log dirs) back in that log dir (``log_dirs``).
 
         Needs every move's ``current_replicas``: a plain Kafka file cannot be rolled back.
         """
@@ -579,6 +597,8 @@ class ReassignmentPlan(_Frozen):
                     target_replicas=m.current_replicas or (),
                     current_replicas=m.target_replicas,
                     allow_rf_change=m.allow_rf_change,
+                    log_dirs=m.current_log_dirs,
+                    current_log_dirs=m.log_dirs,
                 )
                 for m in self.moves
             ),

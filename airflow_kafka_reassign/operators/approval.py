@@ -25,6 +25,10 @@ snapshot), reassignments in flight that the plan did not start, brokers, topics 
 missing, KIP-860 replication-factor changes not allowed, moves below min ISR, an unhealthy cluster.
 The form lists what it found. A plan that execute would refuse entirely (or whose ``plan.json`` no
 longer has the hash the plan task reported) fails the task before anybody is asked, in one line.
+For a plan on log dirs (``remove-disks``, ``rebalance-disks``) the form also shows the log dirs of
+the brokers concerned as DescribeLogDirs reports them now (:func:`log_dirs_section`): which are
+cordoned, the replicas and bytes each holds, and whether a removed dir is not cordoned or holds
+replicas the plan does not move (it would not end empty).
 
 ``required=False`` (a rendered Param, ``"{{ params.require_approval }}"``) returns an approval
 record at once without asking anybody (for ``airflow dags test``, CI, and dry runs); no pre-flight
@@ -40,7 +44,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException
@@ -69,7 +73,8 @@ except ImportError:  # pragma: no cover (Airflow 2 has no task SDK; this provide
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.ports import ClusterAdmin, LogDir
 
 REQUEST_KEY = "approval_request"
 #: Findings listed in the form (the counts line covers the rest).
@@ -103,9 +108,53 @@ def preflight_section(status: ExecutionStatus) -> list[str]:
     return lines
 
 
-def plan_body(plan: Mapping[str, Any], report_link: str | None, status: ExecutionStatus | None = None) -> str:
+def log_dir_brokers(plan: Mapping[str, Any], moves: ReassignmentPlan) -> set[int]:
+    """The brokers whose log dirs a plan on log dirs concerns: those of its removed dirs (the plan task's XCom
+    ``log_dirs.removed``, ``"BROKER:/path"``) and of every replica it moves between dirs (empty: not such a plan)."""
+    removed = (plan.get("log_dirs") or {}).get("removed") or []
+    brokers = {int(str(e).partition(":")[0]) for e in removed if str(e).partition(":")[0].isdigit()}
+    return brokers | {b for m in moves.moves for b in (*m.pinned_dirs, *m.current_dirs)}
+
+
+def log_dirs_section(dirs: Mapping[int, Sequence[LogDir]], *, brokers: Collection[int], removed: Sequence[str] = (),
+                     planned: Collection[tuple[str, int]] = ()) -> list[str]:
+    """The form's log-dir part (Markdown lines) for a plan on log dirs: every log dir of ``brokers`` as DescribeLogDirs
+    shows it now (``dirs``: ``ClusterAdmin.log_dirs(None).dirs``): cordoned or not, the replicas and bytes it holds;
+    then what a person should know about a removed dir (``removed``, ``"BROKER:/path"``): not cordoned (a topic
+    created meanwhile may land there), or holding replicas of partitions the plan (``planned``) does not move."""
+    gone = {(int(b), path.rstrip("/")) for b, _, path in (str(e).partition(":") for e in removed) if b.isdigit()}
+    lines = ["", "**Log dirs now** (DescribeLogDirs; nothing was changed):", "",
+             "| log dir | cordoned | replicas | bytes |", "|---|---|---|---|"]
+    notes, moved = [], set(planned)
+    for b in sorted(brokers):
+        if b not in dirs:
+            lines.append(f"| broker {b} | ? | ? | did not answer DescribeLogDirs |")
+            continue
+        for d in dirs[b]:
+            current = [r for r in d.replicas if not r.future]
+            moving_in = len(d.replicas) - len(current)
+            label = f"`{b}:{d.path}`" + (" (removed)" if (b, d.path) in gone else "") + (" OFFLINE" if d.offline else "")
+            cordoned = {True: "yes", False: "no", None: "not reported"}[d.cordoned]
+            count = f"{len(current)}" + (f" (+{moving_in} moving in)" if moving_in else "")
+            lines.append(f"| {label} | {cordoned} | {count} | {human_bytes(sum(r.size for r in current))} |")
+            if (b, d.path) not in gone:
+                continue
+            if not d.cordoned:
+                notes.append(f"- `{b}:{d.path}` is not cordoned: a topic created or grown meanwhile may get replicas "
+                             "there that the plan does not move (cordons: Kafka 4.3+)")
+            unplanned = sorted({str(r.tp) for r in current if (r.topic, r.partition) not in moved})
+            if unplanned:
+                shown = ", ".join(unplanned[:5]) + (f" and {len(unplanned) - 5} more" if len(unplanned) > 5 else "")
+                notes.append(f"- `{b}:{d.path}` holds {len(unplanned)} replica(s) of partitions the plan does not "
+                             f"move ({shown}): it will not end empty; reject and plan again")
+    return lines + notes
+
+
+def plan_body(plan: Mapping[str, Any], report_link: str | None, status: ExecutionStatus | None = None,
+              log_dirs: Sequence[str] = ()) -> str:
     """The approval form's text (Markdown): what the plan does, what it found, what pre-flight found
-    against the cluster now (``status``), where the report is."""
+    against the cluster now (``status``), the log dirs concerned (``log_dirs``: :func:`log_dirs_section`'s lines),
+    where the report is."""
     before, after = plan.get("before") or {}, plan.get("after") or {}
     lines = [
         f"**{plan.get('goal', '?')}**: {plan.get('partitions_moved', '?')} partitions to move, "
@@ -128,6 +177,7 @@ def plan_body(plan: Mapping[str, Any], report_link: str | None, status: Executio
     lines += [f"- {w}" for w in warnings]
     if status is not None:
         lines += preflight_section(status)
+    lines += list(log_dirs)
     lines += ["", f"Plan `{plan.get('plan_sha256')}`, snapshot taken at {plan.get('snapshot_taken_at')}. "
               "Execution refuses this approval if the plan file changes or the snapshot gets too old."]
     if report_link:
@@ -172,6 +222,8 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         self.plan_task_id = plan_task_id
         self.required = required
         self.execute_task_id = execute_task_id
+        #: the form's log-dir lines of a plan on log dirs, filled by the pre-flight
+        self.log_dir_lines: list[str] = []
 
     def execute(self, context: Context) -> Any:
         plan = _as_dict(self.plan, "plan")
@@ -198,7 +250,7 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
                                    if k in ("moves", "done", "in_flight", "pending", "lagging", "stale", "failed",
                                             "foreign", "below_min_isr")}
         ti.xcom_push(key=REQUEST_KEY, value=record)
-        self.body = plan_body(plan, link, status)
+        self.body = plan_body(plan, link, status, self.log_dir_lines)
         self.log.info("Waiting for a person to approve plan %s (the task's 'Required actions' in the UI)%s",
                       record["plan_sha256"], f"; report: {link}" if link else "")
         return super().execute(context)
@@ -243,6 +295,12 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
             admin = self._admin(str(task.kafka_config_id), float(getattr(task, "kafka_timeout_s", 30.0)))
             try:
                 status = preflight(admin, moves, options, log=self.log)
+                brokers = log_dir_brokers(plan, moves)
+                if brokers:  # a plan on log dirs: its dirs as they are now (one DescribeLogDirs)
+                    self.log_dir_lines = log_dirs_section(
+                        admin.log_dirs(None).dirs, brokers=brokers,
+                        removed=(plan.get("log_dirs") or {}).get("removed") or (),
+                        planned={(m.topic, m.partition) for m in moves.moves})
             finally:
                 admin.close()
         except (KafkaReassignError, OSError, ValueError) as e:  # storage, cluster, bad options
@@ -253,6 +311,9 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         self.log.info("Pre-flight (as %s would find it now): %s", self.execute_task_id, status.progress_line())
         for level, line in preflight_findings(status):
             self.log.log(level, "pre-flight: %s", line)
+        for line in self.log_dir_lines:
+            if line.startswith(("| `", "- ")):
+                self.log.info("log dirs now: %s", line)
         return status
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:

@@ -189,7 +189,8 @@ def pin(replica: TopicPartitionReplica, path: str) -> ReassignmentPlan:
 
 def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path, migrated_airflow_db):
     """docs/decommission.md's example, unchanged, as a real Airflow run (``dag.test()``) against this sandbox:
-    plan (through spark-submit: the plan job's driver plans this goal, no Spark session), execute, verify."""
+    plan (through spark-submit: the plan job's driver plans this goal, no Spark session), execute, verify; the
+    clean-up task (restore_cordons, all_done) keeps the cordon of a removal that moved replicas."""
     config = cluster.client_config()
     first, second = cluster.log_dirs(2)
     topic = f"disk-dag-{secrets.token_hex(3)}"
@@ -213,10 +214,14 @@ def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path, migrated_airfl
         result = run_dag_file(env, home / "dags" / EXAMPLE.name,
                               {"log_dirs": [f"2:{second}"], "log_dir_throttle_bytes_per_sec": 1_000_000})
         assert result["state"] == "success", result["log"][-6000:]
-        assert result["tis"] == {"plan": "success", "execute": "success", "verify_emptied": "success"}
+        assert result["tis"] == {"plan": "success", "execute": "success", "verify_emptied": "success",
+                                 "restore_cordons": "success"}
         assert result["xcom"]["plan.return_value"]["log_dirs"]["intra_moves"] >= 2
+        kept = result["xcom"]["restore_cordons.return_value"]
+        assert kept["outcome"] == "kept" and kept["brokers"] == [2], kept  # moves were sent: the removal keeps it
         dirs = {d.path: d for d in admin.log_dirs(None).dirs[2]}
-        assert not dirs[second].replicas and dirs[second].cordoned and dirs[first].replicas
+        assert not dirs[second].replicas and dirs[second].cordoned and dirs[first].replicas  # emptied, still cordoned
+        assert admin.describe_cordons([2])[2] == second
         assert admin.describe_throttles([2], [], broker_keys=[LOG_DIR_RATE]).brokers[2] == {LOG_DIR_RATE: None}
     finally:
         admin.set_cordons({2: None})

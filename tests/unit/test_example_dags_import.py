@@ -167,3 +167,24 @@ def test_scheduled_examples_run_with_their_defaults(dagbag):
 def test_remove_disk_params_refuse_bad_input_before_a_run(dagbag, conf, problem):
     with pytest.raises(PARAM_ERRORS, match=problem):
         validate(dagbag.dags["kafka_remove_disk"], conf)
+
+
+@pytest.mark.parametrize(("dag_id", "last_of_the_moves"), [
+    ("kafka_decommission_brokers", "wait"),
+    ("kafka_remove_disk", "execute"),
+])
+def test_the_cordons_of_a_plan_never_executed_are_given_back_whatever_happened_upstream(dagbag, dag_id,
+                                                                                       last_of_the_moves):
+    """Each DAG whose plan cordons has the clean-up: RestoreCordonsOperator after the last task that moves replicas
+    (not after the approval: a "Reject" skips its direct downstream tasks whatever their trigger rule), all_done."""
+    from airflow_kafka_reassign.operators.decommission import RestoreCordonsOperator
+
+    dag = serialized(dagbag.dags[dag_id])
+    restore = dag.task_dict["restore_cordons"]
+    assert restore.task_type == RestoreCordonsOperator.__name__
+    assert restore.trigger_rule == "all_done"
+    assert restore.upstream_task_ids == {last_of_the_moves}
+    assert restore.downstream_task_ids == set()
+    assert "plan" in restore.get_flat_relative_ids(upstream=True)  # it runs after the plan task it reads
+    assert dag.task_dict["plan"].task_type == "PlanReassignmentOperator"
+    assert dagbag.dags[dag_id].task_dict["restore_cordons"].plan_task_id == "plan"

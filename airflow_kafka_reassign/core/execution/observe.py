@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from airflow_kafka_reassign.core.cordon import cordon_refusal
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, SUMMARY_SAMPLE, ExecutionOptions
+from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus, _names, _Observation
 from airflow_kafka_reassign.core.health import assess, below_min_isr, drained_brokers
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
@@ -369,12 +370,15 @@ def preflight(
 
     The same checks as the first :func:`step` of :func:`run`: stale moves, reassignments in flight that
     the plan did not start, plan errors (brokers, topics or partitions missing), KIP-860 RF changes
-    not allowed, moves below min ISR, the health gate, and the RF guard the brokers support. The
-    approval step (operators/approval.py) shows it to the person before asking;
+    not allowed, moves below min ISR, the health gate, and the RF guard the brokers support; for a plan
+    that pins log dirs, where its replicas are (``status.log_dirs``: one DescribeLogDirs, as each step
+    observes them; a move that only pins dirs keeps its replicas, so it is "done" as a reassignment from
+    the start). The approval step (operators/approval.py) shows it to the person before asking;
     :func:`refusal` says whether execution would refuse the whole plan.
     """
     status = _assess(admin, plan, options, known_failed=None, settle_s=settle_s, sleep=sleep, log=log or _log,
                      rf_guard_check=True)[0]
+    observe_log_dirs(admin, plan, status, log=log or _log)  # None, and no request, when the plan pins no dir
     if status.blocked is None and status.pending:
         status.blocked = cordon_refusal(admin, [status.moves[tp] for tp in status.pending])
     return status

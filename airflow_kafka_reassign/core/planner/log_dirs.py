@@ -6,7 +6,8 @@ DescribeLogDirs of every partition: each dir's volume, offline and cordoned flag
 plan is Kafka's reassignment format with ``log_dirs`` (KIP-113): a replica moved between the log dirs of its broker
 is a move whose replicas stay and whose ``log_dirs`` pins that replica's new dir (execution sends
 AlterReplicaLogDirs); a replica that must leave its broker is an ordinary reassignment (``"any"``: the receiving
-broker picks its log dir, never a cordoned one on Kafka 4.3+).
+broker picks its log dir, never a cordoned one on Kafka 4.3+). Each move also records the dir every moved replica
+leaves (``current_log_dirs``), so that the plan's rollback pins it back there.
 
 ``remove-disks``: each replica of a removed dir (largest first) goes to the log dir of the same broker whose volume
 has the most usable bytes after what the plan already put there, if that volume stays within ``disk_cap`` of its
@@ -203,6 +204,8 @@ class _Plan:
         self.parts = parts
         self.targets: dict[TopicPartition, list[int]] = {}
         self.pins: dict[TopicPartition, dict[int, str]] = {}
+        #: the dir each moved replica leaves (``current_log_dirs``: the rollback pins it back there)
+        self.sources: dict[TopicPartition, dict[int, str]] = {}
         self.intra = self.intra_bytes = self.cross = self.cross_bytes = 0
         self.after: dict[str, int] = {}
 
@@ -211,6 +214,7 @@ class _Plan:
 
     def pin(self, tp: TopicPartition, broker: int, src: str, dst: str, size: int) -> None:
         self.pins.setdefault(tp, {})[broker] = dst
+        self.sources.setdefault(tp, {})[broker] = src
         self.intra += 1
         self.intra_bytes += size
         self.after[_label(broker, src)] -= size
@@ -220,6 +224,7 @@ class _Plan:
         reps = self.target(tp)
         reps[reps.index(broker)] = new
         self.targets[tp] = reps
+        self.sources.setdefault(tp, {})[broker] = src
         self.cross += 1
         self.cross_bytes += size
         self.after[_label(broker, src)] -= size
@@ -232,8 +237,10 @@ class _Plan:
             target = tuple(self.targets.get(tp, current))
             pins = self.pins.get(tp, {})
             dirs = tuple(pins.get(b, ANY_LOG_DIR) for b in target) if pins else None
+            sources = self.sources.get(tp, {})
+            before = tuple(sources.get(b, ANY_LOG_DIR) for b in current) if sources else None
             out.append(Move(topic=tp.topic, partition=tp.partition, current_replicas=current, target_replicas=target,
-                            log_dirs=dirs))
+                            log_dirs=dirs, current_log_dirs=before))
         return out
 
 

@@ -189,3 +189,13 @@ def test_rebase_rollback_starts_each_move_from_where_the_cancel_left_it():
     assert (out[1].current_replicas, out[1].target_replicas) == ((4, 5), (2, 3))
     assert (out[3].current_replicas, out[3].target_replicas, out[3].allow_rf_change) == ((3, 2, 1), (1, 2), True)
     assert out[4].current_replicas == (3, 4)  # expected as planned: the execution refuses it as stale
+
+
+def test_rebase_rollback_keeps_the_log_dirs_a_rollback_pins_its_replicas_back_in():
+    """A disk removal's replica sent to another broker and cancelled back in the controller's order: the rebased
+    rollback move still pins broker 1's replica back in the log dir it left."""
+    d2 = "/kafka/1/data-2"
+    plan = ReassignmentPlan(moves=(Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2),
+                                        current_log_dirs=(d2, "any")),))
+    rolled = rebase_rollback(plan.rollback(), plan, {tp("t", 0): (2, 1)}).moves[0]
+    assert (rolled.current_replicas, rolled.target_replicas, rolled.log_dirs) == ((2, 1), (1, 2), (d2, "any"))

@@ -99,3 +99,36 @@ def test_the_lease_is_taken_before_anything_changes_and_a_refusal_changes_nothin
         release_unexecuted_cordons(admin, state, DRAIN, before_restore=held_elsewhere)
     assert calls == ["lease"] and admin.broker_configs[5][CORDONED_LOG_DIRS] == "*"
     assert state.read(CORDON_BACKUP_FILE) is not None  # the backup stays for the next try
+
+
+def test_a_disk_removal_never_executed_gets_its_dir_cordon_back_and_one_under_way_keeps_it():
+    """Its moves keep their replicas (they only pin log dirs): "done" as reassignments from the start, so the
+    replicas' dirs tell whether anything was sent (DescribeLogDirs), not the reassignments."""
+    from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
+    from airflow_kafka_reassign.core.planner.goals import PlanRequest
+    from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
+    from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+
+    d1, d2 = "/kafka/1/data-1", "/kafka/1/data-2"
+
+    def removal() -> tuple[FakeClusterAdmin, MemoryStore, ReassignmentPlan]:
+        admin = FakeClusterAdmin.build({1: "a", 2: "b", 3: "c"}, {"t": [[1, 2], [2, 1]]}, log_dirs=2)
+        for p in (0, 1):
+            admin.replica_dirs[R("t", p, 1)] = d2
+        state = MemoryStore()
+        request = PlanRequest(goal="remove-disks", log_dirs=[f"1:{d2}"])
+        assert cordon_for_removal(admin, request, state_dir=state) == {1: d2}
+        plan = plan_log_dirs(admin.snapshot(), LogDirTable.of(admin.log_dirs(None)), request).plan
+        assert all(m.current_replicas == m.target_replicas for m in plan.moves)
+        return admin, state, plan
+
+    admin, state, plan = removal()  # rejected, or refused by execute: nothing was sent
+    done = release_unexecuted_cordons(admin, state, plan)
+    assert done.outcome == "restored" and CORDONED_LOG_DIRS not in admin.broker_configs[1]
+
+    admin, state, plan = removal()  # a move between log dirs sent, its journal entry never written
+    admin.alter_replica_log_dirs({R("t", 0, 1): d1})
+    done = release_unexecuted_cordons(admin, state, plan)
+    assert done.outcome == "kept" and "(t-0)" in done.why and admin.broker_configs[1][CORDONED_LOG_DIRS] == d2
+    admin.complete_log_dir_moves()  # ... and finished
+    assert release_unexecuted_cordons(admin, state, plan).outcome == "kept"

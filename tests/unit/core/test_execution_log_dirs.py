@@ -236,3 +236,52 @@ def test_the_moves_between_log_dirs_in_flight_can_be_cancelled():
     assert cancel_log_dir_moves(f, plan) == {R("t", 0, 1): None, R("t", 1, 1): None}
     assert not f.log_dir_moves and {f.replica_dirs[R("t", p, 1)] for p in (0, 1)} == {D2}
     assert cancel_log_dir_moves(f, plan) == {}  # nothing in flight: nothing sent
+
+
+def test_a_rolled_back_disk_removal_puts_each_replica_back_in_the_log_dir_it_left_and_uncordons_it():
+    """The plan records the dir each moved replica leaves (current_log_dirs); its rollback pins it back there, in
+    Kafka's format too, after the cancel has restored the cordon (the dir was cordoned: nothing could go back)."""
+    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
+    from airflow_kafka_reassign.core.execution import cancel_then_roll_back
+
+    f = cluster(2)
+    before = {b: dict(c) for b, c in f.broker_configs.items()}
+    state = MemoryStore()
+    request = PlanRequest(goal="remove-disks", log_dirs=[f"1:{D2}"])
+    assert cordon_for_removal(f, request, state_dir=state) == {1: D2}
+    plan = removal(f)
+    assert [m.current_log_dirs for m in plan.moves] == [(D2, "any"), ("any", D2)]
+    rollback = plan.rollback()
+    assert [m.pinned_dirs for m in rollback.moves] == [{1: D2}, {1: D2}]
+    assert [p["log_dirs"] for p in rollback.to_kafka_dict()["partitions"]] == [[D2, "any"], ["any", D2]]
+    assert ReassignmentPlan.model_validate_json(rollback.model_dump_json()) == rollback  # rollback.json round trip
+
+    f.auto_complete = True
+    assert run(f, plan, ExecutionConfig(), state_dir=state, poll_interval_s=0, sleep=lambda s: None).status.ok
+    assert {f.replica_dirs[R("t", p, 1)] for p in (0, 1)} == {D1}  # removed, the dir still cordoned
+    assert f.broker_configs[1][CORDONED_LOG_DIRS] == D2
+
+    outcome = cancel_then_roll_back(f, plan, ExecutionConfig(), state_dir=state, rollback=rollback, poll_interval_s=0)
+    assert outcome.cordons_restored and outcome.rollback is not None and outcome.rollback.status.ok
+    assert {f.replica_dirs[R("t", p, 1)] for p in (0, 1)} == {D2}  # back in the dir they left
+    assert f.broker_configs == before and not f.log_dir_moves
+
+
+def test_the_rollback_of_a_replica_sent_to_another_broker_pins_it_back_in_its_dir():
+    f = cluster(1)
+    f.dir_total[D1] = 1  # no room on broker 1: t-0's replica goes to broker 3
+    move = removal(f).moves[0]
+    assert (move.current_replicas, move.target_replicas, move.log_dirs) == ((1, 2), (3, 2), None)
+    assert move.current_log_dirs == (D2, "any") and move.current_dirs == {1: D2}
+    back = ReassignmentPlan(moves=(move,)).rollback().moves[0]
+    assert (back.target_replicas, back.pinned_dirs, back.current_log_dirs) == ((1, 2), {1: D2}, None)
+
+
+def test_current_log_dirs_are_checked_like_log_dirs():
+    with pytest.raises(ValueError, match=r"partition t-0 \(current\): log_dirs .* has 1 entries but target_replicas"):
+        Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(1, 2), current_log_dirs=(D1,))
+    with pytest.raises(ValueError, match="current_log_dirs .* needs current_replicas"):
+        Move(topic="t", partition=0, target_replicas=(1, 2), current_log_dirs=(D1, "any"))
+    plain = Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(1, 3))
+    assert "current_log_dirs" not in plain.model_dump_json()  # plans without log dirs: the same bytes as before

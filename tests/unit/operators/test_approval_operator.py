@@ -182,3 +182,82 @@ def _tp(topic, p):
     from airflow_kafka_reassign.core.models import TopicPartition
 
     return TopicPartition(topic, p)
+
+
+# -- a plan on log dirs: the form shows the dirs as they are now --------------------------------------------------
+
+D1, D2 = "/kafka/1/data-1", "/kafka/1/data-2"
+
+
+@pytest.fixture
+def jbod(monkeypatch):
+    """3 brokers with 2 log dirs each; t-0, t-1 with broker 1's replica in its second dir (1 MB each), which is
+    cordoned; late-0 in its first dir."""
+    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+    admin = FakeClusterAdmin.build({1: "a", 2: "b", 3: "c"}, {"t": [[1, 2], [2, 1]], "late": [[1, 3]]}, log_dirs=2)
+    for p in (0, 1):
+        admin.replica_dirs[R("t", p, 1)] = D2
+        admin.sizes[_tp("t", p)] = {1: 1_000_000, 2: 1_000_000}
+    admin.broker_configs[1][CORDONED_LOG_DIRS] = D2
+    admin.close = lambda: None  # type: ignore[method-assign]
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    return admin
+
+
+def removal_xcom(admin, tmp_path) -> dict:
+    from airflow_kafka_reassign.core.planner.goals import PlanRequest
+    from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
+
+    request = PlanRequest(goal="remove-disks", log_dirs=[f"1:{D2}"])
+    result = plan_log_dirs(admin.snapshot(include_sizes=True), LogDirTable.of(admin.log_dirs(None)), request)
+    return {**plan_dir(tmp_path, result.plan.moves), "goal": "remove-disks", "log_dirs": result.summary()["log_dirs"]}
+
+
+def test_the_form_of_a_disk_removal_shows_the_dirs_cordons_and_bytes_now(jbod, tmp_path):
+    xcom = removal_xcom(jbod, tmp_path)
+    op = approval_in_dag(xcom)
+    status = op._preflight({"ti": TI()}, xcom)
+    body = plan_body(xcom, None, status, op.log_dir_lines)
+    assert "log dirs: 0/2 replicas moved, 0 in flight, 2 pending" in body  # pre-flight: where the replicas are
+    assert "**Log dirs now** (DescribeLogDirs; nothing was changed):" in body
+    assert f"| `1:{D2}` (removed) | yes | 2 | 2.0 MB |" in body  # cordoned, what the plan empties
+    assert f"| `1:{D1}` | no | 1 | 0 B |" in body  # late-0
+    assert "/kafka/2/" not in body  # only the brokers concerned
+    assert "not cordoned" not in body and "does not move" not in body  # nothing to warn about
+    assert body.index("Pre-flight against the cluster now") < body.index("Log dirs now")
+
+
+def test_the_form_says_a_removed_dir_is_not_cordoned_or_holds_replicas_the_plan_does_not_move(jbod, tmp_path):
+    from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+
+    xcom = removal_xcom(jbod, tmp_path)
+    jbod.set_cordons({1: None})  # someone took the cordon off ...
+    jbod.replica_dirs[R("late", 0, 1)] = D2  # ... and a replica landed in the dir since the plan
+    op = approval_in_dag(xcom)
+    body = plan_body(xcom, None, op._preflight({"ti": TI()}, xcom), op.log_dir_lines)
+    assert f"| `1:{D2}` (removed) | no | 3 |" in body
+    assert f"- `1:{D2}` is not cordoned: a topic created or grown meanwhile may get replicas there" in body
+    assert (f"- `1:{D2}` holds 1 replica(s) of partitions the plan does not move (late-0): it will not end empty; "
+            "reject and plan again") in body
+
+
+def test_a_plan_without_log_dirs_shows_none_and_asks_nothing_more(cluster, tmp_path):
+    xcom = plan_dir(tmp_path, [move(0, (1, 2), (4, 2))])
+    op = approval_in_dag(xcom)
+    asked = []
+    real = cluster.log_dirs
+    cluster.log_dirs = lambda partitions: asked.append(partitions) or real(partitions)  # type: ignore[method-assign]
+    status = op._preflight({"ti": TI()}, xcom)
+    assert op.log_dir_lines == [] and "Log dirs now" not in plan_body(xcom, None, status, op.log_dir_lines)
+    assert None not in asked  # no DescribeLogDirs of every partition for a plan that pins no log dir
+
+
+def test_log_dirs_section_names_a_broker_that_did_not_answer():
+    from airflow_kafka_reassign.operators.approval import log_dirs_section
+
+    lines = log_dirs_section({}, brokers=[4], removed=["4:/d"])
+    assert "| broker 4 | ? | ? | did not answer DescribeLogDirs |" in lines
