@@ -1,7 +1,7 @@
 """Cost of the execution engine's step and of the sensor's poke, per move, on the in-memory fake (issue 18).
 
     .venv/bin/python tests/benchmarks/bench_step.py [--moves 10000 50000 100000] [--pokes 10000 50000]
-        [--select 10000 100000]
+        [--select 10000 100000] [--eta 10000 100000]
 
 Prints numbers only; asserts nothing about time. Before printing a figure it asserts that it measured what the figure
 says: every move submitted by the one step (and in flight on the fake, sent in one request), every partition of the
@@ -13,6 +13,9 @@ poke observed in flight.
 * **select**: the batch selection of one step with N moves pending (``ordered`` then ``select_batch``, as the step
   calls them): every order, 50 brokers, RF 3 (one replica moves to a broker it was not on), Pareto-distributed
   sizes, at most 2 moves per broker and 50 in the cluster: what every step of a 100k-move plan pays before it submits.
+* **eta**: the plan's ETA of one tick with N moves pending and 50 in flight (``copies_of`` then ``plan_eta``: the
+  schedule under the same limits at a 20 MB/s throttle, the first 1,000 pending moves simulated, the rest
+  extrapolated), and, for the record, the same schedule simulated move by move to the end (``--eta-exact``).
 * **poke**: one :meth:`~airflow_kafka_reassign.core.progress.ReassignmentWatch.poke` (what the sensor and the trigger
   run every poke_interval) with N partitions in flight, sizes measured (bytes, throughput, ETA).
 
@@ -33,6 +36,7 @@ from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOpti
 from airflow_kafka_reassign.core.execution.batch import ordered, select_batch
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.progress import ReassignmentWatch
+from airflow_kafka_reassign.core.schedule import broker_rates, copies_of, plan_eta, simulate
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2", 6: "r3"}
@@ -145,6 +149,34 @@ def bench_select(n: int, repeat: int) -> None:
               f"µs/move), {len(batch)} in the batch", flush=True)
 
 
+def bench_eta(n: int, repeat: int, exact: bool) -> None:
+    moves, sizes = pending_moves(n)
+    limits = ExecutionLimits(max_moves=50, max_moves_per_broker=2, order="balanced")
+    in_order, touched = ordered(moves, limits, sizes, {m.tp: i for i, m in enumerate(moves)})
+    running = select_batch(in_order, {}, limits, touched=touched)
+    sent = [m.tp for m in running]
+    taken = set(sent)
+    queue = [m.tp for m in in_order if m.tp not in taken]
+    by_tp = {m.tp: m for m in moves}  # the step has them (status.moves, status.in_flight, status.queue)
+    rates = broker_rates(throttle=20_000_000)
+    runs, eta = [], None
+    for _ in range(repeat):
+        t0 = time.process_time()
+        copies = copies_of(by_tp, sent, queue, sizes)
+        assert copies is not None and len(copies) == n  # what it measured: every move, sized
+        eta = plan_eta(copies, rates, max_moves=50, max_moves_per_broker=2)
+        runs.append(time.process_time() - t0)
+    assert eta is not None and eta > 0
+    line = f"eta    {n:>7,} moves (50 in flight, balanced): {min(runs) * 1000:7.1f} ms CPU, ETA {eta / 3600:.2f} h"
+    if exact:
+        t0 = time.process_time()
+        full = simulate(copies_of(by_tp, sent, queue, sizes) or [], rates, max_moves=50, max_moves_per_broker=2,
+                        exact_pending=n)
+        assert full is not None
+        line += f"; simulated to the end: {time.process_time() - t0:6.1f} s CPU, ETA {full.end_s / 3600:.2f} h"
+    print(line, flush=True)
+
+
 def bench_poke(n: int, repeat: int) -> None:
     def make() -> tuple[Timed, Callable[[Timed], Any]]:
         fake, plan = cluster(n)
@@ -169,12 +201,16 @@ def main() -> None:
     ap.add_argument("--moves", type=int, nargs="*", default=[10_000, 50_000, 100_000])
     ap.add_argument("--pokes", type=int, nargs="*", default=[10_000, 50_000])
     ap.add_argument("--select", type=int, nargs="*", default=[10_000, 100_000])
+    ap.add_argument("--eta", type=int, nargs="*", default=[10_000, 100_000])
+    ap.add_argument("--eta-exact", action="store_true", help="also simulate every move (slow: O(n) events)")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     for n in args.moves:
         bench_step(n, args.repeat)
     for n in args.select:
         bench_select(n, args.repeat)
+    for n in args.eta:
+        bench_eta(n, args.repeat, args.eta_exact)
     for n in args.pokes:
         bench_poke(n, args.repeat)
 

@@ -94,6 +94,7 @@ def step(
                                     leaders=leaders)
         held: dict[TopicPartition, str] = {}
         batch = select_batch(in_order, status.reassignments, limits, room, held, touched)
+        status.queue = [m.tp for m in in_order]
         if room is not None and guard is not None:
             _disk_verdict(room, held, batch, status, guard, log)
 
@@ -134,6 +135,8 @@ def step(
         }, log=log)
         refused = [m for m in batch if m.tp in status.failed]
         status.pending = [tp for tp in status.pending if tp not in in_batch]
+        if status.queue is not None:
+            status.queue = [tp for tp in status.queue if tp not in in_batch]
         status.in_flight.extend(m.tp for m in ok)
         status.in_flight.sort()
         if refused and rate:

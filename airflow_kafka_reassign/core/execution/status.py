@@ -121,6 +121,11 @@ class ExecutionStatus:
     #: pending moves that are not of normal urgency (core/health.py's ``urgency``): those that restore redundancy
     #: (sent first) and those below min ISR (last)
     urgency: dict[TopicPartition, int] = field(default_factory=dict)
+    #: the pending moves in the order the engine sends them (``None``: not ordered at this step)
+    queue: list[TopicPartition] | None = field(default=None, repr=False)
+    #: the plan's ETA in seconds, from the schedule of its copies under the limits (core/schedule.py; ``None``:
+    #: not computed, no sizes or no rate known yet)
+    eta_s: float | None = None
     #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
     stalled: bool = False
     #: pending moves the disk guard held this step: a broker they add lacks the free space (why, per move)

@@ -82,3 +82,75 @@ def test_beyond_the_simulated_moves_the_cluster_goes_on_at_the_rate_it_reached()
     bounded = simulate(copies, Rates(default_in=1), max_moves_per_broker=1, exact_pending=40)
     assert exact.exact and exact.end_s == pytest.approx(1000.0)
     assert not bounded.exact and bounded.started == 400 and bounded.end_s == pytest.approx(1000.0, rel=0.02)
+
+
+# -- the plan's ETA in the engine and the watch (the one place: plan_eta) ------------------------------------
+
+MB = 1_000_000
+
+
+def eta_session(state_dir):
+    from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession
+    from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+    from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+    # three moves into broker 4 (30, 20, 10 MB, each from its own broker) and one of 40 MB into broker 5
+    f = FakeClusterAdmin.build(brokers={b: None for b in range(1, 7)},
+                               topics={"a": [[1]], "b": [[2]], "c": [[3]], "d": [[6]]})
+    moves = {"a": ((1,), (4,), 30), "b": ((2,), (4,), 10), "c": ((3,), (4,), 20), "d": ((6,), (5,), 40)}
+    f.sizes = {TopicPartition(t, 0): {cur[0]: n * MB} for t, (cur, _, n) in moves.items()}
+    plan = ReassignmentPlan(moves=tuple(Move(topic=t, partition=0, current_replicas=cur, target_replicas=tgt)
+                                        for t, (cur, tgt, _) in moves.items()))
+    clock = [0.0]
+    session = ExecutionSession(f, plan, ExecutionConfig(max_moves_per_broker=1, throttle_bytes_per_sec=10 * MB),
+                               state_dir=state_dir, measure=True, clock_s=lambda: clock[0], settle_s=0, sleep=lambda s: None,
+                               default_disk_reserve="off")
+    return f, session, clock
+
+
+def test_the_engines_eta_is_the_schedule_under_its_limits_by_hand(tmp_path):
+    from airflow_kafka_reassign.core.execution.finishing import progress_observation
+    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+
+    f, session, clock = eta_session(tmp_path)
+    tick = session.tick()
+    # balanced: broker 4 (60 MB) first, largest first: a (30) and d (40, broker 5) go out, then c (20), then b (10).
+    # Each broker takes 10 MB/s (the throttle; no rate observed yet): broker 4 copies 30 + 20 + 10 MB one after
+    # the other, 6 s; broker 5 its 40 MB in 4 s. The plan's ETA is 6 s (the average rate would say 100 MB / 20 MB/s)
+    assert sorted(str(tp) for tp in tick.status.submitted) == ["a-0", "d-0"]
+    assert tick.status.queue == [TopicPartition("c", 0), TopicPartition("b", 0)]
+    assert tick.status.eta_s == pytest.approx(6.0)
+    # the progress line of the execute task and of the sensor's poke shows the same ETA
+    obs = progress_observation(session.plan, tick.status, at=0.0)
+    progress = ReassignmentWatch(session.plan, started_at=0.0, stuck_after_s=600).record(obs, now=0.0)
+    assert progress.eta_s == pytest.approx(6.0) and "ETA 6s" in progress.line()
+    # 1 s later broker 4 took only 5 MB (5 MB/s observed), broker 5 its 10 MB: broker 4 still has 25 + 20 + 10 MB
+    # at 5 MB/s: 11 s
+    clock[0] = 1.0
+    f.sizes[TopicPartition("a", 0)][4] = 5 * MB
+    f.sizes[TopicPartition("d", 0)][5] = 10 * MB
+    assert session.tick().status.eta_s == pytest.approx(11.0)
+    assert session.governor.inbound.rates == {4: pytest.approx(5 * MB), 5: pytest.approx(10 * MB)}
+
+
+def test_a_watch_that_does_not_submit_shares_the_throughput_between_the_brokers_copying():
+    from airflow_kafka_reassign.core.move_state import MoveState, PartitionProgress
+    from airflow_kafka_reassign.core.progress import Observation, ProgressTracker
+
+    def obs(at: float, left: int) -> Observation:
+        return Observation(at=at, partitions=tuple(
+            PartitionProgress(topic=t, partition=0, state=MoveState.IN_FLIGHT, bytes_total=20 * MB,
+                              bytes_copied=20 * MB - left) for t in "xyz"))
+
+    # 60 MB left, then 30 MB a second later: 30 MB/s overall. Broker 4 has two of the copies (20 MB left), broker 5
+    # one (10 MB): each broker copying gets an equal share, 15 MB/s; broker 4 ends last, at 20 / 15 s, where
+    # remaining / throughput would say 1 s
+    copies = [Copy("x", 10 * MB, adding=(4,), running=True), Copy("y", 10 * MB, adding=(4,), running=True),
+              Copy("z", 10 * MB, adding=(5,), running=True)]
+    tr = ProgressTracker(started_at=0, stuck_after_s=600)
+    tr.update(obs(0.0, 20 * MB))
+    progress = tr.update(obs(1.0, 10 * MB), copies=lambda: copies)
+    assert progress.rate == pytest.approx(30 * MB) and progress.eta_s == pytest.approx(20 / 15)
+    # without the brokers (a plan in Kafka's own format) it is remaining / throughput
+    assert tr.update(obs(2.0, 5 * MB)).eta_s == pytest.approx(15 * MB / tr.update(obs(2.0, 5 * MB)).rate)
