@@ -252,6 +252,8 @@ class KafkaClusterAdmin(MaintenanceMixin):
         self._timeout_s = float(timeout_s)
         self._bootstrap = self._config["bootstrap.servers"]
         self._ck: AdminClient | None = None
+        #: a request of this client was answered once: a later "waiting for controller" is a broker that stopped
+        self._answered = False
         self._kp: KafkaAdminClient | None = None
         self._kp_lock = threading.Lock()
         self._last_alter_version: int | None = None
@@ -449,7 +451,9 @@ class KafkaClusterAdmin(MaintenanceMixin):
                     future.cancel()
                     raise refused
                 try:
-                    return future.result(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                    result = future.result(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+                    self._answered = True
+                    return result
                 except TimeoutError:
                     if time.monotonic() >= deadline:
                         raise
@@ -556,7 +560,8 @@ class KafkaClusterAdmin(MaintenanceMixin):
         try:
             return call()
         except ClusterUnreachableError as e:
-            if "waiting for controller" not in str(e):
+            # only a cluster that answered this client before: one never reached fails once, within its timeout
+            if "waiting for controller" not in str(e) or not self._answered:
                 raise
             log.info("the broker the admin client routed to as controller is gone; asking again with fresh metadata")
             self._ck = None
