@@ -179,20 +179,65 @@ def assess(
 
 def below_min_isr(moves: Sequence[Move], isr: Mapping[TopicPartition, Sequence[int]],
                   min_isr: Mapping[str, int]) -> list[TopicPartition]:
-    """The moves whose target keeps fewer in-sync replicas than ``min.insync.replicas`` (when above 1).
+    """The moves that take an in-sync replica away from a partition whose target then keeps fewer in-sync replicas
+    than ``min.insync.replicas`` (when above 1).
 
     Until their adding replicas catch up, such a partition's acks=all writes depend on replicas
     the move removes: one more failure there and producers with acks=all are refused. They are
-    safest last (or refused, see :class:`HealthPolicy`). With ``min.insync.replicas=1`` (Kafka's
-    default) no move qualifies: a partition with a leader is never below it.
+    safest last (or refused, see :class:`HealthPolicy`). A move that removes only replicas already out of the ISR
+    (a repair: it replaces a replica that is lagging or on a broker that is down) lowers nothing and does not
+    qualify. With ``min.insync.replicas=1`` (Kafka's default) no move qualifies: a partition with a leader is
+    never below it.
     """
     out = []
     for m in moves:
         need = min_isr.get(m.topic, 1)
-        kept = set(m.target_replicas) & set(isr.get(m.tp, ()))
-        if need > 1 and len(kept) < need:
+        if need <= 1:
+            continue
+        in_sync = set(isr.get(m.tp, ()))
+        kept = set(m.target_replicas) & in_sync
+        if len(kept) < need and any(b in in_sync for b in m.removing_replicas):
             out.append(m.tp)
     return out
+
+
+#: A pending move's urgency (lower goes first, whatever the order): it replaces a missing replica of a partition
+#: below ``min.insync.replicas`` with no eligible leader replica (KIP-966) beside its ISR ...
+RESTORES_MIN_ISR = 0
+#: ... of a partition below min ISR whose eligible leader replicas still hold every committed record ...
+RESTORES_MIN_ISR_ELR = 1
+#: ... of an under-replicated partition (a replica out of the ISR, or on a broker that is down), or it adds
+#: replicas (a partition created under-replicated, KIP-409, healed);
+RESTORES_REPLICA = 2
+#: any other move;
+NORMAL = 3
+#: a move that takes an in-sync replica from a partition it leaves below min ISR (:func:`below_min_isr`): last.
+BELOW_MIN_ISR_LAST = 4
+
+URGENCY_NAMES = {RESTORES_MIN_ISR: "restores min ISR", RESTORES_MIN_ISR_ELR: "restores min ISR (eligible leaders "
+                 "keep the data)", RESTORES_REPLICA: "restores a replica", NORMAL: "normal",
+                 BELOW_MIN_ISR_LAST: "below min ISR (last)"}
+
+
+def urgency(m: Move, p: PartitionState | None, min_isr: int, live_brokers: Collection[int] | None = None) -> int:
+    """How urgent the pending move ``m`` of partition ``p`` (as the cluster shows it now) is: one of
+    :data:`RESTORES_MIN_ISR` ... :data:`NORMAL` (:data:`BELOW_MIN_ISR_LAST` is told by :func:`below_min_isr`).
+
+    A move *restores redundancy* when it removes a replica that is out of the ISR or on a broker that is not alive
+    (and adds one elsewhere), or when it adds replicas: it gives the partition back a copy it lacks. A move of a
+    degraded partition that does not (it moves an in-sync replica and keeps the missing one) is normal."""
+    if p is None:
+        return NORMAL
+    isr = set(p.isr)
+    missing = {b for b in p.replicas if b not in isr or (live_brokers is not None and b not in live_brokers)}
+    current = m.current_replicas if m.current_replicas is not None else p.replicas
+    restores = (bool(missing) and any(b in missing for b in m.removing_replicas) and bool(m.adding_replicas)) \
+        or len(m.target_replicas) > len(current)
+    if not restores:
+        return NORMAL
+    if len(isr) < min_isr:
+        return RESTORES_MIN_ISR
+    return RESTORES_REPLICA
 
 
 def drained_brokers(moves: Iterable[Move]) -> set[int]:

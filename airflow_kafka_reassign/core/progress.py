@@ -18,10 +18,14 @@ copied). Pending moves count their bytes to copy too, so the ETA covers the whol
 
 **Throughput and ETA**: the bytes *remaining* (to copy minus copied, over unfinished moves) are sampled on every
 poke; the throughput is minus the least-squares slope of the remaining bytes over a sliding window (default five
-minutes), and the ETA is remaining / throughput. Using the remaining bytes (not the bytes copied) makes data still
-being produced into a moving partition count against the ETA, as it does in reality, and the regression over a
-window smooths the one-megabyte steps in which followers fetch. Without sizes the same is done with the number of
-unfinished moves.
+minutes). Using the remaining bytes (not the bytes copied) makes data still being produced into a moving partition
+count against it, as it does in reality, and the regression over a window smooths the one-megabyte steps in which
+followers fetch. The ETA is not remaining / throughput: it is when the last copy ends in the schedule of the plan's
+copies (:func:`~airflow_kafka_reassign.core.schedule.plan_eta`, one place for every path). The execution engine
+computes it with its limits and each broker's rate (the rate it took in over the last polls, else the throttle) and
+passes it in :attr:`Observation.eta_s`; a watch that does not submit knows no limits and gives each broker with a copy
+in flight an equal share of the measured throughput, so the ETA is the busiest broker's bytes over its share (on a
+plan spread evenly, remaining / throughput). Without sizes the same is done with the number of unfinished moves.
 
 **Stuck**: the plan makes progress when a move finishes or the remaining bytes reach a new minimum. No progress for
 ``stuck_after_s``: the in-flight moves (or, when nothing is in flight, the pending ones) are *stuck*, and a warning
@@ -69,6 +73,7 @@ from airflow_kafka_reassign.core.move_state import (
     classify,
 )
 from airflow_kafka_reassign.core.ports import ClusterAdmin, LogDirs, TopicPartitionReplica
+from airflow_kafka_reassign.core.schedule import UNKNOWN_BROKER, Copy, broker_rates, plan_eta
 from airflow_kafka_reassign.core.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -97,6 +102,9 @@ class Observation:
     #: ``(broker, moves)``: brokers that unfinished moves need (a target replica) but that are not alive in the
     #: cluster (not in its metadata: stopped, crashed or fenced), with how many moves wait for each.
     waiting_on: tuple[tuple[int, int], ...] = ()
+    #: The plan's ETA the execution engine computed from the schedule of its copies under its limits (seconds at
+    #: ``at``; core/schedule.py); ``None``: the watch computes one itself (:meth:`ReassignmentWatch.record`).
+    eta_s: float | None = None
     counts: dict[str, int] = field(init=False)
     #: Bytes to copy and copied over every move that is not blocked; ``None`` when some unfinished move's
     #: sizes are unknown.
@@ -279,8 +287,11 @@ class ProgressTracker:
         self.state = state or TrackerState(started_at=started_at, last_progress_at=started_at)
         self._in_flight_key: int | None = None
 
-    def update(self, obs: Observation, *, submitted: int = 0) -> Progress:
-        """Record ``obs`` and return what to report for it."""
+    def update(self, obs: Observation, *, submitted: int = 0,
+               copies: Callable[[], Sequence[Copy] | None] | None = None) -> Progress:
+        """Record ``obs`` and return what to report for it. The ETA is ``obs.eta_s`` (the engine's schedule), else
+        the schedule of ``copies()`` (the plan's copies with their brokers, bytes left, in flight or not) at the
+        throughput shared by the brokers, else of the whole remainder as one copy at the throughput."""
         s = self.state
         now = obs.at
         if obs.bytes_remaining is not None and obs.bytes_total:
@@ -311,14 +322,16 @@ class ProgressTracker:
         })
         k = slope(samples)
         rate = None if k is None else max(0.0, -k)
-        if obs.unfinished == 0:
+        if obs.unfinished == 0 or remaining <= 0:
             eta: float | None = 0.0
-        elif remaining <= 0:
-            eta = 0.0
-        elif rate:
-            eta = remaining / rate
+        elif obs.eta_s is not None:
+            eta = obs.eta_s
         else:
-            eta = None
+            plan = copies() if copies is not None and unit == "bytes" else None
+            if not plan:  # the brokers are unknown: the remainder as one copy, at the throughput
+                plan = [Copy("plan", int(math.ceil(remaining)), adding=(UNKNOWN_BROKER,), running=True)]
+            moving = {b for c in plan if c.running for b in c.adding} or {b for c in plan for b in c.adding}
+            eta = plan_eta(plan, broker_rates(throttle=None, net_rate=rate, brokers=moving))
         stalled_for = max(0.0, now - s.last_progress_at)
         stuck: tuple[PartitionProgress, ...] = ()
         warn = False
@@ -540,7 +553,7 @@ def with_log_dirs(obs: Observation, states: Mapping[TopicPartition, MoveState]) 
                    bytes_copied=p.bytes_copied, detail="moving between log dirs" if states[p.tp] is not MoveState.FAILED
                    else "a move between log dirs was refused")
         if p.state is MoveState.DONE and p.tp in states else p for p in obs.partitions)
-    return Observation(at=obs.at, partitions=parts, waiting_on=obs.waiting_on)
+    return Observation(at=obs.at, partitions=parts, waiting_on=obs.waiting_on, eta_s=obs.eta_s)
 
 
 class ReassignmentWatch:
@@ -617,7 +630,7 @@ class ReassignmentWatch:
 
     def record(self, obs: Observation, *, now: float, submitted: int = 0) -> Progress:
         """Track ``obs`` (observed by someone else: the execution engine's step) and decide the status."""
-        progress = self.tracker.update(obs, submitted=submitted)
+        progress = self.tracker.update(obs, submitted=submitted, copies=lambda: plan_copies(self.plan, obs))
         if obs.complete:
             return progress.with_status("complete")
         if obs.unfinished == 0:
@@ -628,6 +641,24 @@ class ReassignmentWatch:
             stuck = progress.stuck or obs.in_state(*COPYING_STATES) or obs.in_state(MoveState.PENDING)
             return Progress(**{**progress.__dict__, "stuck": stuck, "status": "timeout"})
         return progress
+
+
+def plan_copies(plan: ReassignmentPlan, obs: Observation) -> list[Copy] | None:
+    """The schedule's copies of ``plan`` as ``obs`` saw it (a watch that does not submit): every unfinished move with
+    its bytes left per adding replica, in flight or pending (in plan order); ``None`` when a size is unknown. Moves
+    whose current replicas the plan does not record share one broker, :data:`UNKNOWN_BROKER`."""
+    moves = plan.by_partition()
+    out: list[Copy] = []
+    for p in obs.partitions:
+        if p.state not in (*COPYING_STATES, MoveState.PENDING):
+            continue
+        left = p.bytes_remaining
+        if left is None:
+            return None
+        m = moves.get(p.tp)
+        adding = (m.adding_replicas if m is not None and m.current_replicas is not None else ()) or (UNKNOWN_BROKER,)
+        out.append(Copy(p.tp, -(-left // len(adding)), adding=adding, running=p.state is not MoveState.PENDING))
+    return out
 
 
 def final_message(progress: Progress) -> str:

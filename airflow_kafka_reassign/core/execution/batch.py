@@ -11,6 +11,7 @@ from airflow_kafka_reassign.core.disk_guard import DiskFit, DiskReserve, DiskRoo
 from airflow_kafka_reassign.core.disk_guard import refusal as disk_refusal
 from airflow_kafka_reassign.core.execution.config import ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.health import NORMAL
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
 
@@ -21,17 +22,88 @@ def _touched(adding: Iterable[int], removing: Iterable[int]) -> set[int]:
     return set(adding) | set(removing)
 
 
-def _order(moves: list[Move], limits: ExecutionLimits, sizes: Mapping[TopicPartition, Mapping[int, int]],
-           plan_index: Mapping[TopicPartition, int]) -> list[Move]:
+def order_pending(
+    pending: Sequence[Move],
+    limits: ExecutionLimits,
+    sizes: Mapping[TopicPartition, Mapping[int, int]],
+    plan_index: Mapping[TopicPartition, int],
+    *,
+    urgency: Mapping[TopicPartition, int] | None = None,
+    leaders: Mapping[TopicPartition, int | None] | None = None,
+    tps: Sequence[TopicPartition] | None = None,
+) -> list[Move]:
+    """``pending`` in the order the engine sends them (see :func:`ordered`)."""
+    return ordered(pending, limits, sizes, plan_index, urgency=urgency, leaders=leaders, tps=tps)[0]
+
+
+def ordered(
+    pending: Sequence[Move],
+    limits: ExecutionLimits,
+    sizes: Mapping[TopicPartition, Mapping[int, int]],
+    plan_index: Mapping[TopicPartition, int],
+    *,
+    urgency: Mapping[TopicPartition, int] | None = None,
+    leaders: Mapping[TopicPartition, int | None] | None = None,
+    tps: Sequence[TopicPartition] | None = None,
+) -> tuple[list[Move], list[list[int]]]:
+    """``pending`` in the order the engine sends them, each with the brokers it touches (its adding and removing
+    replicas: :func:`select_batch` takes both). First by ``urgency`` first (core/health.py: the moves that restore
+    redundancy, then the others, then those below min ISR; absent: normal), then by ``limits.order``:
+
+    * ``"balanced"``: the moves of the busiest brokers first, largest first among them: a move's key is the bytes
+      its busiest broker has to move (the pending moves adding or removing a replica on it, or copying from it as
+      their leader, ``leaders``), then its own bytes. The brokers with the most bytes set when the plan can end, so
+      their slots start at once and stay full, and the small moves fill the others' slots and the end (a
+      longest-processing-time-first schedule over the per-broker slots);
+    * ``"largest-first"`` / ``"smallest-first"``: by bytes to copy (partition size x adding replicas);
+    * ``"plan"``: the plan's order.
+
+    Moves of unknown size go after the sized ones, in plan order. O(n log n): one pass for the sizes and the
+    brokers' bytes, one sort. ``tps``: the moves' partitions, when the caller has them (``status.pending``)."""
+    urgency = urgency or {}
+    n = len(pending)
+    tps = [m.tp for m in pending] if tps is None else tps
+    urg = [urgency.get(tp, NORMAL) for tp in tps] if urgency else [NORMAL] * n
+    idx = [plan_index[tp] for tp in tps]
+    touched: list[list[int]] = []
+    cost: list[int] = []  # -1: unknown
+    balanced = limits.order == "balanced"
+    load: dict[int, int] = {}
+    source: dict[int, int] = {}  # move -> its leader, when it is not among the brokers the move touches
+    for i, (m, tp) in enumerate(zip(pending, tps, strict=True)):
+        current, target = m.current_replicas or (), m.target_replicas
+        adding = [b for b in target if b not in current]
+        on = adding + [b for b in current if b not in target]
+        touched.append(on)
+        if limits.order == "plan":
+            continue
+        s = sizes.get(tp)
+        c = max(s.values()) * (len(adding) or 1) if s else -1
+        cost.append(c)
+        if balanced:
+            leader = leaders.get(tp) if leaders is not None else None
+            if leader is not None and adding and leader not in on:
+                source[i] = leader
+            if c > 0:
+                for b in on:
+                    load[b] = load.get(b, 0) + c
+                if i in source:
+                    load[source[i]] = load.get(source[i], 0) + c
+    keys: list[tuple[int | float, ...]]
     if limits.order == "plan":
-        return sorted(moves, key=lambda m: plan_index[m.tp])
-
-    def cost(m: Move) -> int | None:
-        s = sizes.get(m.tp)
-        return max(s.values()) * max(1, len(m.adding_replicas)) if s else None
-
-    sign = 1 if limits.order == "smallest-first" else -1
-    return sorted(moves, key=lambda m: (cost(m) is None, sign * (cost(m) or 0), plan_index[m.tp]))
+        keys = list(zip(urg, idx, strict=True))
+    elif balanced:
+        keys = []
+        for i in range(n):
+            busiest = max([load.get(b, 0) for b in touched[i]], default=0)
+            if i in source:
+                busiest = max(busiest, load.get(source[i], 0))
+            keys.append((urg[i], cost[i] < 0, -busiest, -cost[i], idx[i]))
+    else:
+        sign = 1 if limits.order == "smallest-first" else -1
+        keys = [(urg[i], cost[i] < 0, sign * cost[i], idx[i]) for i in range(n)]
+    order = sorted(range(n), key=keys.__getitem__)
+    return [pending[i] for i in order], [touched[i] for i in order]
 
 
 def select_batch(
@@ -40,22 +112,28 @@ def select_batch(
     limits: ExecutionLimits,
     room: DiskRoom | None = None,
     held: dict[TopicPartition, str] | None = None,
+    touched: Sequence[Sequence[int]] | None = None,
 ) -> list[Move]:
     """The moves of ``pending`` (already ordered) that fit the limits next to what is in flight and, with
     the disk guard's ``room``, the brokers' disks: a move that does not fit is put in ``held`` with why,
-    and the next one gets its slot."""
+    and the next one gets its slot. ``touched``: each move's adding and removing replicas, when the caller has
+    them (:func:`ordered`): the scan of a long pending list then costs a few set lookups per move."""
     in_cluster = len(reassignments)
     per_broker: Counter[int] = Counter()
     for r in reassignments.values():
         per_broker.update(_touched(r.adding_replicas, r.removing_replicas))
+    k = limits.max_moves_per_broker
+    full = {b for b, n in per_broker.items() if k is not None and n >= k}  # brokers with no slot left
     batch: list[Move] = []
-    for m in pending:
+    for j, m in enumerate(pending):
         if limits.max_moves is not None and in_cluster >= limits.max_moves:
             break
-        touched = _touched(m.adding_replicas, m.removing_replicas)
-        if limits.max_moves_per_broker is not None and any(
-            per_broker[b] >= limits.max_moves_per_broker for b in touched
-        ):
+        if touched is not None:
+            on = touched[j]
+        else:
+            current, target = m.current_replicas or (), m.target_replicas
+            on = [b for b in target if b not in current] + [b for b in current if b not in target]
+        if full and not full.isdisjoint(on):
             continue
         if room is not None:
             why = room.take(m)
@@ -65,7 +143,9 @@ def select_batch(
                 continue
         batch.append(m)
         in_cluster += 1
-        per_broker.update(touched)
+        per_broker.update(on)
+        if k is not None:
+            full.update(b for b in on if per_broker[b] >= k)
     return batch
 
 

@@ -19,7 +19,9 @@ from airflow_kafka_reassign.exceptions import ConfigurationError
 _log = logging.getLogger(__name__)
 
 
-Order = Literal["plan", "smallest-first", "largest-first"]
+Order = Literal["balanced", "plan", "smallest-first", "largest-first"]
+#: The orders, as ``order`` takes them.
+ORDERS: tuple[str, ...] = ("balanced", "smallest-first", "largest-first", "plan")
 
 
 #: The journal event of a change of the adaptive limits.
@@ -55,16 +57,17 @@ class ExecutionLimits:
 
     :param max_moves: concurrent reassignments in the cluster (``None``: no limit).
     :param max_moves_per_broker: concurrent reassignments touching any one broker.
-    :param order: ``"plan"`` (the plan's order), ``"smallest-first"`` or ``"largest-first"``
-        (by bytes to copy: partition size x adding replicas, from DescribeLogDirs; moves of
-        unknown size go last, in plan order).
+    :param order: ``"balanced"`` (the moves of the brokers with the most bytes to move first, largest first among
+        them), ``"smallest-first"`` or ``"largest-first"`` (by bytes to copy: partition size x adding replicas,
+        from DescribeLogDirs), or ``"plan"`` (the plan's order); moves of unknown size go last, in plan order. Whatever
+        the order, the moves that restore redundancy go first and those below min ISR last (core/health.py).
     :param max_moves_per_dir: concurrent moves between log dirs (AlterReplicaLogDirs) out of or into any one log
         dir, foreign ones seen in DescribeLogDirs included (``None``: no limit).
     """
 
     max_moves: int | None = None
     max_moves_per_broker: int | None = None
-    order: Order = "smallest-first"
+    order: Order = "balanced"
     max_moves_per_dir: int | None = 1
 
     def __post_init__(self) -> None:
@@ -72,10 +75,8 @@ class ExecutionLimits:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigurationError(f"{name} must be a positive integer or None, not {value!r}")
-        if self.order not in ("plan", "smallest-first", "largest-first"):
-            raise ConfigurationError(
-                f"order must be 'plan', 'smallest-first' or 'largest-first', not {self.order!r}"
-            )
+        if self.order not in ORDERS:
+            raise ConfigurationError(f"order must be one of {', '.join(map(repr, ORDERS))}, not {self.order!r}")
 
     @property
     def limited(self) -> bool:
@@ -182,9 +183,13 @@ class ExecutionConfig(BaseModel):
     max_moves_per_broker: int | None = None
     """Concurrent reassignments touching any one broker: adding or removing a replica on it (a move that only
     reorders replicas touches none)."""
-    order: Order = "smallest-first"
-    """Which pending moves go out first: ``"smallest-first"`` (default) or ``"largest-first"`` by bytes to copy
-    (partition size x adding replicas, from DescribeLogDirs; unknown sizes last), or ``"plan"``."""
+    order: Order = "balanced"
+    """Which pending moves go out first, after the moves that restore redundancy (a replica out of the ISR or on a
+    broker that is down replaced, min ISR restored: always first) and before those below min ISR (always last):
+    ``"balanced"`` (default: the moves of the brokers with the most bytes to move first, largest first among them,
+    so the busiest brokers' slots never wait and the small moves fill the end: the plan ends soonest under the
+    per-broker limits), ``"smallest-first"`` or ``"largest-first"`` by bytes to copy (partition size x adding
+    replicas, from DescribeLogDirs), or ``"plan"``. Moves of unknown size go last, in plan order."""
     throttle_bytes_per_sec: int | None = None
     """Replication throttle (bytes/s) on the brokers and replicas of the moves in flight; the values that were
     there before are backed up on the run state first and restored exactly at the end (after success, failure,

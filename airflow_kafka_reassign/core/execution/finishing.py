@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_kafka_reassign.core.execution.config import ExecutionOptions
@@ -71,6 +72,8 @@ def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at:
         raise ValueError("this status was not made by step(): it has no observation to report progress from")
     seen = assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
                         refused=status.failed if refused is None else refused, submitted=set(status.submitted))
+    if status.eta_s is not None:  # the engine's schedule under its limits (core/schedule.py)
+        seen = replace(seen, eta_s=status.eta_s)
     ld = status.log_dirs  # the moves between log dirs the step classified: a partition is done when they are
     if ld is None:
         return seen

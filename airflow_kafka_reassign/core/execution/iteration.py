@@ -6,7 +6,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from airflow_kafka_reassign.core.disk_guard import DiskReserve
-from airflow_kafka_reassign.core.execution.batch import _disk_room, _disk_verdict, _order, _request_json, _submit, select_batch
+from airflow_kafka_reassign.core.execution.batch import (
+    _disk_room,
+    _disk_verdict,
+    _request_json,
+    _submit,
+    ordered,
+    select_batch,
+)
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs, submit_log_dirs
 from airflow_kafka_reassign.core.execution.observe import _assess
@@ -81,12 +88,14 @@ def step(
         elif limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
-        ordered = _order(pending, limits, sizes, plan_index)
-        if status.below_min_isr:  # safest last (core/health.py)
-            risky = set(status.below_min_isr)
-            ordered = [m for m in ordered if m.tp not in risky] + [m for m in ordered if m.tp in risky]
+        # redundancy first, below min ISR last (status.urgency, core/health.py), then the order
+        leaders = {tp: obs.partitions[tp].leader for tp in status.pending if tp in obs.partitions} \
+            if limits.order == "balanced" else None
+        in_order, touched = ordered(pending, limits, sizes, plan_index, urgency=status.urgency, tps=status.pending,
+                                    leaders=leaders)
         held: dict[TopicPartition, str] = {}
-        batch = select_batch(ordered, status.reassignments, limits, room, held)
+        batch = select_batch(in_order, status.reassignments, limits, room, held, touched)
+        status.queue = [m.tp for m in in_order]
         if room is not None and guard is not None:
             _disk_verdict(room, held, batch, status, guard, log)
 
@@ -127,6 +136,8 @@ def step(
         }, log=log)
         refused = [m for m in batch if m.tp in status.failed]
         status.pending = [tp for tp in status.pending if tp not in in_batch]
+        if status.queue is not None:
+            status.queue = [tp for tp in status.queue if tp not in in_batch]
         status.in_flight.extend(m.tp for m in ok)
         status.in_flight.sort()
         if refused and rate:

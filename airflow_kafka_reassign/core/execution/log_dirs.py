@@ -183,8 +183,9 @@ def select_log_dir_moves(ld: LogDirStatus, limits: ExecutionLimits, options: Exe
                         "KIP-1066): the broker would refuse it. Uncordon the dir or plan again")
     guard = options.disk_reserve if isinstance(options.disk_reserve, DiskReserve) else None
     room = _VolumeRoom(ld.dirs, ld, guard) if guard is not None else None
+    # the moves between log dirs keep smallest-first under the default order ("balanced" schedules reassignments)
     order = ld.pending if limits.order == "plan" else sorted(
-        ld.pending, key=lambda r: ld.size.get(r, 0) * (1 if limits.order == "smallest-first" else -1))
+        ld.pending, key=lambda r: ld.size.get(r, 0) * (-1 if limits.order == "largest-first" else 1))
     limit = limits.max_moves_per_dir
     batch = []
     for r in order:

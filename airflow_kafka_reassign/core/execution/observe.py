@@ -12,7 +12,14 @@ from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, SUMMARY_SAMPLE, ExecutionOptions
 from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus, _names, _Observation
-from airflow_kafka_reassign.core.health import assess, below_min_isr, drained_brokers
+from airflow_kafka_reassign.core.health import (
+    BELOW_MIN_ISR_LAST,
+    NORMAL,
+    assess,
+    below_min_isr,
+    drained_brokers,
+    urgency,
+)
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.move_state import MoveState, classify
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
@@ -280,7 +287,8 @@ def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionSt
                   log: logging.Logger) -> None:
     """Read the cluster's health into ``status`` (core/health.py): ``paused`` when trouble that
     the run does not explain stops new submissions; pending moves below min ISR counted (and
-    refused with ``below_min_isr="refuse"``)."""
+    refused with ``below_min_isr="refuse"``); each pending move's urgency (``status.urgency``: the moves that
+    restore redundancy go first, those below min ISR last)."""
     policy = options.health
     isr = {tp: p.isr for tp, p in obs.partitions.items()}
     risky = below_min_isr([status.moves[tp] for tp in status.pending], isr, obs.min_isr)
@@ -294,6 +302,15 @@ def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionSt
         status.pending = [tp for tp in status.pending if tp not in gone]
     else:
         status.below_min_isr = risky
+    # redundancy first, below min ISR last: the order every batch starts from (core/health.py)
+    urgent: dict[TopicPartition, int] = {}
+    for tp in status.pending:
+        u = urgency(status.moves[tp], obs.partitions.get(tp), obs.min_isr.get(tp.topic, 1), obs.brokers)
+        if u != NORMAL:
+            urgent[tp] = u
+    for tp in status.below_min_isr:
+        urgent[tp] = BELOW_MIN_ISR_LAST
+    status.urgency = urgent
     if not policy.gate:
         return
     active = [status.moves[tp] for tp in [*status.pending, *status.in_flight]]

@@ -272,6 +272,7 @@ class ExecutionSession:
                 eta = self.governor.adapt(self.admin, status, before, at=self.clock_s(), options=options,
                                           state_dir=self.state_dir, log=log,
                                           measure=self.plan.partitions if self.measure else None)
+                status.eta_s = self.governor.plan_eta(status, limits, options, at=self.clock_s())
         if self.health_stop is not None:
             status.blocked = status.blocked or self.health_stop
             # never sent now (nor a cancelled move again): a driver that watches names them when it ends

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
-from airflow_kafka_reassign.core.health import HealthReport
+from airflow_kafka_reassign.core.health import NORMAL, HealthReport
 from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition
 from airflow_kafka_reassign.core.ports import InFlightReassignment, LogDir, TopicPartitionReplica
 
@@ -118,6 +118,14 @@ class ExecutionStatus:
     paused: str | None = None
     #: pending moves whose target keeps fewer in-sync replicas than min.insync.replicas (ordered last or refused)
     below_min_isr: list[TopicPartition] = field(default_factory=list)
+    #: pending moves that are not of normal urgency (core/health.py's ``urgency``): those that restore redundancy
+    #: (sent first) and those below min ISR (last)
+    urgency: dict[TopicPartition, int] = field(default_factory=dict)
+    #: the pending moves in the order the engine sends them (``None``: not ordered at this step)
+    queue: list[TopicPartition] | None = field(default=None, repr=False)
+    #: the plan's ETA in seconds, from the schedule of its copies under the limits (core/schedule.py; ``None``:
+    #: not computed, no sizes or no rate known yet)
+    eta_s: float | None = None
     #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
     stalled: bool = False
     #: pending moves the disk guard held this step: a broker they add lacks the free space (why, per move)
@@ -146,6 +154,11 @@ class ExecutionStatus:
         return self.complete and not self.stale and not self.failed and self.blocked is None
 
     @property
+    def restoring(self) -> int:
+        """Pending moves that restore redundancy (they go first)."""
+        return sum(1 for u in self.urgency.values() if u < NORMAL)
+
+    @property
     def remaining(self) -> list[TopicPartition]:
         return sorted([*self.in_flight, *self.pending, *self.lagging])
 
@@ -161,6 +174,9 @@ class ExecutionStatus:
                 line += f", {len(items)} {what}"
         if self.submitted:
             line += f"; submitted {len(self.submitted)} now"
+        restoring = self.restoring
+        if restoring:
+            line += f", {restoring} restore redundancy (first)"
         if self.below_min_isr:
             line += f", {len(self.below_min_isr)} below min ISR (last)"
         if self.stalled:
@@ -192,6 +208,7 @@ class ExecutionStatus:
             "blocked": self.blocked,
             "paused": self.paused,
             "below_min_isr": len(self.below_min_isr),
+            "restoring": self.restoring,
             "stalled": self.stalled,
             "disk_held": len(self.disk_held),
         }

@@ -512,7 +512,7 @@ def test_smallest_first_orders_by_bytes_to_copy_and_unknown_sizes_go_last():
     f = fake(a=[[1, 2]], b=[[1, 2]], c=[[1, 2]], d=[[1, 2]])
     f.sizes = {tp("a", 0): {1: 500, 2: 500}, tp("b", 0): {1: 100, 2: 100}, tp("c", 0): {1: 300, 2: 300}}
     plan = plan_of(*(mv(t, 0, (1, 2), (3, 4)) for t in "abcd"))
-    s = quiet_step(f, plan, ExecutionLimits(max_moves=3))
+    s = quiet_step(f, plan, ExecutionLimits(max_moves=3, order="smallest-first"))
     assert s.submitted == [tp("b", 0), tp("c", 0), tp("a", 0)]
     f2 = fake(a=[[1, 2]], b=[[1, 2]], c=[[1, 2]], d=[[1, 2]])
     f2.sizes = dict(f.sizes)
