@@ -9,7 +9,10 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration bench lint docs clean compat compat-spark compat-airflow
+.PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow
+
+# the unit tests on both cores, a whole file per worker (module fixtures set up once); docs/testing.md
+XDIST := -n 2 --dist loadfile
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -60,14 +63,18 @@ stack-down: setup  ## stop what 'make stack' started
 stack-status: setup
 	$(PY) -m airflow_kafka_reassign.sandbox.stack status --dir $(STACK_DIR)
 
-test: setup chromium stack-deps  ## unit and integration tests (starts one real Kafka cluster)
-	$(VENV)/bin/pytest tests/unit tests/integration
-
-unit: setup
-	$(VENV)/bin/pytest tests/unit
-
-integration: setup chromium stack-deps
+test: setup chromium  ## unit and integration tests (starts one real Kafka cluster); each run ends with its time table
+	$(VENV)/bin/pytest $(XDIST) tests/unit
 	$(VENV)/bin/pytest tests/integration
+
+unit: setup  ## the unit tests (no Kafka), on both cores
+	$(VENV)/bin/pytest $(XDIST) tests/unit
+
+integration: setup chromium
+	$(VENV)/bin/pytest tests/integration
+
+test-times: setup  ## the last test run's time table again: slowest tests, time per file, fixed costs (tests/timings.py)
+	$(PY) tests/timings.py
 
 bench: setup  ## benchmarks: print numbers, assert nothing about time
 	@for f in tests/benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

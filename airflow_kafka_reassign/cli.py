@@ -6,6 +6,16 @@ Examples (against the sandbox: ``python -m airflow_kafka_reassign.sandbox up``):
     airflow-kafka-reassign plan --snapshot /tmp/snap --goal remove-brokers --brokers 4 --out /tmp/plan
     airflow-kafka-reassign metrics --snapshot /tmp/snap --plan /tmp/plan
 
+The goals on log dirs (JBOD) plan from each broker's log dirs, which ``snapshot --log-dirs`` records beside the
+snapshot (``log_dirs.json``)::
+
+    airflow-kafka-reassign snapshot --bootstrap-servers 127.0.0.1:19092 --log-dirs --out /tmp/snap
+    airflow-kafka-reassign plan --snapshot /tmp/snap --goal remove-disks --log-dir 1:/var/lib/kafka/data-2 --out /tmp/plan
+    airflow-kafka-reassign plan --snapshot /tmp/snap --goal rebalance-disks --out /tmp/plan
+
+The command plans only: it changes nothing on the cluster. PlanReassignmentOperator(goal="remove-disks") also cordons
+the dirs (Kafka 4.3+) before its snapshot; here, cordon them yourself first if topics are created meanwhile.
+
 Every ``--out``, ``--snapshot`` and ``--plan`` may be an object-storage URI (``s3://bucket/...``):
 it is read or written through the same storage layer as the operators
 (``airflow_kafka_reassign.plan_storage``), with the Airflow connection ``--storage-conn-id`` when
@@ -103,10 +113,17 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, args.sample_window_s)
         # each broker's log-dir space (KIP-827): a capacity document's "cluster" disks come from it
         space = admin.log_dirs([snapshot.partitions[0].tp]).space if args.sizes and snapshot.partitions else None
+        table = None
+        if args.log_dirs:  # what the goals on log dirs plan from
+            from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable
+
+            table = LogDirTable.of(admin.log_dirs(None))
     finally:
         admin.close()
     with _writable(args.out, args) as local:
         write_snapshot(snapshot, local)
+        if table is not None:
+            table.write(Path(local))
         if space:
             from airflow_kafka_reassign.core.capacity import write_disks
 
@@ -139,6 +156,8 @@ def build_request(args: argparse.Namespace) -> Any:
         fields["rf_changes"] = rf
     if args.heal_targets:
         fields["heal_targets"] = json.loads(Path(args.heal_targets).read_text(encoding="utf-8"))
+    if args.log_dir:
+        fields["log_dirs"] = tuple(args.log_dir)
     for name in ("include_internal", "include_in_flight", "use_sizes"):
         if getattr(args, name):
             fields[name] = True
@@ -159,12 +178,19 @@ def build_request(args: argparse.Namespace) -> Any:
 def cmd_plan(args: argparse.Namespace) -> int:
     from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
     from airflow_kafka_reassign.core.planner import plan_reassignment
+    from airflow_kafka_reassign.core.planner.goals import LOG_DIR_GOALS
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
 
     request = _cluster_disks(build_request(args), args)
     if args.no_spark:
         with _writable(args.out, args) as out:
-            result = plan_reassignment(read_snapshot(_readable(args.snapshot, args)), request)
+            snapshot = _readable(args.snapshot, args)
+            if request.goal in LOG_DIR_GOALS:  # the pure planner, as the plan job runs it on its driver
+                from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
+
+                result = plan_log_dirs(read_snapshot(snapshot), LogDirTable.read(snapshot), request)
+            else:
+                result = plan_reassignment(read_snapshot(snapshot), request)
             write_plan_dir(result, out, snapshot=str(args.snapshot))
             summary = read_metrics(out)["summary"]
     else:
@@ -175,7 +201,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "goal", "partitions_moved", "replica_moves", "lower_bound", "bytes_to_move", "leader_changes",
         "leader_changes_lower_bound")}, "replica_max_min_floor": summary.get("replica_max_min_floor"),
         "replica_balance_bounded_by": summary.get("replica_balance_bounded_by", []),
-        **{k: summary[k] for k in ("bytes_lower_bound", "disk") if k in summary},
+        **{k: summary[k] for k in ("bytes_lower_bound", "disk", "log_dirs") if k in summary},
         "warnings": summary["warnings"]}, indent=1))
     return 0
 
@@ -293,6 +319,9 @@ def parser() -> argparse.ArgumentParser:
                    help="also estimate each partition's bytes-in rate from two reads of the replicas' sizes this "
                         "many seconds apart (alone: 30; default: no rates). An estimate: retention and compaction "
                         "during the window skew it")
+    s.add_argument("--log-dirs", action="store_true",
+                   help="also record each broker's log dirs and their replicas (DescribeLogDirs, log_dirs.json): what "
+                        "the goals remove-disks and rebalance-disks plan from")
     s.add_argument("--timeout", type=float, default=30.0, help="bound on each request to the cluster (s)")
     s.add_argument("--settle-timeout", type=float, default=DEFAULT_SETTLE_S, metavar="SECONDS",
                    help="how long to keep reading while the cluster's metadata settles (topics created a moment "
@@ -301,12 +330,16 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a reassignment from a snapshot (Spark job)")
     p.add_argument("--snapshot", required=True)
-    p.add_argument("--goal", choices=["rebalance", "add-brokers", "remove-brokers", "heal", "offload"],
+    p.add_argument("--goal", choices=["rebalance", "add-brokers", "remove-brokers", "heal", "offload", "remove-disks",
+                                      "rebalance-disks"],
                    default="rebalance")
     p.add_argument("--brokers", type=_brokers, help="broker ids added or removed, e.g. 7,8")
     p.add_argument("--topic-include", action="append", help="regex (full match); repeatable")
     p.add_argument("--topic-exclude", action="append", help="regex (full match); repeatable")
     p.add_argument("--rf-change", action="append", help="TOPIC=RF: change this topic's replication factor")
+    p.add_argument("--log-dir", action="append", metavar="BROKER:/PATH",
+                   help="goal remove-disks: a log dir to empty, as DescribeLogDirs reports it (1:/var/lib/kafka/data-2); "
+                        "repeatable. Needs a snapshot taken with --log-dirs")
     p.add_argument("--heal-targets", help="JSON file {\"topic-partition\": rf} (GuardedCreatePartitions writes it)")
     p.add_argument("--include-internal", action="store_true")
     p.add_argument("--include-in-flight", action="store_true")
@@ -316,7 +349,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity", help="capacity document (JSON/YAML): disk bytes per broker; balances disk share; "
                                       "'cluster': each broker's disk as it reports it (a snapshot taken with --sizes)")
     p.add_argument("--disk-cap", type=float, help="no broker above this share of its disk after the plan (0.85)")
-    p.add_argument("--disk-tolerance", type=float, help="disk share within this of the mean (0.02)")
+    p.add_argument("--disk-tolerance", type=float,
+                   help="disk share within this of the mean (0.02); goal rebalance-disks: each log dir's share of its "
+                        "volume within this of its broker's mean")
     p.add_argument("--offload-threshold", type=float, help="goal offload: brokers above this share shed down to it")
     p.add_argument("--ingress-tolerance", type=float,
                    help="with network_in capacities and a snapshot with bytes-in rates: bytes-in share within this "

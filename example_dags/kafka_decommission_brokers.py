@@ -18,7 +18,8 @@ Nothing runs before the input is checked:
 
 4. ``approve`` pauses the run for a person (Airflow's human-in-the-loop approval, Airflow 3.1+): the
    task's "Required actions" page shows the plan's summary and a link to the plan report; "Reject"
-   skips everything after it (nothing is submitted). The approval is bound to the plan's content
+   skips everything after it (nothing is submitted) but ``restore_cordons``, which gives the brokers'
+   cordons back exactly as they were before ``plan`` set them. The approval is bound to the plan's content
    hash and its snapshot time: ``execute`` refuses a plan edited after the approval, or planned
    more than ``MAX_SNAPSHOT_AGE`` ago, saying to re-plan. A dry run asks no approval; untick
    ``require_approval`` only where nobody is there to answer (CI, ``airflow dags test``).
@@ -35,7 +36,10 @@ could not be set); ``verify_drained`` confirms the brokers hold no replica any m
 The whole lifecycle (docs/decommission.md): ``plan`` first refuses a broker that is a KRaft controller voter
 (a combined broker+controller node: draining it and then stopping it would cost the quorum a voter), then
 cordons the brokers (``cordoned.log.dirs=*``, Kafka 4.3+: nothing new lands there while they drain; the
-previous values are backed up with the plan, and a cancel or rollback restores them). With ``unregister``
+previous values are backed up with the plan, and a cancel or rollback restores them). ``restore_cordons`` runs
+after the drain whatever happened (``trigger_rule="all_done"``): when the plan's moves were never sent (rejected,
+no answer in time, refused by ``execute``, or ``plan`` failed after cordoning) it restores the backup; once they
+were sent it changes nothing (the drain owns the cordons then). With ``unregister``
 ticked, the run then waits (``wait_for_shutdown``, reschedule mode) until you have stopped the brokers'
 processes, and unregisters them (``unregister``): a broker never unregistered still counts, and gets new
 partitions assigned (KIP-1073).
@@ -57,7 +61,11 @@ from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.approval import PlanApprovalOperator
-from airflow_kafka_reassign.operators.decommission import UnregisterBrokersOperator, WaitForBrokerShutdownSensor
+from airflow_kafka_reassign.operators.decommission import (
+    RestoreCordonsOperator,
+    UnregisterBrokersOperator,
+    WaitForBrokerShutdownSensor,
+)
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
@@ -273,7 +281,20 @@ with DAG(
         retries=0,
     )
 
+    # [START restore_cordons]
+    # a plan never executed gives its cordons back: after the drain's last task, whatever happened before it (a
+    # "Reject" skips the tasks after approve, a failure marks them upstream_failed; all_done runs either way)
+    restore_cordons = RestoreCordonsOperator(
+        task_id="restore_cordons",
+        plan_task_id="plan",
+        kafka_config_id=KAFKA_CONN_ID,
+        storage_conn_id=STORAGE_CONN_ID,
+        trigger_rule="all_done",
+    )
+
     drained = verify_drained()
     check_request() >> plan >> approve >> execute >> not_a_dry_run() >> wait >> drained
+    wait >> restore_cordons
+    # [END restore_cordons]
     drained >> unregister_requested() >> wait_for_shutdown >> unregister
 # [END decommission]

@@ -51,3 +51,11 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
         terminalreporter.section("kafka-python clients left open")
         for line in _LEAKS:
             terminalreporter.line(line)
+
+
+# -- where the time goes (tests/timings.py) ------------------------------------------------------
+
+def pytest_configure(config: pytest.Config) -> None:
+    import timings
+
+    config.pluginmanager.register(timings, "akr-test-times")

@@ -34,10 +34,11 @@ from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
 _log = logging.getLogger(__name__)
 
 
-def cordon_for_removal(admin: ClusterAdmin, request: PlanRequest, *, state_dir: StateLocation,
+def cordon_for_removal(admin: ClusterAdmin, request: PlanRequest, *, state_dir: StateLocation, cordon: bool = True,
                        log: logging.Logger | None = None) -> dict[int, str | None]:
     """goal ``remove-disks``: refuse a bad request before anything is sent, then cordon its log dirs (backed up in
-    ``state_dir``, the plan's run state); returns what was set (empty: another goal, or no cordons on this cluster)."""
+    ``state_dir``, the plan's run state); returns what was set (empty: another goal, no cordons on this cluster, or
+    ``cordon=False``: the request is checked all the same, nothing is cordoned and no backup is written)."""
     log = log or _log
     if request.goal != "remove-disks":
         return {}
@@ -53,6 +54,10 @@ def cordon_for_removal(admin: ClusterAdmin, request: PlanRequest, *, state_dir: 
     check_dir_removals(table, brokers, removals)
     topics = sorted({t for b, path in removals for t, _, _ in getattr(table.dir(b, path), "replicas", ())})
     plan_log_dirs(admin.snapshot(topics=topics), table, request)  # nowhere to go: refused here, nothing sent
+    if not cordon:
+        log.warning("log dir(s) %s are not cordoned (cordon=False): a topic created or grown meanwhile may get "
+                    "replicas there that the plan does not move", list(request.log_dirs))
+        return {}
     if not caps.cordons:
         log.warning("the cluster has no cordons (cordoned.log.dirs: Kafka 4.3+ with metadata.version 4.3-IV0; this "
                     "cluster's level is %s): log dir(s) %s are not cordoned, and a topic created or grown meanwhile "

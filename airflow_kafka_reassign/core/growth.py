@@ -807,13 +807,14 @@ def assess_heal(snapshot: ClusterSnapshot, targets: Mapping[str, int]) -> HealAs
 
 
 def plan_heal(
-    snapshot: ClusterSnapshot, targets: Mapping[str, int], *, rack_aware: bool = True
+    snapshot: ClusterSnapshot, targets: Mapping[str, int], *, rack_aware: bool = True, cordoned: Collection[int] = ()
 ) -> tuple[HealAssessment, PlanResult | None]:
     """The heal plan for ``targets``: ``(assessment, PlanResult or None)``.
 
     Runs the planner's ``goal="heal"`` with exactly the present partitions of ``targets``, so
     only the ``short`` ones get moves (each an explicitly allowed RF change, KIP-860) and no
-    other partition is touched. ``None`` when no target partition exists any more. Raises
+    other partition is touched; no replica goes to a ``cordoned`` broker (KIP-1066:
+    :func:`~airflow_kafka_reassign.core.cordon.cordoned_brokers`). ``None`` when no target partition exists any more. Raises
     :class:`ConfigurationError` when a target still has a replica on a broker that is not running.
     """
     assessment = assess_heal(snapshot, targets)
@@ -828,7 +829,8 @@ def plan_heal(
     if not assessment.plan_targets:
         return assessment, None
     request = PlanRequest(
-        goal="heal", heal_targets=assessment.plan_targets, include_internal=True, rack_aware=rack_aware
+        goal="heal", heal_targets=assessment.plan_targets, include_internal=True, rack_aware=rack_aware,
+        cordoned=tuple(cordoned),
     )
     return assessment, plan_reassignment(snapshot, request)
 

@@ -31,7 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException
 from confluent_kafka import TopicCollection as CKTopicCollection
@@ -80,6 +80,7 @@ from airflow_kafka_reassign.exceptions import (
     IncompleteSnapshotError,
     UnsupportedBrokerError,
 )
+from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.config import is_secret_key, to_confluent, to_kafka_python, validate_client_config
 from airflow_kafka_reassign.kafka.maintenance import MaintenanceMixin, log_dirs_of
 
@@ -180,27 +181,6 @@ _ACCESS_CODES = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: "authorization",
 }
 
-
-
-class Refused(NamedTuple):
-    """What a request needs from the authorizer, to name it when the cluster refuses it: the ACL
-    ``operation`` (Kafka's name: ``ALTER``, ``ALTER_CONFIGS`` ...) on ``resource`` for ``request``, and
-    the ``kafka-acls`` options that grant it."""
-
-    operation: str
-    resource: str
-    request: str
-    grant: str
-
-    @classmethod
-    def on_cluster(cls, operation: str, request: str) -> Refused:
-        option = "".join(w.capitalize() for w in operation.split("_"))
-        return cls(operation, "the cluster", request, f"--operation {option} --cluster")
-
-    @classmethod
-    def on_topic(cls, operation: str, topic: str, request: str) -> Refused:
-        option = "".join(w.capitalize() for w in operation.split("_"))
-        return cls(operation, f"topic {topic!r}", request, f"--operation {option} --topic {topic}")
 
 
 #: Kafka's api key of AlterPartitionReassignments.

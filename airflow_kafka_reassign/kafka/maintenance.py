@@ -40,6 +40,7 @@ from airflow_kafka_reassign.core.ports import (
     TopicPartitionReplica,
 )
 from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
+from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.protocol import UnregisterBrokerRequest
 
 if TYPE_CHECKING:
@@ -135,7 +136,6 @@ class MaintenanceMixin:
     def capabilities(self) -> ClusterCapabilities:
         """What the cluster supports (read once per client: ApiVersions and the finalized features)."""
         if self._capabilities is None:
-            from airflow_kafka_reassign.kafka.admin import Refused
 
             with self._authorized(Refused.on_cluster("DESCRIBE", "ApiVersions")):
                 features = self._with_fresh_controller(lambda kp: kp.describe_features())
@@ -169,7 +169,6 @@ class MaintenanceMixin:
 
     def describe_quorum(self) -> QuorumInfo:
         """The KRaft metadata quorum (DescribeQuorum of ``__cluster_metadata``)."""
-        from airflow_kafka_reassign.kafka.admin import Refused
 
         self._require(self.capabilities().describe_quorum, "DescribeQuorum", "a KRaft cluster")
         with self._authorized(Refused.on_cluster("DESCRIBE", "DescribeQuorum")):
@@ -193,7 +192,6 @@ class MaintenanceMixin:
 
     def describe_cluster(self, *, include_fenced: bool = True) -> ClusterDescription:
         """The registered brokers; fenced ones flagged (KIP-1073) when asked for and supported."""
-        from airflow_kafka_reassign.kafka.admin import Refused
 
         fenced_known = include_fenced and self.capabilities().fenced_brokers
         with self._authorized(Refused.on_cluster("DESCRIBE", "DescribeCluster")):
@@ -207,7 +205,6 @@ class MaintenanceMixin:
 
     def unregister_broker(self, broker_id: int) -> BrokerResult:
         """UnregisterBroker (api key 64): the controller removes ``broker_id``'s registration."""
-        from airflow_kafka_reassign.kafka.admin import Refused
 
         self._require(self.capabilities().unregister_broker, "UnregisterBroker", "a KRaft cluster (Kafka 3.0+)")
         request = UnregisterBrokerRequest(broker_id=int(broker_id))
@@ -227,7 +224,6 @@ class MaintenanceMixin:
 
     def alter_replica_log_dirs(self, targets: Mapping[TopicPartitionReplica, str]) -> tuple[ReplicaDirResult, ...]:
         """AlterReplicaLogDirs (KIP-113): each replica to its new log dir; one request per broker."""
-        from airflow_kafka_reassign.kafka.admin import Refused
 
         if not targets:
             return ()

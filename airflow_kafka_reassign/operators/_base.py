@@ -109,11 +109,7 @@ class ExecutionTask:
 
     def _release_lease(self) -> None:
         lease, self._lease = self._lease, None
-        if lease is not None:
-            try:
-                lease.release()
-            except Exception:  # noqa: BLE001 (it expires by itself)
-                self.log.warning("could not release the plan's lease; it expires by itself", exc_info=True)
+        release_lease(lease, self.log)
 
     # -- the kill switch -------------------------------------------------------------------------
 
@@ -135,3 +131,12 @@ class ExecutionTask:
                 admin.close()
         except Exception:  # noqa: BLE001 (a kill must not fail; the next run restores from the backup)
             log.exception("on_kill: restoring the throttles failed; the next run restores them from %s", state_dir)
+
+
+def release_lease(lease: Any, log: Any) -> None:
+    """Give a plan's lease back (``None``: nothing held); a failure only warns: the lease expires by itself."""
+    if lease is not None:
+        try:
+            lease.release()
+        except Exception:  # noqa: BLE001 (it expires by itself)
+            log.warning("could not release the plan's lease; it expires by itself", exc_info=True)

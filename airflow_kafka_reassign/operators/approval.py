@@ -4,7 +4,10 @@ It is Airflow's own human-in-the-loop approval (the standard provider's ``Approv
 Airflow 3.1+): the run waits on the task's "Required actions" page in the UI (or
 ``PATCH /api/v2/hitlDetails/...`` through the REST API) with the plan's summary (moves, bytes,
 lower bound, balance before/after, warnings) and a link to the plan report. "Reject" skips the
-downstream tasks: nothing is submitted.
+downstream tasks: nothing is submitted. (On Airflow 3 the skip ends the task then and there: the task
+SDK raises ``DownstreamTasksSkipped`` from the approval's ``execute_complete``, so no code of this task
+runs after it. What a rejected plan leaves behind, the cordons its plan task set, is given back by a
+clean-up task that runs whatever happened upstream: ``RestoreCordonsOperator``, operators/decommission.py.)
 
 The decision is bound to the plan: the task returns an approval record (XCom ``return_value``)::
 
@@ -57,6 +60,11 @@ try:
 except Exception:  # noqa: BLE001 (ImportError, or the provider's "needs Airflow 3.1+" exception on 3.0)
     ApprovalOperator = BaseOperator  # type: ignore[assignment,misc]
     HITL_AVAILABLE = False
+try:  # Airflow 3's SkipMixin.skip raises it (the task runner skips the tasks it names)
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+except ImportError:  # pragma: no cover (Airflow 2 has no task SDK; this provider needs 3)
+    class DownstreamTasksSkipped(Exception):  # type: ignore[no-redef]  # noqa: N818
+        """Never raised here."""
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -248,42 +256,28 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         return status
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        response = super().execute_complete(context=context, event=event)
+        try:
+            response = super().execute_complete(context=context, event=event)
+        except DownstreamTasksSkipped:
+            # Airflow 3: "Reject" skips the downstream tasks by raising from the approval's execute_complete; the task
+            # ends there (success), so the decision is recorded now. The cordons the plan set are restored by the
+            # clean-up task after the drain (RestoreCordonsOperator: trigger_rule all_done), not here.
+            self._record(context, event, approved=False, push=True)
+            raise
+        return self._record(context, response, approved=list(response.get("chosen_options") or []) == [self.APPROVE])
+
+    def _record(self, context: Context, response: Mapping[str, Any], *, approved: bool, push: bool = False) -> dict:
+        """The approval record (see the module doc), logged; ``push``: pushed as the task's XCom ``return_value``
+        itself (a rejection ends the task before it returns)."""
         record = context["ti"].xcom_pull(task_ids=self.task_id, key=REQUEST_KEY) or {}
         user = response.get("responded_by_user") or {}
-        approved = list(response.get("chosen_options") or []) == [self.APPROVE]
         at = response.get("responded_at")
         out = {**record, "approved": approved, "required": True,
                "approved_by": (user.get("name") or user.get("id")) if isinstance(user, Mapping) else str(user),
                "responded_at": at.isoformat() if hasattr(at, "isoformat") else at}
         self.log.info("Plan %s %s by %s", record.get("plan_sha256"), "APPROVED" if approved else "REJECTED: nothing "
-                      "is executed", out["approved_by"])
-        if not approved:
-            out["cordons_restored"] = self._release_cordons(context, record)
+                      "is executed (a clean-up task, RestoreCordonsOperator, gives back the cordons its plan set)",
+                      out["approved_by"])
+        if push:
+            context["ti"].xcom_push(key="return_value", value=out)
         return out
-
-    def _release_cordons(self, context: Context, record: Mapping[str, Any]) -> bool:
-        """A rejected decommission takes its brokers back: the cordons its plan set are restored exactly (from the
-        plan's run state). Best effort: a failure is logged, the cordon backup stays for CancelReassignment or
-        UncordonBrokersOperator(plan_uri=...)."""
-        task = self._execute_task(context)
-        plan_uri = record.get("plan_uri")
-        if task is None or not plan_uri:
-            return False
-        try:
-            from airflow_kafka_reassign.core.cordon import read_backup, restore_cordons
-            from airflow_kafka_reassign.plan_storage import plan_store, run_state
-
-            state = run_state(plan_store(str(plan_uri), conn_id=task.storage_conn_id or None,
-                                         timeout_s=float(getattr(task, "storage_timeout_s", 60.0))))
-            if read_backup(state) is None:
-                return False
-            admin = self._admin(str(task.kafka_config_id), float(getattr(task, "kafka_timeout_s", 30.0)))
-            try:
-                return restore_cordons(admin, state, log=self.log)
-            finally:
-                admin.close()
-        except Exception:  # noqa: BLE001 (a rejection must not fail; the backup stays)
-            self.log.warning("the plan was rejected but its cordons could not be restored; restore them with "
-                             "UncordonBrokersOperator(plan_uri=%r)", plan_uri, exc_info=True)
-            return False

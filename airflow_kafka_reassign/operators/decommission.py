@@ -12,6 +12,11 @@ A decommission is cordon -> plan -> approve -> drain -> verify -> (the broker is
   unregistered broker behind); one already unregistered is done (a retry is fine).
 * :class:`UncordonBrokersOperator` takes drained brokers back (a re-commission): it restores the cordons a plan's
   decommission set (from the plan's run state, exactly as before), or removes the brokers' cordons.
+* :class:`RestoreCordonsOperator` is the clean-up of a plan that was never executed (rejected at approval, timed out,
+  refused, or its plan task failed after cordoning): it restores the cordons the plan set, exactly; once the plan's
+  moves were sent it changes nothing (the execution owns the cordons then). It runs whatever happened upstream
+  (``trigger_rule="all_done"``): "Reject" on Airflow's approval skips the tasks after it, so no hook of the approval
+  task can do this (on Airflow 3 its skip ends the task: ``DownstreamTasksSkipped``).
 
 Example (the complete lifecycle is ``example_dags/kafka_decommission_brokers.py``)::
 
@@ -19,23 +24,31 @@ Example (the complete lifecycle is ``example_dags/kafka_decommission_brokers.py`
                                             poke_interval=30, timeout=6 * 3600)
     unregister = UnregisterBrokersOperator(task_id="unregister", brokers=[7])
     shut_down >> unregister
+
+    # after the last task of the drain (all_done: it runs when approval was rejected, or the run failed before
+    # execution too; then the cordons plan set go back)
+    wait >> RestoreCordonsOperator(task_id="restore_cordons", plan_task_id="plan")
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
 from airflow_kafka_reassign.core.cordon import restore_cordons
+from airflow_kafka_reassign.core.cordon_release import release_unexecuted_cordons
+from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, task_lease_identity
 from airflow_kafka_reassign.core.lifecycle import broker_state, unregister
+from airflow_kafka_reassign.core.plan_io import read_plan
 from airflow_kafka_reassign.core.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-from airflow_kafka_reassign.operators._base import as_bool
-from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, plan_store, run_state
+from airflow_kafka_reassign.operators._base import as_bool, release_lease
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store, plan_folder_uri, plan_store, run_state
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -212,3 +225,111 @@ class UncordonBrokersOperator(_BrokerTask, BaseOperator):
             raise AirflowFailException(f"task {self.task_id}: {e}") from None
         finally:
             admin.close()
+
+
+class RestoreCordonsOperator(_BrokerTask, BaseOperator):
+    """The clean-up of a plan never executed: the cordons its plan task set go back, exactly as they were.
+
+    PlanReassignment cordons (a decommission's brokers, a disk removal's log dirs) before its snapshot, long before
+    anything is executed. When the plan's moves are never sent (a person rejected it, nobody answered the approval,
+    execute refused it before sending, the plan task failed after cordoning), this task restores each broker's
+    ``cordoned.log.dirs`` from the plan's backup (``<plan>/run/cordon-backup.json``), checks it and journals it,
+    holding the plan's lease. Once any of the plan's moves was sent (the run's journal, or the cluster shows one done or
+    in flight) it changes nothing: the execution owns the cordons then (a cancel or rollback restores them, a finished
+    drain keeps them). A plan that moves nothing keeps them too (what it was to empty is already empty).
+
+    Put it after the last task of the drain; its ``trigger_rule`` is ``"all_done"`` (it runs whatever happened
+    upstream: "Reject" skips the tasks after the approval, a failure marks them upstream_failed). Not directly after
+    the approval task: Airflow's approval skips its direct downstream tasks on "Reject", whatever their trigger rule.
+
+    :param plan_task_id: the PlanReassignment task of this DAG (default ``"plan"``): its plan directory is the
+        ``plan_uri`` it pushed to XCom, or, when it pushed none (it failed), its output location for this run.
+    :param plan_uri: the plan directory, instead of ``plan_task_id``. Templated.
+    :param kafka_config_id: the ``kafka`` connection. Templated.
+    :param storage_conn_id: the connection of the plan's object storage. Templated.
+    :param storage_timeout_s: bound on each request to the plan's storage.
+    :param kafka_timeout_s: bound on every request to the cluster.
+    :param lease_ttl_s: time to live of the plan's lease while the cordons are restored.
+    :param trigger_rule: Airflow's trigger rule, ``"all_done"`` by default (see above: it must run after a
+        rejection or a failure upstream).
+
+    XCom: ``{"outcome": "restored" | "kept" | "none", "why": "...", "brokers": [...], "plan_uri": "..."}``.
+    """
+
+    template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "storage_conn_id")
+    ui_color = "#e8f4f0"
+
+    def __init__(self, *, plan_task_id: str = "plan", plan_uri: str | None = None,
+                 kafka_config_id: str = "kafka_default", storage_conn_id: str | None = None,
+                 storage_timeout_s: float = DEFAULT_TIMEOUT_S, kafka_timeout_s: float = 30.0,
+                 lease_ttl_s: float = DEFAULT_TTL_S, trigger_rule: str = "all_done", **kwargs: Any) -> None:
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self.plan_task_id = plan_task_id
+        self.plan_uri = plan_uri
+        self.kafka_config_id = kafka_config_id
+        self.storage_conn_id = storage_conn_id
+        self.storage_timeout_s = storage_timeout_s
+        self.kafka_timeout_s = kafka_timeout_s
+        self.lease_ttl_s = lease_ttl_s
+        self._lease: LeaseKeeper | None = None
+
+    def plan_location(self, context: Context) -> str | None:
+        """The plan directory: ``plan_uri``, else the plan task's XCom, else its output location for this run."""
+        if self.plan_uri:
+            return str(self.plan_uri)
+        ti = context.get("ti")
+        for key in ("return_value", "plan"):  # "plan": a plan that moves nothing (skip_if_empty) pushes it there
+            pushed = ti.xcom_pull(task_ids=self.plan_task_id, key=key) if ti is not None else None
+            if isinstance(pushed, Mapping) and pushed.get("plan_uri"):
+                return str(pushed["plan_uri"])
+        dag = self.dag if self.has_dag() else None
+        if dag is None or not dag.has_task(self.plan_task_id):
+            return None
+        task = dag.get_task(self.plan_task_id)
+        if not callable(getattr(task, "output_location", None)):
+            return None
+        task = copy.copy(task)  # rendered here for its location only
+        task.output_uri = self.render_template(task.output_uri, context)
+        return f"{str(task.output_location(context)).rstrip('/')}/plan"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        location = self.plan_location(context)
+        if not location:
+            self.log.info("no plan directory (task %r pushed no plan_uri and is not a plan task of this DAG): nothing "
+                          "was cordoned by it", self.plan_task_id)
+            return {"outcome": "none", "why": "no plan directory", "brokers": [], "plan_uri": None}
+        conn_id, timeout_s = self.storage_conn_id or None, float(self.storage_timeout_s)
+        try:
+            store = open_store(plan_folder_uri(location), conn_id=conn_id, timeout_s=timeout_s)
+            state = run_state(store)
+            try:
+                plan = read_plan(store)
+            except FileNotFoundError:  # the plan task failed before writing it
+                plan = None
+        except (ConfigurationError, StoreError, ValueError) as e:
+            raise AirflowException(f"task {self.task_id}: the plan at {location} cannot be read: {e}; the cordons its "
+                                   f"plan task set stay (UncordonBrokersOperator(plan_uri={location!r}) takes them "
+                                   "back)") from e
+        admin = self._admin()
+        try:
+            done = release_unexecuted_cordons(admin, state, plan, before_restore=lambda: self._take_lease(state, context),
+                                              log=self.log)
+        except LeaseHeldError as e:  # another run drives this plan: it owns the cordons
+            raise AirflowFailException(f"task {self.task_id}: {e}") from e
+        except (KafkaReassignError, StoreError, RuntimeError) as e:  # the backup stays: a retry, or by hand
+            raise AirflowException(
+                f"task {self.task_id}: the cordons of {location} could not be restored: {e}; the backup stays in "
+                f"{state.uri.rstrip('/')}: run this task again, or UncordonBrokersOperator(plan_uri={location!r})") from e
+        finally:
+            admin.close()
+            self._release_lease()
+        self.log.info("cordons %s: %s", done.outcome, done.why)
+        return {**done.summary(), "plan_uri": location}
+
+    def _take_lease(self, state: Any, context: Context) -> None:
+        holder, scope = task_lease_identity(context, self.task_id)
+        self._lease = LeaseKeeper.take(state, holder=holder, scope=scope, ttl_s=float(self.lease_ttl_s), log=self.log)
+
+    def _release_lease(self) -> None:
+        lease, self._lease = self._lease, None
+        release_lease(lease, self.log)

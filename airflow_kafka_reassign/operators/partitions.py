@@ -27,6 +27,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
+from airflow_kafka_reassign.core.cordon import cordoned_brokers
 from airflow_kafka_reassign.core.growth import (
     GrowthOutcome,
     GrowthRequest,
@@ -294,9 +295,10 @@ class PlanHealOperator(BaseOperator):
         admin = hook.get_admin()
         try:
             snapshot = admin.snapshot()
+            cordoned = cordoned_brokers(admin, snapshot.broker_ids)  # the heal places nothing there (KIP-1066)
         finally:
             admin.close()
-        assessment, result = plan_heal(snapshot, targets, rack_aware=self.rack_aware)
+        assessment, result = plan_heal(snapshot, targets, rack_aware=self.rack_aware, cordoned=cordoned)
         done = assessment.of("healed") + assessment.of("missing")
         if self.prune_healed and done:
             update_heal_targets(heal_file, remove=done)  # type: ignore[arg-type] (read above)

@@ -55,7 +55,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSki
 from airflow.sdk import BaseOperator, Context
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
-from airflow_kafka_reassign.core.cordon import apply_cordons, decommission_cordons
+from airflow_kafka_reassign.core.cordon import apply_cordons, cordoned_brokers, decommission_cordons
 from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
 from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
@@ -133,7 +133,8 @@ class PlanReassignmentOperator(BaseOperator):
     :param log_dirs: goal ``remove-disks``: the log dirs to empty, ``["1:/var/lib/kafka/data-2", ...]`` (broker id and
         the absolute path DescribeLogDirs reports; ``"1:/a,2:/b"`` as a rendered Param). They are checked against the
         cluster (nothing sent on a bad one, or when their replicas have nowhere to go), then cordoned (Kafka 4.3+,
-        backed up on the plan's run state ``<output>/plan/run``) before the snapshot; they stay cordoned.
+        backed up on the plan's run state ``<output>/plan/run``) before the snapshot; they stay cordoned (not with
+        ``cordon=False``).
     :param brokers: brokers added (add-brokers) or removed (remove-brokers); a list, or
         ``"4,5"`` as a rendered Param.
     :param topic_include / topic_exclude: regular expressions (full match) of topics.
@@ -161,7 +162,9 @@ class PlanReassignmentOperator(BaseOperator):
         KIP-1066, Kafka 4.3+) so that topics created or grown while they drain get no replica there; the previous
         values are backed up in the plan's run state (``<plan>/run``) first. A cancel or a rollback of the plan
         uncordons them exactly; a finished drain leaves them cordoned until they are unregistered. On an older
-        cluster a warning says so and the drain rounds do the work. Templated (a dry run passes ``False``).
+        cluster a warning says so and the drain rounds do the work. Goal ``remove-disks``: the same for its log dirs
+        (still checked when false). ``False``: nothing is cordoned, no backup is written. Templated (a dry run
+        passes ``False``).
     :param allow_voter_removal: goal ``remove-brokers``: a broker that is a KRaft controller voter (a combined
         broker+controller node) is refused before anything is changed, naming the voters and the majority;
         this lets it be drained all the same (never when the voters left would be fewer than the majority).
@@ -437,6 +440,7 @@ class PlanReassignmentOperator(BaseOperator):
                 self._cordon_for_removal(admin, request, location)
             snapshot = admin.snapshot(include_sizes=request.use_sizes or request.capacity is not None,
                                       settle_timeout_s=float(self.snapshot_settle_timeout_s))
+            request = self._with_cordons(admin, request, snapshot.broker_ids)
             if request.goal in LOG_DIR_GOALS:
                 table = LogDirTable.of(admin.log_dirs(None))
             if window:
@@ -533,6 +537,16 @@ class PlanReassignmentOperator(BaseOperator):
                                      timeout_s=float(self.storage_timeout_s)))
         apply_cordons(admin, decommission_cordons(request.brokers), state_dir=state, log=self.log)
 
+    def _with_cordons(self, admin: ClusterAdmin, request: PlanRequest, brokers: Sequence[int]) -> PlanRequest:
+        """The request with the brokers cordoned now (every log dir, KIP-1066; the removed ones aside): whatever the
+        goal, the plan puts no replica there (core/planner/goals.py). None on a cluster without cordons."""
+        removed = set(request.brokers) if request.goal == "remove-brokers" else set()
+        cordoned = tuple(sorted(cordoned_brokers(admin, brokers) - removed))
+        if not cordoned:
+            return request
+        self.log.info("brokers %s are cordoned (cordoned.log.dirs): the plan puts no replica on them", list(cordoned))
+        return request.model_copy(update={"cordoned": cordoned})
+
     def _cordon_for_removal(self, admin: Any, request: PlanRequest, location: str) -> None:
         """goal remove-disks: bad input refused by name before anything is sent, then the dirs cordoned, backed up on
         the plan's run state (core/disk_removal.py)."""
@@ -542,7 +556,7 @@ class PlanReassignmentOperator(BaseOperator):
         state = run_state(open_store(f"{location.rstrip('/')}/plan", conn_id=self.storage_conn_id or None,
                                      timeout_s=float(self.storage_timeout_s)))
         try:
-            cordon_for_removal(admin, request, state_dir=state, log=self.log)
+            cordon_for_removal(admin, request, state_dir=state, cordon=as_bool(self.cordon, "cordon"), log=self.log)
         except (ConfigurationError, UnsupportedBrokerError) as e:  # retrying cannot fix it
             raise AirflowFailException(f"task {self.task_id}: {e}") from None
 

@@ -9,7 +9,8 @@ keeps all of them in flight (the adding replica cannot join the ISR) for as long
 poke (``ReassignmentWatch.poke``: what the sensor and the trigger run every poke_interval) is timed, with its
 requests counted, and so is the submit path (``core.execution.step`` + the poke). At the end every reassignment
 is cancelled and broker 5 is started again. Before a poke's time is printed, the sizes are checked (sizes.py): the
-plan has ``--partitions`` moves and the poke observed every one of them in flight.
+plan has ``--partitions`` moves and the poke observed every one of them in flight; in submit mode, the step saw
+every one in flight too (none pending, none submitted again).
 """
 
 from __future__ import annotations
@@ -186,11 +187,18 @@ def main() -> None:
                     t0 = time.monotonic()
                     try:
                         status = step(counting, plan, limits, options, state_dir=Path(tmp) / "run", submit=True)
-                        watch.poke(counting, now=time.time())
+                        progress = watch.poke(counting, now=time.time())
                     except Exception as e:  # noqa: BLE001 - reported, the benchmark goes on
                         print(f"submit-mode poke #{i + 1} failed: {type(e).__name__}: {e}")
                         continue
-                    stimes.append(time.monotonic() - t0)
+                    elapsed = time.monotonic() - t0
+                    # the same size as the pokes above: the step classified every move of the plan, all in
+                    # flight (nothing left to submit), and the poke after it observed every one in flight
+                    expect("moves the step saw in flight", len(status.in_flight), len(moves))
+                    expect("moves the step left pending or submitted", len(status.pending) + len(status.submitted), 0)
+                    expect("moves the submit-mode poke observed", progress.observation.moves, len(moves))
+                    expect("moves the submit-mode poke saw in flight", progress.observation.in_flight, len(moves))
+                    stimes.append(elapsed)
                     print(f"submit-mode poke #{i + 1} (step + poke): {stimes[-1]:.2f} s, step saw "
                           f"{len(status.in_flight)} in flight, requests: {dict(counting.calls)}")
                 if stimes:

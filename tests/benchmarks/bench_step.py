@@ -2,9 +2,9 @@
 
     .venv/bin/python tests/benchmarks/bench_step.py [--moves 10000 50000 100000] [--pokes 10000 50000]
 
-Prints numbers only; asserts nothing about time. Before printing a figure it asserts that it measured what the figure
-says: every move submitted by the one step (and in flight on the fake, sent in one request), every partition of the
-poke observed in flight.
+Prints numbers only; asserts nothing about time. Before printing a figure it checks that it measured what the figure
+says (sizes.py: a mismatch stops it naming both counts, under ``python -O`` too): every move submitted by the one
+step (and in flight on the fake, sent in one request), every partition of the poke observed in flight.
 
 * **step**: one :func:`~airflow_kafka_reassign.core.execution.step` of a plan of N pending moves, no limits (the
   operator's default: everything at once): observe, classify, pre-flight (plan errors), order, submit. One replica
@@ -23,6 +23,8 @@ import argparse
 import time
 from collections.abc import Callable
 from typing import Any
+
+from sizes import SizeMismatch, expect
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
@@ -92,10 +94,15 @@ def bench_step(n: int, repeat: int) -> None:
 
     def check(admin: Timed, status: Any) -> None:
         # it measured what it says: n moves submitted, once each, in one request, all in flight now
-        assert status.plan_errors == [] and status.blocked is None, status.blocked
-        assert len(status.submitted) == n and len(set(status.submitted)) == n, len(status.submitted)
-        assert len(admin.fake.inflight) == n and len(admin.fake.alter_requests) == 1
-        assert len(admin.fake.alter_requests[0][0]) == n and status.pending == []
+        if status.blocked is not None:
+            raise SizeMismatch(f"benchmark: the step submitted nothing ({status.blocked}): no figure printed")
+        expect("plan errors", len(status.plan_errors), 0)
+        expect("moves submitted", len(status.submitted), n)
+        expect("distinct moves submitted", len(set(status.submitted)), n)
+        expect("reassignments in flight on the fake", len(admin.fake.inflight), n)
+        expect("AlterPartitionReassignments requests", len(admin.fake.alter_requests), 1)
+        expect("moves in that request", len(admin.fake.alter_requests[0][0]), n)
+        expect("moves left pending", len(status.pending), 0)
 
     total, fake = best(repeat, make, check)
     print(f"step   {n:>7,} moves submitted: {total:6.2f} s CPU, {total / n * 1e6:5.1f} µs/move "
@@ -113,8 +120,11 @@ def bench_poke(n: int, repeat: int) -> None:
 
     def check(admin: Timed, progress: Any) -> None:
         obs = progress.observation
-        assert obs.moves == n and obs.in_flight == n and len(admin.fake.inflight) == n, obs.counts
-        assert obs.bytes_total == n * 1_000_000, obs.bytes_total  # every partition's sizes were read
+        expect("moves the poke observed", obs.moves, n)
+        expect("moves the poke saw in flight", obs.in_flight, n)
+        expect("reassignments in flight on the fake", len(admin.fake.inflight), n)
+        # every partition's sizes were read (None: none was)
+        expect("bytes the poke counted", obs.bytes_total if obs.bytes_total is not None else -1, n * 1_000_000)
 
     total, fake = best(repeat, make, check)
     print(f"poke   {n:>7,} partitions in flight: {total:6.2f} s CPU, {total / n * 1e6:5.1f} µs/partition "

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     python = venv / "bin" / "python"
     run([UV, "venv", "-q", "--python", sys.executable, venv], check=True)
     install = [UV, "pip", "install", "-q", "--python", python, f"apache-airflow=={args.airflow}.*",
-               f"{wheel}[s3,report]", "pyspark==4.2.0", "pyspark-client==4.2.0", "pytest>=8", "pytest-timeout",
+               f"{wheel}[s3,report]", "pyspark==4.2.0", "pyspark-client==4.2.0", "pytest>=8", "pytest-timeout", "pytest-xdist",
                "mkdocs>=1.6", *LINE_PINS.get(args.airflow, [])]
     if run(install).returncode:
         return 1
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in SUPPORT:
             src = ROOT / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, Path(tmp) / name)
-        tests = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"], cwd=tmp, env=env)
+        tests = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "tests/unit"],
+                    cwd=tmp, env=env)
         # one example DAG end to end against a real sandbox cluster (started by the installed wheel)
         example = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
                        "tests/integration/test_example_dags.py", "-k", EXAMPLE], cwd=tmp, env=env)

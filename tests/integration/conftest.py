@@ -32,6 +32,8 @@ from airflow_kafka_reassign.sandbox import Sandbox
 # free space is not the tests' business: its moves of a few MB keep 64 MiB free (the guard's own test sets its own).
 # Task processes (Airflow's workers, the compat check's environment) inherit it.
 os.environ.setdefault("AKR_DISK_RESERVE", "64MiB")
+from dagrun import copy_migrated_db
+
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 
 INTEGRATION_DIR = Path(__file__).resolve().parent
@@ -116,12 +118,11 @@ KAFKA_CONN_ID = "kafka_default"
 
 
 @pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> dict[str, str]:
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox, migrated_airflow_db: Path) -> dict[str, str]:
     """Environment of a migrated AIRFLOW_HOME with an empty dags folder, shared by the session,
     and the ``kafka_default`` connection pointing at the sandbox (SASL) in the environment.
     Write a DAG file into ``env["AIRFLOW__CORE__DAGS_FOLDER"]`` and run it with :func:`run_dag_file`."""
     import json
-    import subprocess
 
     home = tmp_path_factory.mktemp("airflow-home")
     dags = home / "dags"
@@ -134,9 +135,23 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox) -> 
         "AKR_OUTPUT_DIR": str(home / "kafka_reassign"),
         f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps({"conn_type": "kafka", "extra": sandbox.client_config(sasl=True)}),
     }
+    copy_migrated_db(migrated_airflow_db, home)
+    return env
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ``airflow db migrate`` per test session (15-30 s each): a SQLite metadata database that each new
+    ``AIRFLOW_HOME`` of the session copies (:func:`copy_migrated_db`) instead of migrating again."""
+    import subprocess
+
+    home = tmp_path_factory.mktemp("airflow-db-template")
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
     airflow = Path(sys.executable).with_name("airflow")
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    return env
+    return home / "airflow.db"
+
 
 
 # -- a real S3-compatible store ------------------------------------------------------------------

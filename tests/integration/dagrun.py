@@ -4,6 +4,12 @@ Use with the ``airflow_home`` fixture (tests/integration/conftest.py)::
 
     result = run_dag_file(airflow_home, dag_file, {"brokers": [4]})
     assert result["state"] == "success", result["log"][-4000:]
+
+A human-in-the-loop task (an approval) is answered the way a person's click is, through Airflow's REST API (the
+Core API's ``PATCH .../hitlDetails`` route, in process: FastAPI's test client on the same metadata database), once
+the task waits for it (``awaiting_input``, Airflow 3.3+)::
+
+    result = run_dag_file(airflow_home, dag_file, conf, answers={"approve": "Reject"})
 """
 
 from __future__ import annotations
@@ -26,6 +32,34 @@ if tuple(int(x) for x in airflow.__version__.split(".")[:2]) < (3, 1):
     DagBundlesManager().sync_bundles_to_db()
     DagBag(os.path.dirname(sys.argv[1]), include_examples=False).sync_to_db("dags-folder", None)
 
+answers = json.loads(os.environ.get("AKR_DAGRUN_ANSWERS") or "{}")
+if answers:
+    # A person answers once the task is parked: right after dag.test() has run it into awaiting_input (answered in
+    # the same moment the task parks, a response could be overwritten by dag.test() recording the parked state).
+    import airflow.sdk.definitions.dag as dag_module
+
+    run_task = dag_module._run_task
+
+    def run_then_answer(*, ti, task, **kwargs):
+        result = run_task(ti=ti, task=task, **kwargs)
+        option = answers.get(ti.task_id)
+        if option is not None and ti.state == "awaiting_input":
+            from fastapi.testclient import TestClient
+            from airflow.api_fastapi.app import create_app
+
+            client = TestClient(create_app(apps="core"))
+            token = client.get("/auth/token").json()["access_token"]  # simple auth manager, all admins
+            path = (f"/api/v2/dags/{ti.dag_id}/dagRuns/{ti.run_id}/taskInstances/{ti.task_id}/{ti.map_index}"
+                    "/hitlDetails")
+            response = client.patch(path, json={"chosen_options": [option], "params_input": {}},
+                                    headers={"Authorization": f"Bearer {token}"})
+            print(f"HITL-ANSWER {ti.task_id}: {option} -> HTTP {response.status_code}", flush=True)
+            response.raise_for_status()
+            del answers[ti.task_id]
+        return result
+
+    dag_module._run_task = run_then_answer
+
 spec = importlib.util.spec_from_file_location("dag_under_test", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -40,13 +74,18 @@ print("DAG-RESULT " + json.dumps({"state": str(run.state), "tis": tis, "xcom": x
 '''
 
 
-def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, *, timeout: float = 600) -> dict:
+def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, *, timeout: float = 600,
+                 answers: dict[str, str] | None = None) -> dict:
     """Run the DAG of ``dag_file`` once with ``dag.test()`` in a subprocess; returns
     ``{"state", "tis": {task_id: state}, "xcom": {"task.key": value}, "log"}`` (a failed run
-    exits 0 too: assert the state)."""
+    exits 0 too: assert the state). ``answers``: ``{task_id: option}`` for human-in-the-loop tasks
+    (see the module doc; Airflow 3.3+)."""
     import json
     import subprocess
 
+    if answers:
+        env = {**env, "AKR_DAGRUN_ANSWERS": json.dumps(answers),
+               "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(dag_file), json.dumps(conf or {})],
         env=env, capture_output=True, text=True, timeout=timeout,
@@ -56,3 +95,11 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
     result: dict = json.loads(lines[-1].removeprefix("DAG-RESULT "))
     result["log"] = proc.stdout + proc.stderr
     return result
+
+
+def copy_migrated_db(template: Path, home: Path) -> None:
+    """Give ``home`` (an ``AIRFLOW_HOME`` using the default SQLite database) the session's migrated database."""
+    import shutil
+
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, home / "airflow.db")

@@ -235,6 +235,41 @@ def cordon_capable_cluster(directory: Path, *, brokers: int = 4, log_dirs: int =
         sandbox.down()
 
 
+def dynamic_broker_configs(config: dict[str, Any], brokers: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """Every dynamic config of each broker (``cordoned.log.dirs``, throttles, anything set per broker or cluster-wide,
+    as each broker reports it; sensitive values as ``None``): a config dump to compare before and after."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    dynamic = {ConfigSource.DYNAMIC_BROKER_CONFIG.value, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value}
+    client = AdminClient(dict(config))
+    out: dict[int, dict[str, Any]] = {}
+    for b in brokers if brokers is not None else BROKERS:  # one broker per request (each answers for itself)
+        res = ConfigResource(ConfigResource.Type.BROKER, str(b))
+        entries = client.describe_configs([res], request_timeout=30)[res].result(60)
+        out[b] = {name: e.value for name, e in sorted(entries.items()) if getattr(e.source, "value", e.source) in dynamic}
+    return out
+
+
+def plan_tasks_in_process(monkeypatch: Any, config: dict[str, Any]) -> None:
+    """PlanReassignmentOperator against the real cluster of ``config`` (its hook's admin), with the plan job replaced by
+    the same planner in this process (the staged path the Spark job runs) and no report: what the task does around
+    the planner (voter check, cordons, snapshot, request) on real Kafka, without a Spark start-up."""
+    from airflow_kafka_reassign.core.plan_io import write_plan_dir
+    from airflow_kafka_reassign.core.planner import PlanRequest
+    from airflow_kafka_reassign.core.planner.staged import plan_staged
+    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+
+    def plan_in_process(self: Any, snapshot: str, plan: str, request_file: str, **_: object) -> None:
+        request = PlanRequest.model_validate_json(Path(request_file).read_text())
+        write_plan_dir(plan_staged(read_snapshot(Path(snapshot)), request), Path(plan), snapshot=snapshot)
+
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: KafkaClusterAdmin(config, timeout_s=30))
+    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", plan_in_process)
+    monkeypatch.setattr(PlanReassignmentOperator, "_write_report", lambda self, *a: None)
+
+
 def reopen_cordoned_brokers(config: dict[str, Any]) -> list[int]:
     """Remove every broker's cordon (a finished decommission leaves its brokers cordoned) and wait until the
     controller takes an explicit assignment onto them again (a validate-only CreateTopics: Kafka 4.4 refuses one onto

@@ -9,8 +9,8 @@ browser.py). One test, two DAG runs:
    in Chromium, the ``plan`` task's page shows the "Plan report" extra link; clicking it opens the
    report, served by the provider's plugin route (the same URL without Airflow's login is
    refused) -> approve through the REST API -> the run finishes, the broker is drained;
-2. rejected: trigger again on other topics -> reject -> ``execute`` is skipped and the topics'
-   assignment is unchanged.
+2. rejected: trigger again on other topics -> reject -> ``execute`` is skipped, the topics'
+   assignment is unchanged, and ``restore_cordons`` has taken back the cordon the plan set.
 
 The walk-through's screenshots (docs/first-decommission.md: the approval form, the plan task's
 "Plan report" link, the report) are taken on the way, into the test's tmp dir, or into
@@ -35,9 +35,14 @@ from typing import Any
 
 import pytest
 from browser import browser  # noqa: F401 (fixture)
+from dagrun import copy_migrated_db
 from kafka_helpers import make_topic, reopen_cordoned_brokers, wait_until
 
 from airflow_kafka_reassign.demo import _health, _stop_group
+
+# airflow standalone's start, two DAG runs (approved, rejected) and Chromium: pytest-timeout's 600 s counts set-up and
+# tear-down too, and was reached on a loaded machine (the steps themselves passed)
+pytestmark = pytest.mark.timeout(1200)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 DAG_ID = "kafka_decommission_brokers"
@@ -86,7 +91,7 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def airflow_ui(sandbox, tmp_path_factory):
+def airflow_ui(sandbox, tmp_path_factory, migrated_airflow_db):
     """``airflow standalone`` on a free port with the decommission DAG (unpaused) and kafka_default -> sandbox."""
     home = tmp_path_factory.mktemp("airflow-ui")
     dags = home / "dags"
@@ -116,7 +121,7 @@ def airflow_ui(sandbox, tmp_path_factory):
     }
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
     airflow = str(Path(sys.executable).with_name("airflow"))
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    copy_migrated_db(migrated_airflow_db, home)
     log = open(home / "standalone.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -261,4 +266,6 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     answer(api, rejected, "Reject")
     wait_for_run(api, rejected)
     assert ti_state(api, rejected, "execute") == "skipped"
+    assert ti_state(api, rejected, "restore_cordons") == "success"
     assert assignment(sandbox, other) == before
+    assert reopen_cordoned_brokers(config) == []  # the rejected plan's cordon was taken back (restore_cordons)

@@ -101,6 +101,7 @@ def test_cordon_drain_shut_down_and_unregister_a_broker_while_the_cluster_lives_
     assert seen.get("cordon_during") == "*" and seen.get("cordon_at_end") == "*" and seen.get("stopped")
     assert seen["new_on_drained"] == []  # cordoned: the controller placed none of the 22 new partitions there
     assert result["xcom"]["unregister.return_value"]["unregistered"] == [DRAINED]
+    assert result["xcom"]["restore_cordons.return_value"]["outcome"] == "kept"  # the drain ran: it owns the cordon
     with KafkaClusterAdmin(config, timeout_s=20) as admin:
         assert DRAINED not in {b.id for b in admin.describe_cluster(include_fenced=True).brokers}
         parts = [p for t in ("orders", "grown", "created") for p in admin.snapshot(topics=[t]).partitions]

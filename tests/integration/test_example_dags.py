@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 from dagrun import run_dag_file
-from kafka_helpers import make_topic, wait_until
+from kafka_helpers import dynamic_broker_configs, make_topic, wait_until
 
 from airflow_kafka_reassign.core.growth import update_heal_targets
+from airflow_kafka_reassign.core.journal import read_journal
 from airflow_kafka_reassign.core.models import TopicPartition
 from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
 from airflow_kafka_reassign.core.planner import compute_metrics
@@ -192,6 +193,34 @@ def test_decommission_dry_run_then_real_run_drains_the_broker(sandbox, admin, ai
     assert not any(DECOMMISSIONED in r for r in after.values())
     assert {tp: len(r) for tp, r in after.items()} == {tp: len(r) for tp, r in before.items()}
     assert admin.describe_throttles(BROKERS, topics) == throttles
+
+
+def test_a_rejected_decommission_changes_nothing_and_takes_its_cordon_back(sandbox, admin, airflow_home, unique_topic):
+    """The real rejection path: the approval task parks (awaiting_input), "Reject" goes through Airflow's REST API,
+    the task resumes and skips what follows it; the clean-up task (restore_cordons, all_done) gives back the cordon
+    the plan task set. Every broker's dynamic configs are the same before and after."""
+    topics = make_topics(sandbox, unique_topic, {"a": [[5, 1], [1, 5], [5, 2]]})
+    before = replicas(admin, topics)
+    configs = dynamic_broker_configs(sandbox.client_config())
+    assert all(not c.get("cordoned.log.dirs") for c in configs.values()), configs
+    dag_file = install(airflow_home, "kafka_decommission_brokers.py")
+
+    result = run_dag_file(airflow_home, dag_file, {
+        "broker_ids": [DECOMMISSIONED], "dry_run": False, "require_approval": True, "throttle_bytes_per_sec": THROTTLE,
+        "topic_include": topics_pattern(unique_topic), "partial_drain": True,
+    }, answers={"approve": "Reject"})
+
+    assert_run(result, "success", {"plan": "success", "approve": "success", "execute": "skipped",
+                                   "wait": "skipped", "verify_drained": "skipped", "restore_cordons": "success"})
+    assert "HITL-ANSWER approve: Reject -> HTTP 200" in result["log"]
+    assert 'cordoned.log.dirs set: {"5": "*"}' in result["log"]  # the plan cordoned broker 5 before its snapshot
+    assert result["xcom"]["approve.return_value"]["approved"] is False
+    restored = result["xcom"]["restore_cordons.return_value"]
+    assert restored["outcome"] == "restored" and restored["brokers"] == [DECOMMISSIONED], restored
+    run_dir = Path(result["xcom"]["plan.return_value"]["plan_uri"]) / "run"
+    assert [e["event"] for e in read_journal(run_dir)] == ["cordoned", "cordons-restored"]
+    assert dynamic_broker_configs(sandbox.client_config()) == configs  # exactly as before: the config dump
+    assert replicas(admin, topics) == before and admin.list_reassignments() == {}
 
 
 def test_decommission_of_an_unknown_broker_fails_before_anything_is_planned(sandbox, admin, airflow_home,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka_helpers import cordon_capable_cluster, delete_topics, replicas_of
+from kafka_helpers import cordon_capable_cluster, delete_topics, plan_tasks_in_process, replicas_of
 
 from airflow_kafka_reassign.core.cordon import (
     CordonRefusedError,
@@ -148,6 +148,41 @@ def test_a_cordoned_broker_gets_no_new_replica_and_the_restore_is_exact(cluster,
     finally:
         admin.set_cordons({3: None, DECOMMISSIONED: None})
         delete_topics(config, [t for t in (grown, created) if replicas_of(config, t)])
+
+
+def test_a_plan_never_targets_a_broker_cordoned_by_someone_else(cluster, admin, tmp_path, monkeypatch):
+    """PlanReassignmentOperator on this cluster (the planner in process): broker 4 is empty, so a rebalance sends it
+    replicas; once someone has cordoned it, the plan sends it none and says so."""
+    from airflow_kafka_reassign.core.plan_io import read_plan
+    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+
+    class TI:
+        def xcom_push(self, key: str, value: object) -> None:
+            pass
+
+    config = cluster.client_config()
+    plan_tasks_in_process(monkeypatch, config)
+    topic = name("cordon-rebalance")
+    create_topic(config, topic, [[1, 2], [2, 3], [3, 1], [1, 2], [2, 3], [3, 1], [1, 3], [2, 1]])
+    placed(config, topic)
+
+    def targets(out: str) -> set[int]:
+        return {b for m in read_plan(tmp_path / out / "plan").moves for b in m.adding_replicas}
+
+    try:
+        PlanReassignmentOperator(task_id="plan", goal="rebalance", topic_include=[topic],
+                                 output_uri=str(tmp_path / "open")).execute({"ti": TI()})
+        assert DECOMMISSIONED in targets("open")  # without a cordon, the empty broker takes its share
+        admin.set_cordons({DECOMMISSIONED: "*"})  # another maintenance's cordon
+        wait_until(lambda: admin.describe_cordons([DECOMMISSIONED])[DECOMMISSIONED] == "*", "broker 4's cordon",
+                   timeout=30)
+        out = PlanReassignmentOperator(task_id="plan", goal="rebalance", topic_include=[topic],
+                                       output_uri=str(tmp_path / "cordoned")).execute({"ti": TI()})
+        assert DECOMMISSIONED not in targets("cordoned")
+        assert any("cordoned" in w for w in out["warnings"]), out["warnings"]
+    finally:
+        admin.set_cordons({DECOMMISSIONED: None})
+        delete_topics(config, [topic])
 
 
 def test_a_throttled_log_dir_move_shows_its_future_replica_and_the_throttle_is_restored(cluster, admin, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 
 from airflow_kafka_reassign.core.planner import PlanRequest, compute_metrics, plan_reassignment
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -52,21 +53,38 @@ def test_scale_out_moves_no_more_than_the_reference_tool_for_the_same_balance(sa
     assert reference.current == {p.tp: p.replicas for p in snapshot.partitions}
     assert set(reference.plan.partitions) == set(reference.current)
     assert {m.topic for m in ours.plan.moves} <= set(names)
-    # minimal movement: never more than the reference, within 5% of our lower bound
-    assert ours.lower_bound > 0
-    assert ours.replica_moves <= 1.05 * ours.lower_bound
-    # the balance both reach, measured the same way
+    # The balance both reach, measured the same way. Ours is at least as even as the reference's in every run
+    # (on brokers and per topic): fewer moves never buy a worse balance.
     ours_after = compute_metrics(snapshot, ours.plan, topics=names)
     reference_after = compute_metrics(snapshot, reference.plan, topics=names)
-    # The reference tool starts its round robin at a random broker, so its moves vary from run to
-    # run (51 to 67 in 12 runs of this scenario, against our 56 = our lower bound). A run that moves
-    # fewer than ours leaves the brokers and the topics less even (max-min 28-31 and 13-14 in those
-    # runs, against our 21 and 12; one CI run later matched our 12 on the topics, at 29 on the brokers): it does not
-    # reach the goal ours does with fewer moves.
-    if reference.replica_moves < ours.replica_moves:
-        assert reference_after.replica_max_min > ours_after.replica_max_min, (reference_after, ours_after)
-        assert reference_after.topic_replica_max_min >= ours_after.topic_replica_max_min, (reference_after, ours_after)
+    assert ours_after.replica_max_min <= reference_after.replica_max_min, (reference_after, ours_after)
+    assert ours_after.topic_replica_max_min <= reference_after.topic_replica_max_min, (reference_after, ours_after)
+    # Minimal movement, against a floor computed here from the cluster alone: every RF-3 partition keeps a replica
+    # on each of the 3 racks, so the only broker of its rack (3, on r3) holds one of each; a plan whose brokers end
+    # within ours' max-min of each other leaves each new broker (4, 5: empty before) at least that count minus the
+    # max-min. No plan reaching our balance moves fewer replicas; ours within 5% of it, and our reported lower bound
+    # (which the 5% below is judged against) between that floor and what we move.
+    racks = {b.id: b.rack for b in snapshot.brokers if b.id in ALL}
+    alone = [b for b in ALL if list(racks.values()).count(racks[b]) == 1]
+    spanning = sum(1 for p in snapshot.partitions if len(p.replicas) == len(set(racks.values())))
+    assert alone == [3] and spanning == sum(p for p, rf in TOPICS if rf == 3)
+    floor = len(ALL[len(OLD):]) * max(0, spanning - ours_after.replica_max_min)
+    assert floor > 0 and ours.replica_moves <= 1.05 * floor, (floor, ours.replica_moves)
+    assert floor <= ours.lower_bound <= ours.replica_moves, (floor, ours.lower_bound, ours.replica_moves)
+    assert ours.replica_moves <= 1.05 * ours.lower_bound
+    # The reference tool starts its round robin at a random broker, so its moves vary from run to run (51 to 69 in
+    # the runs seen, against our 60 = our lower bound = the floor). A run that moves fewer than ours leaves the
+    # brokers less even (max-min 28-32 in those runs, against our 12; some matched ours on the topics, none on the
+    # brokers): it does not reach the goal ours does with fewer moves.
+    print(f"\nmoves: ours {ours.replica_moves} (floor {floor}, our bound {ours.lower_bound}), the reference's "
+          f"{reference.replica_moves}; brokers max-min {ours_after.replica_max_min} vs {reference_after.replica_max_min}, "
+          f"topics {ours_after.topic_replica_max_min} vs {reference_after.topic_replica_max_min}")
+    assert (ours.replica_moves <= reference.replica_moves
+            or reference_after.replica_max_min > ours_after.replica_max_min), (reference_after, ours_after)
     assert ours_after.rack_violations == 0 and ours.after.rack_violations == 0
     assert ours_after.rf_changes == 0
-    assert ours_after.replicas_per_broker == ours.after.replicas_per_broker
+    # what the planner reports as its result is the plan's: replicas per broker counted here from its moves
+    moved = {m.tp: m.target_replicas for m in ours.plan.moves}
+    placed = Counter(b for p in snapshot.partitions for b in moved.get(p.tp, p.replicas))
+    assert ours.after.replicas_per_broker == {b: placed[b] for b in ALL}, (ours.after.replicas_per_broker, placed)
     assert reference_after.replicas == ours_after.replicas == sum(len(p.replicas) for p in snapshot.partitions)

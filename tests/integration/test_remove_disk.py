@@ -13,14 +13,12 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dagrun import run_dag_file
+from dagrun import copy_migrated_db, run_dag_file
 from kafka_helpers import Traffic, cordon_capable_cluster, delete_topics
 
 from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
@@ -189,7 +187,7 @@ def pin(replica: TopicPartitionReplica, path: str) -> ReassignmentPlan:
                                         target_replicas=(3,), log_dirs=(path,)),))
 
 
-def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path):
+def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path, migrated_airflow_db):
     """docs/decommission.md's example, unchanged, as a real Airflow run (``dag.test()``) against this sandbox:
     plan (through spark-submit: the plan job's driver plans this goal, no Spark session), execute, verify."""
     config = cluster.client_config()
@@ -203,8 +201,7 @@ def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path):
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AKR_OUTPUT_DIR": str(home / "kafka_reassign"),
            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": config})}
     try:
-        subprocess.run([str(Path(sys.executable).with_name("airflow")), "db", "migrate"], env=env, check=True,
-                       capture_output=True, timeout=300)
+        copy_migrated_db(migrated_airflow_db, home)
         wait_until(lambda: all(admin.log_dirs([TopicPartition(topic, p)]).dir_of(TopicPartitionReplica(topic, p, 2))
                                for p in (0, 1)), f"{topic} in the log dirs", timeout=30)
         assert all(r.ok for r in admin.alter_replica_log_dirs({TopicPartitionReplica(topic, p, 2): second

@@ -66,6 +66,13 @@ def wait_for(cond, what: str, af: Airflow, timeout: float = 240.0, every: float 
                              f"\n--- triggerers\n{af.tail('triggerer-1')}\n{af.tail('triggerer-2')}") from None
 
 
+def polls_logged(af: Airflow, triggerer_id: int) -> int:
+    """Progress lines the sensor's trigger logged while it ran in triggerer ``triggerer_id`` (Airflow writes a
+    trigger's log to ``<task log>.trigger.<triggerer job id>.log``, a line at a time)."""
+    return sum(p.read_text(errors="replace").count("| moves ")
+               for p in (af.home / "logs").rglob(f"*task_id=wait*/*.trigger.{triggerer_id}.log"))
+
+
 @pytest.mark.timeout(900)
 def test_deferred_wait_survives_a_killed_triggerer(sandbox, deployment, unique_topic, tmp_path):
     af = deployment
@@ -94,7 +101,9 @@ def test_deferred_wait_survives_a_killed_triggerer(sandbox, deployment, unique_t
                                       "on ti.trigger_id = t.id where ti.run_id=?", run_id)[0][1] and
                      af.query("select t.id, t.triggerer_id from trigger t join task_instance ti "
                               "on ti.trigger_id = t.id where ti.run_id=?", run_id)[0], "a triggerer to take the trigger", af)
-    time.sleep(6)  # let it poll a few times
+    # it polls the plan from the first triggerer (progress lines in that triggerer's log of the trigger) before
+    # the kill: the second triggerer then takes over a wait under way, not one that never started
+    wait_for(lambda: polls_logged(af, first[1]) >= 2, "the first triggerer to poll the plan twice", af)
     af.kill("triggerer-1")  # SIGKILL: no clean shutdown, the trigger stays assigned to a dead triggerer
     killed_at = time.monotonic()
     with KafkaClusterAdmin(config) as admin:

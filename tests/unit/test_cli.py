@@ -131,3 +131,41 @@ def test_snapshot_samples_bytes_in_rates_over_the_window_given(tmp_path, capsys,
     with pytest.raises(SystemExit):
         main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(tmp_path / "s3"), "--sample-window-s", "-2"])
     assert "'-2' is not a number of seconds >= 0" in capsys.readouterr().err
+
+
+def test_the_goals_on_log_dirs_from_a_snapshot_with_its_log_dirs(tmp_path, capsys, monkeypatch):
+    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.ports import TopicPartitionReplica
+    from airflow_kafka_reassign.kafka import admin as kafka_admin
+    from airflow_kafka_reassign.testing import FakeClusterAdmin
+
+    fake = FakeClusterAdmin.build({1: "a", 2: "b"}, {"t": [[1, 2], [2, 1]]}, log_dirs=2)
+    fake.replica_dirs[TopicPartitionReplica("t", 0, 1)] = "/kafka/1/data-2"
+    fake.sizes = {TopicPartition("t", 0): {1: 1000, 2: 1000}}
+    monkeypatch.setattr(kafka_admin, "KafkaClusterAdmin", lambda config, timeout_s: fake)
+    snap, bare = tmp_path / "snap", tmp_path / "bare"
+    assert main(["snapshot", "--bootstrap-servers", "k:9092", "--log-dirs", "--out", str(snap)]) == 0
+    assert main(["snapshot", "--bootstrap-servers", "k:9092", "--out", str(bare)]) == 0
+    assert (snap / "log_dirs.json").is_file() and not (bare / "log_dirs.json").exists()
+    capsys.readouterr()
+
+    assert main(["plan", "--snapshot", str(snap), "--goal", "remove-disks", "--log-dir", "1:/kafka/1/data-2",
+                 "--out", str(tmp_path / "plan"), "--no-spark"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["goal"] == "remove-disks" and summary["log_dirs"]["intra_moves"] == 1
+    (move,) = read_plan(tmp_path / "plan").moves
+    assert move.tp == TopicPartition("t", 0) and move.log_dirs == ("/kafka/1/data-1", "any")
+    assert main(["plan", "--snapshot", str(snap), "--goal", "rebalance-disks", "--out", str(tmp_path / "even"),
+                 "--no-spark"]) == 0
+    assert json.loads(capsys.readouterr().out)["goal"] == "rebalance-disks"
+
+    # bad input: exit 2, the problem and the fix named, no plan written
+    for argv, problem in (
+        (["--snapshot", str(snap), "--goal", "remove-disks", "--log-dir", "1:/kafka/1/data-9"], "no such log dir"),
+        (["--snapshot", str(snap), "--goal", "remove-disks", "--log-dir", "data-2"], "BROKER:/ABSOLUTE/PATH"),
+        (["--snapshot", str(snap), "--goal", "rebalance", "--log-dir", "1:/kafka/1/data-2"], "only applies to goal"),
+        (["--snapshot", str(bare), "--goal", "rebalance-disks"], "snapshot --log-dirs"),
+    ):
+        assert main(["plan", *argv, "--out", str(tmp_path / "bad"), "--no-spark"]) == 2, argv
+        assert problem in capsys.readouterr().err, argv
+        assert not (tmp_path / "bad" / "plan.json").exists()

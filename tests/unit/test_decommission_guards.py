@@ -4,6 +4,8 @@ KRaft voter is not drained."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS, apply_cordons, decommission_cordons
@@ -122,3 +124,112 @@ def test_uncordon_restores_what_the_decommission_set(monkeypatch, tmp_path):
     assert admin.broker_configs[5][CORDONED_LOG_DIRS] == "*"
     assert UncordonBrokersOperator(task_id="uncordon", plan_uri=str(plan_dir)).execute({}) == {"restored": True}
     assert CORDONED_LOG_DIRS not in admin.broker_configs[5]
+
+
+# -- the clean-up of a plan never executed (a rejected approval, a failure before execution) --------------------------
+
+
+class _TI:
+    dag_id, run_id, try_number, map_index = "decommission", "manual__1", 1, -1
+
+    def __init__(self, xcom: dict | None = None) -> None:
+        self.xcom = dict(xcom or {})
+
+    def xcom_pull(self, task_ids=None, key="return_value"):
+        return self.xcom.get((task_ids, key))
+
+    def xcom_push(self, key, value):
+        self.xcom[(None, key)] = value
+
+
+DRAIN_3 = ReassignmentPlan(moves=(Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(2, 4)),))
+
+
+def _cordoned_plan(admin, plan_dir):
+    """What PlanReassignment leaves: a plan directory, and broker 3 cordoned with its backup in ``<plan>/run``."""
+    from airflow_kafka_reassign.core.store import LocalStore
+
+    plan_dir.mkdir(parents=True)
+    (plan_dir / "plan.json").write_text(DRAIN_3.model_dump_json())
+    (plan_dir / "metrics.json").write_text("{}")
+    apply_cordons(admin, decommission_cordons([3]), state_dir=LocalStore(plan_dir / "run"))
+    assert admin.broker_configs[3][CORDONED_LOG_DIRS] == "*"
+
+
+def test_restore_cordons_gives_back_what_a_rejected_plan_cordoned_and_keeps_an_executed_ones(monkeypatch, tmp_path):
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.decommission import RestoreCordonsOperator
+
+    admin = cluster()
+    admin.close = lambda: None
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    before = {b: dict(c) for b, c in admin.broker_configs.items()}
+    rejected = tmp_path / "rejected" / "plan"
+    _cordoned_plan(admin, rejected)
+    op = RestoreCordonsOperator(task_id="restore_cordons")
+    assert op.trigger_rule == "all_done"  # it runs whatever happened upstream: a rejection skips them
+    out = op.execute({"ti": _TI({("plan", "return_value"): {"plan_uri": str(rejected)}})})
+    assert out["outcome"] == "restored" and out["brokers"] == [3] and out["plan_uri"] == str(rejected)
+    assert admin.broker_configs == before and admin.alter_requests == []
+    assert json.loads((rejected / "run" / "lease.json").read_text())["released"]  # held while it restored
+
+    executed = tmp_path / "executed" / "plan"
+    _cordoned_plan(admin, executed)
+    admin.alter_reassignments({TopicPartition("t", 1): (2, 4)})  # its move is in flight: the execution has it
+    out = op.execute({"ti": _TI({("plan", "return_value"): {"plan_uri": str(executed)}})})
+    assert out["outcome"] == "kept" and admin.broker_configs[3][CORDONED_LOG_DIRS] == "*"
+
+
+def test_restore_cordons_finds_the_plan_of_a_plan_task_that_failed_after_cordoning(monkeypatch, tmp_path):
+    from airflow.sdk import DAG
+
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.decommission import RestoreCordonsOperator
+    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+
+    admin = cluster()
+    admin.close = lambda: None
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    with DAG("decommission", schedule=None):
+        plan = PlanReassignmentOperator(task_id="plan", goal="remove-brokers", brokers=[3],
+                                        output_uri=str(tmp_path / "{{ run_id }}"))
+        restore = RestoreCordonsOperator(task_id="restore_cordons")
+        plan >> restore
+    # the plan task cordoned, then failed (no plan.json, no XCom)
+    from airflow_kafka_reassign.core.store import LocalStore
+
+    apply_cordons(admin, decommission_cordons([3]), state_dir=LocalStore(tmp_path / "manual__1" / "plan" / "run"))
+    context = {"ti": _TI(), "run_id": "manual__1"}
+    assert restore.plan_location(context) == f"{tmp_path}/manual__1/plan"
+    out = restore.execute(context)
+    assert out["outcome"] == "restored" and "wrote no plan" in out["why"]
+    assert CORDONED_LOG_DIRS not in admin.broker_configs[3]
+    # a run whose plan never ran: nothing there, nothing to do
+    assert restore.execute({"ti": _TI(), "run_id": "manual__2"})["outcome"] == "none"
+
+
+@pytest.mark.skipif(not __import__("airflow_kafka_reassign.operators.approval", fromlist=["x"]).HITL_AVAILABLE,
+                    reason="Airflow 3.1+")
+def test_a_rejection_ends_the_approval_task_by_skipping_and_its_record_says_rejected():
+    """On Airflow 3 the approval's skip raises DownstreamTasksSkipped: nothing after it in the task runs (which is
+    why the cordons go back in a clean-up task); the record is pushed before."""
+    from airflow.sdk import DAG
+    from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+    from airflow_kafka_reassign.operators.approval import REQUEST_KEY, PlanApprovalOperator
+    from airflow_kafka_reassign.operators.decommission import RestoreCordonsOperator
+
+    with DAG("decommission", schedule=None):
+        approve = PlanApprovalOperator(task_id="approve", plan={})
+        restore = RestoreCordonsOperator(task_id="restore_cordons")
+        approve >> restore
+    ti = _TI()
+    ti.xcom[("approve", REQUEST_KEY)] = {"plan_uri": "/p/plan", "plan_sha256": "sha256:ab"}
+    from datetime import UTC, datetime
+
+    with pytest.raises(DownstreamTasksSkipped):
+        approve.execute_complete({"ti": ti, "task": approve}, {
+            "chosen_options": ["Reject"], "params_input": {}, "responded_at": datetime(2026, 11, 28, tzinfo=UTC),
+            "responded_by_user": {"id": "1", "name": "alice"}})
+    record = ti.xcom[(None, "return_value")]
+    assert record["approved"] is False and record["approved_by"] == "alice" and record["plan_sha256"] == "sha256:ab"

@@ -9,6 +9,7 @@ from typing import Any
 from airflow_kafka_reassign.core.execution.config import ExecutionOptions
 from airflow_kafka_reassign.core.execution.iteration import _elect
 from airflow_kafka_reassign.core.execution.observe import _classify, _observe
+from airflow_kafka_reassign.core.execution.run_state import SUBMITTED
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.journal import StateLocation, read_journal
 from airflow_kafka_reassign.core.lease import LeaseKeeper
@@ -88,7 +89,7 @@ def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPar
         except Exception:  # noqa: BLE001 (the journal is a best-effort record)
             entries = []
         for entry in entries:
-            if entry.get("event") == "submitted":
+            if entry.get("event") == SUBMITTED:
                 seen.update((str(t), int(p)) for t, p, *_ in entry.get("submitted", []))
     return len(seen)
 

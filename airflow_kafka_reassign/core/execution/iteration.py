@@ -10,6 +10,7 @@ from airflow_kafka_reassign.core.execution.batch import _disk_room, _disk_verdic
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs, submit_log_dirs
 from airflow_kafka_reassign.core.execution.observe import _assess
+from airflow_kafka_reassign.core.execution.run_state import SUBMITTED
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.journal import StateLocation, journal
 from airflow_kafka_reassign.core.lease import LeaseKeeper
@@ -118,7 +119,7 @@ def step(
         in_batch = {m.tp for m in batch}
         ok = [m for m in batch if m.tp in sent]
         journal(state_dir, {
-            "event": "submitted",
+            "event": SUBMITTED,
             "holder": lease.lease.holder if lease is not None else None,
             "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in ok],
             "refused": {str(tp): why for tp, why in status.failed.items() if tp in in_batch},

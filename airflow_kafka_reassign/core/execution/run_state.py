@@ -17,6 +17,8 @@ from airflow_kafka_reassign.core.store import as_store
 
 #: ExecuteReassignment ran this plan.json (its digest): the sensor that submits the later batches refuses another.
 PLAN_EXECUTED = "plan-executed"
+#: A step sent reassignments (``submitted``: the moves Kafka accepted, ``refused``: the others).
+SUBMITTED = "submitted"
 #: The health policy stopped a task try's submissions (kept across the sensor's pokes, deferral, restarts).
 HEALTH_STOPPED = "health-stopped"
 #: The moves in flight cancelled by ``on_unhealthy="cancel"`` (with the cancel's summary).

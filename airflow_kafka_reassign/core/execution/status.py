@@ -6,21 +6,73 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
 from airflow_kafka_reassign.core.health import HealthReport
 from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition
-from airflow_kafka_reassign.core.ports import InFlightReassignment
-
-if TYPE_CHECKING:
-    from airflow_kafka_reassign.core.execution.log_dirs import LogDirStatus
+from airflow_kafka_reassign.core.ports import InFlightReassignment, LogDir, TopicPartitionReplica
 
 _log = logging.getLogger(__name__)
 
 
 def _names(tps: Iterable[TopicPartition], limit: int = SUMMARY_SAMPLE) -> list[str]:
     return [str(tp) for tp in sorted(tps)[:limit]]
+
+
+@dataclass
+class LogDirStatus:
+    """Where the plan's moves between log dirs stand (one per pinned replica), from one DescribeLogDirs."""
+
+    total: int = 0
+    done: list[TopicPartitionReplica] = field(default_factory=list)
+    #: the future replica's offset lag, by replica
+    in_flight: dict[TopicPartitionReplica, int] = field(default_factory=dict)
+    pending: list[TopicPartitionReplica] = field(default_factory=list)
+    #: the reassignment that adds the replica to its broker is not done yet (or the broker did not answer)
+    waiting: list[TopicPartitionReplica] = field(default_factory=list)
+    failed: dict[TopicPartitionReplica, str] = field(default_factory=dict)
+    submitted: list[TopicPartitionReplica] = field(default_factory=list)
+    #: pending moves the disk guard held this step (why, per replica)
+    held: dict[TopicPartitionReplica, str] = field(default_factory=dict)
+    #: why nothing new is sent: a log dir of a broker with moves left is offline
+    stopped: str | None = None
+    #: each pinned replica's log dir now, the pinned one, and its size (bytes)
+    source: dict[TopicPartitionReplica, str] = field(default_factory=dict)
+    target: dict[TopicPartitionReplica, str] = field(default_factory=dict)
+    size: dict[TopicPartitionReplica, int] = field(default_factory=dict)
+    #: what DescribeLogDirs said (each answering broker's log dirs)
+    dirs: dict[int, tuple[LogDir, ...]] = field(default_factory=dict, repr=False)
+
+    @property
+    def complete(self) -> bool:
+        return not (self.pending or self.in_flight or self.waiting)
+
+    @property
+    def brokers(self) -> set[int]:
+        """The brokers with a move left (pending, in flight or waiting)."""
+        return {r.broker for r in (*self.pending, *self.in_flight, *self.waiting)}
+
+    def line(self) -> str:
+        out = f"log dirs: {len(self.done)}/{self.total} replicas moved, {len(self.in_flight)} in flight, " \
+              f"{len(self.pending)} pending"
+        for items, what in ((self.waiting, "waiting for their reassignment"), (self.failed, "failed"),
+                            (self.held, "wait for disk space")):
+            if items:
+                out += f", {len(items)} {what}"
+        if self.submitted:
+            out += f"; submitted {len(self.submitted)} now"
+        if self.stopped:
+            out += "; STOPPED (a log dir is offline)"
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"moves": self.total, "done": len(self.done), "in_flight": len(self.in_flight),
+                               "pending": len(self.pending), "waiting": len(self.waiting), "failed": len(self.failed),
+                               "submitted": len(self.submitted), "held": len(self.held), "stopped": self.stopped}
+        if self.failed:
+            out["failed_replicas"] = {str(r): why for r, why in sorted(self.failed.items())[:SUMMARY_SAMPLE]}
+        return out
 
 
 @dataclass

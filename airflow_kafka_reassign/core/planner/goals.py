@@ -80,6 +80,11 @@ class PlanRequest(_Frozen):
       under-replicated (``heal_targets``, or partitions with fewer replicas than their
       topic's replication factor).
 
+    ``cordoned`` brokers (KIP-1066: every log dir cordoned, set by someone else; PlanReassignment reads them from the
+    cluster) receive no replica whatever the goal: they are left out of the balance, the partitions with a replica
+    there are left as they are (cordons do not evict), except those the plan must change (a drain, a heal, an RF
+    change), whose replica there moves to an uncordoned broker too. Removed brokers are not "cordoned" here.
+
     Topic names are matched with :func:`re.fullmatch` against ``topic_include`` /
     ``topic_exclude``. ``rf_changes`` and ``heal_targets`` are the only way the plan changes a
     partition's replication factor; those moves carry ``allow_rf_change=True`` (KIP-860).
@@ -136,6 +141,16 @@ class PlanRequest(_Frozen):
     #: requests of the other goals keep their bytes). Their replicas go to the broker's other log dirs, else to
     #: other brokers; ``disk_cap`` bounds every log dir's volume after the plan.
     log_dirs: tuple[str, ...] = Field(default=(), exclude_if=lambda v: not v)
+    #: Brokers whose every log dir is cordoned (``cordoned.log.dirs``, KIP-1066), other than the removed ones: the plan
+    #: puts no replica on them (see above; not written when empty).
+    cordoned: tuple[int, ...] = Field(default=(), exclude_if=lambda v: not v)
+
+    @field_validator("cordoned")
+    @classmethod
+    def _check_cordoned(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(b < 0 for b in v):
+            raise ValueError(f"cordoned: broker ids are >= 0, not {list(v)}")
+        return tuple(sorted(set(v)))
 
     @field_validator("log_dirs")
     @classmethod
@@ -543,6 +558,8 @@ class PrepareContext:
     warnings: list[str] = field(default_factory=list)
     #: Broker -> its ``broker.rack`` whether or not racks are used (a capacity document's overrides).
     rack_names: dict[int, str | None] = field(default_factory=dict)
+    #: Cordoned brokers (not removed, known): no replica goes there (:attr:`PlanRequest.cordoned`).
+    cordoned: frozenset[int] = frozenset()
 
     @property
     def nb(self) -> int:
@@ -579,6 +596,10 @@ class TopicPrep:
     auto_healed: int = 0
     #: replicas of this (left out) topic that stay on removed brokers (partial_drain)
     left_on_removed: int = 0
+    #: partitions left as they are for a replica on a cordoned broker; replicas moved off one (a partition the
+    #: plan must change)
+    kept_for_cordon: int = 0
+    moved_off_cordoned: int = 0
 
 
 def named_brokers(partitions: Iterable[PartitionLike]) -> dict[int, TopicPartition]:
@@ -624,6 +645,20 @@ def plan_context(
     """
     known = {b.id for b in brokers}
     live, removed, warnings = _brokers(known, request, named)
+    cordoned = sorted(set(request.cordoned) & known - set(removed))
+    if cordoned:
+        added = sorted(set(request.brokers) & set(cordoned)) if request.goal == "add-brokers" else []
+        if added:
+            raise ConfigurationError(
+                f"broker(s) {_fmt(added)} being added are cordoned (cordoned.log.dirs, KIP-1066): they would take no "
+                "replica; uncordon them first (UncordonBrokersOperator(brokers=[...]))")
+        live = [b for b in live if b not in cordoned]
+        if not live:
+            raise ConfigurationError(
+                f"every broker that would hold replicas is cordoned ({_fmt(cordoned)}, cordoned.log.dirs, KIP-1066): "
+                "nothing can be placed; uncordon some first")
+        warnings.append(f"broker(s) {_fmt(cordoned)} are cordoned (cordoned.log.dirs, KIP-1066): the plan puts no "
+                        "replica on them and leaves them out of the balance")
     racks = {b.id: b.rack for b in brokers}
     layout = _layout(racks, live, removed, request.rack_aware)
     internal = {t.name for t in topics if t.is_coordinator_topic}
@@ -643,6 +678,7 @@ def plan_context(
         broker_racks={b.id: (b.rack if request.rack_aware else None) for b in brokers},
         warnings=warnings,
         rack_names={b.id: b.rack for b in brokers},
+        cordoned=frozenset(cordoned),
     )
 
 
@@ -754,6 +790,13 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
             rf = heal[p.tp]
         if in_flight:
             rf = len(target)
+        on_cordoned = [b for b in target if b in ctx.cordoned] if ctx.cordoned else []
+        if on_cordoned:
+            if in_flight or not (on_removed or rf != len(target)):  # nothing forces a change: left as it is
+                out.kept_for_cordon += 1
+                fix(target, partition_size(p.replica_sizes) or 0)
+                continue
+            out.moved_off_cordoned += len(on_cordoned)
         elif rf > nb:
             raise ConfigurationError(
                 f"topic {topic!r} has replication factor {rf} (partition {p.tp}) but only {nb} broker(s) "
@@ -780,9 +823,12 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
     evacuated: list[str] = []
     healed = 0
     left_on_removed: dict[str, int] = {}
+    kept_for_cordon = moved_off_cordoned = 0
     for prep in sorted(preps, key=lambda x: x.topic):
         if prep.left_on_removed:
             left_on_removed[prep.topic] = prep.left_on_removed
+        kept_for_cordon += prep.kept_for_cordon
+        moved_off_cordoned += prep.moved_off_cordoned
         if prep.planned is not None:
             topics.append(prep.planned)
         for b, c in prep.fixed_load.items():
@@ -815,6 +861,16 @@ def merge_preps(ctx: PrepareContext, preps: Iterable[TopicPrep]) -> Scope:
             f"partial drain: {sum(left_on_removed.values())} replica(s) of {len(names)} topic(s) left out by "
             f"topic_include/topic_exclude stay on removed broker(s) {_fmt(ctx.removed)} "
             f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); those brokers are not empty yet"
+        )
+    if kept_for_cordon:
+        warnings.append(
+            f"{kept_for_cordon} partition(s) with a replica on cordoned broker(s) {_fmt(ctx.cordoned)} are left as they "
+            "are (a cordon keeps new replicas away; it does not move the ones there)"
+        )
+    if moved_off_cordoned:
+        warnings.append(
+            f"{moved_off_cordoned} replica(s) on cordoned broker(s) {_fmt(ctx.cordoned)} move off with the drain, heal "
+            "or RF change of their partition (the plan places no replica on a cordoned broker)"
         )
     if excluded:
         warnings.append(

@@ -101,7 +101,8 @@ class LogDirTable(_Frozen):
         if not path.is_file():
             raise ConfigurationError(
                 f"{directory} has no {LOG_DIRS_FILE}: the goals on log dirs plan from the brokers' log dirs, which "
-                "PlanReassignmentOperator writes beside the snapshot for them; take the snapshot with that goal")
+                "PlanReassignmentOperator writes beside the snapshot for them; take the snapshot with that goal (or with "
+                "`airflow-kafka-reassign snapshot --log-dirs`)")
         table = cls.model_validate_json(path.read_bytes())
         if table.format_version != LOG_DIRS_FORMAT:
             raise ConfigurationError(f"{path} has format_version {table.format_version}; this version reads "

@@ -246,12 +246,22 @@ def test_test_connection_never_raises_on_missing_connection():
 
 
 def test_test_connection_to_an_unreachable_cluster_fails_within_the_timeout(monkeypatch):
-    """The real adapter against a closed loopback port: a clear failure, bounded in time."""
-    pytest.importorskip("airflow_kafka_reassign.kafka.admin")
+    """The real adapter against a closed loopback port: a clear failure, bounded by the connection's timeout:
+    one DescribeCluster, which librdkafka itself ends after ``timeout_s``, and an error naming the servers and
+    that bound (the elapsed time is printed, not asserted: it is the machine's)."""
+    admin_module = pytest.importorskip("airflow_kafka_reassign.kafka.admin")
     set_conn(monkeypatch, "kafka_down", {"bootstrap.servers": "127.0.0.1:1"})
+    requests: list[dict[str, Any]] = []
+    describe_cluster = admin_module.AdminClient.describe_cluster
+
+    def recorded(self: Any, **kwargs: Any) -> Any:
+        requests.append(kwargs)
+        return describe_cluster(self, **kwargs)
+
+    monkeypatch.setattr(admin_module.AdminClient, "describe_cluster", recorded)
     started = time.monotonic()
     ok, message = KafkaReassignHook(kafka_config_id="kafka_down", timeout_s=2).test_connection()
-    elapsed = time.monotonic() - started
+    print(f"failed after {time.monotonic() - started:.1f} s with timeout_s=2: {message}")
     assert ok is False
-    assert "127.0.0.1:1" in message
-    assert elapsed < 2 + 8, f"took {elapsed:.1f} s with timeout_s=2"
+    assert "127.0.0.1:1" in message and "did not answer within 2 s" in message, message
+    assert requests == [{"request_timeout": 2}]

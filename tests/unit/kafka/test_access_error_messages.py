@@ -46,7 +46,7 @@ def test_the_clients_connection_errors_go_to_debug(caplog):
 
 
 def test_an_authorization_failure_names_the_acl_refused_and_the_grant():
-    from airflow_kafka_reassign.kafka.admin import Refused
+    from airflow_kafka_reassign.kafka.acl import Refused
 
     admin = KafkaClusterAdmin(CONFIG)
     e = admin._access_error("authorization", "Cluster authorization failed.",

@@ -144,6 +144,19 @@ def test_heal_writes_a_plan_dir_for_the_short_partitions_and_prunes_healed_ones(
     assert read_heal_targets(path) == {"orders-1": 2}
 
 
+def test_heal_places_nothing_on_a_cordoned_broker(fake, tmp_path):
+    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.models import TopicPartition
+
+    fake.replicas[TopicPartition("orders", 1)] = (2,)  # short: without the cordon, the heal adds broker 1
+    fake.broker_configs[1][CORDONED_LOG_DIRS] = "*"
+    path = tmp_path / "heal.json"
+    update_heal_targets(path, add={"orders-1": 2})
+    PlanHealOperator(task_id="heal", heal_targets_path=str(path), plan_dir=str(tmp_path / "plan")).execute({"ti": TI()})
+    (move,) = read_plan(tmp_path / "plan").moves
+    assert move.target_replicas in ((2, 3), (3, 2))
+
+
 def test_heal_with_nothing_to_move_is_skipped(fake, tmp_path):
     path = tmp_path / "heal.json"
     ti = TI()

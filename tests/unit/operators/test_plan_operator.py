@@ -225,3 +225,25 @@ def test_capacity_cluster_is_filled_from_the_brokers_log_dirs_before_the_job(clu
     disks = json.loads(Path(out["snapshot_uri"], "disks.json").read_text())
     assert disks["4"] == {"total_bytes": 2 * 10**6, "usable_bytes": 2 * 10**6}  # nothing on broker 4 yet
     assert disks["1"]["usable_bytes"] == 10**6 - 4 * 1000 - 2 * 10
+
+
+def test_a_broker_cordoned_by_someone_else_gets_no_replica_whatever_the_goal(monkeypatch, tmp_path):
+    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.plan_io import read_plan
+
+    admin = FakeClusterAdmin.build({1: "a", 2: "b", 3: "c", 4: "a", 5: "b"},
+                                   {"orders": [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3], [2, 1, 3], [3, 2, 1]]})
+    admin.broker_configs[4][CORDONED_LOG_DIRS] = "*"  # 4 and 5 are empty; 4 is cordoned (another maintenance)
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    requests: list[PlanRequest] = []
+
+    def fake_submit(self, snapshot: str, plan: str, request_file: str, **_: object) -> None:
+        requests.append(PlanRequest.model_validate_json(Path(request_file).read_text()))
+        write_plan_dir(plan_staged(read_snapshot(Path(snapshot)), requests[-1]), Path(plan), snapshot=snapshot)
+
+    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", fake_submit)
+    out = PlanReassignmentOperator(task_id="plan", goal="rebalance", output_uri=str(tmp_path)).execute(context())
+    assert requests[0].cordoned == (4,)
+    targets = {b for m in read_plan(Path(out["plan_uri"])).moves for b in m.adding_replicas}
+    assert 5 in targets and 4 not in targets
+    assert any("cordoned" in w for w in out["warnings"])

@@ -67,6 +67,19 @@ def test_remove_disks_cordons_first_then_plans_moves_between_log_dirs(fake, tmp_
     assert out["goal"] == "remove-disks" and out["log_dirs"]["intra_moves"] == 1 and out["replica_moves"] == 0
 
 
+def test_cordon_false_checks_and_plans_but_cordons_nothing(fake, tmp_path):
+    op = PlanReassignmentOperator(task_id="plan", goal="remove-disks", log_dirs="1:/kafka/1/data-2",
+                                  output_uri=str(tmp_path), cordon="False")
+    out = op.execute({"ti": TI()})
+    assert fake.cordoned_at_snapshot == [frozenset()] and not any(fake.cordoned(b) for b in (1, 2, 3))
+    assert read_backup(LocalStore(tmp_path / "plan" / "run")) is None  # nothing to restore either
+    assert out["log_dirs"]["intra_moves"] == 1  # planned as with the cordon
+    bad = PlanReassignmentOperator(task_id="plan", goal="remove-disks", log_dirs="1:/kafka/1/data-9",
+                                   output_uri=str(tmp_path / "bad"), cordon=False)
+    with pytest.raises(AirflowFailException, match="broker 1 has no such log dir"):  # still checked
+        bad.execute({"ti": TI()})
+
+
 @pytest.mark.parametrize(("log_dirs", "message"), [
     (["7:/kafka/7/data-2"], "broker 7 is not in the cluster"),
     (["1:/kafka/1/data-9"], "broker 1 has no such log dir"),

@@ -667,4 +667,10 @@ def test_a_damaged_governor_object_costs_the_adaptive_state_not_the_run(fake, pl
     assert spec.submitter(spec.load_plan())(fake).submitted == 1  # from min_moves, afresh
     (plan_dir / RUN_DIR / _governor_name(key)).write_text(json.dumps({"holder": key, "governor": {"current": "x"}}))
     again = _try_spec(plan_dir, execution={"max_moves": 3, "adaptive_limits": {"min_moves": 1}})
-    assert again.submitter(again.load_plan())(fake).submitted >= 0
+    # afresh again: min_moves (1), not max_moves (3), and not a failed poke; the first move finished meanwhile
+    # (the stepping fake completes one per snapshot), so exactly one more, orders-1, goes out
+    assert again.submitter(again.load_plan())(fake).submitted == 1
+    assert [list(targets) for targets, _ in fake.alter_requests] == [[TopicPartition("orders", 0)],
+                                                                     [TopicPartition("orders", 1)]]
+    saved = json.loads((plan_dir / RUN_DIR / _governor_name(key)).read_text())  # and a sound state kept for the next
+    assert saved["holder"] == key and saved["governor"]["current"] == [1, None] and saved["done"] == 1

@@ -1,0 +1,113 @@
+"""Where the test time goes: a pytest plugin (registered by ``tests/conftest.py``) that prints, after every run,
+
+* the slowest tests (set-up + call + tear-down),
+* the time per test file,
+* the fixed costs: each module- or session-scoped fixture's set-up (the sandbox's start, Airflow's ``db migrate``,
+  S3Proxy, a small cluster of a test's own), with how often it ran,
+
+and writes the same data to ``build/test-times.json`` (``make test-times`` prints it again). It works under
+pytest-xdist: the fixture times travel to the controller in each report's ``user_properties``.
+
+Nothing here asserts anything about time: the numbers are for people (the project's rule: speed goes to
+benchmarks and tables, never into assertions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURE_KEY = "fixture-setup-s"
+#: fixtures of these scopes are fixed costs worth naming; function-scoped ones show in their test's set-up
+_FIXED_SCOPES = {"session", "package", "module", "class"}
+_TOP = 15
+_OUT = Path(__file__).resolve().parent.parent / "build" / "test-times.json"
+
+_pending: list[tuple[str, str, float]] = []  # fixtures set up since the last report (this process)
+_tests: dict[str, float] = defaultdict(float)
+_fixtures: list[tuple[str, str, float]] = []
+_started = time.monotonic()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, Any, Any]:
+    began = time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        if fixturedef.scope in _FIXED_SCOPES:
+            _pending.append((fixturedef.argname, fixturedef.scope, time.perf_counter() - began))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if _pending:
+        report.user_properties.append((FIXTURE_KEY, list(_pending)))
+        _pending.clear()
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _tests[report.nodeid] += report.duration
+    for key, value in report.user_properties:
+        if key == FIXTURE_KEY:
+            _fixtures.extend((name, scope, float(s)) for name, scope, s in value)
+
+
+def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
+    return [f"-- {title}", *(f"{left:>9}  {right}" for left, right in rows)]
+
+
+def summary(tests: dict[str, float], fixtures: list[tuple[str, str, float]], wall_s: float | None) -> list[str]:
+    """The printed tables, from the recorded times (also what ``make test-times`` prints)."""
+    per_file: dict[str, float] = defaultdict(float)
+    for nodeid, seconds in tests.items():
+        per_file[nodeid.split("::", 1)[0]] += seconds
+    per_fixture: dict[str, list[float]] = defaultdict(list)
+    for name, scope, seconds in fixtures:
+        per_fixture[f"{name} ({scope})"].append(seconds)
+    total = sum(tests.values())
+    head = f"{len(tests)} tests, {total:.0f} s of test time"
+    if wall_s is not None:
+        head += f" in {wall_s:.0f} s of wall clock"
+    lines = [head]
+    lines += _table(f"slowest {_TOP} tests (set-up + call + tear-down)",
+                    [(f"{s:.1f} s", n) for n, s in sorted(tests.items(), key=lambda kv: -kv[1])[:_TOP]])
+    lines += _table(f"slowest {_TOP} files",
+                    [(f"{s:.1f} s", n) for n, s in sorted(per_file.items(), key=lambda kv: -kv[1])[:_TOP]])
+    lines += _table("fixed costs: module/session fixtures over 1 s (total, times set up)",
+                    [(f"{sum(v):.1f} s", f"{k} x{len(v)}")
+                     for k, v in sorted(per_fixture.items(), key=lambda kv: -sum(kv[1])) if sum(v) >= 1.0])
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _tests or hasattr(config, "workerinput"):  # an xdist worker: the controller prints
+        return
+    wall = time.monotonic() - _started
+    terminalreporter.section("test times")
+    for line in summary(_tests, _fixtures, wall):
+        terminalreporter.line(line)
+    try:
+        _OUT.parent.mkdir(exist_ok=True)
+        _OUT.write_text(json.dumps({"wall_s": wall, "tests": _tests, "fixtures": _fixtures}, indent=1))
+    except OSError as exc:  # a read-only checkout (the compat check's installed copy) must not fail the run
+        terminalreporter.line(f"(test times not written to {_OUT}: {exc})")
+
+
+if __name__ == "__main__":  # make test-times: the tables of the last run again
+    path = Path(os.environ.get("AKR_TEST_TIMES", _OUT))
+    if not path.exists():
+        raise SystemExit(f"{path} does not exist: run `make test` (or `make unit`) first")
+    data = json.loads(path.read_text())
+    print("\n".join(summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"))))
