@@ -278,6 +278,9 @@ class Stack:
             "AIRFLOW__LOGGING__REMOTE_LOGGING": "True",
             "AIRFLOW__LOGGING__REMOTE_BASE_LOG_FOLDER": f"s3://{store.bucket}/logs",
             "AIRFLOW__LOGGING__REMOTE_LOG_CONN_ID": STORAGE_CONN_ID,
+            # the log servers' ports (8793/8794 by default) may be taken by another Airflow on this machine
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports.get("trigger_logs", 8794)),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(ports.get("worker_logs", 8793)),
             f"AIRFLOW_CONN_{KAFKA_CONN_ID.upper()}": json.dumps({"conn_type": "kafka",
                                                                  "extra": kafka.client_config(sasl=True)}),
             f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}": store.airflow_connection(),
@@ -450,10 +453,11 @@ class Stack:
             shutil.rmtree(self.dir / old, ignore_errors=True)
         _write_private(self.dir / SECRETS_FILE, json.dumps({k: secrets.token_urlsafe(24) for k in
                                                             ("postgres", "redis", "jwt", "api")}) + "\n")
-        pg_port, redis_port, free_api = free_ports(3)
+        pg_port, redis_port, free_api, trigger_logs, worker_logs = free_ports(5)
         names = [f"{WORKER_PREFIX}{i}" for i in range(1, workers + 1)]
         state: dict[str, Any] = {
-            "ports": {"postgres": pg_port, "redis": redis_port, "api": api_port or free_api},
+            "ports": {"postgres": pg_port, "redis": redis_port, "api": api_port or free_api,
+                      "trigger_logs": trigger_logs, "worker_logs": worker_logs},
             "pids": {}, "heartbeat_timeout_s": heartbeat_timeout_s,
             "kafka_dir": str(Path(kafka_dir).resolve()) if kafka_dir else str(self.dir / "kafka"),
             "own_kafka": kafka_dir is None,

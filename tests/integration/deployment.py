@@ -1,10 +1,9 @@
 """A throw-away, real Airflow deployment for the tests: each component its own process.
 
 A fresh metadata database (SQLite), an API server (the execution API the task runners talk to),
-a scheduler, and triggerer(s), started with ``airflow ...`` commands. Used by the deferrable-wait
-tests (a triggerer killed mid-wait) and the distributed-workers test, whose executor
-(:mod:`isolated_executor`) runs every task try in its own process and directories and whose
-triggerer has a working directory, ``TMPDIR`` and ``AIRFLOW_HOME`` of its own.
+a scheduler (LocalExecutor), and triggerer(s), started with ``airflow ...`` commands. Used by the
+deferrable-wait tests (a triggerer killed mid-wait). The production-shaped deployment (PostgreSQL,
+the CeleryExecutor with two workers that share no disk) is the stack: test_stack.py.
 """
 
 from __future__ import annotations
@@ -83,13 +82,10 @@ class Airflow:
 
 
 @contextlib.contextmanager
-def airflow_deployment(home: Path, extra_env: Mapping[str, str], *, triggerer_dir: Path | None = None,
-                       ) -> Iterator[Airflow]:
+def airflow_deployment(home: Path, extra_env: Mapping[str, str]) -> Iterator[Airflow]:
     """API server, scheduler and one triggerer (``triggerer-1``) on a fresh database in ``home``.
 
-    ``extra_env`` goes over the defaults (LocalExecutor, 2 tasks at once, quick heartbeats).
-    ``triggerer_dir``: the triggerer runs in that folder with its own ``TMPDIR`` and
-    ``AIRFLOW_HOME`` under it (the database shared by URL, as a triggerer on another machine)."""
+    ``extra_env`` goes over the defaults (LocalExecutor, 2 tasks at once, quick heartbeats)."""
     (home / "dags").mkdir(parents=True)
     port = free_port()
     env = {
@@ -120,15 +116,7 @@ def airflow_deployment(home: Path, extra_env: Mapping[str, str], *, triggerer_di
     af.cli("db", "migrate", timeout=300)
     af.start("api-server", "api-server", "--port", str(port), "--workers", "1")
     af.start("scheduler", "scheduler")
-    if triggerer_dir is None:
-        af.start("triggerer-1", "triggerer")
-    else:
-        for d in ("cwd", "tmp", "airflow-home"):
-            (triggerer_dir / d).mkdir(parents=True, exist_ok=True)
-        af.start("triggerer-1", "triggerer", cwd=triggerer_dir / "cwd", env={
-            **env, "TMPDIR": str(triggerer_dir / "tmp"), "AIRFLOW_HOME": str(triggerer_dir / "airflow-home"),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AKR_OUTPUT_DIR": str(triggerer_dir / "must-stay-unused")})
+    af.start("triggerer-1", "triggerer")
     try:
         deadline = time.monotonic() + 180
         while True:

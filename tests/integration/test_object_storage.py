@@ -9,7 +9,7 @@ production); the directories of one are deleted before the next starts, so nothi
 * the execute task SIGKILLed mid-run on "worker A", A's directories deleted, retried on "worker B": it resumes
   from the cluster and the store, submits nothing twice, and every throttle config ends exactly as before;
 * a second run of the same plan from another DAG run is refused while the first holds the plan's lease;
-* (a deferrable wait whose trigger reads the plan from the store only: test_distributed_workers.py);
+* (a deferrable wait whose trigger reads the plan from the store only: test_stack.py, in the stack's triggerer);
 * bad input: a wrong secret, a missing bucket, an unreachable endpoint, a plan URI with no plan.
 """
 

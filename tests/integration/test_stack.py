@@ -1,0 +1,377 @@
+"""The production stack for real: PostgreSQL, the CeleryExecutor on Redis with two workers, a triggerer.
+
+One stack (:mod:`airflow_kafka_reassign.sandbox.stack`) for the module, on the session's Kafka sandbox and S3 store:
+an API server, a scheduler, a DAG processor and a triggerer on a throw-away PostgreSQL, and two Celery workers, each
+with its own working directory, ``TMPDIR``, ``AIRFLOW_HOME`` and copy of the DAGs, sharing nothing but the
+database, the broker queue, Kafka and the plan storage. Which worker ran each task try is read from the database
+(``task_instance`` and ``task_instance_history``: the workers name themselves ``stack-worker-N``).
+
+* the decommission example DAG, unchanged, triggered as a user would (``airflow dags trigger``), every try on a
+  worker of the stack, plans on S3, nothing left on a worker's disk;
+* a deferrable wait whose trigger runs in the separate triggerer and reads only the store;
+* the worker running ``execute`` SIGKILLed mid-batch: Airflow's retry runs on the other worker and finishes the plan;
+* a run whose worker died with no retry left: the next run of the plan is refused in one line naming it, and a run
+  with ``take_over_from`` finishes the plan at once.
+
+The faults assert the cluster as before: throttle configs identical, every partition at its target, the
+replication factor unchanged, no partition submitted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_helpers import make_topic, put_plan, replicas, throttles
+
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.sandbox import wait_until
+from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
+from airflow_kafka_reassign.sandbox.stack import STORAGE_CONN_ID, Stack
+
+#: the stack's start-up (the first test's setup) and a run of the decommission example (Spark planning) together
+pytestmark = pytest.mark.timeout(1800)
+
+HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parents[1] / "example_dags"
+
+
+@pytest.fixture(scope="module")
+def stack(sandbox, object_store, tmp_path_factory) -> Iterator[Stack]:
+    started = time.monotonic()
+    st = Stack(tmp_path_factory.mktemp("stack"))
+    info = st.up(kafka_dir=sandbox.dir, object_store_dir=object_store.dir, dags=None, heartbeat_timeout_s=20)
+    print(f"\nthe stack started in {time.monotonic() - started:.1f} s: {info['took_s']}")
+    try:
+        yield st
+    finally:
+        pids = dict(st.state["pids"])
+        stopped = st.down()
+        print(f"\nthe stack stopped: {stopped}")
+        running = {n: pid for n, pid in pids.items() if st.process_running(pid)}
+        assert not running, f"processes of the stack left running: {running}"
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+def deploy(stack: Stack, dag_file: Path, dag_id: str) -> None:
+    """Deploy a DAG file (to the DAG processor and each worker) and wait until it is parsed and unpaused."""
+    stack.add_dag(dag_file)
+    wait_until(lambda: stack.query("select 1 from serialized_dag where dag_id=%s", dag_id),
+               f"the DAG processor to parse {dag_id}", 180, 1)
+    stack.cli("dags", "unpause", dag_id)
+
+
+def trigger(stack: Stack, dag_id: str, conf: dict | None = None, prefix: str = "stack") -> str:
+    run_id = f"{prefix}-{secrets.token_hex(3)}"
+    stack.cli("dags", "trigger", dag_id, "--run-id", run_id, "--conf", json.dumps(conf or {}))
+    return run_id
+
+
+def run_state(stack: Stack, dag_id: str, run_id: str) -> str | None:
+    rows = stack.query("select state from dag_run where dag_id=%s and run_id=%s", dag_id, run_id)
+    return rows[0][0] if rows else None
+
+
+def wait_run(stack: Stack, dag_id: str, run_id: str, timeout: float = 900) -> str:
+    try:
+        return wait_until(lambda: (s := run_state(stack, dag_id, run_id)) in ("success", "failed") and s,
+                          f"the {dag_id} run {run_id} to end", timeout, 2)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n--- scheduler\n{stack.tail('scheduler')}\n--- triggerer\n"
+                             f"{stack.tail('triggerer')}") from None
+
+
+def tries(stack: Stack, dag_id: str, run_id: str) -> list[dict]:
+    """Every try of every task of the run, earlier ones (``task_instance_history``) and the last, with the worker
+    (hostname) and process that ran it."""
+    rows = stack.query(
+        "select task_id, try_number, state, hostname, pid from task_instance_history where dag_id=%s and run_id=%s "
+        "union all select task_id, try_number, state, hostname, pid from task_instance where dag_id=%s and run_id=%s "
+        "order by 1, 2", dag_id, run_id, dag_id, run_id)
+    return [dict(zip(("task_id", "try", "state", "hostname", "pid"), r, strict=True)) for r in rows]
+
+
+def xcom(stack: Stack, dag_id: str, run_id: str, task_id: str) -> dict:
+    """A task's ``return_value`` (a JSON column on PostgreSQL: psycopg2 returns it decoded)."""
+    value = stack.query("select value from xcom where dag_id=%s and run_id=%s and task_id=%s and key='return_value'",
+                        dag_id, run_id, task_id)[0][0]
+    return value if isinstance(value, dict) else json.loads(value)
+
+
+def task_log(stack: Stack, dag_id: str, run_id: str, task_id: str, attempt: int = 1, *, marker: str = "",
+             timeout: float = 120) -> str:
+    """A task try's log as the UI reads it, from the object store (remote logging), once it holds ``marker``: the
+    worker uploads it after the try reported its state. What is there after ``timeout`` s otherwise."""
+    store = stack.object_store
+    folder = (Path(store.state["data_dir"]) / store.bucket / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+              / f"task_id={task_id}")
+    # the try's own log, and what the triggerer wrote for it (its trigger's lines)
+    local = stack.home("triggerer") / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+
+    def read() -> str:
+        files = [*folder.glob(f"attempt={attempt}.log*"), *local.glob(f"attempt={attempt}.log*")]
+        return "\n".join(p.read_text(errors="replace") for p in sorted(files) if p.is_file())
+
+    try:
+        return wait_until(lambda: (text := read()) and marker in text and text, f"the log of {task_id} holding "
+                          f"{marker!r}", timeout, 1)
+    except TimeoutError:
+        return read()
+
+
+def logs_of(stack: Stack, dag_id: str, run_id: str) -> str:
+    store = stack.object_store
+    root = Path(store.state["data_dir"]) / store.bucket / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
+    return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(root.rglob("*.log"))) if root.exists() else ""
+
+
+def assert_nothing_on_the_workers_disks(stack: Stack) -> None:
+    """No plan written under a worker's (or the triggerer's) AKR_OUTPUT_DIR; nothing of ours left in its TMPDIR."""
+    for name in [*stack.workers, "triggerer"]:
+        own = stack.dir / name
+        assert not (own / "must-stay-unused").exists(), f"{name} wrote plan files on its own disk"
+        left = [p.name for p in (own / "tmp").iterdir() if p.name.startswith("akr-")]
+        assert not left, f"{name} left local files in its TMPDIR: {left}"
+
+
+def journal_submitted(store: ObjectStoreSandbox, prefix: str) -> list[tuple[str, int]]:
+    """Every partition the plan's journal records as submitted (by any run, any try)."""
+    data = Path(store.state["data_dir"]) / store.bucket / prefix / "plan" / "run" / "journal"
+    entries = [json.loads(p.read_text()) for p in sorted(data.iterdir())] if data.is_dir() else []
+    return sorted((t, p) for e in entries for t, p, _ in e.get("submitted", []))
+
+
+def execute_dag(stack: Stack, dag_id: str, plan_uri: str, *, retries: int) -> None:
+    """A DAG of one execute task on a fixed plan (runs of it share the plan and its lease), 1 move at a time."""
+    path = stack.dir / f"{dag_id}.py"
+    path.write_text(textwrap.dedent(f'''
+        from datetime import datetime, timedelta
+        from airflow.sdk import DAG, Param
+        from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+
+        with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+                 params={{"take_over_from": Param(None, type=["null", "string"])}},
+                 default_args={{"retries": {retries}, "retry_delay": timedelta(seconds=1)}}) as dag:
+            ExecuteReassignmentOperator(
+                task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, max_moves=1,
+                order="plan", throttle_bytes_per_sec=300_000, poll_interval=1,
+                take_over_from="{{{{ params.take_over_from }}}}")
+    '''))
+    deploy(stack, path, dag_id)
+
+
+def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path) -> tuple[ReassignmentPlan, str, str]:
+    """Three partitions of about 1.5 MB, each move a few seconds at the throttle: (plan, its URI, its prefix)."""
+    make_topic(sandbox.client_config(), topic, [[1, 2], [2, 3], [3, 4]], megabytes=4.5)
+    plan = ReassignmentPlan(moves=(
+        Move(topic=topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
+        Move(topic=topic, partition=1, current_replicas=(2, 3), target_replicas=(4, 3)),
+        Move(topic=topic, partition=2, current_replicas=(3, 4), target_replicas=(5, 4)),
+    ))
+    prefix = f"{name}-{topic}"
+    return plan, put_plan(object_store, prefix, plan, tmp_path), prefix
+
+
+def kill_worker_running(stack: Stack, dag_id: str, run_id: str, store: ObjectStoreSandbox, prefix: str) -> str:
+    """Once ``execute`` has submitted its first batch: SIGKILL the worker running it (and its task processes);
+    start that worker again in the background (:func:`restarted`). The worker's name."""
+    wait_until(lambda: journal_submitted(store, prefix), "the first batch to be submitted", 300, 0.5)
+    rows = stack.query("select hostname, state from task_instance where dag_id=%s and run_id=%s and task_id='execute'",
+                       dag_id, run_id)
+    worker, state = rows[0]
+    assert state == "running" and worker in stack.workers, rows
+    killed = stack.kill(worker, signal.SIGKILL)
+    print(f"\nSIGKILLed {worker}: {len(killed)} process(es) mid-batch")
+    return worker
+
+
+def restart_in_background(stack: Stack, worker: str) -> threading.Thread:
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            stack.start(worker)
+        except BaseException as e:  # noqa: BLE001 (reported by the test)
+            errors.append(e)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def joined(thread: threading.Thread) -> None:
+    thread.join(300)
+    assert not thread.is_alive() and not thread.errors, thread.errors  # type: ignore[attr-defined]
+
+
+# -- the example DAG ----------------------------------------------------------------------------------
+
+def test_decommission_example_runs_on_the_stacks_celery_workers(sandbox, stack, object_store, unique_topic):
+    config = sandbox.client_config()
+    topics = [f"{unique_topic}-{i}" for i in range(2)]
+    for topic in topics:
+        make_topic(config, topic, [[1, 2, 3], [2, 3, 4], [3, 4, 5], [4, 5, 1]], megabytes=0.3)
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        before = throttles(admin, topics)
+    dag_id = "kafka_decommission_brokers"
+    deploy(stack, EXAMPLES / f"{dag_id}.py", dag_id)
+    started = time.monotonic()
+    run_id = trigger(stack, dag_id, {
+        "broker_ids": [5], "dry_run": False, "require_approval": False, "throttle_bytes_per_sec": 5_000_000,
+        "topic_include": [f"{unique_topic}-.*"], "partial_drain": True})
+    state = wait_run(stack, dag_id, run_id)
+    elapsed = time.monotonic() - started
+    assert state == "success", logs_of(stack, dag_id, run_id)[-8000:]
+
+    ran = tries(stack, dag_id, run_id)
+    done = [t for t in ran if t["state"] != "skipped"]
+    expected = {"check_request", "plan", "approve", "execute", "not_a_dry_run", "wait", "verify_drained"}
+    assert expected <= {t["task_id"] for t in done}, ran
+    assert all(t["state"] == "success" for t in done), done
+    assert {t["hostname"] for t in done} <= set(stack.workers), done  # every try on a worker of the stack
+    assert len({t["pid"] for t in done}) == len(done), done  # one process per try
+    assert_nothing_on_the_workers_disks(stack)
+
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        for topic in topics:
+            assert all(5 not in r and len(r) == 3 for r in replicas(admin, topic))
+        assert throttles(admin, topics) == before
+    plan = xcom(stack, dag_id, run_id, "plan")
+    assert plan["plan_uri"] == f"s3://{object_store.bucket}/airflow/{dag_id}/{run_id}/plan"
+    data = Path(object_store.state["data_dir"]) / object_store.bucket / "airflow" / dag_id / run_id
+    for name in ("plan/plan.json", "plan/metrics.json", "plan/report/report.html", "snapshot/partitions.parquet",
+                 "request.json", "plan/run/lease.json"):
+        assert (data / name).is_file(), name
+    # the task's log, on the store, for the UI
+    assert "Executing" in task_log(stack, dag_id, run_id, "execute", marker="Executing")
+    print(f"\ndecommission example on the stack (CeleryExecutor, PostgreSQL, S3 plans): {elapsed:.1f} s from "
+          f"trigger to end; tries {[(t['task_id'], t['hostname']) for t in done]}")
+
+
+# -- the triggerer ------------------------------------------------------------------------------------
+
+def test_deferrable_wait_runs_in_the_stacks_triggerer(sandbox, stack, object_store, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    make_topic(config, unique_topic, [[1, 2], [2, 3]], megabytes=8)  # about 25 s per move: the wait defers
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        before = throttles(admin, [unique_topic])
+    plan = ReassignmentPlan(moves=(
+        Move(topic=unique_topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
+        Move(topic=unique_topic, partition=1, current_replicas=(2, 3), target_replicas=(4, 3)),
+    ))
+    plan_uri = put_plan(object_store, f"defer-{unique_topic}", plan, tmp_path)
+    dag_id = "akr_stack_defer"
+    path = stack.dir / f"{dag_id}.py"
+    path.write_text(textwrap.dedent(f'''
+        from datetime import datetime
+        from airflow.sdk import DAG
+        from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+        from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
+
+        with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+            execute = ExecuteReassignmentOperator(
+                task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r},
+                throttle_bytes_per_sec=300_000, wait_for_completion=False)
+            wait = WaitForReassignmentSensor(
+                task_id="wait", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, deferrable=True,
+                poke_interval=1, timeout=300)
+            execute >> wait
+    '''))
+    deploy(stack, path, dag_id)
+    run_id = trigger(stack, dag_id)
+    state = wait_run(stack, dag_id, run_id, 600)
+    assert state == "success", logs_of(stack, dag_id, run_id)[-6000:] + stack.tail("triggerer")
+    ran = tries(stack, dag_id, run_id)
+    assert [(t["task_id"], t["state"]) for t in ran] == [("execute", "success"), ("wait", "success")], ran
+    assert {t["hostname"] for t in ran} <= set(stack.workers), ran
+    # the wait deferred, and the separate triggerer (its own folders) ran the trigger to the end
+    log = task_log(stack, dag_id, run_id, "wait", marker="| moves 2/2 done")
+    assert "| moves 2/2 done" in log, log[-4000:] + stack.tail("triggerer")
+    assert_nothing_on_the_workers_disks(stack)
+    summary = xcom(stack, dag_id, run_id, "wait")
+    assert summary["done"] == 2 and summary["finish"]["throttles_restored"] == "yes"
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        assert replicas(admin, unique_topic) == [(3, 2), (4, 3)]
+        assert throttles(admin, [unique_topic]) == before
+
+
+# -- faults -------------------------------------------------------------------------------------------
+
+def test_a_worker_killed_mid_batch_is_retried_on_the_other_worker_which_finishes_the_plan(
+        sandbox, stack, object_store, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    plan, plan_uri, prefix = fault_plan(sandbox, object_store, unique_topic, "killed-worker", tmp_path)
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        before = throttles(admin, [unique_topic])
+    dag_id = "akr_stack_killed_worker"
+    execute_dag(stack, dag_id, plan_uri, retries=1)
+    started = time.monotonic()
+    run_id = trigger(stack, dag_id)
+    killed = kill_worker_running(stack, dag_id, run_id, object_store, prefix)
+    # the killed worker comes back only once the retry runs (else the retry may land on it again)
+    wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and try_number=2 and "
+                                   "state in ('running', 'success')", dag_id, run_id), "the retry to run", 300, 1)
+    restart = restart_in_background(stack, killed)
+    state = wait_run(stack, dag_id, run_id, 600)
+    elapsed = time.monotonic() - started
+    assert state == "success", logs_of(stack, dag_id, run_id)[-8000:]
+    ran = tries(stack, dag_id, run_id)
+    other = next(w for w in stack.workers if w != killed)
+    assert [(t["try"], t["hostname"]) for t in ran] == [(1, killed), (2, other)], ran  # the retry on the other worker
+    assert ran[-1]["state"] == "success"
+    # the same run: the retry takes the lease over at once
+    assert "took over the plan's lease" in task_log(stack, dag_id, run_id, "execute", 2, marker="took over the plan")
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        assert replicas(admin, unique_topic) == [m.target_replicas for m in plan.moves]  # at target, RF unchanged
+        assert throttles(admin, [unique_topic]) == before  # identical to before the run
+    assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)  # none submitted twice
+    joined(restart)
+    print(f"\na worker SIGKILLed mid-batch, the retry on {other}: {elapsed:.1f} s from trigger to end")
+
+
+def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_over_from(
+        sandbox, stack, object_store, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    plan, plan_uri, prefix = fault_plan(sandbox, object_store, unique_topic, "takeover", tmp_path)
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        before = throttles(admin, [unique_topic])
+    dag_id = "akr_stack_takeover"
+    execute_dag(stack, dag_id, plan_uri, retries=0)
+    dead = trigger(stack, dag_id, prefix="dead")
+    killed = kill_worker_running(stack, dag_id, dead, object_store, prefix)
+    restart = restart_in_background(stack, killed)
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        assert throttles(admin, [unique_topic]) != before  # the dead run's throttles are on the cluster
+    # the next run of the plan is refused at once, told which run holds the lease and how to take over
+    refused = trigger(stack, dag_id, prefix="refused")
+    assert wait_run(stack, dag_id, refused, 300) == "failed"
+    log = task_log(stack, dag_id, refused, "execute", marker="is held by DAG run")
+    line = next((ln for ln in log.splitlines() if "is held by DAG run" in ln), None)
+    assert line is not None, log[-4000:]
+    assert f"is held by DAG run '{dead}'" in line and f"take_over_from='{dead}'" in line and "until " in line
+    assert "submitting" not in log
+    # the operator confirms the dead run is dead (Airflow failed its task: no heartbeat, no retry), then takes over
+    assert wait_run(stack, dag_id, dead, 300) == "failed"
+    assert [t["state"] for t in tries(stack, dag_id, dead)] == ["failed"]
+    joined(restart)
+    started = time.monotonic()
+    takeover = trigger(stack, dag_id, {"take_over_from": dead}, prefix="takeover")
+    assert wait_run(stack, dag_id, takeover, 600) == "success", logs_of(stack, dag_id, takeover)[-6000:]
+    elapsed = time.monotonic() - started
+    assert "took over the plan's lease at once from DAG run" in task_log(stack, dag_id, takeover, "execute",
+                                                                         marker="took over the plan's lease")
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        assert replicas(admin, unique_topic) == [m.target_replicas for m in plan.moves]  # at target, RF unchanged
+        assert throttles(admin, [unique_topic]) == before  # the dead run's throttles restored exactly
+    assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)  # none submitted twice
+    print(f"\ntake_over_from: the plan finished {elapsed:.1f} s after the takeover run was triggered")
