@@ -63,14 +63,14 @@ stack-down: setup  ## stop what 'make stack' started
 stack-status: setup
 	$(PY) -m airflow_kafka_reassign.sandbox.stack status --dir $(STACK_DIR)
 
-test: setup chromium  ## unit and integration tests (starts one real Kafka cluster); each run ends with its time table
+test: setup chromium stack-deps  ## unit and integration tests (one real Kafka cluster, and the PostgreSQL/Redis/Celery stack); each run ends with its time table
 	$(VENV)/bin/pytest $(XDIST) tests/unit
 	$(VENV)/bin/pytest tests/integration
 
 unit: setup  ## the unit tests (no Kafka), on both cores
 	$(VENV)/bin/pytest $(XDIST) tests/unit
 
-integration: setup chromium
+integration: setup chromium stack-deps
 	$(VENV)/bin/pytest tests/integration
 
 test-times: setup  ## the last test run's time table again: slowest tests, time per file, fixed costs (tests/timings.py)
