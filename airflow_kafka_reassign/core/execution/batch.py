@@ -22,20 +22,6 @@ def _touched(adding: Iterable[int], removing: Iterable[int]) -> set[int]:
     return set(adding) | set(removing)
 
 
-def order_pending(
-    pending: Sequence[Move],
-    limits: ExecutionLimits,
-    sizes: Mapping[TopicPartition, Mapping[int, int]],
-    plan_index: Mapping[TopicPartition, int],
-    *,
-    urgency: Mapping[TopicPartition, int] | None = None,
-    leaders: Mapping[TopicPartition, int | None] | None = None,
-    tps: Sequence[TopicPartition] | None = None,
-) -> list[Move]:
-    """``pending`` in the order the engine sends them (see :func:`ordered`)."""
-    return ordered(pending, limits, sizes, plan_index, urgency=urgency, leaders=leaders, tps=tps)[0]
-
-
 def ordered(
     pending: Sequence[Move],
     limits: ExecutionLimits,

@@ -1,4 +1,4 @@
-"""The order pending moves go out in (core/execution/batch.py ``order_pending``, core/health.py ``urgency``): the moves
+"""The order pending moves go out in (core/execution/batch.py ``ordered``, core/health.py ``urgency``): the moves
 that restore redundancy first, then the order chosen; "balanced" ends a skewed plan soonest under per-broker limits."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from execution_helpers import RACKS, mv, plan_of, tp
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run, step
-from airflow_kafka_reassign.core.execution.batch import order_pending
+from airflow_kafka_reassign.core.execution.batch import ordered
 from airflow_kafka_reassign.core.health import (
     BELOW_MIN_ISR_LAST,
     NORMAL,
@@ -63,7 +63,7 @@ def test_order_pending_puts_urgency_first_then_the_order_and_unknown_sizes_last(
     urgent = {tp("t", 3): RESTORES_REPLICA, tp("t", 0): BELOW_MIN_ISR_LAST}
 
     def names(order):
-        return [m.partition for m in order_pending(moves, ExecutionLimits(order=order), sizes, index, urgency=urgent)]
+        return [m.partition for m in ordered(moves, ExecutionLimits(order=order), sizes, index, urgency=urgent)[0]]
 
     assert names("smallest-first") == [3, 1, 2, 4, 0]
     assert names("largest-first") == [3, 2, 1, 4, 0]
@@ -114,9 +114,9 @@ def test_balanced_ends_a_skewed_plan_in_fewer_simulated_rounds_than_plan_order()
     index = {m.tp: i for i, m in enumerate(moves)}
 
     def end(order: str) -> float:
-        ordered = order_pending(moves, ExecutionLimits(order=order), f.sizes, index)
+        in_order = ordered(moves, ExecutionLimits(order=order), f.sizes, index)[0]
         copies = [Copy(m.tp, 10, adding=m.adding_replicas, touched=(*m.adding_replicas, *m.removing_replicas))
-                  for m in ordered]
+                  for m in in_order]
         s = simulate(copies, Rates(default_in=1.0), max_moves=2, max_moves_per_broker=1)
         assert s is not None and s.exact
         return s.end_s
