@@ -31,7 +31,8 @@ def test_kill_reaches_descendants_that_left_the_process_group(tmp_path):
     proc = subprocess.Popen(["bash", "-c", f"setsid sleep 300 & echo $! > {pidfile}; sleep 300"],
                             start_new_session=True)
     grandchild = _pid_of_grandchild(pidfile)
-    assert os.getpgid(grandchild) != proc.pid  # in a session of its own
+    # in a session of its own, once setsid ran (the pid file is written as soon as bash forked it)
+    wait_until(lambda: os.getpgid(grandchild) != proc.pid, "the grandchild's own session", 30, 0.02)
     stack = Stack(tmp_path)
     (tmp_path / "stack.json").write_text(json.dumps({"pids": {"stack-worker-1": proc.pid}}))
     killed = stack.kill("stack-worker-1", signal.SIGKILL)
