@@ -8,6 +8,9 @@ production); the directories of one are deleted before the next starts, so nothi
 * the decommission example DAG, unchanged, with plans on S3 (the ``akr_plan_storage`` Variable);
 * the execute task SIGKILLed mid-run on "worker A", A's directories deleted, retried on "worker B": it resumes
   from the cluster and the store, submits nothing twice, and every throttle config ends exactly as before;
+* a decommission (its plan task cordons broker 5, the backup on S3) whose execute is SIGKILLed with a move in flight
+  on worker A, then cancelled and rolled back on worker B (``take_over_from`` the dead run): every broker's dynamic
+  configs (cordons, throttle rates) exactly the dump before, every partition on its replicas before;
 * a second run of the same plan from another DAG run is refused while the first holds the plan's lease;
 * (a deferrable wait whose trigger reads the plan from the store only: test_stack.py, in the stack's triggerer);
 * bad input: a wrong secret, a missing bucket, an unreachable endpoint, a plan URI with no plan.
@@ -26,7 +29,16 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka_helpers import make_topic, put_plan, replicas, throttles, wait_until
+from kafka_helpers import (
+    TI,
+    dynamic_broker_configs,
+    make_topic,
+    plan_tasks_in_process,
+    put_plan,
+    replicas,
+    throttles,
+    wait_until,
+)
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.plan_storage import ObjectStore
@@ -234,9 +246,102 @@ def test_execute_killed_on_one_worker_resumes_on_another_from_the_store_only(
     b.remove_local_dirs()
 
 
+def test_a_decommission_killed_mid_batch_then_cancelled_on_another_worker_gives_its_cordons_back(
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path, monkeypatch):
+    """The decommission's plan task cordons broker 5 (its backup on the plan's run state on S3), the execute task is
+    SIGKILLed with a move in flight on worker A, and a cancel with rollback on worker B (the run state from the store
+    only) puts everything back: every broker's dynamic configs (cordoned.log.dirs, the throttle rates) are exactly
+    the dump before, each partition on its replicas before (order too), no throttle left."""
+    from airflow_kafka_reassign.core.lease import run_of
+    from airflow_kafka_reassign.kafka.workload import produce
+    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+
+    config = sandbox.client_config()
+    make_topic(config, unique_topic, [[5, 1], [2, 5]])
+    # partition 0 (one record) moves in about a second, before the kill; partition 1 is still in flight when worker B
+    # cancels it (B's Airflow start-up: about 35 s on a loaded machine). A throttle this low is leaky: the leader
+    # sends a whole fetch (up to replica.fetch.max.bytes, 1 MiB) whenever the rate over the quota window (11 s) is
+    # under it, so about 1 MiB per 11 s whatever the rate below that (2 MB took under 37 s): 10 MB, about 110 s
+    produce(config, unique_topic, partition=0, megabytes=0.01)
+    produce(config, unique_topic, partition=1, megabytes=10)
+    before = replicas(admin, unique_topic)
+    configs = dynamic_broker_configs(config)
+    assert not any(c.get("cordoned.log.dirs") for c in configs.values()), configs
+    topic_throttles = throttles(admin, [unique_topic])
+
+    # the plan task, in this process (the planner the Spark job runs, without its start-up), writing to S3: it
+    # cordons broker 5 before its snapshot and backs the previous value up on the plan's run state there
+    plan_tasks_in_process(monkeypatch, config)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", object_store.airflow_connection())
+    prefix = f"decom-kill-{unique_topic}"
+    out = PlanReassignmentOperator(
+        task_id="plan", goal="remove-brokers", brokers=[5], topic_include=[unique_topic], partial_drain=True,
+        output_uri=f"s3://{object_store.bucket}/{prefix}", storage_conn_id=STORAGE_CONN_ID).execute({"ti": TI()})
+    plan_uri = out["plan_uri"]
+    assert out["partitions_moved"] == 2, out
+    run_keys = s3_keys(object_store, f"{prefix}/plan/run")
+    assert f"{prefix}/plan/run/cordon-backup.json" in run_keys, run_keys
+    assert dynamic_broker_configs(config)[5].get("cordoned.log.dirs") == "*"
+
+    dag = write_dag(s3_env, "akr_s3_decom_kill", f'''
+        ExecuteReassignmentOperator(
+            task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, max_moves=1,
+            order="smallest-first", throttle_bytes_per_sec=10_000, poll_interval=1,
+        )
+    ''')
+    a = Worker(tmp_path, "worker-a", s3_env).start(dag, "2026-11-24T07:00:00+00:00")
+    p1 = TopicPartition(unique_topic, 1)
+    # the second batch (partition 1, the large one) in the journal and in flight on the cluster: kill mid-batch
+    wait_until(lambda: _events(object_store, f"{prefix}/plan/run").count("submitted") >= 2
+               and p1 in admin.list_reassignments(), what="the second move journalled and in flight", timeout=120)
+    a.kill()
+    a.remove_local_dirs()
+    assert replicas(admin, unique_topic)[0] != before[0]  # partition 0 moved off broker 5 before the kill
+    killed = dynamic_broker_configs(config)
+    assert killed[5].get("cordoned.log.dirs") == "*" and killed != configs  # the cordon and the throttles stay
+    run_keys = s3_keys(object_store, f"{prefix}/plan/run")
+    assert {f"{prefix}/plan/run/cordon-backup.json", f"{prefix}/plan/run/throttle-backup.json"} <= set(run_keys)
+    lease = json.loads((Path(object_store.state["data_dir"]) / object_store.bucket / prefix / "plan/run/lease.json")
+                       .read_text())
+    dead_run = run_of(lease["scope"])  # the operator confirmed that run is dead: its worker is gone
+
+    cancel = write_dag(s3_env, "akr_s3_decom_cancel", f'''
+        from airflow_kafka_reassign.operators.cancel import CancelReassignmentOperator
+        CancelReassignmentOperator(
+            task_id="cancel", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, rollback=True,
+            throttle_bytes_per_sec=5_000_000, poll_interval=1, take_over_from={dead_run!r}, retries=0,
+        )
+    ''')
+    b = Worker(tmp_path, "worker-b", s3_env).start(cancel, "2026-11-24T07:30:00+00:00")
+    result = b.result()
+    assert result["state"] == "success", b.log[-5000:]
+    assert "took over the plan's lease at once from DAG run" in b.log
+    summary = result["xcom"]["cancel.return_value"]
+    assert summary["cancelled_partitions"] == [str(p1)] and summary["cordons_restored"] is True, summary
+    assert summary["rollback"] is not None, summary
+
+    assert admin.list_reassignments() == {}
+    after = replicas(admin, unique_topic)
+    assert [len(r) for r in after] == [len(r) for r in before]  # RF unchanged
+    assert after == before, after  # every partition on its replicas before, in their order
+    assert throttles(admin, [unique_topic]) == topic_throttles  # no throttle left, topic or broker
+    dump = json.dumps(dynamic_broker_configs(config), sort_keys=True)
+    assert dump == json.dumps(configs, sort_keys=True), dump  # the config dump, byte for byte as before
+    events = _events(object_store, f"{prefix}/plan/run")
+    assert events[0] == "cordoned" and "cordons-restored" in events, events
+    left = s3_keys(object_store, f"{prefix}/plan/run")
+    assert not {f"{prefix}/plan/run/cordon-backup.json", f"{prefix}/plan/run/throttle-backup.json"} & set(left), left
+    b.remove_local_dirs()
+
+
 def _journal(store: ObjectStoreSandbox, prefix: str) -> list[str]:
     data = Path(store.state["data_dir"]) / store.bucket / prefix / "journal"
     return [p.read_text() for p in sorted(data.iterdir())] if data.is_dir() else []
+
+
+def _events(store: ObjectStoreSandbox, prefix: str) -> list[str]:
+    """The journal's events in order; an entry the store is still writing (an empty file on its disk) is left out."""
+    return [json.loads(e).get("event") for e in _journal(store, prefix) if e.strip()]
 
 
 # -- one driver per plan ------------------------------------------------------------------------------------
