@@ -169,16 +169,21 @@ def execute_dag(stack: Stack, dag_id: str, plan_uri: str, *, retries: int) -> No
     deploy(stack, path, dag_id)
 
 
-def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path) -> tuple[ReassignmentPlan, str, str]:
-    """Three partitions of about 1.5 MB, each move a few seconds at the throttle: (plan, its URI, its prefix)."""
-    make_topic(sandbox.client_config(), topic, [[1, 2], [2, 3], [3, 4]], megabytes=4.5)
+def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path,
+               ) -> tuple[ReassignmentPlan, str, str, dict]:
+    """Three partitions of about 1.5 MB, each move a few seconds at the throttle: (plan, its URI, its prefix, the
+    throttle configs before any run of it)."""
+    config = sandbox.client_config()
+    make_topic(config, topic, [[1, 2], [2, 3], [3, 4]], megabytes=4.5)
     plan = ReassignmentPlan(moves=(
         Move(topic=topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
         Move(topic=topic, partition=1, current_replicas=(2, 3), target_replicas=(4, 3)),
         Move(topic=topic, partition=2, current_replicas=(3, 4), target_replicas=(5, 4)),
     ))
     prefix = f"{name}-{topic}"
-    return plan, put_plan(object_store, prefix, plan, tmp_path), prefix
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        before = throttles(admin, [topic])
+    return plan, put_plan(object_store, prefix, plan, tmp_path), prefix, before
 
 
 def kill_worker_running(stack: Stack, dag_id: str, run_id: str, store: ObjectStoreSandbox, prefix: str) -> str:
@@ -310,9 +315,7 @@ def test_deferrable_wait_runs_in_the_stacks_triggerer(sandbox, stack, object_sto
 def test_a_worker_killed_mid_batch_is_retried_on_the_other_worker_which_finishes_the_plan(
         sandbox, stack, object_store, unique_topic, tmp_path):
     config = sandbox.client_config()
-    plan, plan_uri, prefix = fault_plan(sandbox, object_store, unique_topic, "killed-worker", tmp_path)
-    with KafkaClusterAdmin(config, timeout_s=30) as admin:
-        before = throttles(admin, [unique_topic])
+    plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "killed-worker", tmp_path)
     dag_id = "akr_stack_killed_worker"
     execute_dag(stack, dag_id, plan_uri, retries=1)
     started = time.monotonic()
@@ -342,9 +345,7 @@ def test_a_worker_killed_mid_batch_is_retried_on_the_other_worker_which_finishes
 def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_over_from(
         sandbox, stack, object_store, unique_topic, tmp_path):
     config = sandbox.client_config()
-    plan, plan_uri, prefix = fault_plan(sandbox, object_store, unique_topic, "takeover", tmp_path)
-    with KafkaClusterAdmin(config, timeout_s=30) as admin:
-        before = throttles(admin, [unique_topic])
+    plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "takeover", tmp_path)
     dag_id = "akr_stack_takeover"
     execute_dag(stack, dag_id, plan_uri, retries=0)
     dead = trigger(stack, dag_id, prefix="dead")
