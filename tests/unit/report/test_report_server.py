@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from airflow_kafka_reassign.report import server
-from airflow_kafka_reassign.report.links import PlanReportLink, report_url
-from airflow_kafka_reassign.report.server import _ACCESS, app
+from airflow_kafka_reassign.report import app as server
+from airflow_kafka_reassign.report.app import _ACCESS, app
+from airflow_kafka_reassign.report.links import URL_PREFIX, PlanReportLink, report_url
+from airflow_kafka_reassign.report.server import KafkaReassignPlugin
 
 
 @pytest.fixture
@@ -52,14 +53,24 @@ def test_the_route_is_behind_airflows_auth_dependency():
     assert PlanReportLink().name == "Plan report"
 
 
-def test_the_link_and_the_plugin_load_no_chart_library():
-    """The operators import the link and Airflow the plugin: neither may need the report extra (matplotlib)."""
+def test_the_link_and_the_plugin_load_no_chart_library_and_the_plugin_no_web_app():
+    """The operators import the link and Airflow the plugin, in every process that deserializes operators (each task
+    run under dag.test, the scheduler, ...): neither may need the report extra (matplotlib), and the plugin leaves
+    FastAPI, Airflow's core API security and the report's app unimported until the API server reads its apps."""
     import subprocess
     import sys
 
+    heavy = ("matplotlib", "fastapi", "airflow.api_fastapi.core_api", "airflow_kafka_reassign.report.app")
     code = (
         "import sys, airflow_kafka_reassign.report.links, airflow_kafka_reassign.report.server\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or m.endswith('report.write')))\n"
+        f"heavy = {heavy!r}\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy) or m.endswith('report.write')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "[]"  # (Airflow may log a warning before)
+
+
+def test_the_plugin_mounts_the_report_app_when_its_apps_are_read():
+    for source in (KafkaReassignPlugin, KafkaReassignPlugin()):
+        (mounted,) = source.fastapi_apps
+        assert mounted["app"] is app and mounted["url_prefix"] == URL_PREFIX == "/kafka-reassign"
