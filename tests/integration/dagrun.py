@@ -10,14 +10,34 @@ Core API's ``PATCH .../hitlDetails`` route, in process: FastAPI's test client on
 the task waits for it (``awaiting_input``, Airflow 3.3+)::
 
     result = run_dag_file(airflow_home, dag_file, conf, answers={"approve": "Reject"})
+
+``plan_in_process=True``: the plan task's Spark job is replaced, in the DAG run's process, by the same planner
+(``kafka_helpers.plan_job_in_process``, the staged path the job's driver runs): for the tests whose subject is the DAG
+and its operators around the planner, not the job. It saves a spark-submit (a JVM and a Spark session, 20-30 s)
+per plan task. The DAG file is unchanged; the log says ``PLAN-IN-PROCESS`` for each task planned so. The plan job
+itself runs through spark-submit in test_plan_on_sandbox, test_spark_standalone, test_plan_job_readers,
+test_load_aware_plan, the decommission example's real run here, the stack's Celery workers (test_stack) and
+the UI test.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
-RUNNER = '''
+#: put at the top of a DAG-run script: with ``AKR_PLAN_IN_PROCESS`` (this folder) set, plan tasks plan in process
+PLAN_IN_PROCESS = '''
+import os, sys
+if os.environ.get("AKR_PLAN_IN_PROCESS"):
+    sys.path.insert(0, os.environ["AKR_PLAN_IN_PROCESS"])
+    from kafka_helpers import plan_job_in_process
+    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
+    PlanReassignmentOperator.spark_submit = plan_job_in_process
+'''
+
+RUNNER = PLAN_IN_PROCESS + '''
 import json, sys, importlib.util
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
@@ -75,17 +95,19 @@ print("DAG-RESULT " + json.dumps({"state": str(run.state), "tis": tis, "xcom": x
 
 
 def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, *, timeout: float = 600,
-                 answers: dict[str, str] | None = None) -> dict:
+                 answers: dict[str, str] | None = None, plan_in_process: bool = False) -> dict:
     """Run the DAG of ``dag_file`` once with ``dag.test()`` in a subprocess; returns
     ``{"state", "tis": {task_id: state}, "xcom": {"task.key": value}, "log"}`` (a failed run
     exits 0 too: assert the state). ``answers``: ``{task_id: option}`` for human-in-the-loop tasks
-    (see the module doc; Airflow 3.3+)."""
+    (see the module doc; Airflow 3.3+). ``plan_in_process``: no spark-submit (see the module doc)."""
     import json
     import subprocess
 
     if answers:
         env = {**env, "AKR_DAGRUN_ANSWERS": json.dumps(answers),
                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
+    if plan_in_process:
+        env = plan_in_process_env(env)
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(dag_file), json.dumps(conf or {})],
         env=env, capture_output=True, text=True, timeout=timeout,
@@ -94,7 +116,16 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
     assert lines, f"no result from the DAG run (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     result: dict = json.loads(lines[-1].removeprefix("DAG-RESULT "))
     result["log"] = proc.stdout + proc.stderr
+    if os.environ.get("AKR_DAGRUN_LOG_DIR"):  # keep every run's whole log (where the time goes, what a task said)
+        keep = Path(os.environ["AKR_DAGRUN_LOG_DIR"])
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / f"{time.strftime('%H%M%S')}-{dag_file.stem}.log").write_text(result["log"])
     return result
+
+
+def plan_in_process_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a DAG-run script that starts with ``PLAN_IN_PROCESS``: its plan tasks plan in process."""
+    return {**env, "AKR_PLAN_IN_PROCESS": str(Path(__file__).resolve().parent)}
 
 
 def copy_migrated_db(template: Path, home: Path) -> None:

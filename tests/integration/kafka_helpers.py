@@ -251,35 +251,40 @@ def dynamic_broker_configs(config: dict[str, Any], brokers: list[int] | None = N
     return out
 
 
-def plan_tasks_in_process(monkeypatch: Any, config: dict[str, Any]) -> None:
-    """PlanReassignmentOperator against the real cluster of ``config`` (its hook's admin), with the plan job replaced by
-    the same planner in this process (the staged path the Spark job runs) and no report: what the task does around
-    the planner (voter check, cordons, snapshot, request) on real Kafka, without a Spark start-up. An ``output_uri`` on
-    object storage works too (the snapshot and request read from there, the plan written there)."""
+def plan_job_in_process(operator: Any, snapshot: str, plan: str, request_file: str, **_: object) -> None:
+    """In place of ``PlanReassignmentOperator.spark_submit``: the same planner in this process (the staged path the
+    Spark job runs), reading and writing what the job's driver would. An ``output_uri`` on object storage works too
+    (the snapshot and request read from there, the plan written there, as spark/job_storage.py does)."""
     from airflow_kafka_reassign.core.plan_io import write_plan_dir
     from airflow_kafka_reassign.core.planner import PlanRequest
     from airflow_kafka_reassign.core.planner.staged import plan_staged
     from airflow_kafka_reassign.core.snapshot_io import read_snapshot
-    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
-    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
     from airflow_kafka_reassign.plan_storage import fetch_dir, is_local, open_store
 
-    def plan_in_process(self: Any, snapshot: str, plan: str, request_file: str, **_: object) -> None:
-        if is_local(snapshot):
-            request = PlanRequest.model_validate_json(Path(request_file).read_text())
-            write_plan_dir(plan_staged(read_snapshot(Path(snapshot)), request), Path(plan), snapshot=snapshot)
-            return
-        # an output_uri on object storage: read and write it as the job's driver does (spark/job_storage.py)
-        conn_id, timeout_s = self.storage_conn_id or None, float(self.storage_timeout_s)
-        folder, name = request_file.rsplit("/", 1)
-        request = PlanRequest.model_validate_json(open_store(folder, conn_id=conn_id, timeout_s=timeout_s).read(name))
-        with tempfile.TemporaryDirectory(prefix="akr-plan-in-process-") as tmp:
-            local = fetch_dir(snapshot, conn_id=conn_id, cache=Path(tmp), timeout_s=timeout_s)
-            write_plan_dir(plan_staged(read_snapshot(local), request), Path(tmp) / "plan", snapshot=snapshot)
-            upload_dir(Path(tmp) / "plan", plan, conn_id=conn_id, timeout_s=timeout_s)
+    print(f"PLAN-IN-PROCESS task {operator.task_id}: the plan job's planner run in the task's process, no spark-submit",
+          flush=True)
+    if is_local(snapshot):
+        request = PlanRequest.model_validate_json(Path(request_file).read_text())
+        write_plan_dir(plan_staged(read_snapshot(Path(snapshot)), request), Path(plan), snapshot=snapshot)
+        return
+    conn_id, timeout_s = operator.storage_conn_id or None, float(operator.storage_timeout_s)
+    folder, name = request_file.rsplit("/", 1)
+    request = PlanRequest.model_validate_json(open_store(folder, conn_id=conn_id, timeout_s=timeout_s).read(name))
+    with tempfile.TemporaryDirectory(prefix="akr-plan-in-process-") as tmp:
+        local = fetch_dir(snapshot, conn_id=conn_id, cache=Path(tmp), timeout_s=timeout_s)
+        write_plan_dir(plan_staged(read_snapshot(local), request), Path(tmp) / "plan", snapshot=snapshot)
+        upload_dir(Path(tmp) / "plan", plan, conn_id=conn_id, timeout_s=timeout_s)
+
+
+def plan_tasks_in_process(monkeypatch: Any, config: dict[str, Any]) -> None:
+    """PlanReassignmentOperator against the real cluster of ``config`` (its hook's admin), with the plan job replaced by
+    the same planner in this process (``plan_job_in_process``) and no report: what the task does around the planner
+    (voter check, cordons, snapshot, request) on real Kafka, without a Spark start-up."""
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 
     monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: KafkaClusterAdmin(config, timeout_s=30))
-    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", plan_in_process)
+    monkeypatch.setattr(PlanReassignmentOperator, "spark_submit", plan_job_in_process)
     monkeypatch.setattr(PlanReassignmentOperator, "_write_report", lambda self, *a: None)
 
 

@@ -90,7 +90,7 @@ def test_cordon_drain_shut_down_and_unregister_a_broker_while_the_cluster_lives_
         result = run_dag_file(env, dag_file, {
             "broker_ids": [DRAINED], "dry_run": False, "require_approval": False, "throttle_bytes_per_sec": 300_000,
             "max_moves": 2, "max_moves_per_broker": 1, "unregister": True,
-        }, timeout=900)
+        }, timeout=900, plan_in_process=True)
     finally:
         stop.set()
         worker.join(timeout=60)

@@ -25,6 +25,7 @@ from kafka_helpers import make_topic, replicas, throttles
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.kafka.workload import produce
 
 RUNNER = '''
 import json, sys, importlib.util
@@ -175,7 +176,12 @@ def test_a_stale_move_fails_the_task_run_with_the_diff_in_xcom_after_the_others_
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_task_killed_mid_plan_and_retried_submits_nothing_twice_and_leaves_no_throttle(
         sandbox, airflow_home, admin, unique_topic, tmp_path, sig):
-    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [2, 3], [3, 4]], megabytes=2)
+    config = sandbox.client_config()
+    make_topic(config, unique_topic, [[1, 2], [2, 3], [3, 4]])
+    # only the second move must still copy when the kill comes (2 MB: ~20 s at 100 kB/s); the first and the last
+    # (0.2 MB) copy in about two seconds each
+    for partition, megabytes in ((0, 0.2), (1, 2), (2, 0.2)):
+        produce(config, unique_topic, partition=partition, megabytes=megabytes)
     before = throttles(admin, [unique_topic])
     plan = moves(unique_topic, ((1, 2), (3, 2)), ((2, 3), (4, 3)), ((3, 4), (5, 4)))
     plan_dir = write_plan(tmp_path / "plan", plan, rollback=True)
@@ -214,8 +220,6 @@ def test_a_task_killed_mid_plan_and_retried_submits_nothing_twice_and_leaves_no_
 def test_execute_then_cancel_with_rollback_in_one_dag_run(sandbox, airflow_home, admin, unique_topic, tmp_path):
     config = sandbox.client_config()
     make_topic(config, unique_topic, [[1, 2], [2, 3]])
-    from airflow_kafka_reassign.kafka.workload import produce
-
     produce(config, unique_topic, partition=0, megabytes=0.1)  # copies at once
     produce(config, unique_topic, partition=1, megabytes=3)    # still copying when the cancel comes
     before = throttles(admin, [unique_topic])

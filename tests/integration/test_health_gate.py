@@ -18,6 +18,7 @@ from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOpti
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.core.throttle import LEADER_RATE, read_backup
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+from airflow_kafka_reassign.kafka.workload import produce
 from airflow_kafka_reassign.sandbox import wait_until
 
 DOWN = 5
@@ -40,7 +41,10 @@ class Lines(logging.Handler):
 def test_a_broker_killed_mid_run_pauses_submissions_until_it_returns(sandbox, unique_topic, tmp_path):
     config = sandbox.client_config()
     moved, other = f"{unique_topic}-m", f"{unique_topic}-o"
-    make_topic(config, moved, [[1, 2], [2, 1], [1, 2]], megabytes=2.5)  # ~15 s per move at 100 kB/s
+    # the first move (2.5 MB, ~25 s at 100 kB/s) stays in flight through the kill and the pause; the two after it
+    # (0.3 MB each) only need to be held back while paused and sent once the broker is back
+    make_topic(config, moved, [[1, 2], [2, 1], [1, 2]], megabytes=0.3)
+    produce(config, moved, partition=0, megabytes=2.2)
     make_topic(config, other, [[DOWN, 1, 2]])  # under-replicated once 5 dies: not this run's doing
     plan = ReassignmentPlan(moves=tuple(
         Move(topic=moved, partition=p, current_replicas=c, target_replicas=t)

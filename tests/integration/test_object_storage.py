@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,7 @@ from kafka_helpers import (
 )
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.kafka.workload import produce
 from airflow_kafka_reassign.plan_storage import ObjectStore
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 
@@ -211,7 +213,11 @@ def test_decommission_example_with_plans_on_s3_reads_nothing_from_a_worker_disk(
 
 def test_execute_killed_on_one_worker_resumes_on_another_from_the_store_only(
         sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
-    make_topic(sandbox.client_config(), unique_topic, [[1, 2], [2, 3], [3, 4]], megabytes=2)
+    config = sandbox.client_config()
+    make_topic(config, unique_topic, [[1, 2], [2, 3], [3, 4]])
+    # only the second move must still copy when the kill comes (2 MB: ~20 s at 100 kB/s); the others take ~2 s
+    for partition, megabytes in ((0, 0.2), (1, 2), (2, 0.2)):
+        produce(config, unique_topic, partition=partition, megabytes=megabytes)
     before = throttles(admin, [unique_topic])
     plan = moves(unique_topic, ((1, 2), (3, 2)), ((2, 3), (4, 3)), ((3, 4), (5, 4)))
     plan_uri = put_plan(object_store, f"kill-{unique_topic}", plan, tmp_path)
@@ -253,7 +259,6 @@ def test_a_decommission_killed_mid_batch_then_cancelled_on_another_worker_gives_
     only) puts everything back: every broker's dynamic configs (cordoned.log.dirs, the throttle rates) are exactly
     the dump before, each partition on its replicas before (order too), no throttle left."""
     from airflow_kafka_reassign.core.lease import run_of
-    from airflow_kafka_reassign.kafka.workload import produce
     from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 
     config = sandbox.client_config()
@@ -389,42 +394,56 @@ def _conn(object_store: ObjectStoreSandbox, **change) -> str:
     return json.dumps(doc)
 
 
-@pytest.mark.parametrize("case", ["wrong-secret", "missing-bucket", "unreachable", "no-plan"])
+#: each bad input, and what its task's log must say
+BAD_STORAGE = {
+    "wrong_secret": "access denied",
+    "missing_bucket": "the bucket 'no-such-bucket' does not exist",
+    "unreachable": "the object store did not answer: check the endpoint",
+    "no_plan": "no plan there",
+}
+
+
+def task_sections(log: str) -> dict[str, str]:
+    """The log of a ``dag.test()`` run split by task (it runs one task at a time): ``{task_id: its lines}``."""
+    parts = re.split(r"\[DAG TEST\] starting task_id=(\w+)", log)
+    return {task: text for task, text in zip(parts[1::2], parts[2::2], strict=True)}
+
+
 def test_bad_storage_input_fails_fast_naming_the_uri_never_the_secret(
-        sandbox, s3_env, object_store, admin, unique_topic, tmp_path, case):
+        sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
+    """Four bad inputs, a task each in one DAG run (one Airflow start-up for the four): a wrong secret, a missing
+    bucket, an unreachable endpoint, no plan at the URI. Each task fails naming the problem and the URI; no secret
+    in the log; nothing submitted."""
     make_topic(sandbox.client_config(), unique_topic, [[1, 2]])
     plan_uri = put_plan(object_store, f"bad-{unique_topic}", moves(unique_topic, ((1, 2), (3, 2))), tmp_path)
-    conn = object_store.airflow_connection()
-    if case == "wrong-secret":
-        conn = _conn(object_store, password="not-the-secret-" + "x" * 20)
-    elif case == "missing-bucket":
-        plan_uri = plan_uri.replace(object_store.bucket, "no-such-bucket")
-    elif case == "unreachable":
-        conn = _conn(object_store, endpoint_url="http://127.0.0.1:9")
-    else:
-        plan_uri = plan_uri.replace("/plan", "/nothing-here")
-    env = {**s3_env, f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}": conn}
-    dag = write_dag(env, f"akr_s3_bad_{case.replace('-', '_')}", f'''
-        ExecuteReassignmentOperator(task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r},
-                                    storage_timeout_s=5, retries=0)
-    ''')
+    env, uris, tasks = dict(s3_env), {}, []
+    for case in BAD_STORAGE:
+        conn, uris[case] = object_store.airflow_connection(), plan_uri
+        if case == "wrong_secret":
+            conn = _conn(object_store, password="not-the-secret-" + "x" * 20)
+        elif case == "missing_bucket":
+            uris[case] = plan_uri.replace(object_store.bucket, "no-such-bucket")
+        elif case == "unreachable":
+            conn = _conn(object_store, endpoint_url="http://127.0.0.1:9")
+        else:
+            uris[case] = plan_uri.replace("/plan", "/nothing-here")
+        env[f"AIRFLOW_CONN_AKR_PLANS_{case.upper()}"] = conn
+        tasks.append(f"ExecuteReassignmentOperator(task_id={case!r}, plan_uri={uris[case]!r}, "
+                     f"storage_conn_id={'akr_plans_' + case!r}, storage_timeout_s=5, retries=0)")
+    dag = write_dag(env, "akr_s3_bad_input", "\n".join(tasks))
     worker = Worker(tmp_path, "worker", env)
-    started = time.monotonic()
     result = worker.start(dag, "2026-11-24T06:00:00+00:00").result()
-    elapsed = time.monotonic() - started
-    assert result["state"] == "failed", worker.log[-3000:]
-    expected = {
-        "wrong-secret": "access denied",
-        "missing-bucket": "the bucket 'no-such-bucket' does not exist",
-        "unreachable": "the object store did not answer: check the endpoint",
-        "no-plan": "no plan there",
-    }[case]
-    assert expected in worker.log, worker.log[-3000:]
-    assert plan_uri.rsplit("/", 1)[0] in worker.log  # the URI is named
+    log = worker.log
+    assert result["state"] == "failed", log[-3000:]
+    sections = task_sections(log)
+    for case, expected in BAD_STORAGE.items():
+        assert result["tis"][case] == "failed", (case, result["tis"])
+        assert expected in sections[case], (case, sections[case][-3000:])
+        assert uris[case].rsplit("/", 1)[0] in sections[case], case  # the URI is named
+        print(f"\n{case}: the task failed after {float(result['durations'][case]):.1f} s")
     _, secret = object_store.credentials()
-    assert secret not in worker.log and "not-the-secret" not in worker.log
-    assert "submitting" not in worker.log and admin.list_reassignments() == {}
-    print(f"\n{case}: the task failed after {elapsed:.1f} s")
+    assert secret not in log and "not-the-secret" not in log
+    assert "submitting" not in log and admin.list_reassignments() == {}
     worker.remove_local_dirs()
 
 
