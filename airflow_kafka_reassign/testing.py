@@ -48,6 +48,7 @@ from airflow_kafka_reassign.core.ports import (
     ClusterDescription,
     DirReplica,
     DiskSpace,
+    EligibleLeaders,
     InFlightReassignment,
     LogDir,
     LogDirs,
@@ -115,7 +116,11 @@ class FakeClusterAdmin:
         #: What the fake cluster supports: by default everything of Kafka 4.4 (metadata.version 33).
         self.caps = capabilities or ClusterCapabilities(
             metadata_version=33, cordons=True, cordons_refuse_explicit_assignments=True, describe_quorum=True,
-            fenced_brokers=True, unregister_broker=True, jbod=True)
+            fenced_brokers=True, unregister_broker=True, jbod=True, eligible_leader_replicas=True)
+        #: KIP-966: each partition's eligible leader replicas (and last known ELR), as tests set them: a replica left
+        #: out of the ISR while the ISR was below min ISR (the fake does not track that order itself)
+        self.elr: dict[TopicPartition, tuple[int, ...]] = {}
+        self.last_known_elr: dict[TopicPartition, tuple[int, ...]] = {}
         #: The KRaft voters (as the sandbox: the first three brokers are combined broker+controller nodes).
         self.voters: list[int] = [b.id for b in self.brokers][:3]
         #: Each broker's log dirs (``/kafka/<broker>/data-<k>``); a replica is in its broker's first dir unless
@@ -495,6 +500,14 @@ class FakeClusterAdmin:
 
     def capabilities(self) -> ClusterCapabilities:
         return self.caps
+
+    def describe_eligible_leaders(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, EligibleLeaders]:
+        self.calls["describe_eligible_leaders"] = self.calls.get("describe_eligible_leaders", 0) + 1
+        if not self.caps.eligible_leader_replicas:
+            raise UnsupportedBrokerError("the fake cluster does not have KIP-966's eligible leader replicas on")
+        return {tp: EligibleLeaders(topic=tp.topic, partition=tp.partition, elr=self.elr.get(tp, ()),
+                                    last_known_elr=self.last_known_elr.get(tp, ()))
+                for tp in partitions if tp in self.replicas}
 
     def describe_cordons(self, brokers: Collection[int]) -> dict[int, str | None]:
         self._reachable(brokers)

@@ -5,8 +5,15 @@ partition's replicas, ISR and leader (Metadata) and its topic's ``min.insync.rep
 :func:`assess` sorts the partitions that are not fully in sync:
 
 * **under-replicated**: a replica is missing from the ISR;
-* **under min ISR**: the ISR is smaller than ``min.insync.replicas`` (acks=all writes fail);
-* **offline**: no leader.
+* **under min ISR**: the ISR is smaller than ``min.insync.replicas`` (acks=all writes fail). Where the cluster has
+  KIP-966's eligible leader replicas on (Kafka 4.0+ opt-in, the default for clusters created on 4.1+), the ELR of
+  these partitions (and of the offline ones) is read too (DescribeTopicPartitions) and reported: replicas that left
+  the ISR while it was below min ISR, when nothing new could be committed, so every committed record is still on
+  the ISR and the ELR and the controller may elect one of them without losing any. They are still trouble (acks=all
+  writes are refused until the ISR is back to min ISR). ``min.insync.replicas`` is the topic's effective value
+  (DescribeConfigs of the topic: its own, else the cluster-wide default, else the broker's static one; under ELR
+  the controller keeps a cluster-wide default and there is no per-broker value);
+* **offline**: no leader (with ELR: whether eligible leader replicas still hold its committed records).
 
 Some of these are **expected**, because the run itself explains them: a partition this plan is
 moving whose only missing replicas are its adding replicas still catching up (and which keeps
@@ -80,6 +87,9 @@ class HealthReport:
     #: partition -> replicas missing from its ISR (expected ones included)
     under_replicated: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
     under_min_isr: list[TopicPartition] = field(default_factory=list)
+    #: of those, the partitions with KIP-966 eligible leader replicas (partition -> its ELR): every committed record
+    #: is on the ISR and the ELR, so losing the leader loses none (acks=all writes are still refused)
+    under_min_isr_elr: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
     offline: list[TopicPartition] = field(default_factory=list)
     #: explained by the run itself: partition -> why
     expected: dict[TopicPartition, str] = field(default_factory=dict)
@@ -99,15 +109,18 @@ class HealthReport:
         bad = set(self.trouble)
         ur = sum(1 for tp in self.under_replicated if tp in bad)
         umi = sum(1 for tp in self.under_min_isr if tp in bad)
+        elr = sum(1 for tp in self.under_min_isr_elr if tp in bad)
         off = sum(1 for tp in self.offline if tp in bad)
         shown = "; ".join(f"{tp}: {why}" for tp, why in sorted(self.trouble.items())[:SAMPLE])
         more = f"; and {len(bad) - SAMPLE} more" if len(bad) > SAMPLE else ""
         own = f"; {len(self.expected)} more are expected (reassignments catching up)" if self.expected else ""
-        return (f"cluster unhealthy: {ur} partition(s) under-replicated, {umi} under min ISR, {off} offline "
+        kept = f" ({elr} with eligible leader replicas: committed records kept)" if elr else ""
+        return (f"cluster unhealthy: {ur} partition(s) under-replicated, {umi} under min ISR{kept}, {off} offline "
                 f"({shown}{more}){own}")
 
     def summary(self) -> dict[str, object]:
         return {"healthy": self.healthy, "trouble": len(self.trouble), "expected": len(self.expected),
+                "under_min_isr_elr": len(self.under_min_isr_elr),
                 "trouble_partitions": [str(tp) for tp in sorted(self.trouble)[:SAMPLE * 3]]}
 
 
@@ -157,11 +170,13 @@ def assess(
             report.under_replicated[tp] = missing
         if short:
             report.under_min_isr.append(tp)
+            if p.elr:
+                report.under_min_isr_elr[tp] = p.elr
         if p.leader is None:
             report.offline.append(tp)
         state = f"replicas {list(p.replicas)}, ISR {list(p.isr)}, missing {_ids(missing)}"
         if p.leader is None:
-            report.trouble[tp] = f"offline (no leader); {state}"
+            report.trouble[tp] = f"offline (no leader){_offline_elr(p, live_brokers)}; {state}"
             continue
         # adding replicas outside the ISR are every reassignment's normal state (its original replicas still
         # hold the data): expected whoever started it; the run's own moves also by the controller's word
@@ -173,8 +188,35 @@ def assess(
                    ("down broker(s) this plan drains", [b for b in missing if b in gone])]
             report.expected[tp] = "; ".join(f"{what}: {_ids(bs)}" for what, bs in why if bs)
         else:
-            report.trouble[tp] = (f"under min ISR ({len(isr)} < {need}); " if short else "") + state
+            report.trouble[tp] = (_short(p, need, live_brokers) if short else "") + state
     return report
+
+
+def _down(brokers: Iterable[int], live_brokers: Collection[int] | None) -> str:
+    gone = [b for b in brokers if live_brokers is not None and b not in live_brokers]
+    return f" (down: {_ids(gone)})" if gone else ""
+
+
+def _short(p: PartitionState, need: int, live_brokers: Collection[int] | None) -> str:
+    """What "under min ISR" means for ``p``, with KIP-966's eligible leader replicas when they were read."""
+    head = f"under min ISR ({len(p.isr)} < {need})"
+    if p.elr is None:  # not read (ELR off or unknown)
+        return f"{head}; "
+    if not p.elr:
+        return f"{head}, no eligible leader replica (KIP-966: committed records only on the ISR {list(p.isr)}); "
+    return (f"{head}, eligible leader replicas {list(p.elr)}{_down(p.elr, live_brokers)} (KIP-966: acks=all writes "
+            f"refused until the ISR is back to {need}; every committed record is on the ISR and ELR "
+            f"{sorted({*p.isr, *p.elr})}, none lost if the leader fails); ")
+
+
+def _offline_elr(p: PartitionState, live_brokers: Collection[int] | None) -> str:
+    if p.elr:
+        return (f", eligible leader replicas {list(p.elr)}{_down(p.elr, live_brokers)} hold every committed record "
+                "(KIP-966: back without data loss once one of them is unfenced)")
+    if p.last_known_elr:
+        return (f", only last known eligible replicas {list(p.last_known_elr)} left (KIP-966: they shut down "
+                "uncleanly and may lack committed records)")
+    return ""
 
 
 def below_min_isr(moves: Sequence[Move], isr: Mapping[TopicPartition, Sequence[int]],
@@ -236,7 +278,7 @@ def urgency(m: Move, p: PartitionState | None, min_isr: int, live_brokers: Colle
     if not restores:
         return NORMAL
     if len(isr) < min_isr:
-        return RESTORES_MIN_ISR
+        return RESTORES_MIN_ISR_ELR if p.elr else RESTORES_MIN_ISR
     return RESTORES_REPLICA
 
 

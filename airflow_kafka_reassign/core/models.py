@@ -177,6 +177,14 @@ class PartitionState(_Frozen):
     #: Estimated bytes per second produced to the partition (each replica takes them in), when
     #: sampled (:mod:`airflow_kafka_reassign.core.rates`).
     bytes_in_per_s: float | None = Field(default=None, ge=0)
+    #: KIP-966's eligible leader replicas (Kafka 4.0+ with ELR on; DescribeTopicPartitions): replicas out of the
+    #: ISR that still hold every committed record (they left it while the ISR was below ``min.insync.replicas``,
+    #: when nothing new could be committed), so the controller may elect one without losing committed data.
+    #: ``None``: not read (ELR off, or the partition was not below min ISR nor offline); not kept in snapshot files.
+    elr: tuple[int, ...] | None = None
+    #: KIP-966's last known ELR: former eligible replicas that shut down uncleanly (they may have lost committed
+    #: records); the last resort when no ISR or ELR member is left. ``None``: not read.
+    last_known_elr: tuple[int, ...] | None = None
 
     @property
     def tp(self) -> TopicPartition:

@@ -266,6 +266,25 @@ class ClusterCapabilities(_Frozen):
     #: AlterReplicaLogDirs between a broker's log dirs (KIP-113) with dir assignment in KRaft
     #: (metadata.version 3.7-IV2, KIP-858)
     jbod: bool = False
+    #: KIP-966's eligible leader replicas are in force: the finalized feature ``eligible.leader.replicas.version``
+    #: is 1 or more (opt-in on Kafka 4.0, on by default for clusters created on 4.1+); the ELR of a partition is
+    #: read with DescribeTopicPartitions (:meth:`ClusterAdmin.describe_eligible_leaders`)
+    eligible_leader_replicas: bool = False
+
+
+class EligibleLeaders(_Frozen):
+    """KIP-966's view of one partition beside its ISR (DescribeTopicPartitions)."""
+
+    topic: str
+    partition: int
+    #: eligible leader replicas: out of the ISR, but holding every committed record
+    elr: tuple[int, ...] = ()
+    #: former eligible replicas that shut down uncleanly
+    last_known_elr: tuple[int, ...] = ()
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 class QuorumMember(_Frozen):
@@ -441,6 +460,12 @@ class ClusterAdmin(Protocol):
 
     def capabilities(self) -> ClusterCapabilities:
         """Which maintenance primitives the cluster supports (read once per client and kept)."""
+        ...
+
+    def describe_eligible_leaders(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, EligibleLeaders]:
+        """KIP-966's eligible leader replicas (and last known ELR) of ``partitions`` (DescribeTopicPartitions, Kafka
+        3.7+; meaningful where ``capabilities().eligible_leader_replicas``); a partition the cluster does not know is
+        left out. Raises :class:`~airflow_kafka_reassign.exceptions.UnsupportedBrokerError` where ELR is off."""
         ...
 
     def describe_cordons(self, brokers: Collection[int]) -> dict[int, str | None]:

@@ -10,7 +10,11 @@
   IncrementalAlterConfigs, one broker resource per call, as the throttle rates;
 * DescribeQuorum, DescribeCluster v2 with fenced brokers (KIP-1073), AlterReplicaLogDirs: kafka-python;
 * UnregisterBroker (api key 64): neither client has it; its request class is in :mod:`.protocol`,
-  sent through kafka-python's connection manager.
+  sent through kafka-python's connection manager;
+* DescribeTopicPartitions (api key 75) for KIP-966's eligible leader replicas: confluent-kafka 2.16 does not
+  expose ELR (its ``TopicPartitionInfo`` has no such field); kafka-python 3.0 has the request class (its
+  ``describe_topic_partitions`` sends one page at a time): every topic's pages are sent at once through its
+  connection manager.
 
 Verified against real 4.3.0, 4.3.1 and 4.4.0 clusters (``tests/integration/test_maintenance.py``,
 docs/decommission.md for what each version does).
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kafka import errors as kp_errors
 
 from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
+from airflow_kafka_reassign.core.models import TopicPartition
 from airflow_kafka_reassign.core.ports import (
     CORDON_METADATA_LEVEL,
     JBOD_METADATA_LEVEL,
@@ -32,6 +37,7 @@ from airflow_kafka_reassign.core.ports import (
     ClusterCapabilities,
     ClusterDescription,
     DirReplica,
+    EligibleLeaders,
     LogDir,
     QuorumInfo,
     QuorumMember,
@@ -41,7 +47,7 @@ from airflow_kafka_reassign.core.ports import (
 )
 from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
 from airflow_kafka_reassign.kafka.acl import Refused
-from airflow_kafka_reassign.kafka.protocol import UnregisterBrokerRequest
+from airflow_kafka_reassign.kafka.protocol import DescribeTopicPartitionsRequest, UnregisterBrokerRequest
 
 if TYPE_CHECKING:
     import contextlib
@@ -58,6 +64,12 @@ ALTER_REPLICA_LOG_DIRS_KEY = 34
 DESCRIBE_QUORUM_KEY = 55
 DESCRIBE_CLUSTER_KEY = 60
 UNREGISTER_BROKER_KEY = 64
+DESCRIBE_TOPIC_PARTITIONS_KEY = 75
+#: KIP-966's feature: eligible leader replicas are tracked by the controller at level 1 or more.
+ELR_FEATURE = "eligible.leader.replicas.version"
+#: Partitions per DescribeTopicPartitions response (the broker's own cap,
+#: ``max.request.partition.size.limit``, is 2000 by default).
+ELR_PAGE = 2000
 #: DescribeCluster v2 carries IncludeFencedBrokers / IsFenced (KIP-1073).
 FENCED_BROKERS_MIN_VERSION = 2
 
@@ -72,6 +84,7 @@ def capabilities_from(
     ``cordoned.log.dirs``). Whether the controller also checks explicit assignments (KAFKA-20832, fixed in
     4.4) is told from the brokers' software: a 4.3 broker supports metadata.version up to 30, a 4.4.0 one
     up to 33."""
+    elr = features.get(ELR_FEATURE, {}).get("finalized")
     mv = features.get("metadata.version", {})
     finalized = mv.get("finalized")
     supported = mv.get("supported")
@@ -86,6 +99,7 @@ def capabilities_from(
         fenced_brokers=api_versions.get(DESCRIBE_CLUSTER_KEY, (0, -1))[1] >= FENCED_BROKERS_MIN_VERSION,
         unregister_broker=UNREGISTER_BROKER_KEY in api_versions,
         jbod=ALTER_REPLICA_LOG_DIRS_KEY in api_versions and level is not None and level >= JBOD_METADATA_LEVEL,
+        eligible_leader_replicas=bool(elr) and int(elr[1]) >= 1 and DESCRIBE_TOPIC_PARTITIONS_KEY in api_versions,
     )
 
 
@@ -164,6 +178,61 @@ class MaintenanceMixin:
                       f"metadata.version 4.3-IV0 (level {CORDON_METADATA_LEVEL}), Apache Kafka 4.3+; this cluster's is "
                       f"{self.capabilities().metadata_version}")
         self._set_broker_configs({b: {CORDONED_LOG_DIRS: v} for b, v in values.items()}, "cordoned.log.dirs")
+
+    # -- KIP-966: eligible leader replicas ---------------------------------------------------
+
+    def describe_eligible_leaders(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, EligibleLeaders]:
+        """KIP-966's eligible leader replicas of ``partitions``: DescribeTopicPartitions (api key 75), which
+        kafka-python sends and confluent-kafka does not expose (its ``TopicPartitionInfo`` has no ELR). One request
+        per page of each topic, all topics at once, each starting at its first partition wanted (a cursor) and
+        stopping after its last: a handful of requests for the few partitions below min ISR or offline."""
+        if not partitions:
+            return {}
+        self._require(self.capabilities().eligible_leader_replicas, "KIP-966's eligible leader replicas",
+                      f"the finalized feature {ELR_FEATURE} >= 1 (Kafka 4.0 opt-in, on by default for clusters "
+                      "created on 4.1+)")
+        wanted: dict[str, set[int]] = {}
+        for tp in partitions:
+            wanted.setdefault(tp.topic, set()).add(tp.partition)
+        kp = self._kafka_python()
+        manager = kp._manager
+
+        def request(name: str, start: int) -> Any:
+            return DescribeTopicPartitionsRequest(
+                topics=[DescribeTopicPartitionsRequest.TopicRequest(name=name)], response_partition_limit=ELR_PAGE,
+                cursor=DescribeTopicPartitionsRequest.Cursor(topic_name=name, partition_index=start))
+
+        async def every() -> list[EligibleLeaders]:
+            out: list[EligibleLeaders] = []
+            todo = {name: min(parts) for name, parts in wanted.items()}  # topic -> the next page's first partition
+            while todo:
+                futures = {name: manager.send(request(name, start)) for name, start in todo.items()}
+                after: dict[str, int] = {}
+                for name, future in futures.items():
+                    response = await future  # all pages of this round were sent before the first is awaited
+                    parts, seen = wanted[name], -1
+                    for t in response.topics:
+                        if t.name != name or t.error_code:
+                            continue
+                        for p in t.partitions:
+                            seen = max(seen, p.partition_index)
+                            if p.partition_index in parts and not p.error_code:
+                                out.append(EligibleLeaders(topic=name, partition=p.partition_index,
+                                                           elr=tuple(p.eligible_leader_replicas or ()),
+                                                           last_known_elr=tuple(p.last_known_elr or ())))
+                    cursor = response.next_cursor
+                    if seen < max(parts) and cursor is not None and cursor.topic_name == name \
+                            and cursor.partition_index > todo[name]:
+                        after[name] = cursor.partition_index
+                todo = after
+            return out
+
+        try:
+            with self._authorized(Refused.on_topic("DESCRIBE", sorted(wanted)[0], "DescribeTopicPartitions")):
+                found: list[EligibleLeaders] = manager.run(every)
+        except kp_errors.KafkaTimeoutError as e:
+            raise self._unreachable(e) from e
+        return {e.tp: e for e in found}
 
     # -- the quorum and the registrations ---------------------------------------------------
 

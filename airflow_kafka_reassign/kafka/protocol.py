@@ -1,7 +1,9 @@
-"""Protocol request classes the adapter sends that kafka-python lacks (schemas in :mod:`.messages`)."""
+"""Protocol request classes the adapter sends itself: those kafka-python lacks (schemas in :mod:`.messages`), and
+kafka-python's own DescribeTopicPartitions (the adapter pages several topics at once with it)."""
 
 from __future__ import annotations
 
+from kafka.protocol.admin import DescribeTopicPartitionsRequest
 from kafka.protocol.api_message import ApiMessage
 
 _SCHEMAS = "airflow_kafka_reassign.kafka.messages"
@@ -15,4 +17,5 @@ class UnregisterBrokerResponse(ApiMessage, load_json=_SCHEMAS):  # type: ignore[
     """The controller's answer: ``error_code`` (0, ``BROKER_ID_NOT_REGISTERED`` ...) and ``error_message``."""
 
 
-__all__ = ["UnregisterBrokerRequest", "UnregisterBrokerResponse"]
+#: DescribeTopicPartitions (api key 75, KIP-966's EligibleLeaderReplicas and LastKnownElr): kafka-python's own class.
+__all__ = ["DescribeTopicPartitionsRequest", "UnregisterBrokerRequest", "UnregisterBrokerResponse"]

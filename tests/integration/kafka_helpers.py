@@ -27,10 +27,11 @@ from airflow_kafka_reassign.sandbox import wait_until
 #: The session sandbox's brokers (tests/integration/conftest.py).
 BROKERS = [1, 2, 3, 4, 5]
 
-def make_topic(config: dict[str, Any], topic: str, assignment: list[list[int]], megabytes: float = 0.0) -> None:
-    """Create ``topic`` with this replica assignment, wait until every partition has a leader, then write
-    about ``megabytes`` of records into each partition."""
-    create_topic(config, topic, assignment)
+def make_topic(config: dict[str, Any], topic: str, assignment: list[list[int]], megabytes: float = 0.0,
+               configs: dict[str, str] | None = None) -> None:
+    """Create ``topic`` with this replica assignment (and topic ``configs``), wait until every partition has a
+    leader, then write about ``megabytes`` of records into each partition."""
+    create_topic(config, topic, assignment, configs=configs)
     with KafkaClusterAdmin(config) as admin:
         def led() -> bool:
             try:  # the broker that answers may not know the new topic yet (metadata propagation)

@@ -12,10 +12,12 @@ import os
 import signal
 import threading
 
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from kafka_helpers import Traffic, make_topic, throttles
 
-from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, preflight, run
+from airflow_kafka_reassign.core.health import RESTORES_MIN_ISR_ELR
+from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.throttle import LEADER_RATE, read_backup
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import produce
@@ -129,3 +131,41 @@ def test_a_decommission_of_a_broker_already_down_completes_and_leaves_no_throttl
     assert left == before and all(v is None for v in left["topics"][topic].values()), left
     assert read_backup(tmp_path) is None
     traffic.check()
+
+
+def test_a_partition_below_min_isr_is_reported_with_its_eligible_leader_replicas(sandbox, unique_topic):
+    """KIP-966 (on by default on the sandbox's Kafka 4.4): broker 5 stopped, a partition with min.insync.replicas=2
+    on [4, 5] falls below min ISR with 5 as an eligible leader replica, and the gate says so; min ISR of a topic
+    without its own value is the cluster-wide default (the controller keeps one under ELR)."""
+    config = sandbox.client_config()
+    strict, plain, other = f"{unique_topic}-s", f"{unique_topic}-p", f"{unique_topic}-o"
+    make_topic(config, strict, [[4, DOWN]], configs={"min.insync.replicas": "2"})
+    make_topic(config, plain, [[4, DOWN]])
+    make_topic(config, other, [[1, 2]])
+    s0, p0 = TopicPartition(strict, 0), TopicPartition(plain, 0)
+    elsewhere = ReassignmentPlan(moves=(Move(topic=other, partition=0, current_replicas=(1, 2), target_replicas=(1, 3)),))
+    repair = ReassignmentPlan(moves=(Move(topic=strict, partition=0, current_replicas=(4, DOWN), target_replicas=(4, 3)),))
+    with KafkaClusterAdmin(config, timeout_s=20) as admin:
+        assert admin.capabilities().eligible_leader_replicas  # eligible.leader.replicas.version finalized at 1
+        ck, res = AdminClient(config), ConfigResource(ConfigResource.Type.TOPIC, plain)
+        entry = ck.describe_configs([res])[res].result(20)["min.insync.replicas"]
+        assert entry.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value  # the cluster-wide default
+        assert admin.describe_eligible_leaders([s0])[s0].elr == ()
+        sandbox.stop_broker(DOWN)
+        try:
+            wait_until(lambda: admin.snapshot(topics=[strict]).partitions[0].isr == (4,), "ISR [4]", timeout=30)
+            watched = preflight(admin, elsewhere, ExecutionOptions())
+            health = watched.health
+            assert health.under_min_isr_elr[s0] == (DOWN,), health.trouble.get(s0)
+            assert health.trouble[s0].startswith(
+                f"under min ISR (1 < 2), eligible leader replicas [{DOWN}] (down: {DOWN}) (KIP-966: ")
+            assert " with eligible leader replicas: committed records kept)" in watched.paused
+            # min ISR 1 (the cluster-wide default): the same replicas are only under-replicated
+            assert p0 not in health.under_min_isr and health.trouble[p0].startswith("replicas [4, 5], ISR [4]")
+            # a move that replaces the stopped replica restores min ISR, after those without eligible leaders
+            assert preflight(admin, repair, ExecutionOptions()).urgency == {s0: RESTORES_MIN_ISR_ELR}
+        finally:
+            sandbox.start_broker(DOWN)
+        wait_until(lambda: set(admin.snapshot(topics=[strict]).partitions[0].isr) == {4, DOWN}, "5 back in the ISR",
+                   timeout=60)
+        assert admin.describe_eligible_leaders([s0])[s0].elr == ()

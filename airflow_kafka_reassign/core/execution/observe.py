@@ -20,7 +20,7 @@ from airflow_kafka_reassign.core.health import (
     drained_brokers,
     urgency,
 )
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.move_state import MoveState, classify
 from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -59,9 +59,37 @@ def _observe(admin: ClusterAdmin, topics: Collection[str], *, everything: bool =
     for topic, n in counts.items():  # a snapshot without topic records still shows the partitions
         present.setdefault(topic, n)
     min_isr = {t.name: max(1, t.min_insync_replicas or 1) for t in snap.topics}
+    everything_read = tuple(snap.partitions)
+    if everything:
+        everything_read = with_eligible_leaders(admin, everything_read, min_isr)
+        parts = {p.tp: p for p in everything_read if p.topic in wanted}
     return _Observation(reassignments=reassignments, partitions=parts,
                         brokers=frozenset(b.id for b in snap.brokers), topics=present,
-                        everything=tuple(snap.partitions), min_isr=min_isr)
+                        everything=everything_read, min_isr=min_isr)
+
+
+def with_eligible_leaders(admin: ClusterAdmin, partitions: tuple[PartitionState, ...],
+                          min_isr: Mapping[str, int]) -> tuple[PartitionState, ...]:
+    """``partitions`` with KIP-966's eligible leader replicas read for those below ``min.insync.replicas`` or
+    offline, where the cluster has ELR on (one DescribeTopicPartitions per page of their topics: nothing when the
+    cluster is healthy). A cluster that cannot tell (ELR off, an older broker, the request refused) leaves them
+    unread (``elr=None``): the health gate then reports them as before."""
+    degraded = [p.tp for p in partitions
+                if p.leader is None or len(p.replicas) >= min_isr.get(p.topic, 1) > len(p.isr)]
+    if not degraded:
+        return partitions
+    try:
+        if not admin.capabilities().eligible_leader_replicas:
+            return partitions
+        found = admin.describe_eligible_leaders(degraded)
+    except Exception as e:  # noqa: BLE001 (the gate still reports the partitions, without their ELR)
+        _log.warning("KIP-966's eligible leader replicas could not be read (%s: %s): the partitions below min ISR "
+                     "or offline are reported without them", type(e).__name__, e)
+        return partitions
+    if not found:
+        return partitions
+    return tuple(p.model_copy(update={"elr": found[p.tp].elr, "last_known_elr": found[p.tp].last_known_elr})
+                 if p.tp in found else p for p in partitions)
 
 
 def _moved(m: Move, current: Sequence[int]) -> Move:

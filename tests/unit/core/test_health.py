@@ -189,6 +189,76 @@ def test_the_policy_stops_the_run_fail_and_a_long_pause_keep_throttles_cancel_ca
             result.unhealthy
 
 
+# -- KIP-966: eligible leader replicas ---------------------------------------------------------------
+
+
+def elr(p: PartitionState, eligible, last_known=None) -> PartitionState:
+    return p.model_copy(update={"elr": tuple(eligible), "last_known_elr": last_known})
+
+
+def test_below_min_isr_with_eligible_leader_replicas_is_reported_as_such():
+    kept = elr(part(0, (4, 5), (4,)), (5,))
+    none_left = elr(part(1, (4, 5), (4,)), ())
+    unread = part(2, (4, 5), (4,))  # ELR off, or not known: as before
+    offline = elr(part(3, (4, 5), (), leader=None), (4, 5))
+    unclean = elr(part(4, (4, 5), (), leader=None), (), last_known=(5,))
+    report = assess([kept, none_left, unread, offline, unclean], {"t": 2}, live_brokers={1, 2, 3, 4})
+    assert report.under_min_isr_elr == {tp("t", 0): (5,), tp("t", 3): (4, 5)}
+    assert report.trouble[tp("t", 0)] == (
+        "under min ISR (1 < 2), eligible leader replicas [5] (down: 5) (KIP-966: acks=all writes refused until the "
+        "ISR is back to 2; every committed record is on the ISR and ELR [4, 5], none lost if the leader fails); "
+        "replicas [4, 5], ISR [4], missing 5")
+    assert report.trouble[tp("t", 1)].startswith(
+        "under min ISR (1 < 2), no eligible leader replica (KIP-966: committed records only on the ISR [4]); ")
+    assert report.trouble[tp("t", 2)] == "under min ISR (1 < 2); replicas [4, 5], ISR [4], missing 5"
+    assert report.trouble[tp("t", 3)].startswith(
+        "offline (no leader), eligible leader replicas [4, 5] (down: 5) hold every committed record")
+    assert report.trouble[tp("t", 4)].startswith("offline (no leader), only last known eligible replicas [5] left")
+    assert report.line().startswith("cluster unhealthy: 5 partition(s) under-replicated, 5 under min ISR (2 with "
+                                    "eligible leader replicas: committed records kept), 2 offline (t-0: under min ISR")
+    assert report.summary()["under_min_isr_elr"] == 2
+
+
+def test_the_gate_reads_eligible_leaders_of_the_partitions_below_min_isr_only():
+    f = fake(t=[[1, 2], [1, 2]], short=[[4, 5]], under=[[1, 5, 6]])
+    f.topic_configs["short"] = {"min.insync.replicas": "2"}
+    plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 3)), mv("t", 1, (1, 2), (2, 3))))
+    asked: list[list[TopicPartition]] = []
+    read = f.describe_eligible_leaders
+    f.describe_eligible_leaders = lambda parts: (asked.append(sorted(parts)), read(parts))[1]  # type: ignore[method-assign]
+    assert quiet(f, plan, limits=ExecutionLimits(max_moves=1, order="plan")).paused is None
+    assert asked == []  # a healthy cluster: no DescribeTopicPartitions
+    f.down.add(5)
+    f.elr[tp("short", 0)] = (5,)  # left the ISR while it was below min ISR: kept every committed record
+    s = quiet(f, plan)
+    assert asked == [[tp("short", 0)]]  # not under-0, only under-replicated (min ISR 1)
+    assert s.health.under_min_isr_elr == {tp("short", 0): (5,)} and s.summary()["health"]["under_min_isr_elr"] == 1
+    assert "1 under min ISR (1 with eligible leader replicas: committed records kept)" in s.paused
+    assert "short-0: under min ISR (1 < 2), eligible leader replicas [5] (down: 5) (KIP-966: " in s.paused
+    assert s.pending == [tp("t", 1)] and s.submitted == []  # still trouble: acks=all writes are refused
+
+
+@pytest.mark.parametrize("cluster", ["elr-off", "elr-unreadable"])
+def test_without_eligible_leader_replicas_the_gate_reports_as_before(cluster, caplog):
+    f = fake(t=[[1, 2]], short=[[4, 5]])
+    f.topic_configs["short"] = {"min.insync.replicas": "2"}
+    f.down.add(5)
+    f.elr[tp("short", 0)] = (5,)
+    if cluster == "elr-off":  # eligible.leader.replicas.version 0 (Kafka 4.0's default), or a broker before 4.0
+        f.caps = f.caps.model_copy(update={"eligible_leader_replicas": False})
+    else:
+        def refused(parts):
+            raise ConfigurationError("DescribeTopicPartitions refused")
+
+        f.describe_eligible_leaders = refused  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        s = quiet(f, ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 3)),)))
+    assert s.health.trouble == {tp("short", 0): "under min ISR (1 < 2); replicas [4, 5], ISR [4], missing 5"}
+    assert s.health.under_min_isr_elr == {} and "eligible leader replicas:" not in s.paused
+    assert "describe_eligible_leaders" not in f.calls
+    assert ("could not be read" in caplog.text) == (cluster == "elr-unreadable")
+
+
 # -- dead brokers: throttles ----------------------------------------------------------------------
 
 

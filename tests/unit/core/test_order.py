@@ -12,6 +12,7 @@ from airflow_kafka_reassign.core.health import (
     BELOW_MIN_ISR_LAST,
     NORMAL,
     RESTORES_MIN_ISR,
+    RESTORES_MIN_ISR_ELR,
     RESTORES_REPLICA,
     below_min_isr,
     urgency,
@@ -45,6 +46,9 @@ def test_a_move_restores_redundancy_when_it_replaces_a_missing_replica_or_adds_o
         == RESTORES_REPLICA
     # below min ISR: acks=all writes are refused now
     assert urgency(mv("t", 0, (1, 2, 3), (1, 4, 5)), state((1, 2, 3), (1,)), 2) == RESTORES_MIN_ISR
+    # ... with eligible leader replicas (KIP-966) still holding every committed record: after those without
+    kept = state((1, 2, 3), (1,)).model_copy(update={"elr": (2,)})
+    assert urgency(mv("t", 0, (1, 2, 3), (1, 4, 5)), kept, 2) == RESTORES_MIN_ISR_ELR > RESTORES_MIN_ISR
     # a partition created under-replicated (KIP-409) healed: an RF increase
     assert urgency(mv("t", 0, (1, 2), (1, 2, 3), allow_rf_change=True), state((1, 2), (1, 2)), 2) == RESTORES_REPLICA
 

@@ -4,8 +4,13 @@ UnregisterBroker request class (kafka-python 3.0 has none)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 
+import pytest
+
+from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
 from airflow_kafka_reassign.kafka.maintenance import capabilities_from, log_dirs_of
 from airflow_kafka_reassign.kafka.protocol import UnregisterBrokerRequest, UnregisterBrokerResponse
 
@@ -64,3 +69,80 @@ def test_unregister_broker_request_and_response_round_trip():
     response = UnregisterBrokerResponse(throttle_time_ms=0, error_code=102, error_message="not registered", version=0)
     back = UnregisterBrokerResponse.decode(io.BytesIO(response.encode()), version=0)
     assert (back.error_code, back.error_message) == (102, "not registered")
+
+
+def test_eligible_leader_replicas_follow_the_finalized_feature_and_describe_topic_partitions():
+    elr_on = {**features(33, 33), "eligible.leader.replicas.version": {"supported": (0, 1), "finalized": (1, 1)}}
+    assert capabilities_from({**API_4_3, 75: (0, 0)}, elr_on).eligible_leader_replicas  # as a 4.4 sandbox reports
+    # a 4.0 cluster that did not opt in: the feature is supported, not finalized
+    opted_out = {**features(25, 25), "eligible.leader.replicas.version": {"supported": (0, 1)}}
+    assert not capabilities_from({**API_4_3, 75: (0, 0)}, opted_out).eligible_leader_replicas
+    assert not capabilities_from(API_4_3, elr_on).eligible_leader_replicas  # no DescribeTopicPartitions (api 75)
+
+
+class PagingBroker:
+    """kafka-python's connection manager as DescribeTopicPartitions sees it: pages of ``limit`` partitions from the
+    request's cursor, a next cursor while partitions are left (as a broker answers)."""
+
+    def __init__(self, topics: dict[str, list[tuple[list[int], list[int]]]]) -> None:
+        self.topics = topics  # topic -> per partition (ELR, last known ELR)
+        self.requests: list[tuple[str, int, int]] = []
+
+    def send(self, request):
+        from kafka.protocol.admin import DescribeTopicPartitionsResponse as R
+
+        name, start, limit = request.topics[0].name, request.cursor.partition_index, request.response_partition_limit
+        self.requests.append((name, start, limit))
+        parts = self.topics[name]
+        page = range(start, min(len(parts), start + limit))
+        topic = R.DescribeTopicPartitionsResponseTopic(
+            error_code=0, name=name, partitions=[R.DescribeTopicPartitionsResponseTopic.DescribeTopicPartitionsResponsePartition(
+                error_code=0, partition_index=i, leader_id=1, leader_epoch=0, replica_nodes=[1, 2, 3], isr_nodes=[1],
+                eligible_leader_replicas=parts[i][0], last_known_elr=parts[i][1], offline_replicas=[]) for i in page])
+        more = page.stop < len(parts)
+        cursor = R.Cursor(topic_name=name, partition_index=page.stop) if more else None
+        response = R(throttle_time_ms=0, topics=[topic], next_cursor=cursor)
+
+        async def answer():
+            return response
+
+        return answer()
+
+    def run(self, fn):
+        return asyncio.run(fn())
+
+
+def test_describe_eligible_leaders_pages_each_topic_from_its_first_wanted_partition(monkeypatch):
+    import airflow_kafka_reassign.kafka.maintenance as maintenance
+    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.ports import ClusterCapabilities
+    from airflow_kafka_reassign.kafka.maintenance import MaintenanceMixin
+
+    broker = PagingBroker({"orders": [([], [])] * 3 + [([3], [])] + [([], [2])] + [([], [])] * 5,
+                           "clicks": [([2, 3], [])]})
+
+    class Adapter(MaintenanceMixin):
+        _bootstrap = "test"
+
+        def capabilities(self):
+            return ClusterCapabilities(eligible_leader_replicas=True)
+
+        def _kafka_python(self):
+            return type("KP", (), {"_manager": broker})()
+
+        def _authorized(self, refused):
+            return contextlib.nullcontext()
+
+    monkeypatch.setattr(maintenance, "ELR_PAGE", 2)
+    found = Adapter().describe_eligible_leaders([TopicPartition("orders", 3), TopicPartition("orders", 4),
+                                                TopicPartition("clicks", 0)])
+    assert {str(tp): (e.elr, e.last_known_elr) for tp, e in found.items()} == {
+        "orders-3": ((3,), ()), "orders-4": ((), (2,)), "clicks-0": ((2, 3), ())}
+    # orders from its partition 3, two per page, and no page after the last partition wanted
+    assert sorted(broker.requests) == [("clicks", 0, 2), ("orders", 3, 2)]
+    broker.requests.clear()  # partitions 3 and 8: the pages from 3 to 8, following the broker's cursor
+    assert len(Adapter().describe_eligible_leaders([TopicPartition("orders", 3), TopicPartition("orders", 8)])) == 2
+    assert broker.requests == [("orders", 3, 2), ("orders", 5, 2), ("orders", 7, 2)]
+    with pytest.raises(UnsupportedBrokerError, match="eligible leader replicas"):
+        type("Off", (Adapter,), {"capabilities": lambda self: ClusterCapabilities()})().describe_eligible_leaders(
+            [TopicPartition("orders", 3)])
