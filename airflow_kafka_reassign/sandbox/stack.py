@@ -167,6 +167,15 @@ def _running(pid: int) -> bool:
     return state is not None and state[2] != "Z"
 
 
+def _heartbeat_since(heartbeat: str | None, since: float) -> bool:
+    """Whether the health endpoint's ``latest_..._heartbeat`` (ISO 8601, with its zone) is at or after ``since``."""
+    if not heartbeat:
+        return False
+    from datetime import datetime
+
+    return datetime.fromisoformat(heartbeat).timestamp() >= since
+
+
 def stop_group(pid: int, timeout: float, sig: int = signal.SIGTERM) -> str:
     """Stop the process group ``pid`` (``sig``, then SIGKILL after ``timeout`` s); how it went, in words."""
     started = time.monotonic()
@@ -367,12 +376,13 @@ class Stack:
         """Start the Airflow components ``names`` again and wait until each is ready (a worker: ready since now)."""
         state = self.state
         offsets = {n: self.log_path(n).stat().st_size for n in names if self.log_path(n).exists()}
+        since = time.time()
         for name in names:
             own = self.dir / name
             cwd = own / "cwd" if (own / "cwd").is_dir() else self.dir
             state["pids"][name] = self._spawn(name, self._airflow_command(name), env=self.env(name), cwd=cwd)
             self._save(state)
-        self._wait_ready(names, timeout, offsets)
+        self._wait_ready(names, timeout, offsets, since)
 
     def restart(self, name: str, *, while_down: Callable[[], object] | None = None, timeout: float = 60.0) -> float:
         """Stop ``name``, call ``while_down()`` (e.g. a bounded wait for what the outage does), start it again as it
@@ -452,9 +462,11 @@ class Stack:
         except Exception:  # noqa: BLE001 (not up yet)
             return False
 
-    def _wait_ready(self, names: Sequence[str], timeout: float, offsets: Mapping[str, int] | None = None) -> None:
+    def _wait_ready(self, names: Sequence[str], timeout: float, offsets: Mapping[str, int] | None = None,
+                    since: float | None = None) -> None:
         """Wait (bounded) until each component answers: the API server's health names the scheduler, the
-        triggerer and the DAG processor healthy; a worker has said ``ready`` (connected to the broker)."""
+        triggerer and the DAG processor healthy (``since``: with a heartbeat since then, not a dead one's still
+        recent heartbeat); a worker has said ``ready`` (connected to the broker) after ``offsets`` in its log."""
         offsets = offsets or {}
         pids = self.state["pids"]
 
@@ -472,6 +484,8 @@ class Stack:
                 elif name != "api-server":
                     key = name.replace("-", "_")
                     if (health.get(key) or {}).get("status") != "healthy":
+                        return False
+                    if since is not None and not _heartbeat_since(health[key].get(f"latest_{key}_heartbeat"), since):
                         return False
             return True
 

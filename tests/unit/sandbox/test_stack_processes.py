@@ -120,3 +120,13 @@ def test_revive_starts_only_the_components_that_exited(tmp_path, monkeypatch):
         assert launched == [["scheduler", "stack-worker-1"]]
     finally:
         stop_group(live.pid, 10)
+
+
+def test_a_restarted_component_is_ready_only_with_a_heartbeat_of_its_own():
+    from airflow_kafka_reassign.sandbox.stack import _heartbeat_since
+
+    since = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    assert not _heartbeat_since(None, since)
+    assert not _heartbeat_since("2027-01-15T07:59:58.5+00:00", since)  # the dead one's, still recent
+    assert _heartbeat_since("2027-01-15T08:00:01.25+00:00", since)
+    assert _heartbeat_since("2027-01-15T09:00:01+01:00", since)
