@@ -30,6 +30,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,52 @@ def deferred_in_the_triggerer(stack: Stack, dag_id: str, run_id: str, store: Obj
     submitted = wait_until(lambda: journal_submitted(store, prefix), "the first move to be submitted", 60, 0.5)
     assert len(submitted) < moves, f"the plan was all submitted before the fault: {submitted}"
     return submitted
+
+
+@dataclass
+class DeferredWait:
+    """A run of a :func:`wait_dag` on a :func:`fault_plan`, deferred in the triggerer with part of the plan submitted
+    (:func:`deferred_wait`)."""
+
+    stack: Stack
+    store: ObjectStoreSandbox
+    config: dict
+    plan: ReassignmentPlan
+    prefix: str
+    before: dict
+    dag_id: str
+    run_id: str
+    started: float
+    submitted: list[tuple[str, int]]
+
+    def since(self) -> float:
+        return time.monotonic() - self.started
+
+    def assert_finished(self) -> float:
+        """The run succeeded in its first try, every move submitted once (the journal), the cluster as before but
+        for the moves (:func:`assert_plan_done`). Seconds from the trigger to the run's end."""
+        state = wait_run(self.stack, self.dag_id, self.run_id, 300)
+        elapsed = self.since()
+        assert state == "success", logs_of(self.stack, self.dag_id, self.run_id)[-6000:] + self.stack.tail("triggerer")
+        ran = tries(self.stack, self.dag_id, self.run_id)
+        assert [(t["task_id"], t["try"], t["state"]) for t in ran] == [("wait", 1, "success")], ran
+        assert journal_submitted(self.store, self.prefix) == sorted(m.tp for m in self.plan.moves)
+        assert xcom(self.stack, self.dag_id, self.run_id, "wait")["done"] == len(self.plan.moves)
+        assert_plan_done(self.config, self.plan, self.before)
+        return elapsed
+
+
+def deferred_wait(sandbox, stack: Stack, store: ObjectStoreSandbox, topic: str, name: str, tmp_path: Path) -> DeferredWait:
+    """Deploy a :func:`wait_dag` of a :func:`fault_plan` as ``akr_stack_<name>``, trigger it, and return once its
+    wait has deferred in the triggerer with part of the plan submitted (the rest is the trigger's to submit)."""
+    plan, plan_uri, prefix, before = fault_plan(sandbox, store, topic, name, tmp_path)
+    dag_id = f"akr_stack_{name.replace('-', '_')}"
+    wait_dag(stack, dag_id, plan_uri)
+    started = time.monotonic()
+    run_id = trigger(stack, dag_id)
+    submitted = deferred_in_the_triggerer(stack, dag_id, run_id, store, prefix, len(plan.moves))
+    return DeferredWait(stack, store, sandbox.client_config(), plan, prefix, before, dag_id, run_id, started,
+                        submitted)
 
 
 def logged_since(stack: Stack, name: str, offset: int, text: str) -> bool:
@@ -443,40 +490,21 @@ def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_o
 
 def test_the_triggerer_sigkilled_during_a_deferrable_wait_is_restarted_and_the_wait_carries_on(
         sandbox, stack, object_store, unique_topic, tmp_path):
-    config = sandbox.client_config()
-    plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "killed-triggerer", tmp_path)
-    dag_id = "akr_stack_killed_triggerer"
-    wait_dag(stack, dag_id, plan_uri)
-    started = time.monotonic()
-    run_id = trigger(stack, dag_id)
-    submitted = deferred_in_the_triggerer(stack, dag_id, run_id, object_store, prefix, len(plan.moves))
-    deferred = time.monotonic() - started
+    run = deferred_wait(sandbox, stack, object_store, unique_topic, "killed-triggerer", tmp_path)
+    killed_at = run.since()
     killed = stack.kill("triggerer", signal.SIGKILL)  # its trigger runner too: no clean shutdown
-    stack.start("triggerer")  # the restarted one takes the trigger of the dead one (no heartbeat for 10 s)
-    restarted = time.monotonic() - started
-    state = wait_run(stack, dag_id, run_id, 300)
-    elapsed = time.monotonic() - started
-    assert state == "success", logs_of(stack, dag_id, run_id)[-6000:] + stack.tail("triggerer")
-    assert [(t["task_id"], t["try"], t["state"]) for t in tries(stack, dag_id, run_id)] == [("wait", 1, "success")]
-    # the rest of the plan was submitted after the kill, by the restarted triggerer; none twice
-    assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)
-    assert xcom(stack, dag_id, run_id, "wait")["done"] == len(plan.moves)
-    assert_plan_done(config, plan, before)
-    print(f"\nthe triggerer SIGKILLed ({len(killed)} process(es)) with {len(submitted)}/{len(plan.moves)} moves "
-          f"submitted, at {deferred:.0f} s, restarted at {restarted:.0f} s; the run ended at {elapsed:.0f} s")
+    stack.start("triggerer")  # ready once it heartbeats; it takes the dead one's trigger (no heartbeat for 10 s)
+    restarted = run.since()
+    elapsed = run.assert_finished()  # the rest of the plan submitted after the kill, by the restarted triggerer
+    print(f"\nthe triggerer SIGKILLed ({len(killed)} process(es)) with {len(run.submitted)}/{len(run.plan.moves)} "
+          f"moves submitted, at {killed_at:.0f} s, restarted at {restarted:.0f} s; the run ended at {elapsed:.0f} s")
 
 
 def test_postgresql_restarted_during_a_deferrable_wait_the_components_revived_finish_the_run(
         sandbox, stack, object_store, unique_topic, tmp_path):
-    config = sandbox.client_config()
-    plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "postgres-restart", tmp_path)
-    dag_id = "akr_stack_postgres_restart"
-    wait_dag(stack, dag_id, plan_uri)
-    started = time.monotonic()
-    run_id = trigger(stack, dag_id)
-    submitted = deferred_in_the_triggerer(stack, dag_id, run_id, object_store, prefix, len(plan.moves))
-    deferred = time.monotonic() - started
-    # down until the scheduler and the triggerer have exited (a few seconds): a real outage, not a blip
+    run = deferred_wait(sandbox, stack, object_store, unique_topic, "postgres-restart", tmp_path)
+    stopped_at = run.since()
+    # down until the scheduler and the triggerer have exited (seconds; the triggerer 30 s): an outage, not a blip
     down = stack.restart("postgres", while_down=lambda: wait_until(
         lambda: not stack.alive("scheduler") and not stack.alive("triggerer"),
         "the scheduler and the triggerer to exit without the database", 60, 0.5))
@@ -484,16 +512,10 @@ def test_postgresql_restarted_during_a_deferrable_wait_the_components_revived_fi
     # what a process supervisor does (systemd's Restart=always, Kubernetes): start what exited
     revived = stack.revive()
     assert {"scheduler", "triggerer"} <= set(revived) <= {"scheduler", "triggerer", "dag-processor"}, revived
-    back = time.monotonic() - started
-    state = wait_run(stack, dag_id, run_id, 300)
-    elapsed = time.monotonic() - started
-    assert state == "success", logs_of(stack, dag_id, run_id)[-6000:] + stack.tail("triggerer")
-    assert [(t["task_id"], t["try"], t["state"]) for t in tries(stack, dag_id, run_id)] == [("wait", 1, "success")]
-    assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)  # none twice
-    assert xcom(stack, dag_id, run_id, "wait")["done"] == len(plan.moves)
-    assert_plan_done(config, plan, before)
-    print(f"\nPostgreSQL down {down:.1f} s from {deferred:.0f} s with {len(submitted)}/{len(plan.moves)} moves "
-          f"submitted; {sorted(revived)} revived by {back:.0f} s; the run ended at {elapsed:.0f} s")
+    back = run.since()
+    elapsed = run.assert_finished()
+    print(f"\nPostgreSQL down {down:.1f} s from {stopped_at:.0f} s with {len(run.submitted)}/{len(run.plan.moves)} "
+          f"moves submitted; {sorted(revived)} revived by {back:.0f} s; the run ended at {elapsed:.0f} s")
 
 
 def test_redis_restarted_between_tasks_the_next_task_is_queued_and_runs_on_a_worker(
