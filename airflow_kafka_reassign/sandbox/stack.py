@@ -4,6 +4,8 @@ What production runs, each part its own process (its own process group), on 127.
 
     python -m airflow_kafka_reassign.sandbox.stack up --dir /tmp/akr-stack     # prints where the UI is
     python -m airflow_kafka_reassign.sandbox.stack status --dir /tmp/akr-stack
+    python -m airflow_kafka_reassign.sandbox.stack restart postgres --dir /tmp/akr-stack  # a fault, by hand
+    python -m airflow_kafka_reassign.sandbox.stack revive --dir /tmp/akr-stack   # start what exited meanwhile
     python -m airflow_kafka_reassign.sandbox.stack down --dir /tmp/akr-stack
 
 * **PostgreSQL** (Debian's ``postgresql``; ``make stack-deps`` installs it when missing): a throw-away cluster made
@@ -67,6 +69,9 @@ EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "example_dags"
 WORKER_PREFIX = "stack-worker-"
 #: the Airflow components, in the order they are stopped (workers first: they finish or drop their tasks)
 COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
+#: the backing services, in the order they are stopped, and the signal that stops each (SIGINT: PostgreSQL's fast
+#: shutdown)
+BACKING_SERVICES = {"redis": signal.SIGTERM, "postgres": signal.SIGINT}
 _SAVING = threading.Lock()
 
 
@@ -160,6 +165,15 @@ def _running(pid: int) -> bool:
         os.waitpid(pid, os.WNOHANG)
     state = _processes().get(pid)
     return state is not None and state[2] != "Z"
+
+
+def _heartbeat_since(heartbeat: str | None, since: float) -> bool:
+    """Whether the health endpoint's ``latest_..._heartbeat`` (ISO 8601, with its zone) is at or after ``since``."""
+    if not heartbeat:
+        return False
+    from datetime import datetime
+
+    return datetime.fromisoformat(heartbeat).timestamp() >= since
 
 
 def stop_group(pid: int, timeout: float, sig: int = signal.SIGTERM) -> str:
@@ -271,6 +285,8 @@ class Stack:
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            # a triggerer that died (no heartbeat for this long) has its triggers taken by a live one (default 30 s)
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
             # a task whose worker died is failed (then retried, if it has retries) after this long without heartbeat
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(state.get("heartbeat_timeout_s", 30)),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
@@ -354,12 +370,52 @@ class Stack:
         state = self.state
         if name in state["pids"] and _group_alive(state["pids"][name]):
             raise SandboxError(f"{name} already runs (process group {state['pids'][name]})")
-        own = self.dir / name
-        cwd = own / "cwd" if (own / "cwd").is_dir() else self.dir
-        pid = self._spawn(name, self._airflow_command(name), env=self.env(name), cwd=cwd)
-        state["pids"][name] = pid
-        self._save(state)
-        self._wait_ready([name], timeout)
+        self._launch([name], timeout)
+
+    def _launch(self, names: Sequence[str], timeout: float) -> None:
+        """Start the Airflow components ``names`` again and wait until each is ready (a worker: ready since now)."""
+        state = self.state
+        offsets = {n: self.log_path(n).stat().st_size for n in names if self.log_path(n).exists()}
+        since = time.time()
+        for name in names:
+            own = self.dir / name
+            cwd = own / "cwd" if (own / "cwd").is_dir() else self.dir
+            state["pids"][name] = self._spawn(name, self._airflow_command(name), env=self.env(name), cwd=cwd)
+            self._save(state)
+        self._wait_ready(names, timeout, offsets, since)
+
+    def restart(self, name: str, *, while_down: Callable[[], object] | None = None, timeout: float = 60.0) -> float:
+        """Stop ``name``, call ``while_down()`` (e.g. a bounded wait for what the outage does), start it again as it
+        was; return how long it was down (s). ``postgres``: a fast shutdown (SIGINT: every session cut, the data
+        kept), started on the same port and data; ``redis``: SIGTERM, started on the same port, empty (nothing is
+        persisted: a message queued then is lost); an Airflow component: SIGTERM, then :meth:`start`. The Airflow
+        components that exit for want of the service are not started again here: :meth:`revive` does."""
+        state = self.state
+        pid = state["pids"][name]
+        stop_group(pid, timeout, BACKING_SERVICES.get(name, signal.SIGTERM))
+        down = time.monotonic()
+        try:
+            if while_down is not None:
+                while_down()
+        finally:  # started again whatever while_down did
+            if name == "postgres":
+                self._postgres_start(state, timeout)
+            elif name == "redis":
+                self._redis_start(state, timeout)
+            else:
+                self.start(name, max(timeout, 180.0))
+        return round(time.monotonic() - down, 1)
+
+    def revive(self, timeout: float = 180.0) -> list[str]:
+        """Start again every Airflow component that has exited, as a process supervisor would (systemd's
+        ``Restart=always``, Kubernetes' restart policy), and wait until they are ready: the ones started. The
+        scheduler, the triggerer and the DAG processor exit when the metadata database is unreachable for a few
+        seconds (docs/stack.md)."""
+        pids = self.state["pids"]
+        dead = [n for n in (*COMPONENTS, *self.workers) if n in pids and not _group_alive(pids[n])]
+        if dead:
+            self._launch(dead, timeout)
+        return dead
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> list[int]:
         """Send ``sig`` to every process of the component ``name``: its process group and every descendant (a worker:
@@ -406,9 +462,11 @@ class Stack:
         except Exception:  # noqa: BLE001 (not up yet)
             return False
 
-    def _wait_ready(self, names: Sequence[str], timeout: float, offsets: Mapping[str, int] | None = None) -> None:
+    def _wait_ready(self, names: Sequence[str], timeout: float, offsets: Mapping[str, int] | None = None,
+                    since: float | None = None) -> None:
         """Wait (bounded) until each component answers: the API server's health names the scheduler, the
-        triggerer and the DAG processor healthy; a worker has said ``ready`` (connected to the broker)."""
+        triggerer and the DAG processor healthy (``since``: with a heartbeat since then, not a dead one's still
+        recent heartbeat); a worker has said ``ready`` (connected to the broker) after ``offsets`` in its log."""
         offsets = offsets or {}
         pids = self.state["pids"]
 
@@ -426,6 +484,8 @@ class Stack:
                 elif name != "api-server":
                     key = name.replace("-", "_")
                     if (health.get(key) or {}).get("status") != "healthy":
+                        return False
+                    if since is not None and not _heartbeat_since(health[key].get(f"latest_{key}_heartbeat"), since):
                         return False
             return True
 
@@ -552,7 +612,7 @@ class Stack:
         with ThreadPoolExecutor(max(1, len(airflow))) as pool:
             for name, how in zip(airflow, pool.map(lambda n: stop_group(pids[n], timeout), airflow), strict=True):
                 stopped[name] = how
-        for name, sig in (("redis", signal.SIGTERM), ("postgres", signal.SIGINT)):  # SIGINT: PostgreSQL's fast stop
+        for name, sig in BACKING_SERVICES.items():
             if name in pids:
                 stopped[name] = stop_group(pids[name], timeout, sig)
         if state.get("own_kafka"):
@@ -601,9 +661,16 @@ class Stack:
         pwfile.unlink()
         if proc.returncode != 0:
             raise SandboxError(f"initdb exited {proc.returncode}:\n{self.tail('postgres')}")
+        self._postgres_start(state, timeout, create=True)
+
+    def _postgres_start(self, state: dict[str, Any], timeout: float = 60.0, *, create: bool = False) -> None:
+        """Start PostgreSQL on the cluster ``initdb`` made (``create``: then make the ``airflow`` database); wait
+        until it accepts a login."""
+        base = Path(state["postgres_dir"])
+        user = "postgres" if os.geteuid() == 0 else None
         port = state["ports"]["postgres"]
         state["pids"]["postgres"] = self._spawn("postgres", [
-            _pg_bin("postgres"), "-D", str(data), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
+            _pg_bin("postgres"), "-D", str(base / "data"), "-p", str(port), "-c", "listen_addresses=127.0.0.1",
             "-c", "unix_socket_directories=", "-c", "max_connections=200", "-c", "fsync=off",
             "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "shared_buffers=64MB"],
             cwd=base, user=user, env={"PATH": os.environ.get("PATH", ""), "LANG": "C"})
@@ -614,13 +681,15 @@ class Stack:
             if not _group_alive(state["pids"]["postgres"]):
                 raise SandboxError(f"PostgreSQL exited during start-up:\n{self.tail('postgres')}")
             try:
-                conn = psycopg2.connect(host="127.0.0.1", port=port, user="airflow", dbname="postgres",
+                conn = psycopg2.connect(host="127.0.0.1", port=port, user="airflow",
+                                        dbname="postgres" if create else "airflow",
                                         password=self._secrets()["postgres"], connect_timeout=2)
             except psycopg2.OperationalError:
                 return False
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute("CREATE DATABASE airflow")
+            if create:
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute("CREATE DATABASE airflow")
             conn.close()
             return True
 
@@ -635,7 +704,12 @@ class Stack:
             f"port {port}", "bind 127.0.0.1", f"dir {rdir}", f"requirepass {self._secrets()['redis']}",
             'save ""', "appendonly no", "daemonize no", "protected-mode yes", "loglevel notice",
         ]) + "\n")
-        state["pids"]["redis"] = self._spawn("redis", [_redis_bin(), str(conf)], cwd=rdir)
+        self._redis_start(state, timeout)
+
+    def _redis_start(self, state: dict[str, Any], timeout: float = 30.0) -> None:
+        """Start Redis on its configuration (:meth:`_redis_up` wrote it); wait until it answers ``PING``."""
+        rdir, port = self.dir / "redis", state["ports"]["redis"]
+        state["pids"]["redis"] = self._spawn("redis", [_redis_bin(), str(rdir / "redis.conf")], cwd=rdir)
         self._save(state)
         import redis
 
@@ -660,7 +734,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     default_dir = os.environ.get("AKR_STACK_DIR")
     for name, text in (("up", "start the stack; prints one JSON line and where the UI is"),
                        ("down", "stop every process of the stack (idempotent)"),
-                       ("status", "JSON: each process alive or not, and Airflow's health")):
+                       ("status", "JSON: each process alive or not, and Airflow's health"),
+                       ("restart", "stop one part (postgres, redis, or an Airflow component) and start it again"),
+                       ("revive", "start again every Airflow component that has exited (as a process supervisor "
+                                  "would, e.g. after the database was down)")):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--dir", default=default_dir, required=default_dir is None,
                        help="the stack's folder (default: $AKR_STACK_DIR)")
@@ -669,6 +746,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.add_argument("--kafka-dir", help="use the Kafka sandbox already running there")
             p.add_argument("--object-store-dir", help="use the S3Proxy already running there")
             p.add_argument("--timeout", type=float, default=300.0, help="bound on each readiness wait, s (300)")
+        if name == "restart":
+            p.add_argument("name", help="postgres, redis, scheduler, triggerer, dag-processor, api-server or "
+                                        "stack-worker-N")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="stack: %(message)s")
     stack = Stack(args.dir)
@@ -683,6 +763,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "down":
             for name, how in stack.down().items():
                 print(f"stack: {name} stopped in {how}", file=sys.stderr)
+        elif args.command == "restart":
+            print(f"stack: {args.name} down for {stack.restart(args.name)} s", file=sys.stderr)
+        elif args.command == "revive":
+            print(f"stack: started again: {', '.join(stack.revive()) or 'nothing (all running)'}", file=sys.stderr)
         else:
             print(json.dumps(stack.status()), flush=True)
     except SandboxError as e:

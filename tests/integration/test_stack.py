@@ -11,10 +11,14 @@ database, the broker queue, Kafka and the plan storage. Which worker ran each ta
 * a deferrable wait whose trigger runs in the separate triggerer and reads only the store;
 * the worker running ``execute`` SIGKILLed mid-batch: Airflow's retry runs on the other worker and finishes the plan;
 * a run whose worker died with no retry left: the next run of the plan is refused in one line naming it, and a run
-  with ``take_over_from`` finishes the plan at once.
+  with ``take_over_from`` finishes the plan at once;
+* the triggerer SIGKILLed during a deferrable wait that submits the plan itself: restarted, it carries on;
+* PostgreSQL restarted during that wait: the scheduler, the triggerer and the DAG processor exit with it,
+  :meth:`Stack.revive` starts them again (a process supervisor's job) and the run finishes;
+* Redis restarted while a run is held between two tasks by a sensor: the next task is queued and runs on a worker.
 
-The faults assert the cluster as before: throttle configs identical, every partition at its target, the
-replication factor unchanged, no partition submitted twice.
+The faults assert the cluster as before: every broker's dynamic configs and the topic's throttle configs identical,
+every partition at its target, the replication factor unchanged, no partition submitted twice.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kafka_helpers import make_topic, put_plan, replicas, throttles
+from kafka_helpers import dynamic_broker_configs, make_topic, put_plan, replicas, throttles
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -150,29 +155,123 @@ def journal_submitted(store: ObjectStoreSandbox, prefix: str) -> list[tuple[str,
     return sorted((t, p) for e in entries for t, p, _ in e.get("submitted", []))
 
 
-def execute_dag(stack: Stack, dag_id: str, plan_uri: str, *, retries: int) -> None:
-    """A DAG of one execute task on a fixed plan (runs of it share the plan and its lease), 1 move at a time."""
+def execute_dag(stack: Stack, dag_id: str, plan_uri: str, *, retries: int, gate: bool = False) -> None:
+    """A DAG of one execute task on a fixed plan (runs of it share the plan and its lease), 1 move at a time.
+    ``gate``: a sensor before it holds each run until the Variable ``akr_gate_<run id>`` exists (:func:`open_gate`)."""
     path = stack.dir / f"{dag_id}.py"
     path.write_text(textwrap.dedent(f'''
         from datetime import datetime, timedelta
-        from airflow.sdk import DAG, Param
+        from airflow.sdk import DAG, Param, Variable
+        from airflow.providers.standard.sensors.python import PythonSensor
         from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
+
+        def opened(run_id, **_):
+            return Variable.get(f"akr_gate_{{run_id}}", default=None) is not None
 
         with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
                  params={{"take_over_from": Param(None, type=["null", "string"])}},
                  default_args={{"retries": {retries}, "retry_delay": timedelta(seconds=1)}}) as dag:
-            ExecuteReassignmentOperator(
+            execute = ExecuteReassignmentOperator(
                 task_id="execute", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, max_moves=1,
                 order="plan", throttle_bytes_per_sec=300_000, poll_interval=1,
                 take_over_from="{{{{ params.take_over_from }}}}")
+            if {gate!r}:
+                PythonSensor(task_id="gate", python_callable=opened, poke_interval=1, timeout=300) >> execute
     '''))
     deploy(stack, path, dag_id)
+
+
+def open_gate(stack: Stack, run_id: str) -> None:
+    """Let the run's ``gate`` (:func:`execute_dag`) pass: its Variable, written as ``airflow variables set`` would."""
+    stack.query("insert into variable (key, val, is_encrypted) values (%s, 'open', false)", f"akr_gate_{run_id}")
+
+
+def wait_dag(stack: Stack, dag_id: str, plan_uri: str) -> None:
+    """A DAG of one deferrable wait that submits the plan itself (``submit_pending``), 1 move at a time: the moves
+    after the first are submitted by its trigger, in the triggerer."""
+    path = stack.dir / f"{dag_id}.py"
+    path.write_text(textwrap.dedent(f'''
+        from datetime import datetime
+        from airflow.sdk import DAG
+        from airflow_kafka_reassign.sensors.reassignment import WaitForReassignmentSensor
+
+        with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+            WaitForReassignmentSensor(
+                task_id="wait", plan_uri={plan_uri!r}, storage_conn_id={STORAGE_CONN_ID!r}, deferrable=True,
+                poke_interval=1, timeout=600, submit_pending=True, max_moves=1, throttle_bytes_per_sec=300_000)
+    '''))
+    deploy(stack, path, dag_id)
+
+
+def deferred_in_the_triggerer(stack: Stack, dag_id: str, run_id: str, store: ObjectStoreSandbox, prefix: str,
+                              moves: int) -> list[tuple[str, int]]:
+    """Once the run's ``wait`` has deferred and a triggerer runs its trigger, with part of the plan submitted (the
+    rest is the trigger's to submit): the partitions submitted so far."""
+    wait_until(lambda: stack.query(
+        "select 1 from task_instance ti join trigger t on t.id = ti.trigger_id where ti.dag_id=%s and ti.run_id=%s "
+        "and ti.state='deferred' and t.triggerer_id is not null", dag_id, run_id), "a triggerer to run the wait",
+        300, 0.5)
+    submitted = wait_until(lambda: journal_submitted(store, prefix), "the first move to be submitted", 60, 0.5)
+    assert len(submitted) < moves, f"the plan was all submitted before the fault: {submitted}"
+    return submitted
+
+
+@dataclass
+class DeferredWait:
+    """A run of a :func:`wait_dag` on a :func:`fault_plan`, deferred in the triggerer with part of the plan submitted
+    (:func:`deferred_wait`)."""
+
+    stack: Stack
+    store: ObjectStoreSandbox
+    config: dict
+    plan: ReassignmentPlan
+    prefix: str
+    before: dict
+    dag_id: str
+    run_id: str
+    started: float
+    submitted: list[tuple[str, int]]
+
+    def since(self) -> float:
+        return time.monotonic() - self.started
+
+    def assert_finished(self) -> float:
+        """The run succeeded in its first try, every move submitted once (the journal), the cluster as before but
+        for the moves (:func:`assert_plan_done`). Seconds from the trigger to the run's end."""
+        state = wait_run(self.stack, self.dag_id, self.run_id, 300)
+        elapsed = self.since()
+        assert state == "success", logs_of(self.stack, self.dag_id, self.run_id)[-6000:] + self.stack.tail("triggerer")
+        ran = tries(self.stack, self.dag_id, self.run_id)
+        assert [(t["task_id"], t["try"], t["state"]) for t in ran] == [("wait", 1, "success")], ran
+        assert journal_submitted(self.store, self.prefix) == sorted(m.tp for m in self.plan.moves)
+        assert xcom(self.stack, self.dag_id, self.run_id, "wait")["done"] == len(self.plan.moves)
+        assert_plan_done(self.config, self.plan, self.before)
+        return elapsed
+
+
+def deferred_wait(sandbox, stack: Stack, store: ObjectStoreSandbox, topic: str, name: str, tmp_path: Path) -> DeferredWait:
+    """Deploy a :func:`wait_dag` of a :func:`fault_plan` as ``akr_stack_<name>``, trigger it, and return once its
+    wait has deferred in the triggerer with part of the plan submitted (the rest is the trigger's to submit)."""
+    plan, plan_uri, prefix, before = fault_plan(sandbox, store, topic, name, tmp_path)
+    dag_id = f"akr_stack_{name.replace('-', '_')}"
+    wait_dag(stack, dag_id, plan_uri)
+    started = time.monotonic()
+    run_id = trigger(stack, dag_id)
+    submitted = deferred_in_the_triggerer(stack, dag_id, run_id, store, prefix, len(plan.moves))
+    return DeferredWait(stack, store, sandbox.client_config(), plan, prefix, before, dag_id, run_id, started,
+                        submitted)
+
+
+def logged_since(stack: Stack, name: str, offset: int, text: str) -> bool:
+    with open(stack.log_path(name), "rb") as f:
+        f.seek(offset)
+        return text.encode() in f.read()
 
 
 def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path,
                ) -> tuple[ReassignmentPlan, str, str, dict]:
     """Three partitions of about 1.5 MB, each move a few seconds at the throttle: (plan, its URI, its prefix, the
-    throttle configs before any run of it)."""
+    cluster's configs before any run of it: :func:`config_dump`)."""
     config = sandbox.client_config()
     make_topic(config, topic, [[1, 2], [2, 3], [3, 4]], megabytes=4.5)
     plan = ReassignmentPlan(moves=(
@@ -181,9 +280,25 @@ def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path,
         Move(topic=topic, partition=2, current_replicas=(3, 4), target_replicas=(5, 4)),
     ))
     prefix = f"{name}-{topic}"
+    return plan, put_plan(object_store, prefix, plan, tmp_path), prefix, config_dump(config, [topic])
+
+
+def config_dump(config: dict, topics: list[str]) -> dict:
+    """What a run may change in the cluster's configs: every broker's dynamic configs (throttle rates, anything set
+    per broker or cluster-wide) and the throttle configs of ``topics``."""
     with KafkaClusterAdmin(config, timeout_s=30) as admin:
-        before = throttles(admin, [topic])
-    return plan, put_plan(object_store, prefix, plan, tmp_path), prefix, before
+        return {"brokers": dynamic_broker_configs(config), "throttles": throttles(admin, topics)}
+
+
+def assert_plan_done(config: dict, plan: ReassignmentPlan, before: dict) -> None:
+    """Every partition of the plan at its target (the replication factor unchanged: each target is as long as the
+    current replicas it replaces), nothing of it in flight, the configs identical to ``before``: no throttle left."""
+    topic = plan.moves[0].topic
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        assert replicas(admin, topic) == [m.target_replicas for m in plan.moves]
+        assert not [tp for tp in admin.list_reassignments() if tp.topic == topic]
+    assert all(len(m.target_replicas) == len(m.current_replicas) for m in plan.moves)
+    assert config_dump(config, [topic]) == before
 
 
 def kill_worker_running(stack: Stack, dag_id: str, run_id: str, store: ObjectStoreSandbox, prefix: str) -> str:
@@ -334,9 +449,7 @@ def test_a_worker_killed_mid_batch_is_retried_on_the_other_worker_which_finishes
     assert ran[-1]["state"] == "success"
     # the same run: the retry takes the lease over at once
     assert "took over the plan's lease" in task_log(stack, dag_id, run_id, "execute", 2, marker="took over the plan")
-    with KafkaClusterAdmin(config, timeout_s=30) as admin:
-        assert replicas(admin, unique_topic) == [m.target_replicas for m in plan.moves]  # at target, RF unchanged
-        assert throttles(admin, [unique_topic]) == before  # identical to before the run
+    assert_plan_done(config, plan, before)  # at target, RF unchanged, configs identical to before the run
     assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)  # none submitted twice
     joined(restart)
     print(f"\na worker SIGKILLed mid-batch, the retry on {other}: {elapsed:.1f} s from trigger to end")
@@ -351,8 +464,7 @@ def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_o
     dead = trigger(stack, dag_id, prefix="dead")
     killed = kill_worker_running(stack, dag_id, dead, object_store, prefix)
     restart = restart_in_background(stack, killed)
-    with KafkaClusterAdmin(config, timeout_s=30) as admin:
-        assert throttles(admin, [unique_topic]) != before  # the dead run's throttles are on the cluster
+    assert config_dump(config, [unique_topic]) != before  # the dead run's throttles are on the cluster
     # the next run of the plan is refused at once, told which run holds the lease and how to take over
     refused = trigger(stack, dag_id, prefix="refused")
     assert wait_run(stack, dag_id, refused, 300) == "failed"
@@ -371,8 +483,65 @@ def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_o
     elapsed = time.monotonic() - started
     assert "took over the plan's lease at once from DAG run" in task_log(stack, dag_id, takeover, "execute",
                                                                          marker="took over the plan's lease")
-    with KafkaClusterAdmin(config, timeout_s=30) as admin:
-        assert replicas(admin, unique_topic) == [m.target_replicas for m in plan.moves]  # at target, RF unchanged
-        assert throttles(admin, [unique_topic]) == before  # the dead run's throttles restored exactly
+    assert_plan_done(config, plan, before)  # the dead run's throttles restored exactly
     assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)  # none submitted twice
     print(f"\ntake_over_from: the plan finished {elapsed:.1f} s after the takeover run was triggered")
+
+
+def test_the_triggerer_sigkilled_during_a_deferrable_wait_is_restarted_and_the_wait_carries_on(
+        sandbox, stack, object_store, unique_topic, tmp_path):
+    run = deferred_wait(sandbox, stack, object_store, unique_topic, "killed-triggerer", tmp_path)
+    killed_at = run.since()
+    killed = stack.kill("triggerer", signal.SIGKILL)  # its trigger runner too: no clean shutdown
+    stack.start("triggerer")  # ready once it heartbeats; it takes the dead one's trigger (no heartbeat for 10 s)
+    restarted = run.since()
+    elapsed = run.assert_finished()  # the rest of the plan submitted after the kill, by the restarted triggerer
+    print(f"\nthe triggerer SIGKILLed ({len(killed)} process(es)) with {len(run.submitted)}/{len(run.plan.moves)} "
+          f"moves submitted, at {killed_at:.0f} s, restarted at {restarted:.0f} s; the run ended at {elapsed:.0f} s")
+
+
+def test_postgresql_restarted_during_a_deferrable_wait_the_components_revived_finish_the_run(
+        sandbox, stack, object_store, unique_topic, tmp_path):
+    run = deferred_wait(sandbox, stack, object_store, unique_topic, "postgres-restart", tmp_path)
+    stopped_at = run.since()
+    # down until the scheduler and the triggerer have exited (seconds; the triggerer 30 s): an outage, not a blip
+    down = stack.restart("postgres", while_down=lambda: wait_until(
+        lambda: not stack.alive("scheduler") and not stack.alive("triggerer"),
+        "the scheduler and the triggerer to exit without the database", 60, 0.5))
+    assert stack.alive("api-server") and all(stack.alive(w) for w in stack.workers)  # these reconnect
+    # what a process supervisor does (systemd's Restart=always, Kubernetes): start what exited
+    revived = stack.revive()
+    assert {"scheduler", "triggerer"} <= set(revived) <= {"scheduler", "triggerer", "dag-processor"}, revived
+    back = run.since()
+    elapsed = run.assert_finished()
+    print(f"\nPostgreSQL down {down:.1f} s from {stopped_at:.0f} s with {len(run.submitted)}/{len(run.plan.moves)} "
+          f"moves submitted; {sorted(revived)} revived by {back:.0f} s; the run ended at {elapsed:.0f} s")
+
+
+def test_redis_restarted_between_tasks_the_next_task_is_queued_and_runs_on_a_worker(
+        sandbox, stack, object_store, unique_topic, tmp_path):
+    config = sandbox.client_config()
+    plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "redis-restart", tmp_path)
+    dag_id = "akr_stack_redis_restart"
+    execute_dag(stack, dag_id, plan_uri, retries=0, gate=True)
+    started = time.monotonic()
+    run_id = trigger(stack, dag_id)
+    wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and task_id='gate' "
+                                   "and state='running'", dag_id, run_id), "the gate to run on a worker", 300, 0.5)
+    gated = time.monotonic() - started
+    offsets = {w: stack.log_path(w).stat().st_size for w in stack.workers}
+    # down until both workers have lost the broker (the queue comes back empty: nothing was queued)
+    down = stack.restart("redis", while_down=lambda: wait_until(
+        lambda: all(logged_since(stack, w, offsets[w], "Cannot connect to redis") for w in stack.workers),
+        "the workers to lose the broker", 60, 0.2))
+    assert not journal_submitted(object_store, prefix)  # the run is between its tasks
+    open_gate(stack, run_id)
+    state = wait_run(stack, dag_id, run_id, 300)
+    elapsed = time.monotonic() - started
+    assert state == "success", logs_of(stack, dag_id, run_id)[-6000:] + stack.tail("scheduler")
+    ran = tries(stack, dag_id, run_id)
+    assert [(t["task_id"], t["try"], t["state"]) for t in ran] == [("execute", 1, "success"), ("gate", 1, "success")]
+    assert {t["hostname"] for t in ran} <= set(stack.workers), ran
+    assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)
+    assert_plan_done(config, plan, before)
+    print(f"\nRedis down {down:.1f} s at {gated:.0f} s, between gate and execute; the run ended at {elapsed:.0f} s")

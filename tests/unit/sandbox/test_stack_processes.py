@@ -1,4 +1,5 @@
-"""The stack's process handling (airflow_kafka_reassign.sandbox.stack): what it kills and stops leaves nothing running.
+"""The stack's process handling (airflow_kafka_reassign.sandbox.stack): what it kills and stops leaves nothing running;
+what it restarts and revives comes back.
 
 The stack itself (PostgreSQL, Redis, Celery workers, ...) is exercised by tests/integration/test_stack.py."""
 
@@ -6,11 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
+import pytest
+
 from airflow_kafka_reassign.sandbox import wait_until
+from airflow_kafka_reassign.sandbox.cluster import free_ports
 from airflow_kafka_reassign.sandbox.stack import HOSTNAME_ENV, Stack, hostname, stop_group
 
 
@@ -50,3 +55,78 @@ def test_stop_group_escalates_to_sigkill_and_says_so(tmp_path):
     how = stop_group(proc.pid, timeout=1)
     assert "SIGKILL after 1 s" in how
     assert proc.wait(10) is not None
+
+
+def _stack_with_state(tmp_path, state: dict) -> Stack:
+    (tmp_path / "stack.json").write_text(json.dumps(state))
+    (tmp_path / "secrets.json").write_text(json.dumps({"redis": "s3cret", "postgres": "p"}))
+    return Stack(tmp_path)
+
+
+@pytest.mark.skipif(not shutil.which("redis-server"), reason="Debian's redis-server (make stack-deps)")
+def test_restart_stops_redis_runs_while_down_and_starts_it_again_on_the_same_port(tmp_path):
+    import redis
+
+    (port,) = free_ports(1)
+    stack = _stack_with_state(tmp_path, {"ports": {"redis": port}, "pids": {}})
+    state = stack.state
+    stack._redis_up(state)
+    first = stack.state["pids"]["redis"]
+    client = redis.Redis(host="127.0.0.1", port=port, password="s3cret", socket_timeout=2)
+    client.set("queued", "1")
+    seen_down: list[bool] = []
+
+    def while_down() -> None:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            client.ping()
+        seen_down.append(not stack.process_running(first))
+
+    try:
+        took = stack.restart("redis", while_down=while_down)
+        assert seen_down == [True] and took >= 0
+        again = stack.state["pids"]["redis"]
+        assert again != first and stack.alive("redis")
+        assert client.ping() and client.get("queued") is None  # same port and password, nothing persisted
+    finally:
+        stop_group(stack.state["pids"]["redis"], 10)
+
+
+def test_restart_starts_the_service_again_when_while_down_fails(tmp_path, monkeypatch):
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    stack = _stack_with_state(tmp_path, {"ports": {}, "pids": {"redis": proc.pid}})
+    started: list[int] = []
+    monkeypatch.setattr(Stack, "_redis_start", lambda self, state, timeout=30.0: started.append(1))
+
+    def broken() -> None:
+        raise TimeoutError("the outage never showed")
+
+    with pytest.raises(TimeoutError):
+        stack.restart("redis", while_down=broken)
+    assert started == [1]
+    assert proc.wait(10) is not None
+
+
+def test_revive_starts_only_the_components_that_exited(tmp_path, monkeypatch):
+    dead = subprocess.Popen(["true"], start_new_session=True)
+    dead.wait(10)
+    live = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    stack = _stack_with_state(tmp_path, {"workers": ["stack-worker-1"], "pids": {
+        "scheduler": dead.pid, "triggerer": live.pid, "dag-processor": live.pid, "api-server": live.pid,
+        "stack-worker-1": dead.pid}})
+    launched: list[list[str]] = []
+    monkeypatch.setattr(Stack, "_launch", lambda self, names, timeout: launched.append(list(names)))
+    try:
+        assert stack.revive() == ["scheduler", "stack-worker-1"]
+        assert launched == [["scheduler", "stack-worker-1"]]
+    finally:
+        stop_group(live.pid, 10)
+
+
+def test_a_restarted_component_is_ready_only_with_a_heartbeat_of_its_own():
+    from airflow_kafka_reassign.sandbox.stack import _heartbeat_since
+
+    since = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    assert not _heartbeat_since(None, since)
+    assert not _heartbeat_since("2027-01-15T07:59:58.5+00:00", since)  # the dead one's, still recent
+    assert _heartbeat_since("2027-01-15T08:00:01.25+00:00", since)
+    assert _heartbeat_since("2027-01-15T09:00:01+01:00", since)
