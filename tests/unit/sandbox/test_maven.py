@@ -77,14 +77,14 @@ def test_newest() -> None:
     assert maven.newest([]) is None
 
 
-@pytest.mark.parametrize("version", ["4.1.0", "4.3.1", "5.0.0", " 4.2.0 "])
+@pytest.mark.parametrize("version", ["3.9.1", "4.0.2", "4.1.0", "4.3.1", "5.0.0", " 4.2.0 "])
 def test_pinned_version_accepted(version: str) -> None:
     assert maven.check_pinned_version(version) == version.strip()
 
 
-@pytest.mark.parametrize("version", ["4.0.2", "3.9.1", "2.8.0"])
+@pytest.mark.parametrize("version", ["3.8.1", "3.0.0", "2.8.0"])
 def test_pinned_version_too_old_is_refused_clearly(version: str) -> None:
-    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 4.1")):
+    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 3.9")):
         maven.check_pinned_version(version)
 
 
@@ -273,10 +273,10 @@ def test_pinned_version_wins_over_the_recorded_default(
 def test_pinned_version_too_old_fails_before_any_download(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, offline: None
 ) -> None:
-    net = FakeNetwork(tmp_path, ["4.0.2"], {"4.0.2"})
+    net = FakeNetwork(tmp_path, ["3.8.1"], {"3.8.1"})
     _install(monkeypatch, net)
-    monkeypatch.setenv(maven.VERSION_ENV, "4.0.2")
-    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 4.1")):
+    monkeypatch.setenv(maven.VERSION_ENV, "3.8.1")
+    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 3.9")):
         maven.resolve(root=tmp_path)
     assert net.fetched == []
 
