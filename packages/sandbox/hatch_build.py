@@ -12,10 +12,10 @@ as it serves the others. Copies in site-packages would be dead files beside the 
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PACKAGE = "airflow_kafka_reassign"
