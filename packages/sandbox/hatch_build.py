@@ -15,8 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: tomli, a build requirement there (pyproject.toml)
+    import tomli as tomllib
 
 PACKAGE = "airflow_kafka_reassign"
 
