@@ -82,13 +82,13 @@ bench: setup  ## benchmarks: print numbers, assert nothing about time
 compat-spark: setup  ## the plan job on PySpark 3.5 and this environment's 4.x: the same plan, byte for byte
 	$(PY) tests/compat/spark_lines.py
 
-compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0): unit tests, DagBag, one example DAG on a sandbox
-	$(PY) tests/compat/airflow_line.py
+compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0) on this Python: unit tests, DagBag, one example DAG on a sandbox
+	$(PY) tests/compat/airflow_line.py --unit
 
-compat-matrix: setup  ## every cell of the matrix (python x Airflow line x Kafka: tests/compat/airflow_line.py CELLS), then a table
+compat-matrix: setup  ## every cell of the matrix (python x Airflow line x Kafka: tests/compat/airflow_line.py CELLS; the unit tests in UNIT_CELL only), then a table
 	$(PY) tests/compat/airflow_line.py --all
 
-compat-slice: setup  ## the one matrix cell chosen from the commit hash (what CI runs)
+compat-slice: setup  ## the one matrix cell chosen from the commit hash (what CI runs): wheel, fresh env, DagBag, the example DAG; no unit tests
 	$(PY) tests/compat/airflow_line.py --slice
 
 compat: compat-matrix compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)

@@ -6,15 +6,17 @@ creates a new virtual environment in .tools/compat/ with ``apache-airflow==<line
 the oldest line pyproject.toml allows) and the provider's wheel with its extras, checks that the
 operators import there without the sandbox distribution (none of its modules is importable), then
 adds the sandbox wheel (the tests' fakes and the sandbox), migrates a throw-away metadata database,
-checks that ``airflow providers list`` shows the provider, and runs the unit tests (the DagBag check
-of every example DAG among them) and one example DAG end to end against a sandbox Kafka cluster
-(the decommission, dry run then real run), from a copy of tests/ beside which there is no source
-tree, so they import the installed wheels.
+checks that ``airflow providers list`` shows the provider, the DagBag check of every example DAG
+(tests/unit/test_example_dags_import.py), with ``--unit`` the whole unit test suite instead, and one
+example DAG end to end against a sandbox Kafka cluster (the decommission, dry run then real run), from a
+copy of tests/ beside which there is no source tree, so they import the installed wheels. The wheels are
+built with the cell's interpreter (the sandbox distribution's build hook runs on it).
 
-Usage: ``.venv/bin/python tests/compat/airflow_line.py [--airflow 3.0] [--python 3.10] [--kafka 3.9.1]``, or
-``--cell NAME`` (one of CELLS), ``--all`` (``make compat``: every cell, then a table with pass/fail and time per cell
-and the failed cells' log tails) or ``--slice`` (``make compat-slice``, CI: the one cell chosen from the commit hash);
-exit 1 on a failure. The environments are not locked yet (item 5 of issue 26: a uv lock per Airflow line is left).
+Usage: ``.venv/bin/python tests/compat/airflow_line.py [--airflow 3.0] [--python 3.10] [--kafka 3.9.1] [--unit]``,
+or ``--cell NAME`` (one of CELLS), ``--all`` (``make compat``: every cell, the unit tests in UNIT_CELL only, then a
+table with pass/fail and time per cell and the failed cells' log tails) or ``--slice`` (``make compat-slice``, CI: the
+one cell chosen from the commit hash, without the unit tests, which ``make test`` runs); exit 1 on a failure. The
+environments are not locked yet (item 5 of issue 26: a uv lock per Airflow line is left).
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ CELLS: dict[str, tuple[str, str, str]] = {  # name: (python, airflow line, kafka
     "py3.12-af3.2-k4.3": ("3.12", "3.2", "4.3.1"),
     "py3.13-af3.3-k4.4": ("3.13", "3.3", "4.4.0"),
 }
+#: The one cell ``make compat`` runs the whole unit test suite in (6 of its 13.6 min on 2 cores): the oldest Python and
+#: the oldest Airflow line, the farthest from the lock file's 3.11 x 3.3 that ``make test`` runs them on. The other cells,
+#: and the CI slice, run the DagBag check and the example DAG only.
+UNIT_CELL = "py3.10-af3.0-k3.9"
+#: The example DAGs' import check: a DagBag of example_dags/ with every warning an error, and their Params.
+DAGBAG_TEST = "tests/unit/test_example_dags_import.py"
 PYENV = Path.home() / ".pyenv" / "versions"
 
 
@@ -77,24 +85,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=None, help="the Python line (default: this interpreter's)")
     ap.add_argument("--kafka", default=None, help="the sandbox's Kafka version (default: the sandbox's newest 4.x)")
     ap.add_argument("--cell", choices=sorted(CELLS), help="one cell of the matrix")
+    ap.add_argument("--unit", action="store_true", help="the whole unit test suite, not only the DagBag check")
     ap.add_argument("--all", action="store_true", help="every cell, then the table (make compat)")
     ap.add_argument("--slice", action="store_true", help="the cell chosen from git rev-parse HEAD (make compat-slice)")
+    ap.add_argument("--which", action="store_true", help="only print the cell --slice would run for HEAD")
     args = ap.parse_args(argv)
-    if args.all or args.slice:
-        if args.slice:
+    if args.all or args.slice or args.which:
+        if args.slice or args.which:
             head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
             names = [slice_cell(head or "0")]
-            print(f"compat slice for {head[:12]}: {names[0]}", flush=True)
+            print(f"compat slice for {head[:12]}: {names[0]} {CELLS[names[0]]}", flush=True)
+            if args.which:
+                return 0
         else:
             names = list(CELLS)
-        return matrix(names)
+        return matrix(names, unit_cells={UNIT_CELL} if args.all else set())
     if args.cell:
         args.python, args.airflow, args.kafka = CELLS[args.cell]
-    return cell(args.airflow, args.python, args.kafka)
+    return cell(args.airflow, args.python, args.kafka, unit=args.unit)
 
 
-def matrix(names: list[str]) -> int:
-    """Each cell in a process of its own, its output in .tools/compat/<cell>.log; a table; the failures' log tails."""
+def matrix(names: list[str], unit_cells: set[str]) -> int:
+    """Each cell in a process of its own (the unit tests in ``unit_cells``), its output in .tools/compat/<cell>.log;
+    a table; the failures' log tails."""
     rows = []
     for name in names:
         log_path = ROOT / ".tools" / "compat" / f"{name}.log"
@@ -102,12 +115,14 @@ def matrix(names: list[str]) -> int:
         print(f"== {name} ({log_path})", flush=True)
         began = time.perf_counter()
         with log_path.open("w") as out:
-            rc = subprocess.run([sys.executable, __file__, "--cell", name], stdout=out, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run([sys.executable, __file__, "--cell", name, *(["--unit"] if name in unit_cells else [])],
+                                stdout=out, stderr=subprocess.STDOUT).returncode
         rows.append((name, rc == 0, time.perf_counter() - began, log_path))
-    print(f"\n{'cell':<22} {'python':<7} {'airflow':<8} {'kafka':<7} {'result':<7} time")
+    print(f"\n{'cell':<22} {'python':<7} {'airflow':<8} {'kafka':<7} {'tests':<7} {'result':<7} time")
     for name, ok, took, _ in rows:
         python, airflow, kafka = CELLS[name]
-        print(f"{name:<22} {python:<7} {airflow:<8} {kafka:<7} {'pass' if ok else 'FAIL':<7} {took / 60:.1f} min")
+        tests = "unit" if name in unit_cells else "dagbag"
+        print(f"{name:<22} {python:<7} {airflow:<8} {kafka:<7} {tests:<7} {'pass' if ok else 'FAIL':<7} {took / 60:.1f} min")
     for name, ok, _, log_path in rows:
         if not ok:
             print(f"\n-- {name}: the last 40 lines of {log_path}")
@@ -115,16 +130,16 @@ def matrix(names: list[str]) -> int:
     return 0 if all(ok for _, ok, _, _ in rows) else 1
 
 
-def cell(airflow_line: str, python_line: str | None, kafka: str | None) -> int:
-    """One cell: the wheel in a fresh environment of ``python_line`` with Airflow ``airflow_line``, the example DAG on
-    a sandbox of Kafka ``kafka``."""
+def cell(airflow_line: str, python_line: str | None, kafka: str | None, *, unit: bool = False) -> int:
+    """One cell: the wheel in a fresh environment of ``python_line`` with Airflow ``airflow_line``, the DagBag check
+    (``unit``: the whole unit test suite), the example DAG on a sandbox of Kafka ``kafka``."""
     started = time.perf_counter()
     python_exe = interpreter(python_line) if python_line else sys.executable
     base = ROOT / ".tools" / "compat" / f"airflow-{airflow_line}-py{python_line or 'this'}"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     dist = base / "dist"
-    if run([UV, "build", "-q", "--wheel", "--all-packages", "-o", dist, ROOT]).returncode:
+    if run([UV, "build", "-q", "--wheel", "--all-packages", "--python", python_exe, "-o", dist, ROOT]).returncode:
         return 1
     wheel = next(dist.glob("airflow_kafka_reassign-*.whl"))
     sandbox_wheel = next(dist.glob("airflow_kafka_reassign_sandbox-*.whl"))
@@ -168,8 +183,11 @@ def cell(airflow_line: str, python_line: str | None, kafka: str | None) -> int:
         for name in SUPPORT:
             src = ROOT / name
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, Path(tmp) / name)
-        tests = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "tests/unit"],
-                    cwd=tmp, env=env)
+        if unit:
+            tests = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                         "tests/unit"], cwd=tmp, env=env)
+        else:  # one process: the DagBag is filled once, in a module fixture
+            tests = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", DAGBAG_TEST], cwd=tmp, env=env)
         # one example DAG end to end against a real sandbox cluster (started by the installed wheel)
         example = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
                        "tests/integration/test_example_dags.py", "-k", EXAMPLE], cwd=tmp, env=env)
@@ -178,7 +196,7 @@ def cell(airflow_line: str, python_line: str | None, kafka: str | None) -> int:
     print(f"Airflow {airflow_line} line on Python {python_line or 'this'}, Kafka {kafka or 'default'}: {versions}")
     print(f"the provider imported from {where}")
     print(f"environment built in {t_install:.0f} s; everything in {time.perf_counter() - started:.0f} s")
-    print(f"unit tests: {'passed' if tests.returncode == 0 else 'FAILED'}; "
+    print(f"{'unit tests' if unit else 'DagBag check'}: {'passed' if tests.returncode == 0 else 'FAILED'}; "
           f"example DAG ({EXAMPLE}) on the sandbox: {'passed' if example.returncode == 0 else 'FAILED'}")
     ok = alone_ok and tests.returncode == 0 and example.returncode == 0 and bool(shown) and "site-packages" in where
     print("OK" if ok else "FAILED")
