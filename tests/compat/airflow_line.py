@@ -30,7 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (tests/unit/test_compat_slice.py imports this file in the 3.10 cell)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".tools" / "uv" / "bin" / "uv"
