@@ -152,18 +152,20 @@ def check_pinned_version(version: str) -> str:
 def render_pom(version: str, binding_version: str) -> str:
     """The pom whose runtime dependencies are a broker + tools classpath for ``version``.
 
-    Kafka 3.x logs through reload4j (log4j 1): its SLF4J binding is left out and log4j2 (core and API at
-    ``binding_version``) is added, so that every line logs through the same log4j2 configuration as 4.x.
+    Kafka 3.x logs through reload4j (log4j 1): its SLF4J binding is left out. Below 4.1 Kafka's poms bring no
+    log4j2 at all (4.0's binary distribution ships the jars, its kafka-server pom does not declare them; 4.1's
+    does): log4j2 (core and API at ``binding_version``) is added, so that every line logs through the same log4j2
+    configuration as from 4.1 on.
     """
-    legacy = (parse_version(version) or (0,)) < (4, 0)
+    key = parse_version(version) or (0,)
     no_reload4j = ("\n      <exclusions><exclusion><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId>"
-                   "</exclusion></exclusions>") if legacy else ""
+                   "</exclusion></exclusions>") if key < (4, 0) else ""
     log4j2 = "".join(f"""
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
       <artifactId>{artifact}</artifactId>
       <version>{binding_version}</version>
-    </dependency>""" for artifact in ("log4j-api", "log4j-core")) if legacy else ""
+    </dependency>""" for artifact in ("log4j-api", "log4j-core")) if key < (4, 1) else ""
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!-- Written by airflow_kafka_reassign.sandbox.maven: the classpath of a local Kafka sandbox. -->
 <project xmlns="http://maven.apache.org/POM/4.0.0">

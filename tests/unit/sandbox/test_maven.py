@@ -102,6 +102,17 @@ def test_render_pom_names_broker_tools_and_binding() -> None:
     assert "<version>2.25.4</version>" in pom
 
 
+@pytest.mark.parametrize(("version", "log4j2", "reload4j_excluded"),
+                         [("3.9.1", True, True), ("4.0.2", True, False), ("4.1.0", False, False), ("4.4.0", False, False)])
+def test_render_pom_adds_log4j2_where_kafkas_poms_bring_none(version: str, log4j2: bool, reload4j_excluded: bool) -> None:
+    """kafka-server's pom declares log4j-core from 4.1 on (4.0.2's does not: 'did not pull log4j-core' in the
+    py3.11 x Airflow 3.1 x Kafka 4.0.2 cell); 3.x brings reload4j's binding instead, left out."""
+    pom = maven.render_pom(version, "2.25.4")
+    assert ("<artifactId>log4j-core</artifactId>" in pom) is log4j2
+    assert ("<artifactId>log4j-api</artifactId>" in pom) is log4j2
+    assert ("<artifactId>slf4j-reload4j</artifactId>" in pom) is reload4j_excluded
+
+
 def test_jar_version() -> None:
     names = ["log4j-core-2.25.4.jar", "log4j-core-api-9.jar", "kafka_2.13-4.3.1.jar"]
     assert maven.jar_version(names, "log4j-core") == "2.25.4"
