@@ -23,8 +23,7 @@ from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 
 import airflow, os
-line = tuple(int(x) for x in airflow.__version__.split(".")[:2])
-if line < (3, 1):
+if tuple(int(x) for x in airflow.__version__.split(".")[:2]) < (3, 1):
     # Airflow 3.0's dag.test() does not register the DAG's assets: a task with outlets would fail on "inactive
     # assets". What the dag processor does in a deployment, done here: the dags folder parsed into the database.
     from airflow.dag_processing.bundles.manager import DagBundlesManager
@@ -33,7 +32,7 @@ if line < (3, 1):
     DagBundlesManager().sync_bundles_to_db()
     DagBag(os.path.dirname(sys.argv[1]), include_examples=False).sync_to_db("dags-folder", None)
 
-if line < (3, 3):
+if tuple(int(x) for x in airflow.__version__.split(".")[:2]) < (3, 3):
     # Airflow 3.0-3.2's dag.test() starts its in-process execution API's lifespan without waiting for it (3.3
     # waits): a task whose first request comes sooner fails with "'State' object has no attribute
     # 'svcs_registry'" (every task of the example DAG, once, on 3.2.2 under load). Wait for it as 3.3 does.
