@@ -32,25 +32,6 @@ if tuple(int(x) for x in airflow.__version__.split(".")[:2]) < (3, 1):
     DagBundlesManager().sync_bundles_to_db()
     DagBag(os.path.dirname(sys.argv[1]), include_examples=False).sync_to_db("dags-folder", None)
 
-if tuple(int(x) for x in airflow.__version__.split(".")[:2]) < (3, 3):
-    # Airflow 3.0-3.2's dag.test() starts its in-process execution API's lifespan without waiting for it (3.3
-    # waits): a task whose first request comes sooner fails with "'State' object has no attribute
-    # 'svcs_registry'" (every task of the example DAG, once, on 3.2.2 under load). Wait for it as 3.3 does.
-    import time
-    import airflow.sdk.execution_time.supervisor as supervisor
-
-    make_api = supervisor.in_process_api_server
-
-    def in_process_api_server():
-        api = make_api()
-        api.transport  # starts the lifespan; cached, so dag.test()'s client gets this very transport
-        deadline = time.monotonic() + 60
-        while not hasattr(api.app.state, "svcs_registry") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return api
-
-    supervisor.in_process_api_server = in_process_api_server
-
 answers = json.loads(os.environ.get("AKR_DAGRUN_ANSWERS") or "{}")
 if answers:
     # A person answers once the task is parked: right after dag.test() has run it into awaiting_input (answered in
