@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow
+.PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow compat-matrix compat-slice
 
 # the unit tests on both cores, a whole file per worker (module fixtures set up once); docs/testing.md
 XDIST := -n 2 --dist loadfile
@@ -82,10 +82,16 @@ bench: setup  ## benchmarks: print numbers, assert nothing about time
 compat-spark: setup  ## the plan job on PySpark 3.5 and this environment's 4.x: the same plan, byte for byte
 	$(PY) tests/compat/spark_lines.py
 
-compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0): unit tests, DagBag, one example DAG on a sandbox
-	$(PY) tests/compat/airflow_line.py
+compat-airflow: setup  ## the built wheel in a fresh environment with the oldest Airflow line (3.0) on this Python: unit tests, DagBag, one example DAG on a sandbox
+	$(PY) tests/compat/airflow_line.py --unit
 
-compat: compat-airflow compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
+compat-matrix: setup  ## every cell of the matrix (python x Airflow line x Kafka: tests/compat/airflow_line.py CELLS; the unit tests in UNIT_CELL only), then a table
+	$(PY) tests/compat/airflow_line.py --all
+
+compat-slice: setup  ## the one matrix cell chosen from the commit hash (what CI runs): wheel, fresh env, DagBag, the example DAG; no unit tests
+	$(PY) tests/compat/airflow_line.py --slice
+
+compat: compat-matrix compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
 
 docs: setup  ## the docs site in site/ (mkdocs, warnings are errors)
 	$(VENV)/bin/mkdocs build --strict -d site

@@ -120,6 +120,11 @@ PARAMS = {
         False, type="boolean", title="Partial drain",
         description="drain only the topics above now; other topics keep their replicas on these brokers",
     ),
+    "rf_guard": Param(
+        "broker", type="string", enum=["broker", "client"], title="Replication-factor guard",
+        description="broker: the brokers refuse a replica-count change (KIP-860, Kafka 4.1+); "
+        "client: older brokers, the task checks each move's replica count itself before sending it",
+    ),
     "unregister": Param(
         False, type="boolean", title="Wait for shutdown, then unregister",
         description="after the drain, wait until you have stopped the brokers (fenced), then unregister them",
@@ -202,6 +207,7 @@ with DAG(
         max_moves="{{ params.max_moves }}",
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
         elect_leaders=True,
+        rf_guard="{{ params.rf_guard }}",
         approval="{{ ti.xcom_pull(task_ids='approve') }}",
         max_snapshot_age=MAX_SNAPSHOT_AGE,
         wait_for_completion=False,  # submit the first batch, leave the throttles for `wait`
@@ -224,6 +230,7 @@ with DAG(
         max_moves="{{ params.max_moves }}",
         max_moves_per_broker="{{ params.max_moves_per_broker }}",
         elect_leaders=True,
+        rf_guard="{{ params.rf_guard }}",
         poke_interval=15,
         timeout=timedelta(hours=10),
         stuck_after=timedelta(minutes=15),

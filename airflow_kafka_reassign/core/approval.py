@@ -14,9 +14,9 @@ with :func:`check_approval` just before its pre-flight, on the plan bytes it is 
 Pure: no Airflow import. Every refusal is a :class:`~airflow_kafka_reassign.exceptions.GuardRefusedError`
 whose message names the problem and the fix.
 
-    >>> from datetime import datetime, UTC
+    >>> from datetime import datetime, timezone
     >>> record = ApprovalRecord(approved=True, plan_sha256="sha256:ab", snapshot_taken_at="2026-11-22T08:00:00+00:00")
-    >>> check_approval(record, plan_sha256="sha256:ab", now=datetime(2026, 11, 22, 9, tzinfo=UTC),
+    >>> check_approval(record, plan_sha256="sha256:ab", now=datetime(2026, 11, 22, 9, tzinfo=timezone.utc),
     ...                max_snapshot_age_s=7200)
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 import json
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -80,7 +80,7 @@ def _aware(text: str, name: str) -> datetime:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ConfigurationError(f"{name} {text!r} is not an ISO-8601 date-time") from None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
 def snapshot_age_s(snapshot_taken_at: str, now: datetime) -> float:

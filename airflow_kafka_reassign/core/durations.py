@@ -13,7 +13,7 @@ here.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -59,7 +59,7 @@ def as_instant(value: Any) -> datetime | None:
             return None
     if not isinstance(at, datetime):
         return None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
 
 
 def deadline(value: Any, *, now: datetime | None = None, name: str = "deadline",
@@ -71,7 +71,7 @@ def deadline(value: Any, *, now: datetime | None = None, name: str = "deadline",
     if durations:
         span = as_timedelta(value)
         if span is not None:
-            return (now or datetime.now(UTC)) + span
+            return (now or datetime.now(timezone.utc)) + span
     at = as_instant(value)
     if at is not None:
         return at

@@ -11,7 +11,7 @@ import itertools
 import json
 import logging
 import os
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ def journal(state_dir: StateLocation | None, event: dict[str, Any], *, log: logg
     never stops a run that holds its lease."""
     if state_dir is None:
         return
-    at = datetime.now(UTC)
+    at = datetime.now(timezone.utc)
     name = f"{JOURNAL_DIR}/{at.strftime('%Y%m%dT%H%M%S.%fZ')}-{os.getpid()}-{next(_JOURNAL_SEQ):06d}.json"
     try:
         as_store(state_dir).write(name, json.dumps({"at": at.isoformat(), **event}, sort_keys=True).encode())

@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import Field
@@ -231,7 +231,7 @@ def save_record(store: Store, plan: LeadershipPlan, *, cluster_id: str | None, a
         record, version = read_record(store)
         if record is None:
             record = LeadershipRecord(cluster_id=cluster_id, brokers=plan.brokers,
-                                      created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+                                      created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         elif record.brokers != plan.brokers or (record.cluster_id and cluster_id and record.cluster_id != cluster_id):
             raise ConfigurationError(
                 f"{store.uri}/{RECORD_FILE} holds the evacuation of brokers {list(record.brokers)} of cluster "

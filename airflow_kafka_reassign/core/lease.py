@@ -38,7 +38,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -80,7 +80,7 @@ class Lease(BaseModel):
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 def _parse(data: bytes, where: str) -> Lease:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -280,7 +280,7 @@ class ClusterSnapshot(_Frozen):
 
     format_version: int = 1
     cluster_id: str | None = None
-    taken_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    taken_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     brokers: tuple[Broker, ...]
     topics: tuple[TopicState, ...] = ()
     partitions: tuple[PartitionState, ...] = ()

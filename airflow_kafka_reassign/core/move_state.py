@@ -37,15 +37,18 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition, _Frozen
 from airflow_kafka_reassign.core.units import format_bytes
 
 
-class MoveState(StrEnum):
-    """Where one move of a plan stands (see the module docstring for each rule)."""
+class MoveState(str, Enum):
+    """Where one move of a plan stands (see the module docstring for each rule).
+
+    A ``str`` enum whose ``str()`` and ``format()`` are its value, as ``enum.StrEnum`` (Python 3.11+) gives.
+    """
 
     DONE = "done"
     LAGGING = "lagging"
@@ -54,6 +57,9 @@ class MoveState(StrEnum):
     STALE = "stale"
     FOREIGN = "foreign"
     FAILED = "failed"
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 #: States that waiting cannot finish: the move is refused, or somebody else's.

@@ -31,6 +31,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
 from confluent_kafka import ElectionType, KafkaError, KafkaException
@@ -454,10 +455,10 @@ class KafkaClusterAdmin(MaintenanceMixin):
                     result = future.result(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
                     self._answered = True
                     return result
-                except TimeoutError:
+                except FutureTimeoutError:  # not the built-in TimeoutError on Python 3.10 (an alias since 3.11)
                     if time.monotonic() >= deadline:
                         raise
-        except TimeoutError as e:
+        except FutureTimeoutError as e:
             raise self._unreachable(e) from None
         except KafkaException as e:
             err = e.args[0] if e.args else None

@@ -25,7 +25,7 @@ cluster. The run's throttles (``<plan dir>/run``) are restored exactly as they w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException
@@ -132,7 +132,7 @@ class CancelReassignmentOperator(ExecutionTask, BaseOperator):
             rollback_plan = read_rollback(store) if store is not None and self.rollback else None
             config = self.execution_config()
             options = config.options(default_disk_reserve=self.default_disk_reserve())
-            deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
+            deadline = parse_deadline(self.deadline, now=datetime.now(timezone.utc))
             state: Store | None = (
                 run_state(store, self.state_dir, conn_id=self.storage_conn_id or None, timeout_s=timeout)
                 if store is not None

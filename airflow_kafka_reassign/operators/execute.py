@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
@@ -178,7 +178,7 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
             options = config.options(default_disk_reserve=self.default_disk_reserve())
             if not options.dry_run:  # the sensor that submits the later batches refuses a plan.json other than this
                 journal(state, {"event": PLAN_EXECUTED, "plan_sha256": digest}, log=self.log)
-            deadline = parse_deadline(self.deadline, now=datetime.now(UTC))
+            deadline = parse_deadline(self.deadline, now=datetime.now(timezone.utc))
             if self.on_deadline not in ("finish", "cancel"):
                 raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {self.on_deadline!r}")
         except (ConfigurationError, GuardRefusedError, StoreError, FileNotFoundError, ValueError) as e:
@@ -239,7 +239,7 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
 
     def _check_approval(self, store: Store, digest: str) -> None:
         """Refuse a rejected plan, one edited after its approval, or one planned from too old a snapshot."""
-        now = datetime.now(UTC)
+        now = datetime.now(timezone.utc)
         max_age = self.max_snapshot_age
         max_age_s = duration_s(max_age, "max_snapshot_age")
         if self.approval is not None and self.approval != "":

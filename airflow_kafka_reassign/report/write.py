@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +171,7 @@ def _context(
             "taken": assignment.taken_at.isoformat(timespec="seconds") if assignment.taken_at else "unknown",
             "snapshot_label": snapshot_label,
             "plan_dir": str(plan_path),
-            "now": datetime.now(UTC).isoformat(timespec="seconds"),
+            "now": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         },
         "view": view,
         "summary": {"lower_bound": int(summary.get("lower_bound", 0)),

@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--acls", action="store_true",
                     help="with --sasl: StandardAuthorizer; ANONYMOUS and sandbox-admin are super users, "
                          "sandbox-limited may only describe, sandbox-nobody has no ACL")
-    up.add_argument("--kafka-version", help=f"Kafka >= 4.1 (default: ${VERSION_ENV} or newest 4.x)")
+    up.add_argument("--kafka-version", help=f"Kafka >= 3.9, KIP-860 from 4.1 (default: ${VERSION_ENV} or newest 4.x)")
     up.add_argument("--timeout", type=float, default=120.0, help="readiness timeout in s (120)")
     up.add_argument("--log-dirs", type=int, default=1,
                     help="log dirs per broker (default 1; N > 1: KRaft JBOD, data-1..data-N, the metadata log in the first)")

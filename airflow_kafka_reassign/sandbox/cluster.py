@@ -646,7 +646,7 @@ class Sandbox:
         with replication factor ``min(3, brokers)`` can be created and deleted, within
         ``timeout`` seconds of launching the brokers. On failure everything started is
         stopped and :class:`SandboxError` carries the tail of the failing nodes' logs.
-        ``kafka_version`` (or ``$AKR_KAFKA_VERSION``) pins a version >= 4.1, otherwise the
+        ``kafka_version`` (or ``$AKR_KAFKA_VERSION``) pins a version >= 3.9 (below 4.1 without KIP-860), otherwise the
         newest resolvable 4.x release is used (see :mod:`.maven`). The first run of a
         version downloads it and trains class-data-sharing archives (see :mod:`.cds`).
         """

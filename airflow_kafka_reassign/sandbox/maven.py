@@ -17,7 +17,8 @@ Cache layout (``$XDG_CACHE_HOME`` or ``~/.cache``)::
 
 Version choice (first match wins):
 
-1. an explicit version (``--kafka-version`` / ``AKR_KAFKA_VERSION``), which must be >= 4.1;
+1. an explicit version (``--kafka-version`` / ``AKR_KAFKA_VERSION``), which must be >= 3.9 (KRaft with
+   KIP-853; below 4.1 the brokers lack KIP-860, so reassignments need ``rf_guard="client"``);
 2. the version recorded in ``default-version`` when its jars are cached;
 3. the newest 4.x release >= 4.1 listed in Maven Central's ``maven-metadata.xml`` whose
    dependencies resolve (a listed release may lack an artifact, e.g. 4.4.0 without
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 METADATA_URL = "https://repo.maven.apache.org/maven2/org/apache/kafka/kafka_2.13/maven-metadata.xml"
 MIN_VERSION: tuple[int, ...] = (4, 1)
+#: The oldest version an explicit pin may ask for: the oldest line ``make compat`` runs (tests/compat/airflow_line.py).
+PINNED_MIN_VERSION: tuple[int, ...] = (3, 9)
 DEFAULT_MAJOR = 4
 VERSION_ENV = "AKR_KAFKA_VERSION"
 #: log4j2's binding for SLF4J 1.x, which Kafka 4.x logs through. Its version is made equal to
@@ -124,8 +127,9 @@ def newest(versions: Iterable[str]) -> str | None:
 def check_pinned_version(version: str) -> str:
     """Validate an explicitly requested version; return it stripped.
 
-    Raises :class:`KafkaFetchError` unless it is a release (no qualifier) and at least 4.1:
-    the project needs KIP-860 on the broker, first shipped in Kafka 4.1.
+    Raises :class:`KafkaFetchError` unless it is a release (no qualifier) and at least 3.9 (KRaft with a
+    static quorum of combined nodes, as the sandbox runs it). Below 4.1 the brokers lack KIP-860, first
+    shipped in Kafka 4.1: a warning says that reassignments need ``rf_guard="client"`` there.
     """
     version = version.strip()
     key = parse_version(version)
@@ -134,17 +138,34 @@ def check_pinned_version(version: str) -> str:
             f"Kafka version {version!r} is not a release version such as 4.3.1 "
             f"(set by --kafka-version or {VERSION_ENV})"
         )
-    if key < MIN_VERSION:
+    if key < PINNED_MIN_VERSION:
         raise KafkaFetchError(
             f"Kafka version {version} is too old: the sandbox needs Apache Kafka >= "
-            f"{'.'.join(map(str, MIN_VERSION))} (KIP-860 broker support); "
+            f"{'.'.join(map(str, PINNED_MIN_VERSION))} (KRaft); "
             f"pick a newer --kafka-version / {VERSION_ENV}"
         )
+    if key < MIN_VERSION:
+        log.warning("Kafka %s has no KIP-860 on the broker (4.1+): reassignments need rf_guard=\"client\"", version)
     return version
 
 
 def render_pom(version: str, binding_version: str) -> str:
-    """The pom whose runtime dependencies are a broker + tools classpath for ``version``."""
+    """The pom whose runtime dependencies are a broker + tools classpath for ``version``.
+
+    Kafka 3.x logs through reload4j (log4j 1): its SLF4J binding is left out. Below 4.1 Kafka's poms bring no
+    log4j2 at all (4.0's binary distribution ships the jars, its kafka-server pom does not declare them; 4.1's
+    does): log4j2 (core and API at ``binding_version``) is added, so that every line logs through the same log4j2
+    configuration as from 4.1 on.
+    """
+    key = parse_version(version) or (0,)
+    no_reload4j = ("\n      <exclusions><exclusion><groupId>org.slf4j</groupId><artifactId>slf4j-reload4j</artifactId>"
+                   "</exclusion></exclusions>") if key < (4, 0) else ""
+    log4j2 = "".join(f"""
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>{artifact}</artifactId>
+      <version>{binding_version}</version>
+    </dependency>""" for artifact in ("log4j-api", "log4j-core")) if key < (4, 1) else ""
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!-- Written by airflow_kafka_reassign.sandbox.maven: the classpath of a local Kafka sandbox. -->
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -157,13 +178,13 @@ def render_pom(version: str, binding_version: str) -> str:
     <dependency>
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka_2.13</artifactId>
-      <version>{version}</version>
+      <version>{version}</version>{no_reload4j}
     </dependency>
     <dependency>
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka-tools</artifactId>
-      <version>{version}</version>
-    </dependency>
+      <version>{version}</version>{no_reload4j}
+    </dependency>{log4j2}
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
       <artifactId>{LOG4J_BINDING_ARTIFACT}</artifactId>

@@ -58,7 +58,7 @@ def new_ca(common_name: str = "sandbox CA") -> tuple[bytes, object]:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -90,7 +90,7 @@ def ensure_certificates(tls_dir: Path) -> TlsFiles:
     ca_pem, ca_key = new_ca()
     ca_cert = x509.load_pem_x509_certificate(ca_pem)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name("localhost"))

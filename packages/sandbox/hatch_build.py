@@ -12,11 +12,15 @@ as it serves the others. Copies in site-packages would be dead files beside the 
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: tomli, a build requirement there (pyproject.toml)
+    import tomli as tomllib
 
 PACKAGE = "airflow_kafka_reassign"
 

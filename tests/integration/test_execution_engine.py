@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -268,7 +268,7 @@ def test_a_deadline_stops_new_submissions_and_the_next_run_completes_exactly_the
 
     first = Recording(admin)
     one = run(first, plan, limits, options, state_dir=tmp_path, poll_interval_s=0.5,
-              deadline=datetime.now(UTC) + timedelta(seconds=3))
+              deadline=datetime.now(timezone.utc) + timedelta(seconds=3))
     assert one.deadline_reached and not one.status.complete
     assert one.status.in_flight == []  # the move in flight at the deadline finished
     assert len(first.sent) == len(one.status.done) and 1 <= len(first.sent) < 4
@@ -291,7 +291,7 @@ def test_cancel_at_the_deadline_puts_the_move_back_and_leaves_no_throttle(sandbo
     before = throttles(admin, [unique_topic])
     plan = plan_of(unique_topic, (0, (1, 2), (3, 4)), (1, (2, 3), (4, 5)))
     result = run(admin, plan, ExecutionLimits(max_moves=1, order="plan"), ExecutionOptions(throttle_bytes_per_sec=100_000),
-                 state_dir=tmp_path, poll_interval_s=0.5, deadline=datetime.now(UTC) + timedelta(seconds=2),
+                 state_dir=tmp_path, poll_interval_s=0.5, deadline=datetime.now(timezone.utc) + timedelta(seconds=2),
                  on_deadline="cancel")
     assert result.deadline_reached and result.cancel is not None
     assert result.cancel.cancelled == [TopicPartition(unique_topic, 0)] and result.cancel.rf_changed == {}

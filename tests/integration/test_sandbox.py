@@ -173,16 +173,16 @@ def test_up_refuses_a_directory_whose_sandbox_runs(sandbox: Sandbox) -> None:
     assert Sandbox.load(sandbox.dir).status()["all_alive"]
 
 
-def test_pinning_a_kafka_version_older_than_4_1_is_refused(tmp_path: Path) -> None:
-    proc = cli("up", "--dir", str(tmp_path / "old"), "--kafka-version", "3.9.1", timeout=60.0)
+def test_pinning_a_kafka_version_older_than_3_9_is_refused(tmp_path: Path) -> None:
+    proc = cli("up", "--dir", str(tmp_path / "old"), "--kafka-version", "3.8.1", timeout=60.0)
     assert proc.returncode == 1
-    assert ">= 4.1" in proc.stderr
+    assert ">= 3.9" in proc.stderr
     env_proc = subprocess.run(
         [*CLI, "up", "--dir", str(tmp_path / "old-env")],
         capture_output=True,
         text=True,
         timeout=60.0,
-        env={**os.environ, "AKR_KAFKA_VERSION": "4.0.2"},
+        env={**os.environ, "AKR_KAFKA_VERSION": "3.7.2"},
     )
     assert env_proc.returncode == 1
-    assert ">= 4.1" in env_proc.stderr
+    assert ">= 3.9" in env_proc.stderr

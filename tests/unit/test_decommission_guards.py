@@ -225,11 +225,11 @@ def test_a_rejection_ends_the_approval_task_by_skipping_and_its_record_says_reje
         approve >> restore
     ti = _TI()
     ti.xcom[("approve", REQUEST_KEY)] = {"plan_uri": "/p/plan", "plan_sha256": "sha256:ab"}
-    from datetime import UTC, datetime
+    from datetime import datetime, timezone
 
     with pytest.raises(DownstreamTasksSkipped):
         approve.execute_complete({"ti": ti, "task": approve}, {
-            "chosen_options": ["Reject"], "params_input": {}, "responded_at": datetime(2026, 11, 28, tzinfo=UTC),
+            "chosen_options": ["Reject"], "params_input": {}, "responded_at": datetime(2026, 11, 28, tzinfo=timezone.utc),
             "responded_by_user": {"id": "1", "name": "alice"}})
     record = ti.xcom[(None, "return_value")]
     assert record["approved"] is False and record["approved_by"] == "alice" and record["plan_sha256"] == "sha256:ab"

@@ -7,7 +7,7 @@ both paths must tick it, and what each saw and did at each tick must be the same
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -99,7 +99,7 @@ def test_both_paths_tick_the_one_session_and_stop_alike_on_unhealthy(tmp_path, t
 
 def test_both_paths_submit_nothing_after_the_deadline(tmp_path, ticks):
     config = ExecutionConfig(max_moves=2)
-    past = datetime.now(UTC) - timedelta(minutes=1)
+    past = datetime.now(timezone.utc) - timedelta(minutes=1)
     a, b = cluster(), cluster()
     result = operator_path(a, config, tmp_path / "a", deadline=past)
     outcomes = sensor_path(b, config, tmp_path / "b", until=past.isoformat())

@@ -13,11 +13,15 @@ import email.parser
 import os
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest itself depends on tomli below 3.11
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".tools" / "uv" / "bin" / "uv"

@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
@@ -140,7 +140,7 @@ class ExecutionSession:
                  measure: bool = False, log: logging.Logger | None = None,
                  settle_s: float = SETTLE_RECHECK_S, sleep: Callable[[float], None] | None = None,
                  should_stop: Callable[[], bool] = lambda: False,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC), clock_s: Callable[[], float] | None = None,
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc), clock_s: Callable[[], float] | None = None,
                  default_disk_reserve: str | None = None, drain: DrainSpec | None = None,
                  _parts: tuple[ExecutionLimits, ExecutionOptions, AdaptiveBounds | None] | None = None) -> None:
         if _parts is None:
@@ -445,7 +445,7 @@ def run(
     wait: bool = True,
     log: logging.Logger | None = None,
     sleep: Callable[[float], None] | None = None,
-    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     settle_s: float = SETTLE_RECHECK_S,
     lease: LeaseKeeper | None = None,
     adaptive: AdaptiveBounds | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
@@ -137,7 +137,7 @@ class ExecutionStatus:
     #: the plan's moves between log dirs (pinned ``log_dirs``; ``None``: it has none): core/execution/log_dirs.py.
     #: A partition whose log-dir move failed is in ``failed``, not ``done``.
     log_dirs: LogDirStatus | None = None
-    observed_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    observed_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
     def complete(self) -> bool:

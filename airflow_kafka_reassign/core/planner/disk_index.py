@@ -209,7 +209,8 @@ def build_index(
     def sums(pos: Ints, mask: npt.NDArray[np.bool_], weights: Ints | None) -> list[int]:
         out = np.zeros(n_live, dtype=np.int64)
         np.add.at(out, pos[mask], 1 if weights is None else weights[mask])
-        return out.tolist()
+        totals: list[int] = out.tolist()  # numpy's stubs type tolist() as Any when checked for Python 3.10
+        return totals
 
     live_now = rep_live
     added_bytes = sums(rep_pos, live_now, rep_s)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
 from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
 from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
 
-NOW = datetime(2026, 11, 22, 9, tzinfo=UTC)
+NOW = datetime(2026, 11, 22, 9, tzinfo=timezone.utc)
 RECORD = {"approved": True, "plan_sha256": "sha256:ab", "snapshot_taken_at": "2026-11-22T08:00:00+00:00"}
 
 

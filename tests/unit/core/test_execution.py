@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -712,7 +712,7 @@ def test_dry_run_changes_nothing_and_logs_the_exact_requests(tmp_path, caplog):
 
 class Clock:
     def __init__(self) -> None:
-        self.t = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+        self.t = datetime(2026, 11, 22, 2, 0, tzinfo=timezone.utc)
 
     def __call__(self) -> datetime:
         return self.t

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -30,7 +30,7 @@ def store(request, tmp_path):
 
 class Clock:
     def __init__(self):
-        self.t = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+        self.t = datetime(2026, 11, 24, 12, 0, tzinfo=timezone.utc)
 
     def __call__(self):
         return self.t

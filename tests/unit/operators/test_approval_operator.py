@@ -3,7 +3,7 @@ path. (A real approval and rejection through the UI's API: tests/integration/tes
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
@@ -60,7 +60,7 @@ def test_an_approval_returns_the_record_of_what_was_shown():
     ti = TI()
     ti.xcom_push(approval_module.REQUEST_KEY, {"plan_uri": "/plans/p/plan", "plan_sha256": "sha256:ab",
                                                "snapshot_taken_at": PLAN["snapshot_taken_at"]})
-    at = datetime(2026, 11, 22, 9, tzinfo=UTC)
+    at = datetime(2026, 11, 22, 9, tzinfo=timezone.utc)
     out = op.execute_complete({"ti": ti, "task": op}, {"chosen_options": ["Approve"], "params_input": {},
                                                        "responded_at": at,
                                                        "responded_by_user": {"id": "7", "name": "alice"}})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
-NOW = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+NOW = datetime(2026, 11, 22, 2, 0, tzinfo=timezone.utc)
 
 
 class TI:
@@ -93,10 +93,10 @@ def op(plan_dir: Path, **kw) -> ExecuteReassignmentOperator:
     ("1h30m", NOW + timedelta(minutes=90)),
     ("45s", NOW + timedelta(seconds=45)),
     ("PT2H30M", NOW + timedelta(minutes=150)),
-    ("2026-11-22T06:00:00+00:00", datetime(2026, 11, 22, 6, tzinfo=UTC)),
-    ("2026-11-22T07:00:00+01:00", datetime(2026, 11, 22, 6, tzinfo=UTC)),
-    ("2026-11-22T06:00:00Z", datetime(2026, 11, 22, 6, tzinfo=UTC)),
-    (datetime(2026, 11, 22, 6), datetime(2026, 11, 22, 6, tzinfo=UTC)),
+    ("2026-11-22T06:00:00+00:00", datetime(2026, 11, 22, 6, tzinfo=timezone.utc)),
+    ("2026-11-22T07:00:00+01:00", datetime(2026, 11, 22, 6, tzinfo=timezone.utc)),
+    ("2026-11-22T06:00:00Z", datetime(2026, 11, 22, 6, tzinfo=timezone.utc)),
+    (datetime(2026, 11, 22, 6), datetime(2026, 11, 22, 6, tzinfo=timezone.utc)),
 ])
 def test_deadline_forms(value, expected):
     assert parse_deadline(value, now=NOW) == expected
@@ -371,7 +371,7 @@ def approval_for(plan_dir: Path, **kw) -> dict:
     from airflow_kafka_reassign.core.plan_io import plan_digest
 
     record = {"approved": True, "plan_sha256": plan_digest((plan_dir / PLAN_FILE).read_bytes()),
-              "snapshot_taken_at": datetime.now(UTC).isoformat(), "plan_uri": str(plan_dir),
+              "snapshot_taken_at": datetime.now(timezone.utc).isoformat(), "plan_uri": str(plan_dir),
               "approved_by": "sre-on-call"}
     return {**record, **kw}
 

@@ -77,14 +77,14 @@ def test_newest() -> None:
     assert maven.newest([]) is None
 
 
-@pytest.mark.parametrize("version", ["4.1.0", "4.3.1", "5.0.0", " 4.2.0 "])
+@pytest.mark.parametrize("version", ["3.9.1", "4.0.2", "4.1.0", "4.3.1", "5.0.0", " 4.2.0 "])
 def test_pinned_version_accepted(version: str) -> None:
     assert maven.check_pinned_version(version) == version.strip()
 
 
-@pytest.mark.parametrize("version", ["4.0.2", "3.9.1", "2.8.0"])
+@pytest.mark.parametrize("version", ["3.8.1", "3.0.0", "2.8.0"])
 def test_pinned_version_too_old_is_refused_clearly(version: str) -> None:
-    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 4.1")):
+    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 3.9")):
         maven.check_pinned_version(version)
 
 
@@ -100,6 +100,17 @@ def test_render_pom_names_broker_tools_and_binding() -> None:
         assert f"<artifactId>{artifact}</artifactId>" in pom
     assert pom.count("<version>4.3.1</version>") == 3  # project, kafka_2.13, kafka-tools
     assert "<version>2.25.4</version>" in pom
+
+
+@pytest.mark.parametrize(("version", "log4j2", "reload4j_excluded"),
+                         [("3.9.1", True, True), ("4.0.2", True, False), ("4.1.0", False, False), ("4.4.0", False, False)])
+def test_render_pom_adds_log4j2_where_kafkas_poms_bring_none(version: str, log4j2: bool, reload4j_excluded: bool) -> None:
+    """kafka-server's pom declares log4j-core from 4.1 on (4.0.2's does not: 'did not pull log4j-core' in the
+    py3.11 x Airflow 3.1 x Kafka 4.0.2 cell); 3.x brings reload4j's binding instead, left out."""
+    pom = maven.render_pom(version, "2.25.4")
+    assert ("<artifactId>log4j-core</artifactId>" in pom) is log4j2
+    assert ("<artifactId>log4j-api</artifactId>" in pom) is log4j2
+    assert ("<artifactId>slf4j-reload4j</artifactId>" in pom) is reload4j_excluded
 
 
 def test_jar_version() -> None:
@@ -273,10 +284,10 @@ def test_pinned_version_wins_over_the_recorded_default(
 def test_pinned_version_too_old_fails_before_any_download(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, offline: None
 ) -> None:
-    net = FakeNetwork(tmp_path, ["4.0.2"], {"4.0.2"})
+    net = FakeNetwork(tmp_path, ["3.8.1"], {"3.8.1"})
     _install(monkeypatch, net)
-    monkeypatch.setenv(maven.VERSION_ENV, "4.0.2")
-    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 4.1")):
+    monkeypatch.setenv(maven.VERSION_ENV, "3.8.1")
+    with pytest.raises(maven.KafkaFetchError, match=re.escape(">= 3.9")):
         maven.resolve(root=tmp_path)
     assert net.fetched == []
 
