@@ -249,6 +249,27 @@ class DeferredWait:
         return elapsed
 
 
+def ti_state(stack: Stack, run: DeferredWait) -> str | None:
+    rows = stack.query("select state from task_instance where dag_id=%s and run_id=%s and task_id='wait'", run.dag_id,
+                       run.run_id)
+    return rows[0][0] if rows else None
+
+
+def trigger_logs(stack: Stack, run: DeferredWait) -> dict[int, str]:
+    """The wait's trigger logs by triggerer job id: Airflow writes a trigger's lines, as it runs, next to the task's
+    log as ``attempt=1.log.trigger.<triggerer job id>.log`` on the triggerer's disk, and uploads the file to the
+    remote log store (the object store) when the trigger ends there."""
+    part = Path("logs") / f"dag_id={run.dag_id}" / f"run_id={run.run_id}" / "task_id=wait"
+    store = stack.object_store
+    folders = [stack.home("triggerer") / part, Path(store.state["data_dir"]) / store.bucket / part]
+    out: dict[int, str] = {}
+    for path in (p for folder in folders for p in folder.glob("attempt=*.log.trigger.*.log")):
+        job = path.name.rsplit(".trigger.", 1)[1].removesuffix(".log")
+        if job.isdigit():
+            out[int(job)] = out.get(int(job), "") + path.read_text(errors="replace")
+    return out
+
+
 def deferred_wait(sandbox, stack: Stack, store: ObjectStoreSandbox, topic: str, name: str, tmp_path: Path) -> DeferredWait:
     """Deploy a :func:`wait_dag` of a :func:`fault_plan` as ``akr_stack_<name>``, trigger it, and return once its
     wait has deferred in the triggerer with part of the plan submitted (the rest is the trigger's to submit)."""
@@ -490,12 +511,33 @@ def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_o
 
 def test_the_triggerer_sigkilled_during_a_deferrable_wait_is_restarted_and_the_wait_carries_on(
         sandbox, stack, object_store, unique_topic, tmp_path):
+    """Also the proof test_wait_sensor_deferrable.py gave on a SQLite deployment (moved here, every assertion kept):
+    the task stays deferred through the kill, the trigger is taken by another triggerer job, and both jobs logged
+    the wait's progress into the task's trigger logs."""
     run = deferred_wait(sandbox, stack, object_store, unique_topic, "killed-triggerer", tmp_path)
+    trigger_id, first_job = stack.query(
+        "select t.id, t.triggerer_id from trigger t join task_instance ti on ti.trigger_id = t.id "
+        "where ti.dag_id=%s and ti.run_id=%s", run.dag_id, run.run_id)[0]
+    # the first triggerer polled the plan (a progress line in its trigger log) before the kill: the restarted one
+    # takes over a wait under way, not one that never started
+    wait_until(lambda: "| moves " in trigger_logs(stack, run).get(first_job, ""), "the first triggerer's progress line",
+               120, 0.5)
     killed_at = run.since()
     killed = stack.kill("triggerer", signal.SIGKILL)  # its trigger runner too: no clean shutdown
+    assert ti_state(stack, run) == "deferred", "the task should still be deferred after the kill"
     stack.start("triggerer")  # ready once it heartbeats; it takes the dead one's trigger (no heartbeat for 10 s)
     restarted = run.since()
+    wait_until(lambda: (stack.query("select triggerer_id from trigger where id=%s", trigger_id) or [(None,)])[0][0]
+               not in (None, first_job) or ti_state(stack, run) != "deferred", "another triggerer job to take the "
+               "trigger", 120, 0.5)
     elapsed = run.assert_finished()  # the rest of the plan submitted after the kill, by the restarted triggerer
+    summary = xcom(stack, run.dag_id, run.run_id, "wait")
+    assert summary["status"] == "complete" and summary["finish"]["throttles_restored"] == "yes", summary
+    logs = trigger_logs(stack, run)
+    assert len(logs) >= 2 and first_job in logs, sorted(logs)  # both triggerer jobs logged the wait
+    assert all("| moves " in text for text in logs.values()), {job: text[-500:] for job, text in logs.items()}
+    done = f"{len(run.plan.moves)}/{len(run.plan.moves)} done"
+    assert any(done in text for job, text in logs.items() if job != first_job), done
     print(f"\nthe triggerer SIGKILLed ({len(killed)} process(es)) with {len(run.submitted)}/{len(run.plan.moves)} "
           f"moves submitted, at {killed_at:.0f} s, restarted at {restarted:.0f} s; the run ended at {elapsed:.0f} s")
 

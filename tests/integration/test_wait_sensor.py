@@ -1,7 +1,7 @@
 """WaitForReassignmentSensor on the real sandbox: poke mode in a real DAG run, and the ETA of a real copy.
 
 Moves are throttled (core/throttle.py) so they take 10-40 s and can be watched; the data is real (produced
-with kafka/workload.py). The deferrable mode through a real triggerer process is in test_wait_sensor_deferrable.py.
+with kafka/workload.py). The deferrable mode through a real triggerer process (killed mid-wait) is in test_stack.py.
 """
 
 from __future__ import annotations
