@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-#: put at the top of a DAG-run script: with ``AKR_PLAN_IN_PROCESS`` (this folder) set, plan tasks plan in process
-PLAN_IN_PROCESS = '''
+#: the runner's first lines: with ``AKR_PLAN_IN_PROCESS`` (this folder) set, plan tasks plan in process
+_PLAN_IN_PROCESS = '''
 import os, sys
 if os.environ.get("AKR_PLAN_IN_PROCESS"):
     sys.path.insert(0, os.environ["AKR_PLAN_IN_PROCESS"])
@@ -37,7 +37,7 @@ if os.environ.get("AKR_PLAN_IN_PROCESS"):
     PlanReassignmentOperator.spark_submit = plan_job_in_process
 '''
 
-RUNNER = PLAN_IN_PROCESS + '''
+RUNNER = _PLAN_IN_PROCESS + '''
 import json, sys, importlib.util
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
@@ -107,7 +107,7 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
         env = {**env, "AKR_DAGRUN_ANSWERS": json.dumps(answers),
                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
     if plan_in_process:
-        env = plan_in_process_env(env)
+        env = {**env, "AKR_PLAN_IN_PROCESS": str(Path(__file__).resolve().parent)}
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(dag_file), json.dumps(conf or {})],
         env=env, capture_output=True, text=True, timeout=timeout,
@@ -121,11 +121,6 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
         keep.mkdir(parents=True, exist_ok=True)
         (keep / f"{time.strftime('%H%M%S')}-{dag_file.stem}.log").write_text(result["log"])
     return result
-
-
-def plan_in_process_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` for a DAG-run script that starts with ``PLAN_IN_PROCESS``: its plan tasks plan in process."""
-    return {**env, "AKR_PLAN_IN_PROCESS": str(Path(__file__).resolve().parent)}
 
 
 def copy_migrated_db(template: Path, home: Path) -> None:

@@ -112,18 +112,23 @@ def xcom(stack: Stack, dag_id: str, run_id: str, task_id: str) -> dict:
     return value if isinstance(value, dict) else json.loads(value)
 
 
+def log_folders(stack: Stack, dag_id: str, run_id: str, task_id: str) -> list[Path]:
+    """Where a task's logs are: the remote log store (the object store, where workers and the triggerer upload them)
+    and the triggerer's disk (a trigger's lines as it runs)."""
+    part = Path("logs") / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    store = stack.object_store
+    return [Path(store.state["data_dir"]) / store.bucket / part, stack.home("triggerer") / part]
+
+
 def task_log(stack: Stack, dag_id: str, run_id: str, task_id: str, attempt: int = 1, *, marker: str = "",
              timeout: float = 120) -> str:
     """A task try's log as the UI reads it, from the object store (remote logging), once it holds ``marker``: the
     worker uploads it after the try reported its state. What is there after ``timeout`` s otherwise."""
-    store = stack.object_store
-    folder = (Path(store.state["data_dir"]) / store.bucket / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
-              / f"task_id={task_id}")
-    # the try's own log, and what the triggerer wrote for it (its trigger's lines)
-    local = stack.home("triggerer") / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    # the try's own log (remote), and what the triggerer wrote for it (its trigger's lines, on its disk)
+    folders = log_folders(stack, dag_id, run_id, task_id)
 
     def read() -> str:
-        files = [*folder.glob(f"attempt={attempt}.log*"), *local.glob(f"attempt={attempt}.log*")]
+        files = [p for folder in folders for p in folder.glob(f"attempt={attempt}.log*")]
         return "\n".join(p.read_text(errors="replace") for p in sorted(files) if p.is_file())
 
     try:
@@ -259,11 +264,9 @@ def trigger_logs(stack: Stack, run: DeferredWait) -> dict[int, str]:
     """The wait's trigger logs by triggerer job id: Airflow writes a trigger's lines, as it runs, next to the task's
     log as ``attempt=1.log.trigger.<triggerer job id>.log`` on the triggerer's disk, and uploads the file to the
     remote log store (the object store) when the trigger ends there."""
-    part = Path("logs") / f"dag_id={run.dag_id}" / f"run_id={run.run_id}" / "task_id=wait"
-    store = stack.object_store
-    folders = [stack.home("triggerer") / part, Path(store.state["data_dir"]) / store.bucket / part]
     out: dict[int, str] = {}
-    for path in (p for folder in folders for p in folder.glob("attempt=*.log.trigger.*.log")):
+    for path in (p for folder in log_folders(stack, run.dag_id, run.run_id, "wait")
+                 for p in folder.glob("attempt=*.log.trigger.*.log")):
         job = path.name.rsplit(".trigger.", 1)[1].removesuffix(".log")
         if job.isdigit():
             out[int(job)] = out.get(int(job), "") + path.read_text(errors="replace")
