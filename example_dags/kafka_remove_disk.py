@@ -58,6 +58,11 @@ with DAG(
             description="replica.alter.log.dirs.io.max.bytes.per.second on the brokers moving, restored at the end",
         ),
         "max_moves_per_dir": Param(1, type="integer", minimum=1, maximum=16, title="Moves in flight per log dir"),
+        "disk_cap": Param(
+            0.85, type="number", exclusiveMinimum=0, maximum=1, title="Disk cap",
+            description="no target log dir (its volume) fuller than this share after the plan; raise it only when "
+                        "the volumes are known to hold the data",
+        ),
     },
     tags=["kafka", "reassignment", "jbod"],
 ) as dag:
@@ -66,6 +71,7 @@ with DAG(
         kafka_config_id=KAFKA_CONN_ID,
         goal="remove-disks",
         log_dirs="{{ params.log_dirs }}",
+        disk_cap="{{ params.disk_cap }}",
         skip_if_empty=True,
         retries=0,
     )

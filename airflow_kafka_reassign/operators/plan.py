@@ -152,7 +152,8 @@ class PlanReassignmentOperator(BaseOperator):
         estimate: retention and compaction during the window skew it); ``0`` samples no rates.
         Default: 30 s when ``capacity`` gives a ``network_in`` capacity (the bytes-in goal needs
         the rates), else 0. The snapshot takes that much longer.
-    :param disk_cap: with ``capacity``: no broker above this share of its disk after the plan (0.85).
+    :param disk_cap: with ``capacity``, and for goal ``remove-disks``: no broker (no target log dir's volume) above
+        this share of its disk after the plan (0.85). Templated (``"{{ params.disk_cap }}"``).
     :param offload_threshold: ``goal="offload"``: brokers above this share shed down to it
         (default ``disk_cap``); the others only receive.
     :param partial_drain: goal ``remove-brokers`` with topic filters: drain only the selected
@@ -194,7 +195,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "goal", "brokers", "topic_include", "topic_exclude", "rf_changes", "heal_targets", "output_uri",
-        "spark_master", "partial_drain", "storage_conn_id", "cordon", "log_dirs",
+        "spark_master", "partial_drain", "storage_conn_id", "cordon", "log_dirs", "disk_cap",
     )
     ui_color = "#e8f0fe"
     operator_extra_links = (PlanReportLink(),)
