@@ -453,6 +453,23 @@ def copies_of(
     return out
 
 
+def throttle_bound_s(copies: Sequence[Copy], throttle: float) -> float:
+    """The least time any execution of ``copies`` can take under a replication throttle of ``throttle`` bytes/s on
+    every broker (both sides): each broker's bytes in (into its adding replicas) and out (as the leader that sends
+    them), over the throttle; the largest. No limit on moves in flight can make an execution faster than this; the
+    benchmarks judge a pace against it (``tests/benchmarks/bench_window.py``).
+
+        >>> throttle_bound_s([Copy("a", 4_000_000, adding=(4,), source=1), Copy("b", 2_000_000, adding=(5,), source=1)],
+        ...                  1_000_000)
+        6.0
+    """
+    if throttle <= 0:
+        raise ValueError(f"throttle must be positive bytes/s, not {throttle}")
+    brokers = {b for c in copies for b in c.adding}
+    sources = {c.source for c in copies if c.source is not None}
+    return _fluid(copies, dict.fromkeys(brokers, float(throttle)), dict.fromkeys(sources, float(throttle))).end_s
+
+
 class ObservedRates:
     """The bytes per second each broker took into its adding replicas, poll after poll (smoothed: half the new
     reading, half the old one). Only replicas seen at two polls in a row count (a move that started or ended in

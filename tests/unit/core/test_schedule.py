@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.schedule import MAX_EXACT_SHARE, Copy, Rates, simulate
+from airflow_kafka_reassign.core.schedule import MAX_EXACT_SHARE, Copy, Rates, simulate, throttle_bound_s
 
 
 def test_one_broker_shares_its_rate_between_its_copies_and_refills_a_freed_slot_at_once():
@@ -154,3 +154,16 @@ def test_a_watch_that_does_not_submit_shares_the_throughput_between_the_brokers_
     assert progress.rate == pytest.approx(30 * MB) and progress.eta_s == pytest.approx(20 / 15)
     # without the brokers (a plan in Kafka's own format) it is remaining / throughput
     assert tr.update(obs(2.0, 5 * MB)).eta_s == pytest.approx(15 * MB / tr.update(obs(2.0, 5 * MB)).rate)
+
+
+def test_the_throttle_bound_is_the_busiest_brokers_bytes_in_or_out_over_the_throttle():
+    # broker 1 leads both copies: it sends 3 MB + 2 MB x 2 adding replicas = 7 MB; broker 4 takes in 3 + 2 = 5 MB
+    copies = [Copy("a", 3_000_000, adding=(4,), source=1), Copy("b", 2_000_000, adding=(4, 5), source=1),
+              Copy("c", 9_000_000, adding=(), source=2)]  # reorders replicas only: nothing to copy
+    assert throttle_bound_s(copies, 1_000_000) == 7.0
+    assert throttle_bound_s([c._replace(source=None) for c in copies], 1_000_000) == 5.0  # the in side alone
+    assert throttle_bound_s([], 1_000_000) == 0.0
+    # no limit on moves in flight makes the simulation beat it
+    assert simulate(copies, Rates(default_in=1e6, default_out=1e6), max_moves_per_broker=1).end_s >= 7.0
+    with pytest.raises(ValueError, match="throttle must be positive"):
+        throttle_bound_s(copies, 0)
