@@ -11,7 +11,8 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 .PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow compat-matrix compat-slice
 
-# the unit tests on both cores, a whole file per worker (module fixtures set up once); docs/testing.md
+# the tests on both cores, a whole file per worker (module fixtures set up once; the integration tests' longest files
+# first: tests/integration/conftest.py FIRST); docs/testing.md
 XDIST := -n 2 --dist loadfile
 
 $(UV):
@@ -63,15 +64,15 @@ stack-down: setup  ## stop what 'make stack' started
 stack-status: setup
 	$(PY) -m airflow_kafka_reassign.sandbox.stack status --dir $(STACK_DIR)
 
-test: setup chromium stack-deps  ## unit and integration tests (one real Kafka cluster, and the PostgreSQL/Redis/Celery stack); each run ends with its time table
+test: setup chromium stack-deps  ## unit and integration tests (a real Kafka cluster per worker, and the PostgreSQL/Redis/Celery stack); each run ends with its time table
 	$(VENV)/bin/pytest $(XDIST) tests/unit
-	$(VENV)/bin/pytest tests/integration
+	$(VENV)/bin/pytest $(XDIST) tests/integration
 
 unit: setup  ## the unit tests (no Kafka), on both cores
 	$(VENV)/bin/pytest $(XDIST) tests/unit
 
 integration: setup chromium stack-deps
-	$(VENV)/bin/pytest tests/integration
+	$(VENV)/bin/pytest $(XDIST) tests/integration
 
 test-times: setup  ## the last test run's time table again: slowest tests, time per file, fixed costs (tests/timings.py)
 	$(PY) tests/timings.py
