@@ -11,7 +11,9 @@
    decommission plus rebalance in one plan: snapshot -> Spark plan job -> guarded, throttled,
    batched execution -> wait with one progress line per poke -> verification);
 5. prints the per-broker table before and after (replicas, leaders, bytes), the replica moves
-   against the planner's lower bound, and where the plan report (HTML + charts) was written;
+   against the planner's lower bound, the copy phase (reassignments in flight, as a second client saw
+   them) against the plan's throttle bound (``sandbox/pace.py``), and where the plan report (HTML +
+   charts) was written;
 6. stops the sandbox. The exit status is non-zero if any step failed.
 
 ``python -m airflow_kafka_reassign.demo ui`` (``make ui``) is for people who want the Airflow UI:
@@ -43,9 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_reassign.core.loads import broker_loads
-from airflow_kafka_reassign.core.models import ClusterSnapshot
+from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
 from airflow_kafka_reassign.core.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.sandbox.pace import CopyPhase, plan_throttle_bound_s
 
 #: topic -> (partitions, RF, MB per partition); all placed on brokers 3-5 only.
 SKEWED_TOPICS = {"orders": (12, 3, 2.0), "payments": (6, 2, 1.0), "clicks": (18, 2, 0.5)}
@@ -53,7 +56,9 @@ SKEWED_TOPICS = {"orders": (12, 3, 2.0), "payments": (6, 2, 1.0), "clicks": (18,
 #: broker+controller voters; the decommission refuses to drain one).
 DECOMMISSIONED = 5
 DEMO_DAG = "kafka_decommission_brokers"
-DEMO_THROTTLE = 20_000_000  # bytes/s per broker: moves take seconds, and the progress line shows
+#: bytes/s per broker: the plan's busiest broker needs about 6 s at this rate (its throttle bound), so the moves take
+#: seconds and the progress line shows them; at 20 MB/s (1.6 s) a poke's own cost set the pace (docs/performance.md)
+DEMO_THROTTLE = 5_000_000
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_DAGS = REPO / "example_dags"
 UI_STATE = "ui.json"
@@ -280,7 +285,8 @@ def run(workdir: Path, keep: bool) -> int:
             "topic_include": list(SKEWED_TOPICS),
         }
         run_started = time.monotonic()
-        dags_test(env, DEMO_DAG, conf, logs / f"{DEMO_DAG}.log")
+        with CopyPhase(config, SKEWED_TOPICS) as phase:  # the pace, as a second client sees it
+            dags_test(env, DEMO_DAG, conf, logs / f"{DEMO_DAG}.log")
         print(f"    DAG run succeeded in {time.monotonic() - run_started:.1f} s (task logs: {logs / DEMO_DAG}.log)",
               flush=True)
 
@@ -298,6 +304,13 @@ def run(workdir: Path, keep: bool) -> int:
               f"{summary['replica_moves'] / max(1, summary['lower_bound']):.2f}x), "
               f"{summary['partitions_moved']} partitions, {format_bytes(summary['bytes_to_move'] or 0)} to copy, "
               f"{summary['leader_changes']} leader changes", flush=True)
+        plan = ReassignmentPlan.model_validate_json((plan_dir / "plan.json").read_text())
+        bound = plan_throttle_bound_s(plan, before, throttle=DEMO_THROTTLE)
+        copied = phase.seconds
+        print(f"    copy phase {'n/a' if copied is None else f'{copied:.1f} s'} (reassignments in flight, as a second "
+              f"client saw them every {phase.every:g} s); the plan's throttle bound {bound:.1f} s (its busiest "
+              f"broker's bytes in or out at {format_bytes(DEMO_THROTTLE)}/s)"
+              + ("" if copied is None or not bound else f": {copied / bound:.1f}x"), flush=True)
         report = plan_dir / "report" / "report.html"
         if not report.is_file():
             raise DemoError(f"the plan report {report} was not written")

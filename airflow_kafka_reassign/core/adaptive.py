@@ -214,7 +214,11 @@ class CopyWatch:
         if left is None:
             self._last, self._best, self.rate, self._flat = None, None, None, 0
             return False
-        if self._last is not None and at_s > self._last[0]:
+        if self._last is not None and at_s > self._last[0] and key == self._key:
+            # the same moves in flight at both polls: their bytes left fell this fast. Once the set changed (moves
+            # ended, others were sent) the two sums are of different moves, and their difference says nothing of the
+            # rate (20 moves sent as 20 ended read as almost no gain: a long ETA, the next poll a whole
+            # poke_interval away); the last rate measured goes on, as the throttle that set it does.
             t0, left0 = self._last
             self.rate = (left0 - left) / (at_s - t0)
         self._last = (at_s, left)

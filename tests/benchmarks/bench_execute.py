@@ -99,18 +99,21 @@ def throttles(admin: KafkaClusterAdmin, brokers: list[int], topics: list[str]) -
     return json.dumps(backup.model_dump(mode="json"), sort_keys=True)
 
 
+def follower_topic(config: dict[str, str], name: str, count: int, t: int) -> list[Move]:
+    """A topic of ``count`` RF-2 partitions on brokers 1-3 (leaders rotated by ``t``), and the moves that replace each
+    partition's follower by broker 4 or 5: one replica to copy per partition, sent by the leader that stays."""
+    assignment = [[1 + (p + t) % 3, 1 + (p + t + 1) % 3] for p in range(count)]
+    create_topic(config, name, assignment)
+    return [Move(topic=name, partition=p, current_replicas=tuple(c), target_replicas=(c[0], 4 + p % 2))
+            for p, c in enumerate(assignment)]
+
+
 def setup(config: dict[str, str], partitions: int, kb: float) -> tuple[list[str], ReassignmentPlan]:
     topics, moves = [], []
     for t in range((partitions + PER_TOPIC - 1) // PER_TOPIC):
         name = f"bench-exec-{t}"
-        count = min(PER_TOPIC, partitions - t * PER_TOPIC)
-        assignment = [[1 + (p + t) % 3, 1 + (p + t + 1) % 3] for p in range(count)]
-        create_topic(config, name, assignment)
         topics.append(name)
-        for p, current in enumerate(assignment):
-            # replace the follower by broker 4 or 5: one replica to copy per partition
-            target = (current[0], 4 + (p % 2))
-            moves.append(Move(topic=name, partition=p, current_replicas=tuple(current), target_replicas=target))
+        moves.extend(follower_topic(config, name, min(PER_TOPIC, partitions - t * PER_TOPIC), t))
     with KafkaClusterAdmin(config) as admin:
         wait_until(lambda: all(p.leader is not None for p in admin.snapshot(topics=topics).partitions)
                    and len(admin.snapshot(topics=topics).partitions) == partitions, "leaders of the new topics")

@@ -327,6 +327,24 @@ def test_a_copy_that_does_not_gain_on_its_leader_is_stalled():
     assert not w.update(50, None) and w.rate is None
 
 
+def test_the_rate_is_read_over_the_same_moves_only_and_carries_over_when_the_set_changes():
+    """20 moves of 1 MB end and 20 new ones are sent between two polls: the sums of bytes left (2 MB, then 19.9 MB)
+    are of different moves. Their difference is no rate; the last one measured goes on, so the first new move is
+    predicted to end in about 1.4 s at 14 MB/s, not in minutes (which sent the next poll a poke_interval away)."""
+    old, new = frozenset({"a"}), frozenset({"b"})
+    w = CopyWatch()
+    w.update(0.0, 16_000_000, key=old)
+    w.update(1.0, 2_000_000, key=old)
+    assert w.rate == 14_000_000
+    w.update(2.0, 19_900_000, finished=20, key=new)
+    assert w.rate == 14_000_000  # not (2.0 - 19.9) MB/s, nor a near-zero gain
+    left = {tp("t", i): 995_000 for i in range(20)}
+    assert soonest_eta_s(left, w.rate) == pytest.approx(1.42, abs=0.01)
+    assert next_poll_s(soonest_eta_s(left, w.rate), previous_s=1.3, floor_s=0.5, ceiling_s=15) < 1
+    w.update(3.0, 5_900_000, key=new)
+    assert w.rate == 14_000_000  # measured again over the new set
+
+
 def test_fast_polls_under_a_low_throttle_are_not_a_stall_before_two_fetch_steps():
     """A follower under a 100 kB/s throttle gains in ~1 MiB steps, ~10 s apart: half-second polls see it flat."""
     window = stall_window_s(100_000)
