@@ -64,6 +64,10 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def _clock() -> float:
+    return time.monotonic()
+
+
 def _pairs(items: Mapping[TopicPartition, tuple[Any, Any]]) -> dict[str, dict[str, Any]]:
     def shown(v: Any) -> Any:
         return list(v) if isinstance(v, tuple) else v
@@ -184,7 +188,7 @@ def cancel(
     rf_guard: RfGuard = "broker",
     settle_timeout_s: float = 15.0,
     sleep: Callable[[float], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] | None = None,
     log: logging.Logger | None = None,
 ) -> CancelResult:
     """Cancel the plan's in-flight moves (or, with ``cancel_all=True``, every reassignment).
@@ -199,6 +203,7 @@ def cancel(
     """
     log = log or _log
     wait = sleep or _sleep
+    clock = clock or _clock
     if plan is None and not cancel_all:
         raise ConfigurationError("cancel needs a plan, or cancel_all=True to cancel every reassignment")
     inflight = admin.list_reassignments()

@@ -319,7 +319,9 @@ def test_cancel_reports_an_rf_left_changed_and_fails_on_a_failed_cancel(tmp_path
             update={"error": "timed out", "error_code": "REQUEST_TIMED_OUT"})))
 
     monkeypatch.setattr(cluster, "cancel_reassignments", half)
-    monkeypatch.setattr("airflow_kafka_reassign.core.cancel._sleep", lambda s: None)
+    now = [0.0]  # the settle wait (t-0 never comes back to its replicas) passes on a clock of its own, not 15 s of CPU
+    monkeypatch.setattr("airflow_kafka_reassign.core.cancel._sleep", lambda s: now.__setitem__(0, now[0] + s))
+    monkeypatch.setattr("airflow_kafka_reassign.core.cancel._clock", lambda: now[0])
     ti = TI()
     with pytest.raises(AirflowFailException, match="REQUEST_TIMED_OUT"):
         CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": ti})
