@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
@@ -44,6 +45,20 @@ _log = logging.getLogger(__name__)
 
 BrokerConfigs = dict[int, dict[str, str | None]]
 TopicConfigs = dict[str, dict[str, str | None]]
+
+
+#: After a restore's write, how long (seconds) its check reads the configs again, every :data:`RESTORE_POLL_S`,
+#: before it writes once more: a broker applies a committed config change a moment after the write is answered.
+RESTORE_SETTLE_S = 5.0
+RESTORE_POLL_S = 0.2
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _clock() -> float:
+    return time.monotonic()
 
 
 #: ``throttles_restored`` values: restored now / none was set (nothing to restore) / left in place.
@@ -258,6 +273,7 @@ def sync_throttles(
                     sorted(new_brokers - set(live_brokers)))
         new_brokers &= set(live_brokers)
     new_topics = {m.topic for m in active} - set(backup.topics)
+    fresh = ThrottleBackup()
     if new_brokers or new_topics:
         fresh = admin.describe_throttles(sorted(new_brokers), sorted(new_topics))
         backup = ThrottleBackup(brokers={**backup.brokers, **fresh.brokers}, topics={**backup.topics, **fresh.topics})
@@ -270,7 +286,10 @@ def sync_throttles(
         log.warning("broker(s) %s are down: their throttle configs are left as they are until they are back "
                     "(a config request would only wait for them); the backup restores them then", sorted(down))
         brokers = {b: v for b, v in brokers.items() if b not in down}
-    current = admin.describe_throttles(sorted(brokers), sorted(backup.topics))
+    # what was just read for the backup is what is set now: read again only what an earlier step backed up
+    again_b, again_t = sorted(set(brokers) - set(fresh.brokers)), sorted(set(backup.topics) - set(fresh.topics))
+    read = admin.describe_throttles(again_b, again_t) if again_b or again_t else ThrottleBackup()
+    current = ThrottleBackup(brokers={**read.brokers, **fresh.brokers}, topics={**read.topics, **fresh.topics})
     db, dt = _diff(current, brokers, topics)
     if not db and not dt:
         return False
@@ -311,19 +330,29 @@ def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, l
     # only what differs from the backup is written: a run whose first throttle write was refused (a user
     # without ALTER_CONFIGS) changed nothing, and its restore needs no write either
     keys = _broker_keys(backup)
-    for attempt in (0, 1, 2):
+
+    def differing() -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
         current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics),
                                            **({"broker_keys": keys} if keys else {}))
-        db, dt = _diff(current, backup.brokers, backup.topics)
+        return _diff(current, backup.brokers, backup.topics)
+
+    db, dt = differing()
+    for _ in range(2):
         if not db and not dt:
             break
-        if attempt < 2:
-            admin.set_throttles(db, dt)
-        else:
-            raise RuntimeError(
-                f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
-                f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
-            )
+        admin.set_throttles(db, dt)
+        # a write is answered once the controller committed it; the broker that answers the read applies it a
+        # moment later (KRaft): read again for a while before writing again
+        settled_by = _clock() + RESTORE_SETTLE_S
+        db, dt = differing()
+        while (db or dt) and _clock() < settled_by:
+            _sleep(RESTORE_POLL_S)
+            db, dt = differing()
+    if db or dt:
+        raise RuntimeError(
+            f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
+            f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
+        )
     if down:
         write_backup(state_dir, ThrottleBackup(brokers=down))
     else:

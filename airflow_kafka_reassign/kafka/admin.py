@@ -93,6 +93,7 @@ NAMED_TOPIC_RETRY_S = 1.0
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 _STALE_NODE_ERRORS = (kp_errors.UnknownBrokerIdError, kp_errors.NodeNotReadyError, kp_errors.KafkaConnectionError)
 #: Tries of a call routed to kafka-python's "controller" with a fresh client each (about 5 s in all).
 FRESH_CONTROLLER_ATTEMPTS = 5
@@ -469,6 +470,22 @@ class KafkaClusterAdmin(MaintenanceMixin):
             ):
                 raise self._refused() or self._unreachable(e) from None
             raise
+
+    def _wait_each(self, futures: Mapping[_K, tuple[Future[Any], Refused]]) -> dict[_K, Any]:
+        """The results of requests sent together (one per broker: librdkafka takes a single broker resource per
+        config request), waited for under one deadline: N brokers cost one round trip, not N. Every future is
+        waited for before the first failure is raised, so none is left in flight unseen."""
+        deadline = time.monotonic() + self._timeout_s + 5
+        results: dict[_K, Any] = {}
+        failure: BaseException | None = None
+        for key, (future, needs) in futures.items():
+            try:
+                results[key] = self._wait(future, timeout_s=max(0.0, deadline - time.monotonic()), needs=needs)
+            except Exception as e:  # noqa: BLE001 (raised below, after the others were waited for)
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        return results
 
     # -- describe -------------------------------------------------------------------------
 
@@ -1046,16 +1063,17 @@ class KafkaClusterAdmin(MaintenanceMixin):
     def _describe_throttles(self, brokers: Collection[int], topics: Collection[str],
                             broker_keys: Sequence[str] = BROKER_THROTTLE_KEYS) -> ThrottleBackup:
         ck = self._confluent()
-        broker_vals: dict[int, dict[str, str | None]] = {}
+        sent = {}
         for b in sorted(set(brokers)):
             res = ConfigResource(ConfigResource.Type.BROKER, str(b))
-            entries = self._wait(ck.describe_configs([res], request_timeout=self._timeout_s)[res],
-                                 needs=Refused.on_cluster("DESCRIBE_CONFIGS", f"DescribeConfigs of broker {b}"))
-            broker_vals[b] = {
-                k: (entries[k].value if k in entries
+            sent[b] = (ck.describe_configs([res], request_timeout=self._timeout_s)[res],
+                       Refused.on_cluster("DESCRIBE_CONFIGS", f"DescribeConfigs of broker {b}"))
+        broker_vals: dict[int, dict[str, str | None]] = {
+            b: {k: (entries[k].value if k in entries
                     and entries[k].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value else None)
-                for k in broker_keys
-            }
+                for k in broker_keys}
+            for b, entries in self._wait_each(sent).items()
+        }
         topic_vals: dict[str, dict[str, str | None]] = {}
         names = sorted(set(topics))
         if names:
@@ -1085,12 +1103,14 @@ class KafkaClusterAdmin(MaintenanceMixin):
 
     def _set_broker_configs_once(self, configs: Mapping[int, Mapping[str, str | None]], what: str) -> None:
         ck = self._confluent()
+        sent = {}
         for b, values in sorted(configs.items()):
             if values:
                 res = ConfigResource(ConfigResource.Type.BROKER, str(b),
                                      incremental_configs=_config_entries(values))
-                self._wait(ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res],
-                           needs=Refused.on_cluster("ALTER_CONFIGS", f"IncrementalAlterConfigs of broker {b}'s {what}"))
+                sent[b] = (ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res],
+                           Refused.on_cluster("ALTER_CONFIGS", f"IncrementalAlterConfigs of broker {b}'s {what}"))
+        self._wait_each(sent)
 
     def _set_throttles(
         self,

@@ -208,6 +208,9 @@ def _preexisting(admin: KafkaClusterAdmin, topic: str) -> None:
     """Throttle values someone else set before the run: they must come back exactly."""
     admin.set_throttles({1: {LEADER_RATE: "7777777"}, 5: {FOLLOWER_RATE: "5555555"}},
                         {topic: {LEADER_REPLICAS: "2:5"}})
+    # a broker applies a committed config write a moment after it is answered (KRaft): read "before" once it has
+    wait_until(lambda: (t := throttles(admin, [topic]))["brokers"][1][LEADER_RATE] == "7777777"
+               and t["brokers"][5][FOLLOWER_RATE] == "5555555", "the pre-existing throttles to show", timeout=30)
 
 
 @pytest.mark.parametrize("ending", ["success", "failure", "cancel"])

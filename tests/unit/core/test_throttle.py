@@ -90,3 +90,77 @@ def test_fake_applies_kip860_semantics():
     assert [r.error_code for r in res.results] == ["INVALID_REPLICATION_FACTOR", None]
     fake.cancel_reassignments([tp0])
     assert fake.replicas[tp0] == (1, 2, 3)
+
+
+def test_a_step_reads_the_throttles_once_what_it_just_backed_up_is_not_read_again():
+    from airflow_kafka_reassign.core.store import MemoryStore
+    from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup, sync_throttles
+
+    f, store = FakeClusterAdmin.build({1: None, 2: None, 3: None, 4: None}, {"t": [[1, 2], [2, 3]]}), MemoryStore()
+    f.broker_configs[3][LEADER_RATE] = "777"  # someone else's, kept in the backup and put back
+    reads: list[tuple[list[int], list[str]]] = []
+    describe = f.describe_throttles
+    f.describe_throttles = lambda b, t, **kw: (reads.append((list(b), list(t))), describe(b, t, **kw))[1]  # type: ignore[method-assign]
+    first = [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))]
+    assert sync_throttles(f, first, 5000, state_dir=store)
+    assert reads == [([1, 2, 3], ["t"])]  # the backup's read only: the diff uses it
+    assert f.broker_configs[3][LEADER_RATE] == "5000" and read_backup(store).brokers[3][LEADER_RATE] == "777"
+    reads.clear()
+    second = [*first, Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(2, 4))]
+    assert sync_throttles(f, second, 5000, state_dir=store)
+    assert reads == [([4], []), ([1, 2, 3], ["t"])]  # broker 4 backed up; the others read again (drift)
+    assert f.broker_configs[4][FOLLOWER_RATE] == "5000"
+    reads.clear()
+    assert not sync_throttles(f, second, 5000, state_dir=store)  # nothing differs, nothing written
+    assert reads == [([1, 2, 3, 4], ["t"])]
+
+
+class _Lagging:
+    """A cluster whose brokers apply a config write ``lag`` reads after it was answered (KRaft: the controller
+    commits, the broker replays a moment later); ``never``: the write is lost."""
+
+    def __init__(self, f: FakeClusterAdmin, lag: int, never: bool = False) -> None:
+        self.f, self.lag, self.never, self.writes, self._stale = f, lag, never, 0, None
+        self._left = 0
+
+    def describe_throttles(self, brokers, topics, **kw):
+        if self._left:
+            self._left -= 1
+            return self._stale
+        return self.f.describe_throttles(brokers, topics, **kw)
+
+    def set_throttles(self, brokers, topics):
+        self.writes += 1
+        self._stale, self._left = self.f.describe_throttles(list(brokers), list(topics)), self.lag
+        if self.never:
+            self._left = 10**9
+        else:
+            self.f.set_throttles(brokers, topics)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def test_the_restore_check_waits_for_the_brokers_to_apply_its_write_before_writing_again(monkeypatch):
+    from airflow_kafka_reassign.core import throttle
+    from airflow_kafka_reassign.core.store import MemoryStore
+    from airflow_kafka_reassign.core.throttle import LEADER_RATE, read_backup, restore_throttles, sync_throttles
+
+    now = [0.0]
+    monkeypatch.setattr(throttle, "_clock", lambda: now[0])
+    monkeypatch.setattr(throttle, "_sleep", lambda s: now.__setitem__(0, now[0] + s))
+    f, store = FakeClusterAdmin.build({1: None, 2: None, 3: None}, {"t": [[1, 2]]}), MemoryStore()
+    f.broker_configs[1][LEADER_RATE] = "777"
+    sync_throttles(f, [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))], 5000,
+                   state_dir=store)
+    slow = _Lagging(f, lag=3)
+    assert restore_throttles(slow, store)
+    assert slow.writes == 1 and f.broker_configs[1][LEADER_RATE] == "777" and read_backup(store) is None
+    assert 0 < now[0] < throttle.RESTORE_SETTLE_S  # it read again until the write showed, then stopped
+
+    sync_throttles(f, [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))], 5000,
+                   state_dir=store)
+    lost = _Lagging(f, lag=0, never=True)
+    with pytest.raises(RuntimeError, match="after restoring twice"):
+        restore_throttles(lost, store)
+    assert lost.writes == 2 and read_backup(store) is not None  # the backup stays for the next run
