@@ -176,13 +176,18 @@ class HeadroomPolicy:
         if floor_n <= 0:
             raise ConfigurationError(f"headroom_floor must be a positive number of bytes/s (the slowest a copy may "
                                      f"go on a broker without headroom), not {floor!r}")
-        knobs = {"margin": float(margin), "floor": floor_n, "consumer_read_ratio": float(consumer_read_ratio)}
+
+        def make(default: NetworkCapacity | None, racks: Mapping[str, NetworkCapacity] | None = None,
+                 brokers: Mapping[int, NetworkCapacity] | None = None) -> HeadroomPolicy:
+            return cls(default=default, racks=dict(racks or {}), brokers=dict(brokers or {}), margin=float(margin),
+                       floor=floor_n, consumer_read_ratio=float(consumer_read_ratio))
+
         if isinstance(value, str):
             value = _load(value)
         if isinstance(value, bool) or not isinstance(value, int | float | str | Mapping):
             raise ConfigurationError(f"throttle_headroom: {value!r} is not a capacity; {_FIX}")
         if not isinstance(value, Mapping):
-            return cls(default=_entry(value, "throttle_headroom"), **knobs)
+            return make(_entry(value, "throttle_headroom"))
         if value and set(value) <= {"default", "racks", "brokers"}:  # a capacity document
             racks = value.get("racks") or {}
             brokers = value.get("brokers") or {}
@@ -191,11 +196,11 @@ class HeadroomPolicy:
             default = _entry(value["default"], "default") if value.get("default") is not None else None
             rack_caps = {str(r): c for r, v in racks.items() if (c := _entry(v, f"racks.{r}")) is not None}
             broker_caps = {_broker_id(b): c for b, v in brokers.items() if (c := _entry(v, f"brokers.{b}")) is not None}
-            return cls(default=default, racks=rack_caps, brokers=broker_caps, **knobs)
+            return make(default, rack_caps, broker_caps)
         default = _entry(value["default"], "default") if value.get("default") is not None else None
         per_broker = {_broker_id(b): c for b, v in value.items() if b != "default"
                       if (c := _entry(v, f"broker {b}")) is not None}
-        return cls(default=default, brokers=per_broker, **knobs)
+        return make(default, brokers=per_broker)
 
     def capacity(self, broker: int, rack: str | None = None) -> NetworkCapacity | None:
         """The most specific capacity of ``broker``: its own, its rack's, the default (``None``: none)."""
@@ -305,10 +310,7 @@ class HeadroomWatch:
 
     def rates(self, cap: int | None) -> BrokerRates:
         """The per-broker rates to set now, never above ``cap``."""
-        if cap is None:
-            held = self.held
-        else:
-            held = {b: (min(lr, cap), min(fr, cap)) for b, (lr, fr) in self.held.items()}
+        held = dict(self.held) if cap is None else {b: (min(lr, cap), min(fr, cap)) for b, (lr, fr) in self.held.items()}
         return BrokerRates(rates=held, default=self.policy.start_rate(cap))
 
     def update(self, at_s: float, sizes: Sizes, partitions: Iterable[PartitionState],
