@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
+from airflow_kafka_reassign.core.headroom import BrokerRates
 from airflow_kafka_reassign.core.journal import StateLocation, journal
 from airflow_kafka_reassign.core.models import Move
 from airflow_kafka_reassign.core.ports import ClusterAdmin, ThrottleBackup
@@ -183,12 +184,26 @@ def write_backup(state_dir: StateLocation, backup: ThrottleBackup) -> None:
     as_store(state_dir).write(THROTTLE_BACKUP_FILE, backup.model_dump_json(indent=1).encode())
 
 
+#: A replication throttle: one rate (bytes/s) for every broker involved, or per-broker leader and follower
+#: rates (:class:`~airflow_kafka_reassign.core.headroom.BrokerRates`, the headroom throttle's).
+Rate = int | BrokerRates
+
+
+def _rate_configs(rate: Rate, broker: int) -> dict[str, str | None]:
+    """The two rate configs of ``broker`` under ``rate``."""
+    if isinstance(rate, BrokerRates):
+        leader, follower = rate.of(broker)
+        return {LEADER_RATE: str(int(leader)), FOLLOWER_RATE: str(int(follower))}
+    return {k: str(int(rate)) for k in BROKER_THROTTLE_KEYS}
+
+
 def desired_throttles(
-    backup: ThrottleBackup, moving: Iterable[Move], rate: int | None
+    backup: ThrottleBackup, moving: Iterable[Move], rate: Rate | None
 ) -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
     """Every config the backup covers, as the ``moving`` moves need it now.
 
-    Brokers a moving replica is copied from or to get ``rate``; topic replica lists are the
+    Brokers a moving replica is copied from or to get ``rate`` (one rate for all, or each its own leader and
+    follower rate from a :class:`~airflow_kafka_reassign.core.headroom.BrokerRates`); topic replica lists are the
     backed-up value plus the moving entries. Everything else goes back to its backed-up value.
     """
     active = [m for m in moving if m.adding_replicas] if rate else []
@@ -197,7 +212,7 @@ def desired_throttles(
     brokers: dict[int, dict[str, str | None]] = {}
     for b, before in backup.brokers.items():
         # the replication rates only: a log-dir rate in the same backup is sync_log_dir_throttle's to set
-        brokers[b] = ({k: str(int(rate)) for k in BROKER_THROTTLE_KEYS} if rate and b in involved
+        brokers[b] = (_rate_configs(rate, b) if rate and b in involved
                       else {k: v for k, v in before.items() if k in BROKER_THROTTLE_KEYS})
     topics: dict[str, dict[str, str | None]] = {}
     for t, before in backup.topics.items():
@@ -241,7 +256,7 @@ def _diff(
 def sync_throttles(
     admin: ClusterAdmin,
     moving: Iterable[Move],
-    rate: int | None,
+    rate: Rate | None,
     *,
     state_dir: StateLocation | None,
     dry_run: bool = False,
@@ -249,6 +264,10 @@ def sync_throttles(
     live_brokers: Collection[int] | None = None,
 ) -> bool:
     """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
+
+    ``rate`` is one rate for every broker involved, or per-broker rates (a
+    :class:`~airflow_kafka_reassign.core.headroom.BrokerRates`: the headroom throttle); either way only the two
+    rate configs of the brokers involved are written, so the backup covers everything written.
 
     The values of brokers and topics not yet covered by the backup are read and written to
     ``state_dir`` BEFORE anything is set, so a later run restores them even if this process

@@ -13,6 +13,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
 from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskReserve
+from airflow_kafka_reassign.core.headroom import (
+    DEFAULT_CONSUMER_READ_RATIO,
+    DEFAULT_FLOOR,
+    DEFAULT_MARGIN,
+    BrokerRates,
+    HeadroomPolicy,
+)
 from airflow_kafka_reassign.core.health import BelowMinIsr, HealthPolicy, OnUnhealthy
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -120,6 +127,11 @@ class ExecutionOptions:
         log dirs is checked against its target dir's volume the same way.
     :param log_dir_throttle_bytes_per_sec: ``replica.alter.log.dirs.io.max.bytes.per.second`` on the brokers
         moving replicas between their log dirs, backed up with the replication throttles and restored with them.
+    :param throttle_headroom: the headroom throttle (core/headroom.py): each involved broker's leader and
+        follower rate is its network capacity x (1 - margin) less the client traffic it carries now, measured at
+        every step, within ``throttle_bytes_per_sec`` (the cap; without one each broker's capacity x (1 - margin)).
+    :param broker_throttles: the per-broker rates of this step (set by the run's governor under
+        ``throttle_headroom``, not a setting); ``None``: ``throttle_bytes_per_sec`` for every broker.
     """
 
     allow_replication_factor_change: bool = False
@@ -134,6 +146,22 @@ class ExecutionOptions:
     health: HealthPolicy = field(default_factory=HealthPolicy)
     disk_reserve: DiskReserve | str | int | None = DEFAULT_RESERVE
     log_dir_throttle_bytes_per_sec: int | None = None
+    throttle_headroom: HeadroomPolicy | None = None
+    broker_throttles: BrokerRates | None = None
+
+    @property
+    def throttled(self) -> bool:
+        """Whether replication is throttled (one rate, or per broker from the headroom)."""
+        return bool(self.throttle_bytes_per_sec) or self.throttle_headroom is not None
+
+    @property
+    def replication_rate(self) -> int | BrokerRates | None:
+        """What :func:`~airflow_kafka_reassign.core.throttle.sync_throttles` sets this step: the per-broker rates
+        under the headroom throttle, else the one rate."""
+        if self.throttle_headroom is not None:
+            return self.broker_throttles or BrokerRates(default=self.throttle_headroom.start_rate(
+                self.throttle_bytes_per_sec))
+        return self.throttle_bytes_per_sec
 
     def __post_init__(self) -> None:
         if not isinstance(self.disk_reserve, DiskReserve):  # parsed once: "5%", "20GiB", bytes, None/"off"
@@ -158,7 +186,7 @@ class ExecutionOptions:
 
 
 _OPTIONAL = ("max_moves", "max_moves_per_broker", "throttle_bytes_per_sec", "max_pause_s", "disk_reserve",
-             "adaptive_limits", "log_dir_throttle_bytes_per_sec", "take_over_from")
+             "adaptive_limits", "log_dir_throttle_bytes_per_sec", "take_over_from", "throttle_headroom")
 _BOOLS = ("allow_replication_factor_change", "allow_concurrent_reassignments", "allow_offline_brokers", "strict",
           "elect_leaders", "dry_run", "health_gate")
 
@@ -251,6 +279,25 @@ class ExecutionConfig(BaseModel):
     running on any worker and no retry is to come (a worker lost with a task that had no retries left). Only that
     run's lease is taken; another holder is still refused. The throttles it set stay backed up on the run state and
     are restored exactly by whichever run finishes the plan (docs/storage.md)."""
+    throttle_headroom: int | str | dict[str, Any] | None = None
+    """Opt-in: a throttle that uses each broker's headroom (docs/execute.md, "A throttle that uses the headroom").
+    Each broker's network capacity: bytes/s or a size (``"100MiB"``) for every broker, a mapping of broker ids
+    (and ``"default"``) to a size or ``{"network_in": ..., "network_out": ...}``, or a capacity document (its
+    ``default``/``racks``/``brokers`` entries' ``network_in``/``network_out``; a mapping, or its JSON/YAML file). At
+    every step each involved broker's follower rate becomes its ``network_in`` x (1 - ``headroom_margin``) less the
+    client bytes it takes in now, its leader rate its ``network_out`` x (1 - margin) less what it sends (measured
+    from the replicas' sizes between two steps; recovery traffic that is not the run's counts too), never above
+    ``throttle_bytes_per_sec`` (the cap; without it, capacity x (1 - margin)), never below ``headroom_floor``.
+    Restored exactly at the end like any throttle. ``None``: one rate for every broker (as before)."""
+    headroom_margin: float = DEFAULT_MARGIN
+    """The share of each broker's capacity the headroom throttle leaves unused, in [0, 1) (0.2: 20%): bursts
+    between two measurements and what sizes cannot see."""
+    headroom_floor: int | str = DEFAULT_FLOOR
+    """The slowest rate (bytes/s or a size) the headroom throttle sets, so a copy never stops on a broker without
+    headroom (a warning names it); never above the cap."""
+    consumer_read_ratio: float = DEFAULT_CONSUMER_READ_RATIO
+    """The headroom throttle's estimate of consumer reads, which replica sizes cannot show: bytes read per byte
+    produced on each leader (1.0: each byte is read once; 0: ignore consumers)."""
     adaptive_limits: dict[str, Any] | None = None
     """AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8, "min_throttle": 10_000_000, "max_throttle":
     100_000_000}``: concurrency starts at ``min_moves`` and the throttle at ``throttle_bytes_per_sec``; both grow
@@ -307,6 +354,9 @@ class ExecutionConfig(BaseModel):
                                 below_min_isr=self.below_min_isr),
             disk_reserve=default_disk_reserve if self.disk_reserve is None else self.disk_reserve,
             log_dir_throttle_bytes_per_sec=self.log_dir_throttle_bytes_per_sec,
+            throttle_headroom=HeadroomPolicy.parse(self.throttle_headroom, margin=self.headroom_margin,
+                                                   floor=self.headroom_floor,
+                                                   consumer_read_ratio=self.consumer_read_ratio),
         )
 
     def adaptive(self) -> AdaptiveBounds | None:

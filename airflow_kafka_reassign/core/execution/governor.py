@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,11 +21,13 @@ from airflow_kafka_reassign.core.adaptive import (
 from airflow_kafka_reassign.core.execution.config import ADAPTED, ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.observe import _sample
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.headroom import HEADROOM_EVENT, HeadroomPolicy, HeadroomWatch
 from airflow_kafka_reassign.core.health import HealthPolicy
 from airflow_kafka_reassign.core.journal import StateLocation, journal
 from airflow_kafka_reassign.core.models import TopicPartition
 from airflow_kafka_reassign.core.ports import ClusterAdmin
 from airflow_kafka_reassign.core.schedule import ObservedRates, broker_rates, copies_of, plan_eta
+from airflow_kafka_reassign.core.throttle import brokers_involved
 
 _log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ class RunGovernor:
     """
 
     def __init__(self, policy: HealthPolicy, adaptive: AdaptiveBounds | None = None,
-                 throttle: int | None = None, *, holder: str | None = None) -> None:
+                 throttle: int | None = None, *, holder: str | None = None,
+                 headroom: HeadroomPolicy | None = None) -> None:
         self.policy = policy
         self.adaptive = adaptive
         #: names the task try in the journal's ``adapted`` events (the sensor rebuilds its governor from them)
@@ -64,13 +67,20 @@ class RunGovernor:
         self.paused_s = 0.0
         self.adaptations: list[str] = []
         self.stalled_polls = 0
+        #: the headroom throttle (``None``: off): the per-broker rates, moved at each step from the traffic measured
+        self.headroom = HeadroomWatch(headroom) if headroom is not None else None
+        #: the per-broker rate changes of the run, one line each (``"broker 3: leader ..."``)
+        self.headroom_changes: list[str] = []
 
     def for_step(self, limits: ExecutionLimits, options: ExecutionOptions) -> tuple[ExecutionLimits, ExecutionOptions]:
-        """The limits and options of the next step: the adaptive ones in place of the task's, when adaptive."""
-        if self.current is None:
-            return limits, options
-        return (replace(limits, max_moves=self.current.moves),
-                replace(options, throttle_bytes_per_sec=self.current.throttle))
+        """The limits and options of the next step: the adaptive ones in place of the task's, when adaptive; the
+        per-broker rates of the headroom throttle (within the cap of the step), when on."""
+        if self.current is not None:
+            limits = replace(limits, max_moves=self.current.moves)
+            options = replace(options, throttle_bytes_per_sec=self.current.throttle)
+        if self.headroom is not None:
+            options = replace(options, broker_throttles=self.headroom.rates(options.throttle_bytes_per_sec))
+        return limits, options
 
     def health(self, status: ExecutionStatus, *, at: float, submitting: bool, log: logging.Logger) -> str | None:
         """Keep the pause clock: why the health policy stops the run now (``None``: it goes on).
@@ -92,7 +102,8 @@ class RunGovernor:
         to the plan's partitions for the progress line), move the adaptive limits (each change logged and
         journalled); returns the ETA of the first move in flight to finish (``None``: unknown)."""
         eta = _watch_copy(admin, status, self.watch, done_before, at, options, log, measure=measure,
-                          stall_s=self.adaptive.stall_s if self.adaptive is not None else None, inbound=self.inbound)
+                          stall_s=self.adaptive.stall_s if self.adaptive is not None else None, inbound=self.inbound,
+                          headroom=self._measure_headroom(at, options, state_dir, log) if self.headroom else None)
         self.stalled_polls += status.stalled
         if self.current is not None and self.adaptive is not None:
             self.current, why = adapt(self.current, self.adaptive, healthy=status.paused is None,
@@ -106,12 +117,53 @@ class RunGovernor:
                                     **({"holder": self.holder} if self.holder else {})}, log=log)
         return eta
 
+    def _measure_headroom(self, at: float, options: ExecutionOptions, state_dir: StateLocation | None,
+                          log: logging.Logger) -> Callable[[ExecutionStatus, Mapping[TopicPartition, Mapping[int, int]]],
+                                                           None]:
+        """What :func:`_watch_copy` calls with the sizes of the partitions on the plan's brokers (this step's read):
+        the headroom watch measures the traffic since the last step and moves the per-broker rates, each change
+        logged (one line naming the brokers and rates) and journalled; a broker without headroom is warned."""
+        watch = self.headroom
+        assert watch is not None
+
+        def measured(status: ExecutionStatus, sizes: Mapping[TopicPartition, Mapping[int, int]]) -> None:
+            obs = status.observation
+            if obs is None:
+                return
+            plan_brokers = brokers_involved(status.moves.values()) & obs.brokers
+            ours = {tp: status.moves[tp].adding_replicas for tp in status.in_flight}
+            floored_before = set(watch.floored)
+            changes = watch.update(at, sizes, obs.everything, ours, {b: obs.racks.get(b) for b in plan_brokers},
+                                   options.throttle_bytes_per_sec)
+            if changes:
+                self.headroom_changes.extend(changes)
+                log.info("headroom throttle: %s", "; ".join(changes))
+                journal(state_dir, {"event": HEADROOM_EVENT, "rates": {str(b): list(r) for b, r in
+                                                                       sorted(watch.held.items())},
+                                    "changes": changes, **({"holder": self.holder} if self.holder else {})}, log=log)
+            if watch.floored and watch.floored != floored_before:
+                log.warning("headroom throttle: broker(s) %s have no headroom left (their client traffic takes their "
+                            "capacity x (1 - margin)): their copies go at the floor, %d B/s", sorted(watch.floored),
+                            watch.policy.start_rate(options.throttle_bytes_per_sec))
+
+        return measured
+
+    @staticmethod
+    def headroom_partitions(status: ExecutionStatus) -> list[TopicPartition]:
+        """The partitions with a replica on a broker the plan copies from or to (their traffic is that broker's)."""
+        obs = status.observation
+        if obs is None:
+            return []
+        brokers = brokers_involved(status.moves.values())
+        return [p.tp for p in obs.everything if not brokers.isdisjoint(p.replicas)]
+
     def export(self) -> dict[str, Any]:
         """What a rebuilt governor of the same task try goes on from (JSON; see :meth:`restore`)."""
         current = self.current
         return {"current": [current.moves, current.throttle] if current is not None else None,
                 "unhealthy_since": self.unhealthy_since, "paused_s": self.paused_s,
-                "stalled_polls": self.stalled_polls, "watch": self.watch.export(), "inbound": self.inbound.export()}
+                "stalled_polls": self.stalled_polls, "watch": self.watch.export(), "inbound": self.inbound.export(),
+                **({"headroom": self.headroom.export()} if self.headroom is not None else {})}
 
     def restore(self, data: Mapping[str, Any]) -> None:
         """Carry on from :meth:`export` of a governor of the same task try (the sensor's, rebuilt at each
@@ -130,6 +182,8 @@ class RunGovernor:
             self.watch.restore(data["watch"])
         if data.get("inbound"):
             self.inbound.restore(data["inbound"])
+        if data.get("headroom") and self.headroom is not None:
+            self.headroom.restore(data["headroom"])
 
     def plan_eta(self, status: ExecutionStatus, limits: ExecutionLimits, options: ExecutionOptions, *,
                  at: float) -> float | None:
@@ -185,20 +239,33 @@ def _unhealthy_stop(policy: HealthPolicy, paused_s: float, status: ExecutionStat
 def _watch_copy(admin: ClusterAdmin, status: ExecutionStatus, watch: CopyWatch, done_before: int, at_s: float,
                 options: ExecutionOptions, log: logging.Logger,
                 measure: Sequence[TopicPartition] | None = None, stall_s: float | None = None,
-                inbound: ObservedRates | None = None) -> float | None:
+                inbound: ObservedRates | None = None,
+                headroom: Callable[[ExecutionStatus, Mapping[TopicPartition, Mapping[int, int]]], None] | None = None,
+                ) -> float | None:
     """Measure the copy in flight (DescribeLogDirs of its partitions): the net rate, a stall
     (``status.stalled``, warned), and the ETA of the first move to finish (``None``: unknown).
 
     ``measure`` (the plan's partitions, for the progress line) widens that one DescribeLogDirs;
     the sizes are then kept in ``status.sizes``. When the step already read them (``status.sizes``: it
-    orders a bounded batch by size), nothing is read again."""
+    orders a bounded batch by size), nothing is read again.
+
+    ``headroom`` (the headroom throttle) widens the same read to every partition on the plan's brokers and is
+    called with it; when the step read the plan's sizes already, only the other partitions are read."""
     moving = {tp: status.moves[tp] for tp in status.in_flight if status.moves[tp].adding_replicas}
+    wider = RunGovernor.headroom_partitions(status) if headroom is not None else []
     if status.sizes is not None:  # the step read the plan's sizes to order its batch, moments ago: no second read
         sizes: Mapping[TopicPartition, Mapping[int, int]] = status.sizes
+        rest = [tp for tp in wider if tp not in sizes]
+        everything: Mapping[TopicPartition, Mapping[int, int]] = {**sizes, **admin.replica_sizes(rest)} \
+            if rest else sizes
     elif measure is not None:
-        sizes = status.sizes = admin.replica_sizes(measure)
+        everything = admin.replica_sizes(sorted({*measure, *wider})) if wider else admin.replica_sizes(measure)
+        sizes = status.sizes = everything if not wider else {tp: everything[tp] for tp in measure if tp in everything}
     else:
-        sizes = admin.replica_sizes(sorted(moving)) if moving else {}
+        everything = admin.replica_sizes(sorted({*moving, *wider})) if moving or wider else {}
+        sizes = everything
+    if headroom is not None:
+        headroom(status, everything)
     left = bytes_left(moving, sizes) if moving else {}
     if inbound is not None:
         inbound.update(at_s, {(tp, b): sizes.get(tp, {}).get(b, 0) for tp, m in moving.items() if tp in sizes

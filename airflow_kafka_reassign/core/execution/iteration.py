@@ -24,6 +24,7 @@ from airflow_kafka_reassign.core.lease import LeaseKeeper
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.ports import ClusterAdmin
 from airflow_kafka_reassign.core.throttle import (
+    brokers_involved,
     sync_throttles,
 )
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -67,7 +68,7 @@ def step(
         took it over, and then nothing is written.
     """
     log = log or _log
-    if (options.throttle_bytes_per_sec or options.log_dir_throttle_bytes_per_sec) and state_dir is None \
+    if (options.throttled or options.log_dir_throttle_bytes_per_sec) and state_dir is None \
             and not options.dry_run:
         raise ConfigurationError(
             "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
@@ -75,6 +76,8 @@ def step(
         )
     status, obs = _assess(admin, plan, options, known_failed=known_failed, settle_s=settle_s, sleep=sleep, log=log,
                           rf_guard_check=submit)
+    if options.throttle_headroom is not None:  # before anything is set: every broker the plan copies on has a capacity
+        options.throttle_headroom.check(brokers_involved(plan.moves) & obs.brokers, obs.racks)
     dirs = observe_log_dirs(admin, plan, status, known_failed=known_failed, log=log)  # None: the plan pins no log dir
     batch: list[Move] = []
     if submit and status.blocked is None and status.paused is None and status.pending:
@@ -99,7 +102,7 @@ def step(
         if room is not None and guard is not None:
             _disk_verdict(room, held, batch, status, guard, log)
 
-    rate = options.throttle_bytes_per_sec
+    rate = options.replication_rate  # one rate, or per broker under the headroom throttle
     in_flight = [status.moves[tp] for tp in status.in_flight]
     if options.dry_run:
         sync_throttles(admin, [*in_flight, *batch], rate, state_dir=state_dir, dry_run=True, log=log,
@@ -132,7 +135,7 @@ def step(
             "holder": lease.lease.holder if lease is not None else None,
             "submitted": [[m.topic, m.partition, list(m.target_replicas)] for m in ok],
             "refused": {str(tp): why for tp, why in status.failed.items() if tp in in_batch},
-            "throttle_bytes_per_sec": rate,
+            "throttle_bytes_per_sec": options.throttle_bytes_per_sec,
         }, log=log)
         refused = [m for m in batch if m.tp in status.failed]
         status.pending = [tp for tp in status.pending if tp not in in_batch]

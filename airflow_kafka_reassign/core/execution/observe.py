@@ -65,7 +65,7 @@ def _observe(admin: ClusterAdmin, topics: Collection[str], *, everything: bool =
         parts = {p.tp: p for p in everything_read if p.topic in wanted}
     return _Observation(reassignments=reassignments, partitions=parts,
                         brokers=frozenset(b.id for b in snap.brokers), topics=present,
-                        everything=everything_read, min_isr=min_isr)
+                        everything=everything_read, min_isr=min_isr, racks={b.id: b.rack for b in snap.brokers})
 
 
 def with_eligible_leaders(admin: ClusterAdmin, partitions: tuple[PartitionState, ...],
@@ -367,7 +367,8 @@ def _assess(
     ``status.blocked`` when nothing may be submitted (``rf_guard_check``: also when the brokers lack
     KIP-860's flag and a pending move needs it)."""
     topics = {m.topic for m in plan.moves}
-    gate = options.health.gate
+    # the headroom throttle measures the traffic of every partition on the plan's brokers: every topic is read
+    gate = options.health.gate or options.throttle_headroom is not None
     obs = _observe(admin, topics, everything=gate)
     status = _classify(plan, obs, options, known_failed or {})
     suspects = [tp for tp in status.stale if tp not in status.reassignments]

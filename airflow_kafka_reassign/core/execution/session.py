@@ -152,7 +152,7 @@ class ExecutionSession:
             raise ConfigurationError(f"deadline {deadline.isoformat()} has no time zone; give an aware datetime")
         if on_deadline not in ("finish", "cancel"):
             raise ConfigurationError(f"on_deadline must be 'finish' or 'cancel', not {on_deadline!r}")
-        if self.options.throttle_bytes_per_sec and state_dir is None and not self.options.dry_run:
+        if self.options.throttled and state_dir is None and not self.options.dry_run:
             raise ConfigurationError(
                 "a throttle needs a state_dir to keep the backup of the previous throttle values in; "
                 "pass state_dir (the operators use <plan dir>/run)"
@@ -168,7 +168,8 @@ class ExecutionSession:
         self.now = now
         #: seconds on the wall clock by default: a resumed session (another process) goes on from them
         self.clock_s: Callable[[], float] = clock_s or (lambda: time.time())
-        self.governor = RunGovernor(self.options.health, adaptive, self.options.throttle_bytes_per_sec, holder=holder)
+        self.governor = RunGovernor(self.options.health, adaptive, self.options.throttle_bytes_per_sec, holder=holder,
+                                    headroom=self.options.throttle_headroom)
         #: moves refused so far in this session (never sent again by it)
         self.known_failed: dict[TopicPartition, str] = {}
         #: every move this session submitted
@@ -361,7 +362,8 @@ class ExecutionSession:
             except (KeyError, TypeError, ValueError) as e:  # another provider version's shape: start afresh
                 session.log.warning("could not restore the submitter's adaptive state (%s): starting afresh", e)
                 session.governor = RunGovernor(session.options.health, session.governor.adaptive,
-                                               session.options.throttle_bytes_per_sec, holder=holder)
+                                               session.options.throttle_bytes_per_sec, holder=holder,
+                                               headroom=session.options.throttle_headroom)
         return session
 
     def resume_drain(self) -> None:

@@ -248,4 +248,6 @@ class _Observation:
     #: every partition read (all topics when the health gate is on), and min.insync.replicas per topic
     everything: tuple[PartitionState, ...] = ()
     min_isr: dict[str, int] = field(default_factory=dict)
+    #: every broker's rack (``None``: unset), as DescribeCluster gives it
+    racks: dict[int, str | None] = field(default_factory=dict)
 

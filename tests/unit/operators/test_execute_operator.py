@@ -341,13 +341,16 @@ def test_the_python_examples_of_docs_execute_md_run():
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "execute.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, "docs/execute.md", "exec"), namespace)
     assert set(namespace["dag"].task_ids) == {"execute", "cancel_on_failure"}
     assert namespace["execute"].execution_config().max_moves_per_broker == 2
     assert namespace["cancel_everything"].cancel_all is True
+    headroom = namespace["execute_with_headroom"].execution_config().options().throttle_headroom
+    assert headroom is not None and headroom.capacity(7).network_out == 800_000_000
+    assert headroom.capacity(1).network_in == 1_000_000_000 and headroom.margin == 0.2
 
 
 def test_a_refused_login_fails_execute_and_cancel_without_retry(tmp_path, cluster, monkeypatch):
