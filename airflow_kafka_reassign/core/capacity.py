@@ -14,7 +14,8 @@ the normal case. JSON or YAML::
 ``"cluster"``: the size the broker itself reports for its log dirs (DescribeLogDirs v4, Kafka
 3.3+, KIP-827's total bytes), read when the snapshot is taken, so no capacity file has to follow
 the hardware (``{"default": {"disk": "cluster"}}``, or the shorthand ``capacity="cluster"``).
-``network_in`` (bytes per second) is optional. Sizes are integers (bytes) or strings with a
+``network_in`` and ``network_out`` (bytes per second) are optional (``network_out`` serves the headroom throttle,
+core/headroom.py). Sizes are integers (bytes) or strings with a
 unit, read by :func:`~airflow_kafka_reassign.core.units.parse_bytes`: ``K``/``M``/``G``/``T``
 (powers of 1000) or ``KiB``/``MiB``/``GiB``/``TiB`` (powers of 1024); ``B`` is optional.
 
@@ -31,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from airflow_kafka_reassign.core.models import _Frozen
 from airflow_kafka_reassign.core.units import parse_bytes
@@ -45,6 +46,9 @@ class BrokerCapacity(_Frozen):
     disk: int
     #: Bytes per second the broker may take in (produce plus replication), when known.
     network_in: int | None = None
+    #: Bytes per second the broker may send (replication plus consumer fetches), when known: the headroom
+    #: throttle's (core/headroom.py); the planner does not use it.
+    network_out: int | None = None
 
     @field_validator("disk", mode="before")
     @classmethod
@@ -54,14 +58,14 @@ class BrokerCapacity(_Frozen):
             raise ValueError(f"disk capacity {v!r} is not positive; give the bytes the broker's log dirs may hold")
         return n
 
-    @field_validator("network_in", mode="before")
+    @field_validator("network_in", "network_out", mode="before")
     @classmethod
-    def _network_in(cls, v: Any) -> int | None:
+    def _network(cls, v: Any, info: ValidationInfo) -> int | None:
         if v is None:
             return None
-        n = parse_bytes(v, "network_in")
+        n = parse_bytes(v, str(info.field_name))
         if n <= 0:
-            raise ValueError(f"network_in capacity {v!r} is not positive; leave it out if unknown")
+            raise ValueError(f"{info.field_name} capacity {v!r} is not positive; leave it out if unknown")
         return n
 
 
@@ -212,26 +216,40 @@ def disk_totals(data: bytes | str) -> dict[int, int]:
     return {int(b): int(v["total_bytes"]) for b, v in json.loads(data).items()}
 
 
-def load_capacity(source: str | Path) -> CapacityDocument:
-    """A capacity document from a JSON or YAML file path (or the text itself, or ``"cluster"``)."""
-    if str(source).strip().lower() == FROM_CLUSTER:
-        return capacity_document(FROM_CLUSTER)
+#: The file names a capacity document may have (anything else is read as the document's text).
+DOCUMENT_SUFFIXES = frozenset({".json", ".yaml", ".yml"})
+
+
+def names_a_document_file(source: str | Path) -> bool:
+    """Whether ``source`` is a path to a JSON or YAML file rather than a document's text."""
     text = str(source)
-    path = Path(text)
-    if "\n" not in text and not text.lstrip().startswith("{") and path.suffix in {".json", ".yaml", ".yml"}:
+    return "\n" not in text and not text.lstrip().startswith("{") and Path(text.strip()).suffix in DOCUMENT_SUFFIXES
+
+
+def read_document(source: str | Path) -> Any:
+    """The data of a JSON or YAML capacity document: its file (:func:`names_a_document_file`) or its text."""
+    text = str(source)
+    if names_a_document_file(text):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = Path(text.strip()).read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigurationError(f"capacity document {source}: cannot read it ({e.strerror})") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError:
         import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 (only YAML documents need it)
 
         try:
-            data = yaml.safe_load(text)
+            return yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigurationError(f"capacity document {source}: neither JSON nor YAML ({e})") from None
+
+
+def load_capacity(source: str | Path) -> CapacityDocument:
+    """A capacity document from a JSON or YAML file path (or the text itself, or ``"cluster"``)."""
+    if str(source).strip().lower() == FROM_CLUSTER:
+        return capacity_document(FROM_CLUSTER)
+    data = read_document(source)
     if not isinstance(data, Mapping):
         raise ConfigurationError(
             f"capacity document {source}: expected a mapping with default / racks / brokers, got {type(data).__name__}"

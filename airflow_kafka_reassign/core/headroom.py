@@ -33,13 +33,12 @@ Pure: no Airflow, no Kafka client. Everything is O(replicas) per measurement.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from airflow_kafka_reassign.core.capacity import names_a_document_file, read_document
 from airflow_kafka_reassign.core.models import PartitionState, TopicPartition
 from airflow_kafka_reassign.core.units import format_bytes, parse_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
@@ -114,25 +113,14 @@ def _entry(value: Any, where: str) -> NetworkCapacity | None:
 
 
 def _load(text: str) -> Any:
-    """A size, or a capacity document's text or file (JSON or YAML)."""
+    """A size, or a capacity document's text or file (JSON or YAML, read as the planner reads it)."""
     stripped = text.strip()
-    path = Path(stripped)
-    if "\n" not in stripped and path.suffix in {".json", ".yaml", ".yml"}:
-        try:
-            stripped = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigurationError(f"throttle_headroom: cannot read the capacity document {text} ({e.strerror})") from None
-    elif not stripped.startswith("{") and "\n" not in stripped:
+    if "\n" not in stripped and not stripped.startswith("{") and not names_a_document_file(stripped):
         return stripped  # a size
     try:
-        return json.loads(stripped)
-    except json.JSONDecodeError:
-        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 (only YAML documents need it)
-
-        try:
-            return yaml.safe_load(stripped)
-        except yaml.YAMLError as e:
-            raise ConfigurationError(f"throttle_headroom: neither a size nor a JSON/YAML document ({e})") from None
+        return read_document(stripped)
+    except ConfigurationError as e:
+        raise ConfigurationError(f"throttle_headroom: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -236,3 +236,20 @@ def test_the_headroom_rates_survive_a_rebuilt_governor(tmp_path):
     other = ExecutionSession(f, plan_of(mv("t", 0, (1, 2), (1, 3))), config, state_dir=tmp_path)
     other.governor.restore(json.loads(json.dumps(session.governor.export())))
     assert other.governor.headroom is not None and other.governor.headroom.held == {3: (7 * MB, 8 * MB)}
+
+
+def test_the_planners_capacity_document_with_network_out_serves_both(tmp_path):
+    """One document for the plan (disk, network_in) and the headroom throttle (network_in, network_out)."""
+    from airflow_kafka_reassign.core.capacity import load_capacity
+
+    doc = tmp_path / "capacity.yaml"
+    doc.write_text("default: {disk: 2TiB, network_in: 100MiB, network_out: 200MiB}\n"
+                   "brokers: {'3': {disk: 1TiB, network_in: 50MiB}}\n")
+    planner = load_capacity(str(doc))
+    assert planner.default is not None and planner.default.network_out == 200 * 2**20
+    policy = HeadroomPolicy.parse(str(doc))
+    assert policy is not None
+    assert policy.capacity(1) == NetworkCapacity(100 * 2**20, 200 * 2**20)
+    assert policy.capacity(3) == NetworkCapacity(50 * 2**20, 50 * 2**20)  # one direction given: the other equal
+    with pytest.raises(ConfigurationError, match="network_out capacity"):
+        load_capacity('{"default": {"disk": "1TiB", "network_out": 0}}')
