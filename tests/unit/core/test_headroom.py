@@ -14,6 +14,7 @@ from airflow_kafka_reassign.core.headroom import (
     BrokerRates,
     HeadroomPolicy,
     HeadroomWatch,
+    NetworkCapacity,
     measure_traffic,
 )
 from airflow_kafka_reassign.core.journal import read_journal
