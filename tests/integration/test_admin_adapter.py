@@ -139,8 +139,12 @@ def test_kip860_race_plan_from_the_intermediate_replica_set_is_refused(sandbox, 
     backup = apply_throttle(admin, [move], 100_000)
     try:
         assert admin.alter_reassignments({tp: [4, 5, 3]}).failed == ()
+        # the intermediate replica set, once the broker that answers the metadata request has applied the change
+        # (10 MB under 100 kB/s: the move lasts far longer than that wait)
+        wait_until(lambda: len(_described(sandbox, unique_topic)[0]) == 5, what="the intermediate replica set",
+                   timeout=30)
         described = _described(sandbox, unique_topic)[0]
-        assert len(described) == 5  # the intermediate replica set
+        assert len(described) == 5
         refused = admin.alter_reassignments({tp: list(described)})
         assert refused.results[0].error_code == "INVALID_REPLICATION_FACTOR"
         assert admin.list_reassignments()[tp].target_replicas == (4, 5, 3)
