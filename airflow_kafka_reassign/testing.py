@@ -28,7 +28,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
 from airflow_kafka_reassign.core.cordon import ALL_DIRS, CORDONED_LOG_DIRS, parse_cordon
@@ -104,6 +104,8 @@ class FakeClusterAdmin:
         self.disk_total: dict[int, int | None] = {}
         #: live brokers whose DescribeLogDirs fails (the disk guard holds the moves onto them)
         self.log_dirs_unanswered: set[int] = set()
+        #: Calls of a :meth:`metadata_barrier` check that still lag (brokers replaying the controller's records).
+        self.metadata_lag_polls = 0
         #: Number of calls per port method, for "constant RPCs per poke" assertions.
         self.calls: dict[str, int] = {}
         #: Every alter request as (targets, allow_replication_factor_change), for assertions.
@@ -540,6 +542,16 @@ class FakeClusterAdmin:
             brokers=tuple(RegisteredBroker(id=b.id, rack=b.rack, fenced=b.id in self.down)
                           for b in self.brokers if fenced or b.id not in self.down),
             includes_fenced=fenced)
+
+    def metadata_barrier(self) -> Callable[[], str]:
+        """Every broker has applied the metadata after ``metadata_lag_polls`` calls (0 by default: at once), as a
+        cluster whose brokers replay the controller's records a moment after it committed them."""
+        def lagging() -> str:
+            if self.metadata_lag_polls <= 0:
+                return ""
+            self.metadata_lag_polls -= 1
+            return "broker(s) [2] at metadata offset 9 of 10"
+        return lagging
 
     def unregister_broker(self, broker_id: int) -> BrokerResult:
         """As Kafka's controller: any registered broker is unregistered, a LIVE one too (Kafka accepts it; the

@@ -100,7 +100,9 @@ def unregister(
     clock: Callable[[], float] = time.monotonic,
     log: logging.Logger | None = None,
 ) -> UnregisterOutcome:
-    """Unregister a shut-down ``broker`` and check that DescribeCluster with fenced brokers no longer lists it.
+    """Unregister a shut-down ``broker`` and check that DescribeCluster with fenced brokers no longer lists it, on
+    every broker: once the answering broker no longer lists it, until every live broker has applied the metadata
+    the controller committed (:meth:`~airflow_kafka_reassign.core.ports.ClusterAdmin.metadata_barrier`).
 
     Refused (:class:`BrokerStillRunningError`, nothing sent) while the broker is running. A broker no longer
     registered is ``already`` done (the step is idempotent: a retry after a crash is fine). Needs
@@ -133,6 +135,14 @@ def unregister(
             raise LifecycleTimeoutError(
                 f"broker {broker} is still listed by DescribeCluster {check_s:g} s after UnregisterBroker was "
                 "accepted; run this step again")
+        sleep(min(poll_s, max(0.0, deadline - clock())))
+    # the broker that answered no longer lists it; the others once they have applied the metadata committed now
+    caught_up = admin.metadata_barrier()
+    while lag := caught_up():
+        if clock() >= deadline:
+            raise LifecycleTimeoutError(
+                f"broker {broker} is unregistered, but not every broker has applied it {check_s:g} s after "
+                f"UnregisterBroker was accepted ({lag}): some may still list it; run this step again")
         sleep(min(poll_s, max(0.0, deadline - clock())))
     journal(state_dir, {"event": "broker-unregistered", "broker": broker}, log=log)
     log.info("broker %s unregistered: DescribeCluster with fenced brokers no longer lists it", broker)

@@ -8,7 +8,7 @@ progress rules never see a Kafka client object.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -488,6 +488,13 @@ class ClusterAdmin(Protocol):
     def describe_cluster(self, *, include_fenced: bool = True) -> ClusterDescription:
         """The registered brokers; with ``include_fenced`` (and :attr:`ClusterCapabilities.fenced_brokers`)
         the fenced ones too, flagged (KIP-1073)."""
+        ...
+
+    def metadata_barrier(self) -> Callable[[], str]:
+        """A check, called again until it returns ``""``, that every live broker has applied the cluster's metadata
+        as committed at its first call (KRaft: each broker's applied offset against the metadata log's committed
+        one); otherwise it names what lags. After a change the controller committed (an unregistration), every
+        broker's answers show it once the check passes, not only the answering broker's."""
         ...
 
     def unregister_broker(self, broker_id: int) -> BrokerResult:

@@ -499,6 +499,12 @@ class KafkaClusterAdmin(MaintenanceMixin):
         brokers = sorted((Broker(id=n.id, rack=n.rack or None) for n in desc.nodes), key=lambda b: b.id)
         return desc.cluster_id, brokers
 
+    def metadata_barrier(self) -> Callable[[], str]:
+        """The port's check that every live broker applied the metadata committed at its first call
+        (:class:`_MetadataBarrier`: DescribeQuorum once, then ApiVersions per broker at each call)."""
+        _, brokers = self._describe_cluster_brokers()
+        return _MetadataBarrier(self, {b.id for b in brokers}).lagging
+
     def list_topic_names(self) -> list[str]:
         md = self._confluent().list_topics(timeout=self._timeout_s)
         return sorted(md.topics)

@@ -82,6 +82,22 @@ def test_a_registration_that_stays_listed_times_out():
         unregister(f, 4, check_s=3, sleep=clock.sleep, clock=clock)
 
 
+def test_unregistered_means_on_every_broker_the_check_waits_for_them_to_apply_it():
+    f, clock, store = fake(), Clock(), MemoryStore()
+    f.down.add(4)
+    f.metadata_lag_polls = 3  # the answering broker no longer lists it; the others replay the record a moment later
+    out = unregister(f, 4, state_dir=store, sleep=clock.sleep, clock=clock)
+    assert out.outcome == "unregistered" and f.metadata_lag_polls == 0  # it asked until none lagged
+    assert [e["event"] for e in read_journal(store)] == ["broker-unregistered"]
+
+    f, clock, store = fake(), Clock(), MemoryStore()
+    f.down.add(4)
+    f.metadata_lag_polls = 10**6  # a broker that never catches up
+    with pytest.raises(LifecycleTimeoutError, match=r"not every broker has applied it.*metadata offset 9 of 10"):
+        unregister(f, 4, state_dir=store, check_s=3, sleep=clock.sleep, clock=clock)
+    assert read_journal(store) == []  # not recorded as done: the step runs again
+
+
 def test_a_cluster_that_cannot_list_fenced_brokers_is_refused():
     f = FakeClusterAdmin.build({1: None, 2: None}, {"t": [[1]]},
                                capabilities=ClusterCapabilities(unregister_broker=True, fenced_brokers=False))
