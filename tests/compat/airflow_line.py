@@ -17,7 +17,7 @@ or ``--cell NAME`` (one of CELLS), ``--all`` (``make compat``: every cell, the u
 table with pass/fail and time per cell and the failed cells' log tails) or ``--slice`` (``make compat-slice``, CI: the
 one cell chosen from the commit hash, without the unit tests, which ``make test`` runs); exit 1 on a failure.
 ``--lock LINE`` writes that line's lock, tests/compat/locks/<line>.txt, which its cells then install under (LOCKS
-below: Airflow's closure as PyPI was on the patch's release day, what its constraints file would pin; 3.2).
+below: Airflow's closure as PyPI was on the patch's release day, what its constraints file would pin; 3.2, 3.3).
 """
 
 from __future__ import annotations
@@ -65,8 +65,11 @@ TOOLS = ["pyspark==4.2.0", "pyspark-client==4.2.0", "pytest>=8", "pytest-timeout
 #: No 3.0 lock: the set of 3.0.6's day (2025-08-30) pins pydantic 2.11.7 (the provider needs 2.12: ``exclude_if``),
 #: common-compat 1.7.3 (it needs 1.12), grpcio 1.74.0 and googleapis-common-protos 1.70.0 (pyspark-client 4.2.0 needs
 #: 1.76 and 1.71): the cell's stack is younger than that day, and each unpinning by hand brought the next conflict.
-#: line: (patch, the day after apache-airflow-core's upload to PyPI: 3.2.2 2026-05-29T05:20Z).
-LINE_RELEASES = {"3.2": ("3.2.2", "2026-05-30")}
+#: No 3.1 lock: under the set of 3.1.8's day (2026-03-12) the standard provider is 1.12.0, whose ApprovalOperator takes
+#: no ``response_timeout`` (1.13.1 has it; 1.12 waits for execution_timeout), so the example DAGs' PlanApprovalOperator
+#: fails at import (docs/install.md); the provider declares no floor for apache-airflow-providers-standard.
+#: line: (patch, the day after apache-airflow-core's upload to PyPI: 3.2.2 2026-05-29T05:20Z, 3.3.2 2026-09-17T08:38Z).
+LINE_RELEASES = {"3.2": ("3.2.2", "2026-05-30"), "3.3": ("3.3.2", "2026-09-18")}
 LOCKS = Path(__file__).resolve().parent / "locks"
 #: The matrix (``make compat``): not the cartesian product, but every Airflow line, every Python 3.10-3.13 and the Kafka
 #: lines 3.9 (KRaft, no KIP-860 on the broker: the client-side RF guard), 4.0 and the newest 4.x in at least one cell.
