@@ -15,8 +15,9 @@ built with the cell's interpreter (the sandbox distribution's build hook runs on
 Usage: ``.venv/bin/python tests/compat/airflow_line.py [--airflow 3.0] [--python 3.10] [--kafka 3.9.1] [--unit]``,
 or ``--cell NAME`` (one of CELLS), ``--all`` (``make compat``: every cell, the unit tests in UNIT_CELL only, then a
 table with pass/fail and time per cell and the failed cells' log tails) or ``--slice`` (``make compat-slice``, CI: the
-one cell chosen from the commit hash, without the unit tests, which ``make test`` runs); exit 1 on a failure. The
-environments are not locked yet (item 5 of issue 26: a uv lock per Airflow line is left).
+one cell chosen from the commit hash, without the unit tests, which ``make test`` runs); exit 1 on a failure.
+``--lock LINE`` writes that line's lock, tests/compat/locks/<line>.txt, which its cells then install under (LOCKS
+below: Airflow's closure as PyPI was on the patch's release day, what its constraints file would pin; 3.2, 3.3).
 """
 
 from __future__ import annotations
@@ -44,9 +45,32 @@ EXAMPLE = "test_decommission_dry_run_then_real_run_drains_the_broker"
 #: cadwyn 8 its in-process execution API refuses every task ("Remote server returned validation error").
 #: Airflow 3.2 asks for fastapi>=0.129 and cadwyn>=6.1.1, no upper bound either; with fastapi 0.165 and cadwyn 9 its
 #: execution API fails at import ("PydanticUserError: Model 'TITerminalStatePayload' needs a discriminator field"), so
-#: every task does; fastapi 0.136.3 with cadwyn 7.0.0 (what uv.lock has for 3.3) works.
+#: every task does; fastapi 0.136.3 with cadwyn 7.0.0 (what uv.lock has for 3.3) works. 3.2 also asks for svcs>=25.1.0
+#: unbounded; svcs 26.2.0 (2026-08-24; 3.2.2 came out on 2026-05-29, with svcs 25.1.0 the newest) deletes
+#: ``app.state.svcs_registry`` when the FastAPI lifespan exits, and 3.2.2's InProcessExecutionAPI (dag.test(); the triggerer
+#: builds its client the same way) keeps that lifespan only on the object its callers drop: the lifespan is closed at
+#: once, and 3.2's ti_run, which takes the services container, fails every task's start ("'State' object has no
+#: attribute 'svcs_registry'"). 3.0 and 3.1 have the same lifespan handling, but no in-process route needs the container.
 LINE_PINS = {"3.0": ["fastapi[standard]<0.117", "cadwyn<6"],
-             "3.2": ["fastapi[standard-no-fastapi-cloud-cli]<0.137", "cadwyn<8"]}
+             "3.2": ["fastapi[standard-no-fastapi-cloud-cli]<0.137", "cadwyn<8", "svcs<26.2"]}
+#: Test tools every cell installs besides Airflow and the wheels (and locks: ``--lock``).
+TOOLS = ["pyspark==4.2.0", "pyspark-client==4.2.0", "pytest>=8", "pytest-timeout", "pytest-xdist", "mkdocs>=1.6"]
+#: Per-line locks, tests/compat/locks/<line>.txt (``--lock LINE`` writes one; a cell installs under its line's lock, as
+#: uv constraints, when there is one). Airflow's constraints file of a patch release, resolved on its release day, is not
+#: reachable here, so ``--lock`` rebuilds what it would pin: uv resolves ``apache-airflow==<patch>`` alone with
+#: ``--exclude-newer`` the day after the patch's upload to PyPI (the line's patch and that day: below, by hand), then the
+#: cell's whole requirement set (the provider's dependencies with its extras, the sandbox's, TOOLS, LINE_PINS) under that
+#: set, for every Python from 3.10 (``--universal``). What Airflow's closure does not hold (PySpark, pytest, the Kafka
+#: clients) is today's release. Lines without an entry install unlocked.
+#: No 3.0 lock: the set of 3.0.6's day (2025-08-30) pins pydantic 2.11.7 (the provider needs 2.12: ``exclude_if``),
+#: common-compat 1.7.3 (it needs 1.12), grpcio 1.74.0 and googleapis-common-protos 1.70.0 (pyspark-client 4.2.0 needs
+#: 1.76 and 1.71): the cell's stack is younger than that day, and each unpinning by hand brought the next conflict.
+#: No 3.1 lock: under the set of 3.1.8's day (2026-03-12) the standard provider is 1.12.0, whose ApprovalOperator takes
+#: no ``response_timeout`` (1.13.1 has it; 1.12 waits for execution_timeout), so the example DAGs' PlanApprovalOperator
+#: fails at import (docs/install.md); the provider declares no floor for apache-airflow-providers-standard.
+#: line: (patch, the day after apache-airflow-core's upload to PyPI: 3.2.2 2026-05-29T05:20Z, 3.3.2 2026-09-17T08:38Z).
+LINE_RELEASES = {"3.2": ("3.2.2", "2026-05-30"), "3.3": ("3.3.2", "2026-09-18")}
+LOCKS = Path(__file__).resolve().parent / "locks"
 #: The matrix (``make compat``): not the cartesian product, but every Airflow line, every Python 3.10-3.13 and the Kafka
 #: lines 3.9 (KRaft, no KIP-860 on the broker: the client-side RF guard), 4.0 and the newest 4.x in at least one cell.
 CELLS: dict[str, tuple[str, str, str]] = {  # name: (python, airflow line, kafka version)
@@ -62,8 +86,9 @@ UNIT_CELL = "py3.10-af3.0-k3.9"
 #: The example DAGs' import check: a DagBag of example_dags/ with every warning an error, and their Params.
 DAGBAG_TEST = "tests/unit/test_example_dags_import.py"
 #: Cells that fail for an upstream reason (docs/install.md says why): ``make compat`` runs them, CI's slice does not pick
-#: them (it would fail one commit in four for a cause outside this repository).
-UNVERIFIED = {"py3.12-af3.2-k4.3": "Airflow 3.2.2's dag.test() execution API answers every task with an error"}
+#: them (it would fail one commit in four for a cause outside this repository). None today (the Airflow 3.2 cell was,
+#: until the svcs pin above).
+UNVERIFIED: dict[str, str] = {}
 PYENV = Path.home() / ".pyenv" / "versions"
 
 
@@ -99,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="every cell, then the table (make compat)")
     ap.add_argument("--slice", action="store_true", help="the cell chosen from git rev-parse HEAD (make compat-slice)")
     ap.add_argument("--which", action="store_true", help="only print the cell --slice would run for HEAD")
+    ap.add_argument("--lock", choices=sorted(LINE_RELEASES), help="write tests/compat/locks/<line>.txt (uv, dated)")
     args = ap.parse_args(argv)
+    if args.lock:
+        return write_lock(args.lock)
     if args.all or args.slice or args.which:
         if args.slice or args.which:
             head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -140,6 +168,40 @@ def matrix(names: list[str], unit_cells: set[str]) -> int:
     return 0 if all(ok for _, ok, _, _ in rows) else 1
 
 
+def requirements(airflow: str) -> list[str]:
+    """What a cell installs, as requirements: Airflow, the provider's dependencies with its s3 and report extras, the
+    sandbox distribution's (but the provider itself), TOOLS and the line's LINE_PINS."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    sandbox = tomllib.loads((ROOT / "packages" / "sandbox" / "pyproject.toml").read_text())["project"]
+    line = ".".join(airflow.split(".")[:2])
+    return [f"apache-airflow=={airflow}", *[r for r in project["dependencies"] if not r.startswith("apache-airflow>")],
+            *project["optional-dependencies"]["s3"], *project["optional-dependencies"]["report"],
+            *[r for r in sandbox["dependencies"] if not r.startswith(project["name"])], *TOOLS, *LINE_PINS.get(line, [])]
+
+
+def write_lock(line: str) -> int:
+    """tests/compat/locks/<line>.txt: Airflow's closure as on its release day, then the cell's requirements under it."""
+    patch, day = LINE_RELEASES[line]
+    LOCKS.mkdir(exist_ok=True)
+    out = LOCKS / f"{line}.txt"
+    with tempfile.TemporaryDirectory(prefix="akr-lock-") as tmp:
+        airflow_in, dated, cell_in = Path(tmp) / "airflow.in", Path(tmp) / "dated.txt", Path(tmp) / "cell.in"
+        airflow_in.write_text(f"apache-airflow=={patch}\n")
+        cell_in.write_text("\n".join(requirements(patch)) + "\n")
+        compile_ = [UV, "pip", "compile", "-q", "--universal", "--python-version", "3.10", "--no-header"]
+        if run([*compile_, "--exclude-newer", day, airflow_in, "-o", dated]).returncode:
+            return 1
+        if run([*compile_, "--no-annotate", "--constraint", dated, cell_in, "-o", out]).returncode:
+            return 1
+    hand = ", ".join([*LINE_PINS.get(line, []), *[t for t in TOOLS if "==" in t]])
+    out.write_text(f"# The py3.10+ lock of the Airflow {line} line's compat cells (tests/compat/airflow_line.py --lock {line}):\n"
+                   f"# apache-airflow=={patch} resolved alone as PyPI was on {day} (uv --exclude-newer: what its constraints\n"
+                   f"# file would pin), then the cell's requirements under that set. Pinned by hand: the day, {hand}.\n"
+                   + out.read_text())
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
 def cell(airflow_line: str, python_line: str | None, kafka: str | None, *, unit: bool = False) -> int:
     """One cell: the wheel in a fresh environment of ``python_line`` with Airflow ``airflow_line``, the DagBag check
     (``unit``: the whole unit test suite), the example DAG on a sandbox of Kafka ``kafka``."""
@@ -156,9 +218,11 @@ def cell(airflow_line: str, python_line: str | None, kafka: str | None, *, unit:
     venv = base / "venv"
     python = venv / "bin" / "python"
     run([UV, "venv", "-q", "--python", python_exe, venv], check=True)
+    lock = LOCKS / f"{airflow_line}.txt"
+    print("installing under", lock.relative_to(ROOT) if lock.exists() else "no lock (resolved today, LINE_PINS only)")
     install = [UV, "pip", "install", "-q", "--python", python, f"apache-airflow=={airflow_line}.*",
-               f"{wheel}[s3,report]", "pyspark==4.2.0", "pyspark-client==4.2.0", "pytest>=8", "pytest-timeout", "pytest-xdist",
-               "mkdocs>=1.6", *LINE_PINS.get(airflow_line, [])]
+               f"{wheel}[s3,report]", *TOOLS, *LINE_PINS.get(airflow_line, []),
+               *(["--constraint", lock] if lock.exists() else [])]
     if run(install).returncode:
         return 1
     # the provider alone: its operators import, and no development module is there

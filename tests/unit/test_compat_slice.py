@@ -31,3 +31,18 @@ def test_the_slice_is_the_first_8_hex_digits_of_the_commit_modulo_the_cells():
     assert airflow_line.slice_cell("0000000" + "1" * 33) == names[1]
     assert airflow_line.UNIT_CELL in airflow_line.CELLS
     assert set(airflow_line.UNVERIFIED) <= set(airflow_line.CELLS)
+
+
+def test_each_lock_is_its_lines_dated_resolution_with_the_hand_pins():
+    """tests/compat/locks/<line>.txt (``airflow_line.py --lock LINE``): one per LINE_RELEASES entry, pinning that patch,
+    its header naming the day and what was pinned by hand; the Airflow 3.2 lock keeps svcs below 26.2."""
+    locks = sorted(p.stem for p in airflow_line.LOCKS.glob("*.txt"))
+    assert locks == sorted(airflow_line.LINE_RELEASES)
+    for line, (patch, day) in airflow_line.LINE_RELEASES.items():
+        text = (airflow_line.LOCKS / f"{line}.txt").read_text()
+        assert f"--lock {line}" in text and f"on {day}" in text and "Pinned by hand" in text
+        assert f"\napache-airflow=={patch}\n" in text and f"\napache-airflow-core=={patch}\n" in text
+        for pin in airflow_line.LINE_PINS.get(line, []):
+            assert pin in text.splitlines()[2]
+    svcs = re.search(r"^svcs==(\d+)\.(\d+)", (airflow_line.LOCKS / "3.2.txt").read_text(), re.M)
+    assert svcs and (int(svcs[1]), int(svcs[2])) < (26, 2)
