@@ -214,10 +214,13 @@ def _preexisting(admin: KafkaClusterAdmin, topic: str) -> None:
 
 
 @pytest.mark.parametrize("ending", ["success", "failure", "cancel"])
-def test_throttle_configs_are_exactly_as_before_after_the_run(sandbox, admin, unique_topic, tmp_path, ending):
+def test_throttle_configs_are_exactly_as_before_after_the_run(sandbox, admin, unique_topic, tmp_path, ending,
+                                                               request):
     config = sandbox.client_config()
     make_topic(config, unique_topic, [[1, 2], [2, 3], [4, 5]], megabytes=2)
     _preexisting(admin, unique_topic)
+    # "someone else's" broker rates are the test's own: gone after it (the sandbox is shared with other modules)
+    request.addfinalizer(lambda: admin.set_throttles({1: {LEADER_RATE: None}, 5: {FOLLOWER_RATE: None}}, {}))
     before = throttles(admin, [unique_topic])
     plan = plan_of(unique_topic, (0, (1, 2), (1, 3)), (1, (2, 3), (2, 1)))
     options = ExecutionOptions(throttle_bytes_per_sec=100_000)
