@@ -113,6 +113,30 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
             started.down()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _topics_of_the_module_deleted(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The topics a test module created in the session's sandbox are deleted after it. Every broker's replica
+    fetchers, and every snapshot of all topics (the health gate reads them at each step), would otherwise carry
+    the partitions of every module before it for the rest of the session (a few thousand by its end). Topics
+    are unique per test (``unique_topic``), so no other module reads them; Kafka's internal ones are kept."""
+    if not any(item.module is request.module and "sandbox" in item.fixturenames for item in request.session.items):
+        yield
+        return
+    from confluent_kafka.admin import AdminClient
+
+    config = request.getfixturevalue("sandbox").client_config()
+    before = set(AdminClient(dict(config)).list_topics(timeout=30).topics)
+    yield
+    try:
+        admin = AdminClient(dict(config))
+        created = sorted(t for t in set(admin.list_topics(timeout=30).topics) - before if not t.startswith("__"))
+        for future in (admin.delete_topics(created, operation_timeout=30).values() if created else ()):
+            future.result(60)
+    except Exception as exc:  # noqa: BLE001 (housekeeping: a module that left a broker down fails on its own)
+        print(f"\n{request.module.__name__}: its topics were not all deleted ({exc}); they stay for the session",
+              file=sys.stderr)
+
+
 @pytest.fixture
 def unique_topic(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses: ``t-<test name>-<random hex>``."""

@@ -37,7 +37,23 @@ if os.environ.get("AKR_PLAN_IN_PROCESS"):
     PlanReassignmentOperator.spark_submit = plan_job_in_process
 '''
 
-RUNNER = _PLAN_IN_PROCESS + '''
+#: Every runner's first lines (this module's and the other tests' own): the in-process execution API that dag.test()
+#: starts serves the newest API version only. Airflow's Cadwyn app builds its routes for every version it keeps (ten on
+#: 3.3) at the first request: 7 s of CPU in each DAG run's process on this machine (py-spy: Cadwyn._cadwyn_initialize,
+#: 377 of 963 samples of a one-task run), several times that on a loaded machine. The task SDK installed with it speaks
+#: the newest version, which equals the head, so the routes a task calls are the same; what goes is the translation for
+#: older clients (a deployment's API server, in test_stack and test_airflow_ui, keeps every version). The head's routes
+#: that only older versions have are dropped with them (Cadwyn refuses a bundle that does not restore them).
+FAST_EXECUTION_API = '''
+import airflow.api_fastapi.execution_api.versions as _versions
+from airflow.api_fastapi.execution_api.routes import execution_api_router as _router
+from cadwyn import HeadVersion as _Head, Version as _Version, VersionBundle as _Bundle
+
+_versions.bundle = _Bundle(_Head(), _Version(_versions.bundle.versions[0].value))
+_router.routes[:] = [r for r in _router.routes if "_CADWYN_DELETED_ROUTE" not in (getattr(r, "tags", None) or [])]
+'''
+
+RUNNER = FAST_EXECUTION_API + _PLAN_IN_PROCESS + '''
 import json, sys, importlib.util
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session

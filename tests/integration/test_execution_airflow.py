@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dagrun import FAST_EXECUTION_API
 from kafka_helpers import make_topic, replicas, throttles
 
 from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
@@ -27,7 +28,7 @@ from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBAC
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import produce
 
-RUNNER = '''
+RUNNER = FAST_EXECUTION_API + '''
 import json, sys, importlib.util
 from datetime import datetime
 from airflow.models.xcom import XComModel

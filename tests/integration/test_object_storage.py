@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dagrun import FAST_EXECUTION_API
 from kafka_helpers import (
     TI,
     dynamic_broker_configs,
@@ -49,7 +50,7 @@ from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 STORAGE_CONN_ID = "akr_plans"
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 
-RUNNER = '''
+RUNNER = FAST_EXECUTION_API + '''
 import json, sys, importlib.util
 from datetime import datetime
 from airflow.models.xcom import XComModel
