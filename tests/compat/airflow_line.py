@@ -65,11 +65,14 @@ TOOLS = ["pyspark==4.2.0", "pyspark-client==4.2.0", "pytest>=8", "pytest-timeout
 #: No 3.0 lock: the set of 3.0.6's day (2025-08-30) pins pydantic 2.11.7 (the provider needs 2.12: ``exclude_if``),
 #: common-compat 1.7.3 (it needs 1.12), grpcio 1.74.0 and googleapis-common-protos 1.70.0 (pyspark-client 4.2.0 needs
 #: 1.76 and 1.71): the cell's stack is younger than that day, and each unpinning by hand brought the next conflict.
-#: No 3.1 lock: under the set of 3.1.8's day (2026-03-12) the standard provider is 1.12.0, whose ApprovalOperator takes
-#: no ``response_timeout`` (1.13.1 has it; 1.12 waits for execution_timeout), so the example DAGs' PlanApprovalOperator
-#: fails at import (docs/install.md); the provider declares no floor for apache-airflow-providers-standard.
-#: line: (patch, the day after apache-airflow-core's upload to PyPI: 3.2.2 2026-05-29T05:20Z, 3.3.2 2026-09-17T08:38Z).
-LINE_RELEASES = {"3.2": ("3.2.2", "2026-05-30"), "3.3": ("3.3.2", "2026-09-18")}
+#: line: (patch, the day after apache-airflow-core's upload to PyPI: 3.1.8 2026-03-11T19:28Z, 3.2.2 2026-05-29T05:20Z,
+#: 3.3.2 2026-09-17T08:38Z).
+LINE_RELEASES = {"3.1": ("3.1.8", "2026-03-12"), "3.2": ("3.2.2", "2026-05-30"), "3.3": ("3.3.2", "2026-09-18")}
+#: Distributions taken out of a line's dated set before the cell's requirements are resolved under it, because the
+#: provider needs a newer release than that day's (a user upgrades a provider past the constraints file, as Airflow's
+#: docs allow). 3.1: on 3.1.8's day the standard provider is 1.12.0, whose ApprovalOperator takes no
+#: ``response_timeout``; the provider requires apache-airflow-providers-standard>=1.13.1 (docs/install.md).
+LINE_RELEASED = {"3.1": ["apache-airflow-providers-standard", "apache-airflow-providers-common-compat"]}
 LOCKS = Path(__file__).resolve().parent / "locks"
 #: The matrix (``make compat``): not the cartesian product, but every Airflow line, every Python 3.10-3.13 and the Kafka
 #: lines 3.9 (KRaft, no KIP-860 on the broker: the client-side RF guard), 4.0 and the newest 4.x in at least one cell.
@@ -191,9 +194,13 @@ def write_lock(line: str) -> int:
         compile_ = [UV, "pip", "compile", "-q", "--universal", "--python-version", "3.10", "--no-header"]
         if run([*compile_, "--exclude-newer", day, airflow_in, "-o", dated]).returncode:
             return 1
+        released = LINE_RELEASED.get(line, [])
+        dated.write_text("".join(pin for pin in dated.read_text().splitlines(keepends=True)
+                                 if pin.split("==")[0].strip() not in released))
         if run([*compile_, "--no-annotate", "--constraint", dated, cell_in, "-o", out]).returncode:
             return 1
-    hand = ", ".join([*LINE_PINS.get(line, []), *[t for t in TOOLS if "==" in t]])
+    hand = ", ".join([*LINE_PINS.get(line, []), *[t for t in TOOLS if "==" in t],
+                      *[f"{r} released from the day's set" for r in LINE_RELEASED.get(line, [])]])
     out.write_text(f"# The py3.10+ lock of the Airflow {line} line's compat cells (tests/compat/airflow_line.py --lock {line}):\n"
                    f"# apache-airflow=={patch} resolved alone as PyPI was on {day} (uv --exclude-newer: what its constraints\n"
                    f"# file would pin), then the cell's requirements under that set. Pinned by hand: the day, {hand}.\n"

@@ -44,5 +44,12 @@ def test_each_lock_is_its_lines_dated_resolution_with_the_hand_pins():
         assert f"\napache-airflow=={patch}\n" in text and f"\napache-airflow-core=={patch}\n" in text
         for pin in airflow_line.LINE_PINS.get(line, []):
             assert pin in text.splitlines()[2]
+        for released in airflow_line.LINE_RELEASED.get(line, []):
+            assert f"{released} released from the day's set" in text.splitlines()[2]
     svcs = re.search(r"^svcs==(\d+)\.(\d+)", (airflow_line.LOCKS / "3.2.txt").read_text(), re.M)
     assert svcs and (int(svcs[1]), int(svcs[2])) < (26, 2)
+    # the 3.1 lock keeps the standard provider at the floor the provider declares (1.12.0, the day's, has no
+    # ApprovalOperator(response_timeout=...)): every pin of it, for every Python
+    lock_31 = (airflow_line.LOCKS / "3.1.txt").read_text()
+    standard = re.findall(r"^apache-airflow-providers-standard==(\d+)\.(\d+)\.(\d+)", lock_31, re.M)
+    assert standard and all((int(a), int(b), int(c)) >= (1, 13, 1) for a, b, c in standard)
