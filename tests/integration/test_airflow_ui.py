@@ -27,7 +27,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -161,7 +160,7 @@ def log_tail(home: Path, run_id: str, task_id: str, chars: int = 4000) -> str:
     return logs[-1].read_text(errors="replace")[-chars:] if logs else "(no log)"
 
 
-def wait_for_approval_request(api: Api, run_id: str) -> dict:
+def wait_for_approval_request(api: Api, home: Path, run_id: str) -> dict:
     def waiting() -> Any:
         state = api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")["state"]
         assert state in ("queued", "running"), f"the run ended {state} before the approval"
@@ -171,11 +170,15 @@ def wait_for_approval_request(api: Api, run_id: str) -> dict:
             return None
         return api.get_or_none(f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails")
     details = wait_until(waiting, what="the approve task waiting for a person", timeout=420, every=1.5)
-    # A person takes seconds to answer. Answered within a second of the task parking, Airflow 3.3's scheduler
-    # re-queues it before it has handled the parking run's executor event ("finished with state success, but
-    # the task instance's state attribute is queued") and marks it failed (seen in CI: the rejected run's
-    # execute then read upstream_failed). So answer the way a person would: not in the same second.
-    time.sleep(5)
+    # Answered before the scheduler has handled the executor's event of the try that parked ("finished with state
+    # success"), Airflow 3.3's scheduler finds the resumed task queued or running under the same try, takes it for
+    # killed externally ("... but the task instance's state attribute is queued") and fails it: seen twice in CI, the
+    # rejected run's execute then read upstream_failed, once even 5 s after the parking. A person is never that
+    # fast; the test waits for the scheduler's own line saying it has handled that event.
+    handled = f"TaskInstance Finished: dag_id={DAG_ID}, task_id=approve, run_id={run_id},"
+    log = home / "standalone.log"
+    wait_until(lambda: handled in log.read_text(errors="replace"), every=0.5, timeout=180,
+               what="the scheduler's 'TaskInstance Finished' for the parked approve task (standalone.log)")
     return details
 
 
@@ -226,7 +229,7 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
             "max_moves_per_broker": 2, "topic_include": [re.escape(unique_topic) + "-[ab]"], "partial_drain": True}
 
     run_id = trigger(api, conf)
-    detail = wait_for_approval_request(api, run_id)
+    detail = wait_for_approval_request(api, home, run_id)
     assert "replica moves" in detail["body"] and "Open the plan report" in detail["body"]
     assert "Pre-flight against the cluster now" in detail["body"] and "Every move can run as planned." in detail["body"]
     assert ti_state(api, run_id, "execute") in (None, "none", "scheduled", "queued")  # nothing submitted yet
@@ -274,7 +277,7 @@ def test_approve_open_the_plan_report_and_finish_then_a_rejected_run_changes_not
     make_topic(config, other[0], [[5, 1], [1, 5]], megabytes=0.1)
     before = assignment(sandbox, other)
     rejected = trigger(api, {**conf, "topic_include": [re.escape(unique_topic) + "-c"]})
-    wait_for_approval_request(api, rejected)
+    wait_for_approval_request(api, home, rejected)
     answer(api, rejected, "Reject")
     wait_for_run(api, rejected)
     states = {t: ti_state(api, rejected, t) for t in ("approve", "execute", "restore_cordons")}
