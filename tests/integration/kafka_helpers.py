@@ -161,7 +161,8 @@ class Traffic:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(120)
+        if self._thread.ident is not None:  # never started (the test failed before it): nothing to wait for
+            self._thread.join(120)
 
     def stop(self) -> None:
         """Stop sending (returns at once; leaving the ``with`` block still waits for the last acknowledgements)."""

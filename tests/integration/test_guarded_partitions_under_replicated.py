@@ -127,7 +127,9 @@ def test_rf3_growth_with_a_broker_stopped(small, config, tmp_path: Path):
         assert result["topics"][topic]["status"] == "created"
         expected = {f"{topic}-3": 3, f"{topic}-4": 3}
         assert result["heal_targets"] == expected == read_heal_targets(heal_file)
-        new = {p: r for p, r in replicas_of(config, topic).items() if p >= 3}
+        # read through the snapshot: it waits until every live broker has applied the metadata (a broker's own
+        # Metadata answer, read 40 ms after the creation, listed only the 3 old partitions once)
+        new = {p.partition: p.replicas for p in snapshot(config).partitions if p.topic == topic and p.partition >= 3}
         assert set(new) == {3, 4}
         for replicas in new.values():  # live brokers first (leader among them), the stopped one last
             assert len(replicas) == 3 and replicas[-1] == STOPPED and set(replicas[:2]) == {1, 2}
