@@ -34,6 +34,27 @@ _pending: list[tuple[str, str, float]] = []  # fixtures set up since the last re
 _tests: dict[str, float] = defaultdict(float)
 _fixtures: list[tuple[str, str, float]] = []
 _started = time.monotonic()
+_REFERENCE_STEPS = 10_000_000
+_reference: dict[str, float] = {}
+
+
+def reference_loop_s() -> float:
+    """How fast this machine runs Python right now: the best of three runs of a fixed loop, in seconds.
+
+    Machines of the same kind ran the very same suite 2-3x slower on some days than on others (the CPU time of every
+    process grew with the wall clock), so a table is only compared with another next to this figure."""
+    best = float("inf")
+    for _ in range(3):
+        began, total = time.perf_counter(), 0
+        for i in range(_REFERENCE_STEPS):
+            total += i
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        _reference["start"] = reference_loop_s()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -68,7 +89,8 @@ def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
     return [f"-- {title}", *(f"{left:>9}  {right}" for left, right in rows)]
 
 
-def summary(tests: dict[str, float], fixtures: list[tuple[str, str, float]], wall_s: float | None) -> list[str]:
+def summary(tests: dict[str, float], fixtures: list[tuple[str, str, float]], wall_s: float | None,
+            reference: dict[str, float] | None = None) -> list[str]:
     """The printed tables, from the recorded times (also what ``make test-times`` prints)."""
     per_file: dict[str, float] = defaultdict(float)
     for nodeid, seconds in tests.items():
@@ -81,6 +103,10 @@ def summary(tests: dict[str, float], fixtures: list[tuple[str, str, float]], wal
     if wall_s is not None:
         head += f" in {wall_s:.0f} s of wall clock"
     lines = [head]
+    if reference:
+        lines.append(f"machine speed: a fixed {_REFERENCE_STEPS:,}-step Python loop took "
+                     + " and ".join(f"{v:.2f} s at the {k}" for k, v in reference.items())
+                     + " (compare tables only beside this figure)")
     lines += _table(f"slowest {_TOP} tests (set-up + call + tear-down)",
                     [(f"{s:.1f} s", n) for n, s in sorted(tests.items(), key=lambda kv: -kv[1])[:_TOP]])
     lines += _table(f"slowest {_TOP} files",
@@ -95,12 +121,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if not _tests or hasattr(config, "workerinput"):  # an xdist worker: the controller prints
         return
     wall = time.monotonic() - _started
+    _reference["end"] = reference_loop_s()
     terminalreporter.section("test times")
-    for line in summary(_tests, _fixtures, wall):
+    for line in summary(_tests, _fixtures, wall, _reference):
         terminalreporter.line(line)
     try:
         _OUT.parent.mkdir(exist_ok=True)
-        _OUT.write_text(json.dumps({"wall_s": wall, "tests": _tests, "fixtures": _fixtures}, indent=1))
+        _OUT.write_text(json.dumps({"wall_s": wall, "reference_loop_s": _reference, "tests": _tests,
+                                    "fixtures": _fixtures}, indent=1))
     except OSError as exc:  # a read-only checkout (the compat check's installed copy) must not fail the run
         terminalreporter.line(f"(test times not written to {_OUT}: {exc})")
 
@@ -110,4 +138,5 @@ if __name__ == "__main__":  # make test-times: the tables of the last run again
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `make test` (or `make unit`) first")
     data = json.loads(path.read_text())
-    print("\n".join(summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"))))
+    print("\n".join(summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"),
+                            data.get("reference_loop_s"))))

@@ -1,0 +1,28 @@
+"""The time table's own logic (tests/timings.py): what it prints from recorded times."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import timings  # noqa: E402
+
+
+def test_the_table_names_the_slowest_test_file_and_fixture_and_the_machines_speed():
+    tests = {"tests/a.py::t1": 3.0, "tests/a.py::t2": 1.0, "tests/b.py::t": 2.5}
+    fixtures = [("sandbox", "session", 9.0), ("sandbox", "session", 8.0), ("tiny", "module", 0.2)]
+    lines = timings.summary(tests, fixtures, 5.0, {"start": 0.21, "end": 0.55})
+    assert lines[0] == "3 tests, 6 s of test time in 5 s of wall clock"
+    assert "0.21 s at the start and 0.55 s at the end" in lines[1]
+    def row(seconds: str, name: str) -> str:
+        return f"{seconds:>9}  {name}"
+
+    assert lines.index(row("3.0 s", "tests/a.py::t1")) < lines.index(row("2.5 s", "tests/b.py::t"))
+    assert row("4.0 s", "tests/a.py") in lines and row("17.0 s", "sandbox (session) x2") in lines
+    assert not [x for x in lines if "tiny" in x]  # under a second: not a fixed cost worth naming
+    assert not [x for x in timings.summary(tests, fixtures, None) if "machine speed" in x]  # an old record
+
+
+def test_the_reference_loop_is_timed_in_seconds():
+    assert 0 < timings.reference_loop_s() < 60
