@@ -123,15 +123,14 @@ def _topics_of_the_module_deleted(request: pytest.FixtureRequest) -> Iterator[No
         yield
         return
     from confluent_kafka.admin import AdminClient
+    from kafka_helpers import delete_topics
 
     config = request.getfixturevalue("sandbox").client_config()
     before = set(AdminClient(dict(config)).list_topics(timeout=30).topics)
     yield
     try:
-        admin = AdminClient(dict(config))
-        created = sorted(t for t in set(admin.list_topics(timeout=30).topics) - before if not t.startswith("__"))
-        for future in (admin.delete_topics(created, operation_timeout=30).values() if created else ()):
-            future.result(60)
+        now = set(AdminClient(dict(config)).list_topics(timeout=30).topics)
+        delete_topics(config, sorted(t for t in now - before if not t.startswith("__")))
     except Exception as exc:  # noqa: BLE001 (housekeeping: a module that left a broker down fails on its own)
         print(f"\n{request.module.__name__}: its topics were not all deleted ({exc}); they stay for the session",
               file=sys.stderr)
