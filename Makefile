@@ -11,9 +11,12 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 .PHONY: setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow compat-matrix compat-slice
 
-# the tests on both cores, a whole file per worker (module fixtures set up once; the integration tests' longest files
-# first: tests/integration/conftest.py FIRST); docs/testing.md
+# the tests on both cores, a whole file per worker (module fixtures set up once). The unit tests: two workers. The
+# integration tests: three, each with its own sandbox (they wait on Kafka, Airflow and Spark about half the time:
+# both cores were 47% busy with two), in the order of tests/integration/conftest.py FIRST, longest first
+# (--no-loadscope-reorder: xdist would otherwise start the files with the most tests first); docs/testing.md
 XDIST := -n 2 --dist loadfile
+XDIST_INTEGRATION := -n 3 --dist loadfile --no-loadscope-reorder
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -66,13 +69,13 @@ stack-status: setup
 
 test: setup chromium stack-deps  ## unit and integration tests (a real Kafka cluster per worker, and the PostgreSQL/Redis/Celery stack); each run ends with its time table
 	$(VENV)/bin/pytest $(XDIST) tests/unit
-	$(VENV)/bin/pytest $(XDIST) tests/integration
+	$(VENV)/bin/pytest $(XDIST_INTEGRATION) tests/integration
 
 unit: setup  ## the unit tests (no Kafka), on both cores
 	$(VENV)/bin/pytest $(XDIST) tests/unit
 
 integration: setup chromium stack-deps
-	$(VENV)/bin/pytest $(XDIST) tests/integration
+	$(VENV)/bin/pytest $(XDIST_INTEGRATION) tests/integration
 
 test-times: setup  ## the last test run's time table again: slowest tests, time per file, fixed costs (tests/timings.py)
 	$(PY) tests/timings.py

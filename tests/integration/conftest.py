@@ -47,10 +47,14 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: Files that start first under ``make test``'s ``-n 2 --dist loadfile`` (a whole file per worker, the next file to
-#: the first worker free): the longest, so that none of them is left running alone at the end (docs/testing.md).
-#: The stack's faults mostly wait on Airflow's components; test_stack.py alone takes 11-15 minutes.
-FIRST = ("test_stack.py", "test_object_storage.py", "test_example_dags.py", "test_airflow_ui.py")
+#: The longest files, longest first (test time per file, three workers, 2026-11-29): under ``make test``'s
+#: ``--dist loadfile --no-loadscope-reorder`` (a whole file per worker, the next file to the first worker free) they
+#: start first and the short ones fill in behind them, so that none of the long ones is left running alone at the
+#: end (docs/testing.md). The stack's faults mostly wait on Airflow's components: test_stack.py takes 9-15 minutes.
+FIRST = ("test_stack.py", "test_health_gate.py", "test_object_storage.py", "test_example_dags.py",
+         "test_airflow_ui.py", "test_execution_engine.py", "test_plan_job_readers.py", "test_spark_standalone.py",
+         "test_execution_airflow.py", "test_plan_on_sandbox.py", "test_remove_disk.py", "test_drain_before_cordons.py",
+         "test_wait_broker_down.py", "test_decommission_lifecycle.py", "test_wait_sensor.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

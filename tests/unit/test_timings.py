@@ -26,3 +26,15 @@ def test_the_table_names_the_slowest_test_file_and_fixture_and_the_machines_spee
 
 def test_the_reference_loop_is_timed_in_seconds():
     assert 0 < timings.reference_loop_s() < 60
+
+
+def test_the_integration_files_named_to_start_first_exist():
+    """A renamed or deleted file left in FIRST would silently fall back to xdist's order."""
+    import ast
+
+    integration = Path(__file__).resolve().parents[1] / "integration"
+    tree = ast.parse((integration / "conftest.py").read_text())
+    first = next(ast.literal_eval(node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "FIRST")
+    assert len(first) == len(set(first)) >= 4
+    assert [name for name in first if not (integration / name).is_file()] == []
