@@ -75,6 +75,12 @@ MAX_CONTROLLERS = 3
 #: a node still running this long after the KRaft quorum is gone is SIGKILLed by ``down``
 QUORUM_LOST_GRACE_S = 3.0
 FORMAT_TIMEOUT_S = 180.0
+#: Start-up attempts when a node could not bind a port chosen for it: the port was free when chosen
+#: (:func:`free_ports`) but another process took it before the node bound it (several sandboxes starting at once,
+#: or a client's outgoing connection given it as its local port). Each attempt chooses new ports.
+PORT_ATTEMPTS = 3
+#: What a Kafka node logs when a listener's port is taken.
+PORT_TAKEN = "Address already in use"
 REASSIGN_MAIN_CLASS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 STORAGE_TOOL_MAIN_CLASS = "kafka.tools.StorageTool"
 BROKER_MAIN_CLASS = "kafka.Kafka"
@@ -672,7 +678,17 @@ class Sandbox:
             except maven.KafkaFetchError as exc:
                 raise SandboxError(str(exc)) from exc
             archives = cds.ensure_archives(dist, _java(), self._train_archives(dist))
-            self._start(dist, brokers, racks, sasl, timeout, archives, tls=tls, acls=acls, log_dirs=log_dirs)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                try:
+                    self._start(dist, brokers, racks, sasl, timeout, archives, tls=tls, acls=acls,
+                                log_dirs=log_dirs)
+                    break
+                except SandboxError:
+                    if attempt == PORT_ATTEMPTS or not self.port_taken():
+                        raise
+                    log.warning("a port chosen for a node was taken before the node bound it (attempt %d of %d): "
+                                "starting again on other ports", attempt, PORT_ATTEMPTS)
+                    self._remove_node_files()  # its nodes are stopped (_start stops them on failure)
             self.state["started_in_s"] = round(time.monotonic() - started, 1)
             self._save()
         log.info("sandbox ready in %.1f s: %s", self.state["started_in_s"], self.bootstrap_servers)
@@ -727,6 +743,16 @@ class Sandbox:
             raise
         log.info("%d brokers ready %.1f s after launch", brokers, time.monotonic() - launched)
 
+    def port_taken(self) -> bool:
+        """Whether a node of this sandbox failed to start because one of its ports was taken."""
+        for log_file in [*self.dir.glob("node-*/server.log"), *self.dir.glob("node-*/stdout.log")]:
+            try:
+                if PORT_TAKEN in log_file.read_text(errors="replace"):
+                    return True
+            except OSError:
+                continue
+        return False
+
     def _add_acl_users(self, timeout: float) -> None:
         """The limited SCRAM users and their ACLs, through the admin API on the PLAINTEXT listener
         (``User:ANONYMOUS``, a super user)."""
@@ -779,6 +805,9 @@ class Sandbox:
                     f"run 'down --dir {self.dir}' first"
                 )
             log.info("replacing the stopped sandbox in %s", self.dir)
+        self._remove_node_files()
+
+    def _remove_node_files(self) -> None:
         for path in [*self.dir.glob("node-*"), self.state_path, self.dir / "tools-log4j2.xml"]:
             if path.is_dir():
                 shutil.rmtree(path)

@@ -186,3 +186,40 @@ def test_pinning_a_kafka_version_older_than_3_9_is_refused(tmp_path: Path) -> No
     )
     assert env_proc.returncode == 1
     assert ">= 3.9" in env_proc.stderr
+
+
+def test_a_port_taken_between_its_choice_and_the_nodes_bind_starts_again_on_other_ports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Three workers start their sandboxes at once (make test): a port free when chosen can be taken before the node
+    binds it. Here the first choice's broker port is held by another socket; the node fails to bind it, and the
+    sandbox starts again on new ports instead of failing the session."""
+    import socket
+
+    from airflow_kafka_reassign.sandbox import cluster
+
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    chosen: list[list[int]] = []
+    free = cluster.free_ports
+
+    def first_one_taken(count: int) -> list[int]:
+        ports = free(count)
+        if not chosen:
+            ports[0] = taken  # node 1's broker listener
+        chosen.append(ports)
+        return ports
+
+    monkeypatch.setattr(cluster, "free_ports", first_one_taken)
+    box = Sandbox(tmp_path / "retry")
+    try:
+        with caplog.at_level("WARNING", logger=cluster.__name__):
+            box.up(brokers=1, racks=0, timeout=120)
+        assert len(chosen) == 2 and chosen[0][0] == taken != chosen[1][0]
+        assert any("taken before the node bound it (attempt 1 of 3)" in r.getMessage() for r in caplog.records)
+        assert box.bootstrap_servers == f"127.0.0.1:{chosen[1][0]}"
+        assert readiness.live_broker_ids({"bootstrap.servers": box.bootstrap_servers}) == {1}
+    finally:
+        box.down()
+        held.close()
