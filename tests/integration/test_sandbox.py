@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from airflow_kafka_reassign.kafka import readiness
-from airflow_kafka_reassign.sandbox import Sandbox, wait_until
+from airflow_kafka_reassign.sandbox import Sandbox, cluster, wait_until
 
 T = TypeVar("T")
 CLI = [sys.executable, "-m", "airflow_kafka_reassign.sandbox"]
@@ -193,10 +194,6 @@ def test_a_port_taken_between_its_choice_and_the_nodes_bind_starts_again_on_othe
     """Three workers start their sandboxes at once (make test): a port free when chosen can be taken before the node
     binds it. Here the first choice's broker port is held by another socket; the node fails to bind it, and the
     sandbox starts again on new ports instead of failing the session."""
-    import socket
-
-    from airflow_kafka_reassign.sandbox import cluster
-
     held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     held.bind(("127.0.0.1", 0))
     held.listen()
