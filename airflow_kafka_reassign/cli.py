@@ -41,8 +41,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
-from airflow_kafka_reassign.core.store import StoreError
+from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S
+from airflow_kafka_reassign.core.records.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 
 EXIT_BAD_INPUT = 2
@@ -99,7 +99,7 @@ def _readable(uri: str, args: argparse.Namespace) -> Path:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+    from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
     from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
     config: dict[str, Any] = _kv_file(args.command_config) if args.command_config else {}
@@ -108,7 +108,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     try:  # complete or IncompleteSnapshotError (exit 1): nothing is written from a partial view
         snapshot = admin.snapshot(include_sizes=args.sizes, settle_timeout_s=args.settle_timeout)
         if args.sample_window_s:
-            from airflow_kafka_reassign.core.rates import snapshot_bytes_in
+            from airflow_kafka_reassign.core.vocabulary.rates import snapshot_bytes_in
 
             snapshot = snapshot_bytes_in(admin.replica_sizes, snapshot, args.sample_window_s)
         # each broker's log-dir space (KIP-827): a capacity document's "cluster" disks come from it
@@ -125,7 +125,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         if table is not None:
             table.write(Path(local))
         if space:
-            from airflow_kafka_reassign.core.capacity import write_disks
+            from airflow_kafka_reassign.core.vocabulary.capacity import write_disks
 
             write_disks(space, Path(local))
     out = args.out
@@ -166,7 +166,7 @@ def build_request(args: argparse.Namespace) -> Any:
     if args.max_leader_spread:
         fields["max_leader_spread"] = args.max_leader_spread
     if args.capacity:
-        from airflow_kafka_reassign.core.capacity import load_capacity
+        from airflow_kafka_reassign.core.vocabulary.capacity import load_capacity
 
         fields["capacity"] = load_capacity(args.capacity)
     for name in ("disk_cap", "disk_tolerance", "offload_threshold", "ingress_tolerance"):
@@ -176,10 +176,10 @@ def build_request(args: argparse.Namespace) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
     from airflow_kafka_reassign.core.planner import plan_reassignment
     from airflow_kafka_reassign.core.planner.goals import LOG_DIR_GOALS
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.records.plan_io import read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
 
     request = _cluster_disks(build_request(args), args)
     if args.no_spark:
@@ -212,7 +212,7 @@ def _cluster_disks(request: Any, args: argparse.Namespace) -> Any:
 
     import pyarrow.parquet as pq
 
-    from airflow_kafka_reassign.core.capacity import DISKS_FILE, disk_totals
+    from airflow_kafka_reassign.core.vocabulary.capacity import DISKS_FILE, disk_totals
     from airflow_kafka_reassign.plan_storage import open_store
 
     cap = request.capacity
@@ -233,7 +233,7 @@ def _plan_on_spark(args: argparse.Namespace, request: Any) -> dict[str, Any] | N
     """The plan job on ``--master``: it reads the snapshot and writes the plan where they are (paths,
     or object-storage URIs its driver reads with the credentials of ``--storage-conn-id`` or its own
     environment); the summary of metrics.json, ``None`` when the job failed (its output says why)."""
-    from airflow_kafka_reassign.core.plan_io import ERROR_FILE, read_metrics
+    from airflow_kafka_reassign.core.records.plan_io import ERROR_FILE, read_metrics
     from airflow_kafka_reassign.plan_storage import is_local, job_environment, local_path, open_store
     from airflow_kafka_reassign.spark.submit import EXIT_BAD_INPUT as JOB_BAD_INPUT
     from airflow_kafka_reassign.spark.submit import submit_plan
@@ -277,10 +277,10 @@ def _job_error_line(output: str) -> str:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
-    from airflow_kafka_reassign.core.plan_io import read_plan
     from airflow_kafka_reassign.core.planner import compute_metrics
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.records.plan_io import read_plan
+    from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
     from airflow_kafka_reassign.plan_storage import is_local, open_plan
 
     snapshot = read_snapshot(_readable(args.snapshot, args))

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_reassign.core.loads import broker_loads
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
-from airflow_kafka_reassign.core.units import format_bytes
+from airflow_kafka_reassign.core.vocabulary.loads import broker_loads
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.sandbox.pace import CopyPhase, plan_throttle_bound_s
 

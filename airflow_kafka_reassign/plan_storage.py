@@ -3,7 +3,7 @@
 One storage layer for every task of a plan (plan, execute, the sensor and its trigger, cancel,
 heal) and the CLI. A plan lives at a **plan URI**, whatever its scheme:
 
-* a plain path or ``file://`` URI: a :class:`~airflow_kafka_reassign.core.store.LocalStore`
+* a plain path or ``file://`` URI: a :class:`~airflow_kafka_reassign.core.records.store.LocalStore`
   (fine on one machine, or on a disk every worker and the triggerer mount);
 * ``s3://bucket/prefix/plan`` (and ``gs://``, ``abfs://``, any scheme an installed Airflow
   provider registers for ``ObjectStoragePath``): an :class:`ObjectStore` over that provider's
@@ -14,18 +14,18 @@ Everything a retry or another worker needs is read from there and from the clust
 a worker's disk: ``plan.json``, ``rollback.json``, ``metrics.json``, the report, and ``run/``
 (the throttle backup, the lease, the journal). Objects are written whole in one PUT (S3 never
 shows half an object); the lease uses conditional writes (``If-None-Match: *`` to create,
-``If-Match: <ETag>`` to replace) where the store has them, see core/lease.py.
+``If-Match: <ETag>`` to replace) where the store has them, see core/records/lease.py.
 
 Example::
 
     from airflow_kafka_reassign.plan_storage import open_plan
-    from airflow_kafka_reassign.core.plan_io import read_plan
+    from airflow_kafka_reassign.core.records.plan_io import read_plan
 
     plan_store = open_plan("s3://kafka-plans/decommission/run-1/plan", conn_id="aws_plans")
     plan = read_plan(plan_store)           # validated ReassignmentPlan
     state = plan_store.child("run")        # the run state (throttle backup, lease, journal)
 
-Errors (:class:`~airflow_kafka_reassign.core.store.StoreError`) name the URI and what to fix, never
+Errors (:class:`~airflow_kafka_reassign.core.records.store.StoreError`) name the URI and what to fix, never
 a credential, and come within ``timeout_s`` (connect and read timeouts, few retries).
 """
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE
-from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError, _check_name
+from airflow_kafka_reassign.core.records.plan_io import METRICS_FILE, PLAN_FILE
+from airflow_kafka_reassign.core.records.store import LocalStore, Store, StoreError, _check_name
 
 #: The run-state folder of a plan (the default ``state_dir``).
 RUN_DIR = "run"
@@ -132,7 +132,7 @@ def _describe(e: BaseException) -> str:
 
 
 class ObjectStore:
-    """A :class:`~airflow_kafka_reassign.core.store.Store` on object storage (see the module docstring).
+    """A :class:`~airflow_kafka_reassign.core.records.store.Store` on object storage (see the module docstring).
 
     :param uri: ``scheme://bucket/prefix`` of the folder.
     :param conn_id: the Airflow connection of that storage (``None``: the file system's defaults,
@@ -346,7 +346,7 @@ def open_plan(plan_uri: str, *, conn_id: str | None = None, timeout_s: float = D
     """The store of the plan directory at ``plan_uri``, checked to hold a complete plan.
 
     Raises :class:`~airflow_kafka_reassign.exceptions.ConfigurationError` (a wrong URI, no plan
-    there) or :class:`~airflow_kafka_reassign.core.store.StoreError` (the storage cannot be used),
+    there) or :class:`~airflow_kafka_reassign.core.records.store.StoreError` (the storage cannot be used),
     each naming the URI and the fix, never a credential."""
     from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -475,7 +475,7 @@ def job_environment(uri: str, *, conn_id: str | None = None, timeout_s: float = 
 def heal_targets_file(uri: str | os.PathLike[str], *, conn_id: str | None = None,
                       timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Store, str]:
     """The heal-targets file at ``uri`` (a path or an object-storage URI) as ``(store of its folder,
-    file name)``, what ``core.growth.read_heal_targets`` / ``update_heal_targets`` take: on
+    file name)``, what ``core.maintenance.growth.read_heal_targets`` / ``update_heal_targets`` take: on
     distributed workers, GuardedCreatePartitions records there and PlanHeal reads it, from any worker."""
     from airflow_kafka_reassign.exceptions import ConfigurationError
 

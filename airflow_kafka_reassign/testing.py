@@ -1,4 +1,4 @@
-"""An in-memory :class:`~airflow_kafka_reassign.core.ports.ClusterAdmin` for fast unit tests.
+"""An in-memory :class:`~airflow_kafka_reassign.core.vocabulary.ports.ClusterAdmin` for fast unit tests.
 
 It mimics a KRaft controller closely enough for planning, guard and execution logic:
 AlterPartitionReassignments with KIP-860's AllowReplicationFactorChange semantics
@@ -30,9 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
-from airflow_kafka_reassign.core.cordon import ALL_DIRS, CORDONED_LOG_DIRS, parse_cordon
-from airflow_kafka_reassign.core.models import (
+from airflow_kafka_reassign.core.execution.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
+from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.maintenance.cordon import ALL_DIRS, CORDONED_LOG_DIRS, parse_cordon
+from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
     ClusterSnapshot,
     PartitionState,
@@ -41,7 +42,7 @@ from airflow_kafka_reassign.core.models import (
     TopicState,
     check_replica_list,
 )
-from airflow_kafka_reassign.core.ports import (
+from airflow_kafka_reassign.core.vocabulary.ports import (
     AlterResult,
     BrokerResult,
     ClusterCapabilities,
@@ -63,7 +64,6 @@ from airflow_kafka_reassign.core.ports import (
     TopicPartitionReplica,
     TopicResult,
 )
-from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 
 

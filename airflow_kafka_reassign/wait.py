@@ -19,14 +19,9 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_reassign.core.cancel import live_rollback
-from airflow_kafka_reassign.core.drain import read_drain
-from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, progress_observation
-from airflow_kafka_reassign.core.execution.run_state import executed_digest, health_stop, try_key
-from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseKeeper
-from airflow_kafka_reassign.core.plan_io import read_plan, read_plan_with_digest, read_rollback
-from airflow_kafka_reassign.core.progress import (
+from airflow_kafka_reassign.core.execution.cancel import live_rollback
+from airflow_kafka_reassign.core.execution.progress import (
     DEFAULT_WINDOW_S,
     Progress,
     ReassignmentWatch,
@@ -35,13 +30,18 @@ from airflow_kafka_reassign.core.progress import (
     TrackerState,
     final_message,
 )
-from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.core.execution.run_state import executed_digest, health_stop, try_key
+from airflow_kafka_reassign.core.maintenance.drain import read_drain
+from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseKeeper
+from airflow_kafka_reassign.core.records.plan_io import read_plan, read_plan_with_digest, read_rollback
+from airflow_kafka_reassign.core.records.store import Store, StoreError
+from airflow_kafka_reassign.core.vocabulary.durations import deadline as parse_deadline
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, plan_store, run_state
 
 if TYPE_CHECKING:
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 Which = Literal["plan", "rollback"]
 
@@ -136,7 +136,7 @@ class WaitSpec:
 
     def load_plan(self, admin: ClusterAdmin | None = None) -> ReassignmentPlan:
         """The plan this wait is about. With ``which="rollback"`` and an ``admin``, the rollback starts from
-        where each partition is now (:func:`~airflow_kafka_reassign.core.cancel.live_rollback`): a partition
+        where each partition is now (:func:`~airflow_kafka_reassign.core.execution.cancel.live_rollback`): a partition
         that a cancel left on its replicas in another order, or finished, is not refused as stale."""
         if self.which == "plan":
             plan, digest = read_plan_with_digest(self.plan_store)

@@ -52,8 +52,9 @@ from kafka.protocol.admin import AlterPartitionReassignmentsRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
-from airflow_kafka_reassign.core.models import (
+from airflow_kafka_reassign.core.execution.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
+from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
     ClusterSnapshot,
     PartitionState,
@@ -62,7 +63,7 @@ from airflow_kafka_reassign.core.models import (
     TopicState,
     check_replica_list,
 )
-from airflow_kafka_reassign.core.ports import (
+from airflow_kafka_reassign.core.vocabulary.ports import (
     AlterResult,
     DiskSpace,
     InFlightReassignment,
@@ -73,7 +74,6 @@ from airflow_kafka_reassign.core.ports import (
     ThrottleBackup,
     TopicResult,
 )
-from airflow_kafka_reassign.core.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.exceptions import (
     ClusterAccessError,
     ClusterUnreachableError,
@@ -600,11 +600,11 @@ class KafkaClusterAdmin(MaintenanceMixin):
         Every partition of every selected topic (``topics``; ``None``: all) is in the snapshot, with
         its replicas, ISR and leader, its topic's configs and, with ``include_sizes``, the size of
         every replica on a live broker, all consistent with each other
-        (:func:`~airflow_kafka_reassign.core.completeness.find_gaps`). While they are not (the
+        (:func:`~airflow_kafka_reassign.core.guards.completeness.find_gaps`). While they are not (the
         cluster's metadata settling after topics were created or grown: a topic whose configs the
         answering broker does not know yet), it reads again, backing off, for up to
         ``settle_timeout_s`` (default
-        :data:`~airflow_kafka_reassign.core.completeness.DEFAULT_SETTLE_S`), then raises
+        :data:`~airflow_kafka_reassign.core.guards.completeness.DEFAULT_SETTLE_S`), then raises
         :class:`~airflow_kafka_reassign.exceptions.IncompleteSnapshotError` naming what is missing
         per topic. Before reading it waits (within the same budget) until every live broker has
         applied the cluster's metadata as it was when the snapshot began (:class:`_MetadataBarrier`:

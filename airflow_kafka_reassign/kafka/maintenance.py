@@ -5,7 +5,7 @@
 
 * capabilities: ApiVersions of the connected broker and the finalized ``metadata.version``
   (kafka-python's ``describe_features``): :func:`capabilities_from` turns them into the port's
-  :class:`~airflow_kafka_reassign.core.ports.ClusterCapabilities`, so no API key reaches the core;
+  :class:`~airflow_kafka_reassign.core.vocabulary.ports.ClusterCapabilities`, so no API key reaches the core;
 * cordons (``cordoned.log.dirs``, KIP-1066): confluent-kafka's DescribeConfigs and
   IncrementalAlterConfigs, one broker resource per call, as the throttle rates;
 * DescribeQuorum, DescribeCluster v2 with fenced brokers (KIP-1073), AlterReplicaLogDirs: kafka-python;
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka import errors as kp_errors
 
-from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.ports import (
+from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import (
     CORDON_METADATA_LEVEL,
     JBOD_METADATA_LEVEL,
     BrokerResult,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from kafka.admin import KafkaAdminClient
 
-    from airflow_kafka_reassign.core.ports import ThrottleBackup
+    from airflow_kafka_reassign.core.vocabulary.ports import ThrottleBackup
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

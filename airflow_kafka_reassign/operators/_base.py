@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from airflow_kafka_reassign.core.disk_guard import default_reserve
 from airflow_kafka_reassign.core.execution import EXECUTION_SETTINGS, ExecutionConfig, finish
-from airflow_kafka_reassign.core.lease import LeaseHeldError, LeaseKeeper, task_lease_identity
-from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.core.guards.disk import default_reserve
+from airflow_kafka_reassign.core.records.lease import LeaseHeldError, LeaseKeeper, task_lease_identity
+from airflow_kafka_reassign.core.records.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.plan_storage import default_output_root, safe_name
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.execution import ExecutionOptions
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 
 
 def as_bool(value: Any, name: str) -> bool:

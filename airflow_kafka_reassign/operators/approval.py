@@ -16,7 +16,7 @@ The decision is bound to the plan: the task returns an approval record (XCom ``r
 
 and ExecuteReassignment (``approval="{{ ti.xcom_pull(task_ids='approve') }}"``) refuses a plan
 whose ``plan.json`` no longer has that hash, or whose snapshot is older than its
-``max_snapshot_age``, with a message that says to re-plan (core/approval.py).
+``max_snapshot_age``, with a message that says to re-plan (core/guards/approval.py).
 
 Before asking, the task runs the execution's pre-flight against the cluster, read-only (the same
 core code as ExecuteReassignment's first step: :func:`airflow_kafka_reassign.core.execution.preflight`,
@@ -51,8 +51,8 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
 from airflow_kafka_reassign.core.execution import ExecutionOptions, ExecutionStatus, preflight, preflight_findings, refusal
-from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
-from airflow_kafka_reassign.core.units import format_bytes as human_bytes
+from airflow_kafka_reassign.core.records.plan_io import read_plan_with_digest
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes as human_bytes
 from airflow_kafka_reassign.exceptions import KafkaReassignError
 from airflow_kafka_reassign.operators._base import as_bool
 from airflow_kafka_reassign.report.links import report_url
@@ -73,8 +73,8 @@ except ImportError:  # pragma: no cover (Airflow 2 has no task SDK; this provide
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
-    from airflow_kafka_reassign.core.ports import ClusterAdmin, LogDir
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, LogDir
 
 REQUEST_KEY = "approval_request"
 #: Findings listed in the form (the counts line covers the rest).

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.execution import ExecutionConfig, cancel_then_roll_back
-from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseLostError
-from airflow_kafka_reassign.core.plan_io import read_plan, read_rollback
-from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseLostError
+from airflow_kafka_reassign.core.records.plan_io import read_plan, read_rollback
+from airflow_kafka_reassign.core.records.store import Store, StoreError
+from airflow_kafka_reassign.core.vocabulary.durations import deadline as parse_deadline
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
@@ -44,7 +44,7 @@ from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store, p
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 
 class CancelReassignmentOperator(ExecutionTask, BaseOperator):
@@ -73,7 +73,7 @@ class CancelReassignmentOperator(ExecutionTask, BaseOperator):
 
     XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
     "not_reverted", "reordered", "order_changed", "leader_changed", "throttles_restored",
-    "rollback": {...} | None}`` (see :class:`~airflow_kafka_reassign.core.cancel.CancelResult`).
+    "rollback": {...} | None}`` (see :class:`~airflow_kafka_reassign.core.execution.cancel.CancelResult`).
     The task fails (after doing everything it could) when a cancel failed, when a cancelled
     partition is left off its replicas before (another RF, other brokers, another order) and no
     finished rollback put it back, or when the rollback refused a move.

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
-from airflow_kafka_reassign.core.cordon import restore_cordons
-from airflow_kafka_reassign.core.cordon_release import release_unexecuted_cordons
-from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, task_lease_identity
-from airflow_kafka_reassign.core.lifecycle import broker_state, unregister
-from airflow_kafka_reassign.core.plan_io import read_plan
-from airflow_kafka_reassign.core.store import StoreError
+from airflow_kafka_reassign.core.execution.cordon_release import release_unexecuted_cordons
+from airflow_kafka_reassign.core.maintenance.cordon import restore_cordons
+from airflow_kafka_reassign.core.maintenance.lifecycle import broker_state, unregister
+from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, task_lease_identity
+from airflow_kafka_reassign.core.records.plan_io import read_plan
+from airflow_kafka_reassign.core.records.store import StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import as_bool, release_lease
@@ -53,7 +53,7 @@ from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store, p
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 
 def _brokers(value: Any) -> list[int]:

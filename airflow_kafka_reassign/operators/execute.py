@@ -23,7 +23,7 @@ Retry-safe and worker-independent: all state is derived from the cluster and the
 run state in ``<plan>/run`` (the throttle backup, the lease, the journal), on the plan's storage
 (object storage for distributed workers: ``plan_uri="s3://..."`` with ``storage_conn_id``). A
 retried or re-run task, on any worker, resumes, never submits a move twice, and restores
-throttles a killed try left behind. The plan's lease (core/lease.py) refuses a second run of the
+throttles a killed try left behind. The plan's lease (core/records/lease.py) refuses a second run of the
 same plan from another DAG run while this one drives it.
 """
 
@@ -37,11 +37,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S
-from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
-from airflow_kafka_reassign.core.drain import read_drain
-from airflow_kafka_reassign.core.durations import deadline as parse_deadline
-from airflow_kafka_reassign.core.durations import duration_s
 from airflow_kafka_reassign.core.execution import (
     ExecutionConfig,
     ExecutionStatus,
@@ -50,12 +45,17 @@ from airflow_kafka_reassign.core.execution import (
     run,
     write_rollback_if_missing,
 )
+from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
 from airflow_kafka_reassign.core.execution.run_state import PLAN_EXECUTED, try_key
-from airflow_kafka_reassign.core.journal import journal
-from airflow_kafka_reassign.core.lease import DEFAULT_TTL_S, LeaseLostError
-from airflow_kafka_reassign.core.plan_io import read_plan_with_digest
-from airflow_kafka_reassign.core.progress import ReassignmentWatch
-from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.core.guards.adaptive import DEFAULT_MIN_POLL_S
+from airflow_kafka_reassign.core.guards.approval import ApprovalRecord, check_approval, check_snapshot_age
+from airflow_kafka_reassign.core.maintenance.drain import read_drain
+from airflow_kafka_reassign.core.records.journal import journal
+from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseLostError
+from airflow_kafka_reassign.core.records.plan_io import read_plan_with_digest
+from airflow_kafka_reassign.core.records.store import Store, StoreError
+from airflow_kafka_reassign.core.vocabulary.durations import deadline as parse_deadline
+from airflow_kafka_reassign.core.vocabulary.durations import duration_s
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
@@ -66,8 +66,8 @@ from airflow_kafka_reassign.wait import log_progress
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 
 class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):

@@ -21,7 +21,7 @@ Example (a rolling maintenance of rack ``r1``, example_dags/kafka_rack_maintenan
 The evacuation reorders each affected partition's replicas so an in-sync replica on a broker that
 stays comes first (a reassignment to the same replicas: nothing is copied) and elects the
 preferred leaders; the replica order before is kept in ``<record_uri>/leadership.json``, written
-before the first request, which the restore puts back (core/leader_evacuation.py has the rules).
+before the first request, which the restore puts back (core/maintenance/leader_evacuation.py has the rules).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_reassign.core.leader_evacuation import (
+from airflow_kafka_reassign.core.maintenance.leader_evacuation import (
     RECORD_FILE,
     LeadershipPlan,
     apply_leadership,
@@ -42,7 +42,7 @@ from airflow_kafka_reassign.core.leader_evacuation import (
     restore_plan,
     save_record,
 )
-from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.core.records.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import default_run_location
@@ -51,7 +51,7 @@ from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 
 class _LeadershipOperator(BaseOperator):

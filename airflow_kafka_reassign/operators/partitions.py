@@ -1,7 +1,7 @@
 """Guarded partition growth and its heal step, as Airflow operators.
 
 * :class:`GuardedCreatePartitionsOperator` grows a batch of topics behind the guards of
-  :mod:`airflow_kafka_reassign.core.growth` (internal coordinator topics, compacted topics,
+  :mod:`airflow_kafka_reassign.core.maintenance.growth` (internal coordinator topics, compacted topics,
   shrinking, replica placement, under-replicated creation) and reports every topic's outcome.
 * :class:`PlanHealOperator` reads the heal-targets file that an under-replicated growth wrote,
   and plans (``goal="heal"``) what brings exactly those partitions back to their intended
@@ -27,8 +27,8 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
-from airflow_kafka_reassign.core.cordon import cordoned_brokers
-from airflow_kafka_reassign.core.growth import (
+from airflow_kafka_reassign.core.maintenance.cordon import cordoned_brokers
+from airflow_kafka_reassign.core.maintenance.growth import (
     GrowthOutcome,
     GrowthRequest,
     grow_partitions,
@@ -36,8 +36,8 @@ from airflow_kafka_reassign.core.growth import (
     read_heal_targets,
     update_heal_targets,
 )
-from airflow_kafka_reassign.core.plan_io import write_plan_dir
-from airflow_kafka_reassign.core.store import Store, StoreError
+from airflow_kafka_reassign.core.records.plan_io import write_plan_dir
+from airflow_kafka_reassign.core.records.store import Store, StoreError
 from airflow_kafka_reassign.exceptions import ConfigurationError, KafkaReassignError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.plan_storage import heal_targets_file, is_local, local_path, upload_dir
@@ -239,7 +239,7 @@ class PlanHealOperator(BaseOperator):
     the cluster and classifies every target (healed, catching-up, waiting-for-broker, short,
     missing). Partitions still short of their RF get moves from the planner's ``goal="heal"``,
     each an explicitly allowed RF change for exactly that partition, written to ``plan_dir``
-    (:func:`~airflow_kafka_reassign.core.plan_io.write_plan_dir`) for the execution operator.
+    (:func:`~airflow_kafka_reassign.core.records.plan_io.write_plan_dir`) for the execution operator.
 
     Outcomes: a plan with moves -> XCom ``{"plan_dir", "moves", "states", ...}``; nothing to
     move -> the task is skipped (downstream execution too); a target still on a stopped

@@ -54,18 +54,18 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 from airflow.sdk import BaseOperator, Context
 
-from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
-from airflow_kafka_reassign.core.cordon import apply_cordons, cordoned_brokers, decommission_cordons
-from airflow_kafka_reassign.core.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
-from airflow_kafka_reassign.core.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
+from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S
+from airflow_kafka_reassign.core.maintenance.cordon import apply_cordons, cordoned_brokers, decommission_cordons
+from airflow_kafka_reassign.core.maintenance.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
+from airflow_kafka_reassign.core.maintenance.quorum import check_voters
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.goals import LOG_DIR_GOALS
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable
-from airflow_kafka_reassign.core.quorum import check_voters
-from airflow_kafka_reassign.core.rates import snapshot_bytes_in
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.store import LocalStore, Store, StoreError
-from airflow_kafka_reassign.core.units import format_bytes as human_bytes
+from airflow_kafka_reassign.core.records.plan_io import ERROR_FILE, METRICS_FILE, PLAN_FILE, plan_digest, read_metrics
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.records.store import LocalStore, Store, StoreError
+from airflow_kafka_reassign.core.vocabulary.rates import snapshot_bytes_in
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes as human_bytes
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ConfigurationError, GuardRefusedError, UnsupportedBrokerError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators._base import as_bool, default_run_location
@@ -90,7 +90,7 @@ from airflow_kafka_reassign.spark.submit import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 #: Connection id the operator defines (in this task's environment only) for the local master.
 LOCAL_SPARK_CONN_ID = "akr_spark_local"
@@ -143,12 +143,12 @@ class PlanReassignmentOperator(BaseOperator):
     :param heal_targets: ``"topic-partition" -> RF`` to heal (GuardedCreatePartitions records them).
     :param use_sizes: snapshot replica sizes (DescribeLogDirs) and prefer moving small replicas.
     :param capacity: a capacity document (a JSON/YAML file path or a mapping; see
-        :mod:`airflow_kafka_reassign.core.capacity`): balance disk usage as a share of each
+        :mod:`airflow_kafka_reassign.core.vocabulary.capacity`): balance disk usage as a share of each
         broker's capacity (sizes are then always snapshotted). Needed by ``goal="offload"``.
         ``"cluster"`` (or ``"disk": "cluster"`` in an entry): each broker's disk as it reports it
         (the total bytes of its log dirs, DescribeLogDirs v4, Kafka 3.3+), read with the snapshot.
     :param sample_window_s: seconds between the two reads of the replicas' sizes (DescribeLogDirs)
-        that estimate each partition's bytes-in rate (:mod:`airflow_kafka_reassign.core.rates`; an
+        that estimate each partition's bytes-in rate (:mod:`airflow_kafka_reassign.core.vocabulary.rates`; an
         estimate: retention and compaction during the window skew it); ``0`` samples no rates.
         Default: 30 s when ``capacity`` gives a ``network_in`` capacity (the bytes-in goal needs
         the rates), else 0. The snapshot takes that much longer.
@@ -287,7 +287,7 @@ class PlanReassignmentOperator(BaseOperator):
         if as_bool(self.partial_drain, "partial_drain"):
             fields["partial_drain"] = True
         if self.capacity is not None:
-            from airflow_kafka_reassign.core.capacity import capacity_document, load_capacity
+            from airflow_kafka_reassign.core.vocabulary.capacity import capacity_document, load_capacity
 
             fields["capacity"] = (
                 load_capacity(self.capacity) if isinstance(self.capacity, str) else capacity_document(self.capacity)
@@ -308,7 +308,7 @@ class PlanReassignmentOperator(BaseOperator):
                        snapshot_dir: Path) -> PlanRequest:
         """Each broker's log-dir space beside the snapshot (``disks.json``), and a capacity document's
         ``"cluster"`` disks filled from it (KIP-827's total bytes) before anything is planned."""
-        from airflow_kafka_reassign.core.capacity import write_disks
+        from airflow_kafka_reassign.core.vocabulary.capacity import write_disks
 
         write_disks(space, snapshot_dir)
         cap = request.capacity
@@ -330,7 +330,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     def sample_window(self, request: PlanRequest) -> float:
         """Seconds to sample bytes-in rates over (0: none); see ``sample_window_s``."""
-        from airflow_kafka_reassign.core.rates import DEFAULT_SAMPLE_WINDOW_S
+        from airflow_kafka_reassign.core.vocabulary.rates import DEFAULT_SAMPLE_WINDOW_S
 
         if self.sample_window_s is None:
             cap = request.capacity
@@ -550,8 +550,8 @@ class PlanReassignmentOperator(BaseOperator):
 
     def _cordon_for_removal(self, admin: Any, request: PlanRequest, location: str) -> None:
         """goal remove-disks: bad input refused by name before anything is sent, then the dirs cordoned, backed up on
-        the plan's run state (core/disk_removal.py)."""
-        from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
+        the plan's run state (core/maintenance/disk_removal.py)."""
+        from airflow_kafka_reassign.core.maintenance.disk_removal import cordon_for_removal
         from airflow_kafka_reassign.plan_storage import run_state
 
         state = run_state(open_store(f"{location.rstrip('/')}/plan", conn_id=self.storage_conn_id or None,
@@ -563,7 +563,7 @@ class PlanReassignmentOperator(BaseOperator):
 
     def _write_drain(self, request: PlanRequest, plan_uri: str) -> None:
         """A decommission's plan directory says what is drained (drain.json): the execution that runs it drains
-        the partitions that arrive on those brokers meanwhile, in the same run (core/drain.py)."""
+        the partitions that arrive on those brokers meanwhile, in the same run (core/maintenance/drain.py)."""
         if request.goal != "remove-brokers" or not request.brokers:
             return
         partial = bool(request.partial_drain)

@@ -58,7 +58,7 @@ def report_location(dag_id: str, run_id: str, task_id: str, map_index: int) -> d
 
 
 def read_report_file(location: dict[str, Any], name: str) -> bytes | None:
-    from airflow_kafka_reassign.core.store import StoreError
+    from airflow_kafka_reassign.core.records.store import StoreError
     from airflow_kafka_reassign.plan_storage import open_store
 
     folder = str(location["report_uri"]).rsplit("/", 1)[0]

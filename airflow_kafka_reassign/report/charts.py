@@ -23,7 +23,7 @@ from matplotlib.colors import LinearSegmentedColormap, LogNorm, Normalize  # noq
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from airflow_kafka_reassign.core.units import byte_unit, format_bytes  # noqa: E402
+from airflow_kafka_reassign.core.vocabulary.units import byte_unit, format_bytes  # noqa: E402
 from airflow_kafka_reassign.report.view import MatrixTable, PlanView, rack_label  # noqa: E402
 
 DPI = 100

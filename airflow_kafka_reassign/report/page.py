@@ -4,7 +4,7 @@ The markup is in the Jinja2 templates of ``templates/`` (``report.html.j2``, its
 ``macros.html.j2``, the style in ``report.css``), rendered with autoescape: every value that comes
 from the cluster or the request (topic names, rack names, warnings, paths) is escaped by the
 template engine. This module gathers what the page says as plain data, and the filters that
-format numbers (sizes through :func:`~airflow_kafka_reassign.core.units.format_bytes`).
+format numbers (sizes through :func:`~airflow_kafka_reassign.core.vocabulary.units.format_bytes`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from airflow_kafka_reassign.core.units import format_bytes
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes
 from airflow_kafka_reassign.report.view import PlanView, rack_label
 
 DASH = "\u2014"

@@ -2,7 +2,7 @@
 
 Pure and fast enough for a million replicas (numpy over flat columns, no pydantic object per
 partition): :func:`assignment_from_snapshot` takes a :class:`ClusterSnapshot`,
-:func:`read_assignment` reads a snapshot directory (``core.snapshot_io`` format) straight from
+:func:`read_assignment` reads a snapshot directory (``core.records.snapshot_io`` format) straight from
 its Parquet columns. :func:`plan_view` applies a plan's moves to that and gives a
 :class:`PlanView`: replicas, preferred leaders and bytes per broker before and after, the
 replicas each broker sends to each other broker (:attr:`PlanView.matrix`), the replica moves
@@ -37,9 +37,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow.parquet as pq
 
-from airflow_kafka_reassign.core.loads import broker_loads
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
-from airflow_kafka_reassign.core.units import format_bytes
+from airflow_kafka_reassign.core.vocabulary.loads import broker_loads
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes
 
 #: Matrix source of replicas added without one removed (an RF increase, a heal).
 NEW_REPLICA = -1

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_reassign.core import plan_io
-from airflow_kafka_reassign.core.models import ClusterSnapshot
+from airflow_kafka_reassign.core.records import plan_io
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.report import charts, page
 from airflow_kafka_reassign.report.view import (
@@ -79,7 +79,7 @@ def write_report(
     """Write the plan report of ``plan_dir`` and return the path of its ``report.html``.
 
     ``snapshot``: the snapshot the plan was made from, as a :class:`ClusterSnapshot` or a
-    snapshot directory (``core.snapshot_io`` format); ``None`` uses the directory the plan's
+    snapshot directory (``core.records.snapshot_io`` format); ``None`` uses the directory the plan's
     ``metrics.json`` records. The report goes to ``out_dir`` (default ``PLAN_DIR/report/``):
     ``report.html`` and one PNG per chart. ``embed_images`` (default) also puts the charts in
     the page as data URIs, so ``report.html`` alone is complete (copy it anywhere, serve it

@@ -7,7 +7,7 @@ none left. It knows nothing of the executor, so the same figure serves our opera
 (``make demo``, ``tests/benchmarks/bench_window.py``). Its resolution is the sampling period.
 
 :func:`plan_throttle_bound_s` is the least time the plan can take under the throttle
-(:func:`airflow_kafka_reassign.core.schedule.throttle_bound_s`), from the replicas' sizes on disk::
+(:func:`airflow_kafka_reassign.core.execution.schedule.throttle_bound_s`), from the replicas' sizes on disk::
 
     topics = sorted({m.topic for m in plan.moves})
     with KafkaClusterAdmin(config) as admin:
@@ -24,8 +24,8 @@ import threading
 import time
 from collections.abc import Collection, Mapping
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
-from airflow_kafka_reassign.core.schedule import copies_of, throttle_bound_s
+from airflow_kafka_reassign.core.execution.schedule import copies_of, throttle_bound_s
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan
 
 
 def plan_throttle_bound_s(plan: ReassignmentPlan, snapshot: ClusterSnapshot, *, throttle: float) -> float:

@@ -3,7 +3,7 @@
 The reference tool proposes a placement for whole topics from scratch (a rack-aware
 round-robin with a random start, ignoring where the replicas are now). This module runs it
 on a :class:`~airflow_kafka_reassign.sandbox.Sandbox` and reads its answer as a
-:class:`~airflow_kafka_reassign.core.models.ReassignmentPlan` whose moves carry the current
+:class:`~airflow_kafka_reassign.core.vocabulary.models.ReassignmentPlan` whose moves carry the current
 replicas, so its cost (replica moves, leader changes) and its balance
 (:func:`~airflow_kafka_reassign.core.planner.compute_metrics`) compare directly with ours::
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicPartition
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.sandbox.cluster import Sandbox

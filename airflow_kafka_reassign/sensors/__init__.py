@@ -1,1 +1,1 @@
-"""Airflow sensors: thin shells over the pure core (progress rules in ``core/progress.py``)."""
+"""Airflow sensors: thin shells over the pure core (progress rules in ``core/execution/progress.py``)."""

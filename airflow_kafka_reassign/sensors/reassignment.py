@@ -29,13 +29,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, AirflowSensorTimeout, conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_kafka_reassign.core.durations import deadline as parse_deadline
-from airflow_kafka_reassign.core.durations import duration_s
 from airflow_kafka_reassign.core.execution import ExecutionConfig, cancel_then_roll_back, finish
-from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
-from airflow_kafka_reassign.core.lease import task_lease_identity
-from airflow_kafka_reassign.core.plan_io import read_rollback
-from airflow_kafka_reassign.core.progress import (
+from airflow_kafka_reassign.core.execution.progress import (
     DEFAULT_WINDOW_S,
     Progress,
     ReassignmentWatch,
@@ -44,6 +39,11 @@ from airflow_kafka_reassign.core.progress import (
     check_timeout_policy,
     format_duration,
 )
+from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
+from airflow_kafka_reassign.core.records.lease import task_lease_identity
+from airflow_kafka_reassign.core.records.plan_io import read_rollback
+from airflow_kafka_reassign.core.vocabulary.durations import deadline as parse_deadline
+from airflow_kafka_reassign.core.vocabulary.durations import duration_s
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.operators._base import ExecutionTask, execution_settings
 from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S
@@ -53,7 +53,7 @@ from airflow_kafka_reassign.wait import WaitSpec, event_payload, log_progress, m
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 #: task_state_store key of the tracker state in reschedule mode.
 STATE_KEY = "wait_for_reassignment.tracker"

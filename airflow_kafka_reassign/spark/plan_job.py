@@ -8,7 +8,7 @@ Usage (what PlanReassignmentOperator and ``airflow-kafka-reassign plan`` submit)
 ``SNAPSHOT_DIR``: a snapshot directory (docs/formats.md): a path, an object-storage URI
 (``s3://``, ``gs://``, ``abfs://``: read by the driver with pyarrow, see spark/job_storage.py) or
 a URI Spark's own file systems read (``hdfs://``, ``s3a://`` with the Hadoop AWS jars);
-``PLAN_DIR``: where the plan directory is written (core/plan_io.py): a path on the driver's
+``PLAN_DIR``: where the plan directory is written (core/records/plan_io.py): a path on the driver's
 machine, or an object-storage URI (uploaded by the driver, ``metrics.json`` last);
 ``REQUEST.json``: a :class:`~airflow_kafka_reassign.core.planner.PlanRequest` as JSON
 (``--request-json '{...}'`` passes it inline). Exit code 0 with a plan, 2 when the input
@@ -16,7 +16,7 @@ cannot give a sound plan (the reason on stderr and in ``PLAN_DIR/error.txt``), 1
 other failure.
 
 The snapshot's files are first checked against the counts its snapshot.json records
-(core/completeness.py: per topic, the partition count and ids 0 to count - 1 in
+(core/guards/completeness.py: per topic, the partition count and ids 0 to count - 1 in
 partitions.parquet and topics.parquet; the topics, partitions and replicas in all): a snapshot
 that does not hold what it recorded (a partial copy, files from two snapshots) is refused with
 exit code 2, naming the topic and the counts; for a local folder (or one fetched from object
@@ -26,7 +26,7 @@ planned with a warning. metrics.json's ``job.snapshot_check`` says which it was.
 How the work is spread (see core/planner/staged.py for the steps):
 
 * the partitions are read in parallel splits of whole topics: a snapshot written by this
-  package keeps every topic whole in one Parquet row group (core/snapshot_io.py), so each task
+  package keeps every topic whole in one Parquet row group (core/records/snapshot_io.py), so each task
   reads a run of row groups with pyarrow (on a ``local[...]`` master from the file; on a
   cluster, or for a URI, from the file's bytes, read once by the driver and broadcast, so the
   executors need no access to the snapshot): no shuffle and no JVM row conversion. A file
@@ -72,9 +72,7 @@ if __package__ in (None, ""):
 
 import pyarrow as pa  # noqa: E402
 
-from airflow_kafka_reassign.core.completeness import PartitionIds, compare_counts, mismatch_message  # noqa: E402
-from airflow_kafka_reassign.core.models import Broker, TopicState  # noqa: E402
-from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_metrics, write_plan_fragments  # noqa: E402
+from airflow_kafka_reassign.core.guards.completeness import PartitionIds, compare_counts, mismatch_message  # noqa: E402
 from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     LOG_DIR_GOALS,
     PartitionRow,
@@ -111,6 +109,8 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     stage_prepare,
 )
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicParams  # noqa: E402
+from airflow_kafka_reassign.core.records.plan_io import ERROR_FILE, write_metrics, write_plan_fragments  # noqa: E402
+from airflow_kafka_reassign.core.vocabulary.models import Broker, TopicState  # noqa: E402
 from airflow_kafka_reassign.exceptions import ConfigurationError  # noqa: E402
 from airflow_kafka_reassign.spark.job_storage import (  # noqa: E402
     SNAPSHOT_META,
@@ -620,7 +620,7 @@ def check_snapshot_files(base: str) -> str:
     """A local snapshot folder (a path or ``file://``) against the counts its snapshot.json
     records, with pyarrow on the driver: ``"checked"``, or ``"unchecked"`` (a warning) for a
     snapshot that records none; ``ValueError`` naming the topic and the counts when they disagree."""
-    from airflow_kafka_reassign.core.snapshot_io import check_files, read_meta  # the driver only: not in workers
+    from airflow_kafka_reassign.core.records.snapshot_io import check_files, read_meta  # the driver only: not in workers
 
     folder = Path(urlparse(base).path if base.startswith("file://") else base)
     if not (folder / SNAPSHOT_META).is_file():
@@ -637,7 +637,7 @@ def check_snapshot_on_spark(spark: Any, base: str, topics: Sequence[TopicState])
     ``s3a://``): snapshot.json and the counts per topic read through Spark."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    from airflow_kafka_reassign.core.snapshot_io import recorded_check
+    from airflow_kafka_reassign.core.records.snapshot_io import recorded_check
 
     try:
         text = spark.read.text(f"{base}/{SNAPSHOT_META}", wholetext=True).head()[0]
@@ -719,9 +719,9 @@ def plan_bytes_in_on_driver(snapshot: str, out: str | Path, request: PlanRequest
     """A plan whose capacity document gives ``network_in`` (the bytes-in goal): the bytes-in step needs
     every partition's rate at once and is not staged yet, so this runs the pure planner on the driver
     (the disk step included); the load-aware plan without ``network_in`` runs staged."""
-    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
     from airflow_kafka_reassign.core.planner import plan_reassignment
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.records.plan_io import read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
 
     if is_remote(snapshot):
         raise ConfigurationError(
@@ -739,9 +739,9 @@ def plan_bytes_in_on_driver(snapshot: str, out: str | Path, request: PlanRequest
 def plan_log_dirs_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
     """A goal on log dirs (remove-disks, rebalance-disks): the pure planner on the driver, from the snapshot and the
     brokers' log dirs beside it (``log_dirs.json``); it touches only the partitions in the dirs concerned."""
-    from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
     from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.records.plan_io import read_metrics, write_plan_dir
+    from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
 
     if is_remote(snapshot):
         raise ConfigurationError(

@@ -1,7 +1,7 @@
 """The deferrable half of :class:`~airflow_kafka_reassign.sensors.reassignment.WaitForReassignmentSensor`.
 
 :class:`ReassignmentTrigger` polls a plan's progress in the triggerer: every ``poke_interval`` seconds it runs one
-:meth:`~airflow_kafka_reassign.core.progress.ReassignmentWatch.poke` (the same code the sensor runs in poke mode) in
+:meth:`~airflow_kafka_reassign.core.execution.progress.ReassignmentWatch.poke` (the same code the sensor runs in poke mode) in
 a thread (``asyncio.to_thread``: the Kafka clients block), logs one progress line, and yields ONE event when the
 wait is over::
 
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_kafka_reassign.core.execution.progress import TrackerState
 from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
-from airflow_kafka_reassign.core.progress import TrackerState
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError
 from airflow_kafka_reassign.wait import (
     WaitSpec,
@@ -37,8 +37,8 @@ from airflow_kafka_reassign.wait import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_reassign.core.ports import ClusterAdmin
-    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 
 def next_poke_s(watch: ReassignmentWatch, poke_interval: float) -> float:
@@ -54,7 +54,7 @@ class ReassignmentTrigger(BaseTrigger):
     :param spec: a :class:`WaitSpec` as a dict.
     :param started_at: when the wait started (seconds since the epoch): the timeout counts from here.
     :param poke_interval: seconds between polls.
-    :param state: the :class:`~airflow_kafka_reassign.core.progress.TrackerState` at deferral, as a dict.
+    :param state: the :class:`~airflow_kafka_reassign.core.execution.progress.TrackerState` at deferral, as a dict.
     """
 
     def __init__(self, *, spec: dict[str, Any], started_at: float, poke_interval: float = 30.0,

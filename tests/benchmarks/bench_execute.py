@@ -41,7 +41,7 @@ from types import FrameType
 from bench_reference import fill, wait_until  # one producer for every partition; polling
 from sizes import expect
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 from airflow_kafka_reassign.sandbox import Sandbox

@@ -28,9 +28,9 @@ from sizes import expect, synthetic
 
 from airflow_kafka_reassign.core.planner.goals import Scope
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, compute_quotas, solve_quota_group
+from airflow_kafka_reassign.core.planner.synthetic import planner_scope, synthetic_cluster
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicParams
-from airflow_kafka_reassign.core.synthetic import planner_scope, synthetic_cluster
 
 SCENARIOS = {
     "scale-out 100+10": (dict(brokers=100, racks=3, new_brokers=10), ()),

@@ -41,11 +41,11 @@ from bench_reference import fill, spread, wait_until
 from confluent_kafka import Producer
 from sizes import expect
 
-from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, RunResult, run
-from airflow_kafka_reassign.core.health import HealthPolicy
-from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.core.guards.adaptive import AdaptiveBounds
+from airflow_kafka_reassign.core.guards.health import HealthPolicy
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 

@@ -25,16 +25,16 @@ from typing import Any
 
 from sizes import expect, synthetic
 
-from airflow_kafka_reassign.core.capacity import BrokerCapacity, CapacityDocument
 from airflow_kafka_reassign.core.planner import PlanRequest, pipeline, plan_reassignment
 from airflow_kafka_reassign.core.planner.ingress import IngressOutcome, IngressStep
-from airflow_kafka_reassign.core.synthetic import (
+from airflow_kafka_reassign.core.planner.synthetic import (
     synthetic_capacities,
     synthetic_cluster,
     synthetic_network_in,
     synthetic_rates,
     to_snapshot,
 )
+from airflow_kafka_reassign.core.vocabulary.capacity import BrokerCapacity, CapacityDocument
 
 #: ``--independent``: network classes that do not follow the disk's.
 INDEPENDENT = (1.0, 0.5, 2.0, 1.0)

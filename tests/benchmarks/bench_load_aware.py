@@ -32,9 +32,9 @@ from typing import Any
 
 from sizes import expect, synthetic
 
-from airflow_kafka_reassign.core.capacity import BrokerCapacity, CapacityDocument
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import SyntheticCluster, synthetic_capacities, synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import SyntheticCluster, synthetic_capacities, synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.vocabulary.capacity import BrokerCapacity, CapacityDocument
 
 ROOT = Path(os.environ.get("AKR_BENCH_DIR", "/tmp/akr-bench"))
 
@@ -92,7 +92,7 @@ def pure(n: int, cluster: SyntheticCluster, doc: CapacityDocument, count_only: b
 def spark(n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, master: str, count_only: bool) -> None:
     from bench_spark_plan import check_size, run_plan
 
-    from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+    from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 
     snap = ROOT / f"snap-{n}-s{seed}-skewed"
     if not (snap / "snapshot.json").is_file():

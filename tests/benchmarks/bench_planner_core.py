@@ -33,9 +33,9 @@ from airflow_kafka_reassign.core.planner.leaders import fewest_leader_changes
 from airflow_kafka_reassign.core.planner.lower_bound import replica_moves_lower_bound
 from airflow_kafka_reassign.core.planner.pipeline import final_counts, fix_leaders, plan_reassignment
 from airflow_kafka_reassign.core.planner.quotas import compute_quotas
+from airflow_kafka_reassign.core.planner.synthetic import planner_scope, synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicParams
-from airflow_kafka_reassign.core.synthetic import planner_scope, synthetic_cluster, to_snapshot
 
 
 def peak_rss_mb() -> float:

@@ -49,8 +49,8 @@ from typing import Any
 from confluent_kafka import Producer
 from sizes import expect
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.planner import BalanceMetrics, PlanRequest, compute_metrics, plan_reassignment
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.config import to_confluent
 from airflow_kafka_reassign.kafka.workload import create_topic

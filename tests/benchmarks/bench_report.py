@@ -32,10 +32,10 @@ from pathlib import Path
 T0 = (time.perf_counter(), time.process_time())
 from sizes import expect, synthetic  # noqa: E402
 
-from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir  # noqa: E402
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment  # noqa: E402
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot  # noqa: E402
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot  # noqa: E402
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot  # noqa: E402
+from airflow_kafka_reassign.core.records.plan_io import read_metrics, write_plan_dir  # noqa: E402
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot  # noqa: E402
 from airflow_kafka_reassign.report import view as pv  # noqa: E402
 from airflow_kafka_reassign.report import write_report  # noqa: E402
 

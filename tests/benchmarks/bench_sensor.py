@@ -30,8 +30,8 @@ from confluent_kafka import Producer
 from sizes import expect
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
-from airflow_kafka_reassign.core.progress import ReassignmentWatch
+from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.config import to_confluent
 from airflow_kafka_reassign.kafka.workload import create_topic

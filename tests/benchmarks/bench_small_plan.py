@@ -36,8 +36,8 @@ from bench_reference import fill, wait_until
 from sizes import expect
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.health import HealthPolicy
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.guards.health import HealthPolicy
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 

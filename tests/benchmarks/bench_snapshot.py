@@ -25,8 +25,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from sizes import expect
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot
-from airflow_kafka_reassign.core.snapshot_io import read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.config import to_confluent
 from airflow_kafka_reassign.kafka.workload import create_topics

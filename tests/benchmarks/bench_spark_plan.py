@@ -39,9 +39,9 @@ from pathlib import Path
 import psutil
 from sizes import expect, synthetic
 
-from airflow_kafka_reassign.core.plan_io import read_metrics
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.records.plan_io import read_metrics
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 from airflow_kafka_reassign.spark.submit import plan_job_args, plan_job_path, spark_submit_command, submit_env
 
 ROOT = Path(os.environ.get("AKR_BENCH_DIR", "/tmp/akr-bench"))

@@ -16,7 +16,7 @@ step (and in flight on the fake, sent in one request), every partition of the po
 * **eta**: the plan's ETA of one tick with N moves pending and 50 in flight (``copies_of`` then ``plan_eta``: the
   schedule under the same limits at a 20 MB/s throttle, the first 1,000 pending moves simulated, the rest
   extrapolated), and, for the record, the same schedule simulated move by move to the end (``--eta-exact``).
-* **poke**: one :meth:`~airflow_kafka_reassign.core.progress.ReassignmentWatch.poke` (what the sensor and the trigger
+* **poke**: one :meth:`~airflow_kafka_reassign.core.execution.progress.ReassignmentWatch.poke` (what the sensor and the trigger
   run every poke_interval) with N partitions in flight, sizes measured (bytes, throughput, ETA).
 
 CPU seconds of this process (``time.process_time``), best of ``--repeat``; "in the fake" is the part spent inside
@@ -36,9 +36,9 @@ from sizes import SizeMismatch, expect
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.execution.batch import ordered, select_batch
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.progress import ReassignmentWatch
-from airflow_kafka_reassign.core.schedule import broker_rates, copies_of, plan_eta, simulate
+from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
+from airflow_kafka_reassign.core.execution.schedule import broker_rates, copies_of, plan_eta, simulate
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2", 6: "r3"}

@@ -13,7 +13,7 @@ partition, from the leader that stays):
 
 The **throttle bound** is what no execution under the throttle can beat: for each broker the bytes it takes in
 (its new replicas) and the bytes it sends as a leader, over the throttle; the largest of them
-(``core.schedule.throttle_bound_s``, from the replicas' sizes on disk as DescribeLogDirs reports them).
+(``core.execution.schedule.throttle_bound_s``, from the replicas' sizes on disk as DescribeLogDirs reports them).
 
 Each workload is then executed three times from the same assignment, the plan's rollback (Kafka's tool, not
 timed) between them, every one under the same throttle:
@@ -62,7 +62,7 @@ from bench_reference import fill, wait_until
 from confluent_kafka.admin import AdminClient
 from sizes import expect
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.config import to_confluent
 from airflow_kafka_reassign.sandbox import Sandbox

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from airflow_kafka_reassign.core.plan_io import KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE, PLAN_FILE, ROLLBACK_FILE  # noqa: E402
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot  # noqa: E402
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot  # noqa: E402
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot  # noqa: E402
+from airflow_kafka_reassign.core.records.plan_io import KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE, PLAN_FILE, ROLLBACK_FILE  # noqa: E402
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot  # noqa: E402
 from airflow_kafka_reassign.spark.submit import plan_job_args, plan_job_path, spark_submit_command  # noqa: E402
 
 UV = ROOT / ".tools" / "uv" / "bin" / "uv"

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
@@ -257,10 +257,10 @@ def plan_job_in_process(operator: Any, snapshot: str, plan: str, request_file: s
     """In place of ``PlanReassignmentOperator.spark_submit``: the same planner in this process (the staged path the
     Spark job runs), reading and writing what the job's driver would. An ``output_uri`` on object storage works too
     (the snapshot and request read from there, the plan written there, as spark/job_storage.py does)."""
-    from airflow_kafka_reassign.core.plan_io import write_plan_dir
     from airflow_kafka_reassign.core.planner import PlanRequest
     from airflow_kafka_reassign.core.planner.staged import plan_staged
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.records.plan_io import write_plan_dir
+    from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
     from airflow_kafka_reassign.plan_storage import fetch_dir, is_local, open_store
 
     print(f"PLAN-IN-PROCESS task {operator.task_id}: the plan job's planner run in the task's process, no spark-submit",

@@ -20,7 +20,7 @@ import pytest
 from kafka_helpers import make_topic, replicas, throttles
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import Sandbox

@@ -16,11 +16,11 @@ import logging
 
 from kafka_helpers import Traffic, make_topic, throttles
 
-from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
-from airflow_kafka_reassign.core.throttle import read_backup
+from airflow_kafka_reassign.core.execution.throttle import read_backup
+from airflow_kafka_reassign.core.guards.adaptive import AdaptiveBounds
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 THROTTLE = 30_000  # B/s, far below the hot partition's ingest

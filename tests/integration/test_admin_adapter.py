@@ -11,9 +11,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka_helpers import wait_until
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.ports import NewPartitions
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.throttle import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
     LEADER_RATE,
@@ -21,6 +19,8 @@ from airflow_kafka_reassign.core.throttle import (
     apply_throttle,
     restore_throttle,
 )
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import NewPartitions
 from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 

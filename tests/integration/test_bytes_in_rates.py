@@ -1,5 +1,5 @@
 """Bytes-in rates from the admin API alone on the sandbox cluster: a topic being produced to gets a
-non-zero rate, an idle one 0 (two DescribeLogDirs reads a short window apart; core/rates.py)."""
+non-zero rate, an idle one 0 (two DescribeLogDirs reads a short window apart; core/vocabulary/rates.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka_helpers import make_topic
 
-from airflow_kafka_reassign.core.rates import snapshot_bytes_in
+from airflow_kafka_reassign.core.vocabulary.rates import snapshot_bytes_in
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 pytestmark = pytest.mark.integration

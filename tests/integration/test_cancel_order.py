@@ -2,7 +2,7 @@
 
 Kafka's cancel (KIP-455) restores a partition's replica set in the order of the controller's merged list:
 a move of [1, 2, 3] to [5, 4, 3] cancelled comes back as [3, 1, 2], another preferred leader. The cancel
-(core/cancel.py) puts it back in the plan's order with a reassignment to the same replicas (no data copied).
+(core/execution/cancel.py) puts it back in the plan's order with a reassignment to the same replicas (no data copied).
 Each test runs an acks=all producer through the move, the cancel (and the rollback) and reads everything back.
 Moves are throttled to 100 kB/s over 3 MB so that they are still copying when the cancel comes.
 """
@@ -14,9 +14,9 @@ import json
 import pytest
 from kafka_helpers import Traffic, make_topic, replicas, throttles, write_plan_dir
 
-from airflow_kafka_reassign.core.cancel import cancel_plan
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.execution.cancel import cancel_plan
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import produce
 

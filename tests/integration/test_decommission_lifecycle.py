@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from dagrun import run_dag_file
 from kafka_helpers import cordon_capable_cluster, make_topic
 
-from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import Sandbox, wait_until
 

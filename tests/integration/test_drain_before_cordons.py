@@ -20,10 +20,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka_helpers import dynamic_broker_configs, make_topic, plan_tasks_in_process, wait_until
 
-from airflow_kafka_reassign.core.drain import read_drain
 from airflow_kafka_reassign.core.execution import ExecutionConfig, run
-from airflow_kafka_reassign.core.plan_io import read_plan
-from airflow_kafka_reassign.core.store import LocalStore
+from airflow_kafka_reassign.core.maintenance.drain import read_drain
+from airflow_kafka_reassign.core.records.plan_io import read_plan
+from airflow_kafka_reassign.core.records.store import LocalStore
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.sandbox import Sandbox

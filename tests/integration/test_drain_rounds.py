@@ -1,5 +1,5 @@
 """A drain that ends empty on a real cluster without cordons: topics created and grown while the plan's moves run
-land on the drained broker (the controller places them there), and the same run drains them (core/drain.py).
+land on the drained broker (the controller places them there), and the same run drains them (core/maintenance/drain.py).
 
 The drain is partial (this test's topics only: the cluster is shared with other tests); a whole decommission
 covers every topic the same way."""
@@ -11,9 +11,9 @@ import logging
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka_helpers import make_topic, throttles, wait_until
 
-from airflow_kafka_reassign.core.drain import DrainSpec
 from airflow_kafka_reassign.core.execution import ExecutionConfig, run
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.maintenance.drain import DrainSpec
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 DRAINED = 5

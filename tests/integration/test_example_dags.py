@@ -27,11 +27,11 @@ import pytest
 from dagrun import run_dag_file
 from kafka_helpers import dynamic_broker_configs, make_topic, wait_until
 
-from airflow_kafka_reassign.core.growth import update_heal_targets
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
+from airflow_kafka_reassign.core.maintenance.growth import update_heal_targets
 from airflow_kafka_reassign.core.planner import compute_metrics
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.records.plan_io import read_metrics, read_plan
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox.maven import parse_version
 

@@ -23,8 +23,8 @@ import pytest
 from dagrun import FAST_EXECUTION_API
 from kafka_helpers import make_topic, replicas, throttles
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.records.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import produce
 

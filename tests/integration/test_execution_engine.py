@@ -19,21 +19,21 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka_helpers import make_topic, replicas, throttles, wait_until
 
-from airflow_kafka_reassign.core.cancel import cancel
 from airflow_kafka_reassign.core.execution import (
     ExecutionLimits,
     ExecutionOptions,
     restore_throttles,
     run,
 )
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.cancel import cancel
+from airflow_kafka_reassign.core.execution.throttle import (
     FOLLOWER_RATE,
     LEADER_RATE,
     LEADER_REPLICAS,
     apply_throttle,
     restore_throttle,
 )
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 

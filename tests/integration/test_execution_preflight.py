@@ -20,7 +20,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka_helpers import BROKERS, TI, delete_topics, make_topic, replicas_of, wait_until, write_plan_dir
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.operators.execute import ExecuteReassignmentOperator

@@ -19,7 +19,7 @@ import pytest
 from dagrun import run_dag_file
 from kafka_helpers import TI, delete_topics, make_coordinator_topics_exist, replicas_of, wait_until
 
-from airflow_kafka_reassign.core.loads import broker_loads
+from airflow_kafka_reassign.core.vocabulary.loads import broker_loads
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 from airflow_kafka_reassign.operators.partitions import GuardedCreatePartitionsOperator

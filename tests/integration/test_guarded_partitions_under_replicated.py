@@ -29,10 +29,10 @@ from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSki
 from kafka_helpers import TI, delete_topics, make_coordinator_topics_exist, replicas_of, wait_until
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.growth import read_heal_targets, update_heal_targets
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.plan_io import read_plan
-from airflow_kafka_reassign.core.ports import NewPartitions
+from airflow_kafka_reassign.core.maintenance.growth import read_heal_targets, update_heal_targets
+from airflow_kafka_reassign.core.records.plan_io import read_plan
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import NewPartitions
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 from airflow_kafka_reassign.operators.partitions import GuardedCreatePartitionsOperator, PlanHealOperator

@@ -16,9 +16,9 @@ import logging
 from kafka_helpers import Traffic, make_topic, throttles
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, run
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup
+from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import wait_until
 

@@ -1,4 +1,4 @@
-"""The health gate and dead brokers on the real sandbox (core/health.py, core/execution.py).
+"""The health gate and dead brokers on the real sandbox (core/guards/health.py, core/execution.py).
 
 An acks=all producer writes numbered records through each run; afterwards every acknowledged record is read
 back. Broker 5 is never a controller (1, 2, 3 are) and never a move's destination here. Each test leaves
@@ -16,9 +16,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from kafka_helpers import Traffic, make_topic, throttles
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, preflight, run
-from airflow_kafka_reassign.core.health import RESTORES_MIN_ISR_ELR
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.throttle import LEADER_RATE, read_backup
+from airflow_kafka_reassign.core.execution.throttle import LEADER_RATE, read_backup
+from airflow_kafka_reassign.core.guards.health import RESTORES_MIN_ISR_ELR
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import produce
 from airflow_kafka_reassign.sandbox import wait_until

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from kafka_helpers import make_topic, wait_until
 
-from airflow_kafka_reassign.core.capacity import capacity_document
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run
-from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
 from airflow_kafka_reassign.core.planner.metrics import partition_size
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.records.plan_io import read_metrics, read_plan
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.vocabulary.capacity import capacity_document
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 pytestmark = pytest.mark.integration
@@ -122,7 +122,7 @@ def test_spark_job_places_again_where_racks_keep_the_counts_apart(tmp_path):
     # racks of unequal size (5, 5, 4 brokers) and two new brokers: the disk step cannot even out
     # the replica counts itself; the job places again with the per-topic steps balancing them,
     # and its plan is still the pure planner's (no Kafka needed: a synthetic snapshot)
-    from airflow_kafka_reassign.core.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
+    from airflow_kafka_reassign.core.planner.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
 
     cluster = synthetic_cluster(brokers=12, racks=3, new_brokers=2, replicas=6000, sizes="skewed", seed=3, skew=0.4)
     capacity = {"brokers": {str(b): {"disk": v} for b, v in synthetic_capacities(cluster, fill=0.55).items()}}

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from kafka_helpers import cordon_capable_cluster, delete_topics, plan_tasks_in_process, replicas_of
 
-from airflow_kafka_reassign.core.cordon import (
+from airflow_kafka_reassign.core.execution.throttle import LOG_DIR_RATE, restore_throttles, sync_log_dir_throttle
+from airflow_kafka_reassign.core.execution.throttle import read_backup as read_throttle_backup
+from airflow_kafka_reassign.core.maintenance.cordon import (
     CordonRefusedError,
     CordonView,
     apply_cordons,
@@ -25,18 +27,16 @@ from airflow_kafka_reassign.core.cordon import (
     read_backup,
     restore_cordons,
 )
-from airflow_kafka_reassign.core.lifecycle import (
+from airflow_kafka_reassign.core.maintenance.lifecycle import (
     BrokerStillRunningError,
     broker_state,
     unregister,
     wait_for_shutdown,
 )
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.ports import NewPartitions, TopicPartitionReplica
-from airflow_kafka_reassign.core.quorum import VoterRemovalRefusedError, check_voters
-from airflow_kafka_reassign.core.store import LocalStore
-from airflow_kafka_reassign.core.throttle import LOG_DIR_RATE, restore_throttles, sync_log_dir_throttle
-from airflow_kafka_reassign.core.throttle import read_backup as read_throttle_backup
+from airflow_kafka_reassign.core.maintenance.quorum import VoterRemovalRefusedError, check_voters
+from airflow_kafka_reassign.core.records.store import LocalStore
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import NewPartitions, TopicPartitionReplica
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, create_topics, produce
 from airflow_kafka_reassign.sandbox import Sandbox, wait_until
@@ -153,7 +153,7 @@ def test_a_cordoned_broker_gets_no_new_replica_and_the_restore_is_exact(cluster,
 def test_a_plan_never_targets_a_broker_cordoned_by_someone_else(cluster, admin, tmp_path, monkeypatch):
     """PlanReassignmentOperator on this cluster (the planner in process): broker 4 is empty, so a rebalance sends it
     replicas; once someone has cordoned it, the plan sends it none and says so."""
-    from airflow_kafka_reassign.core.plan_io import read_plan
+    from airflow_kafka_reassign.core.records.plan_io import read_plan
     from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 
     class TI:

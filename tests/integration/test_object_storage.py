@@ -42,7 +42,7 @@ from kafka_helpers import (
     wait_until,
 )
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.workload import produce
 from airflow_kafka_reassign.plan_storage import ObjectStore
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
@@ -259,7 +259,7 @@ def test_a_decommission_killed_mid_batch_then_cancelled_on_another_worker_gives_
     SIGKILLed with a move in flight on worker A, and a cancel with rollback on worker B (the run state from the store
     only) puts everything back: every broker's dynamic configs (cordoned.log.dirs, the throttle rates) are exactly
     the dump before, each partition on its replicas before (order too), no throttle left."""
-    from airflow_kafka_reassign.core.lease import run_of
+    from airflow_kafka_reassign.core.records.lease import run_of
     from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 
     config = sandbox.client_config()
@@ -463,7 +463,7 @@ def test_object_store_adapter_against_the_real_store(object_store, monkeypatch):
 
 def test_heal_targets_file_on_the_real_store(object_store, monkeypatch):
     """GuardedCreatePartitions records, PlanHeal reads and prunes: the file on S3, updated by If-Match."""
-    from airflow_kafka_reassign.core.growth import read_heal_targets, update_heal_targets
+    from airflow_kafka_reassign.core.maintenance.growth import read_heal_targets, update_heal_targets
     from airflow_kafka_reassign.plan_storage import heal_targets_file
 
     monkeypatch.setenv(f"AIRFLOW_CONN_{STORAGE_CONN_ID.upper()}", object_store.airflow_connection())

@@ -21,11 +21,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_kafka_reassign.core.plan_io import read_metrics
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.staged import plan_staged
-from airflow_kafka_reassign.core.snapshot_io import partitions_table, read_snapshot, write_snapshot
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.records.plan_io import read_metrics
+from airflow_kafka_reassign.core.records.snapshot_io import partitions_table, read_snapshot, write_snapshot
 from airflow_kafka_reassign.spark.submit import plan_job_path, spark_submit_command, submit_env
 
 ADD_BROKERS = '{"goal": "add-brokers"}'
@@ -87,7 +87,7 @@ def test_the_quota_groups_settled_in_the_place_tasks_give_the_in_process_plan(sn
 def test_unknown_brokers_are_named_by_their_first_partition_across_tasks(snapshots, tmp_path):
     """Which partition names a broker is merged per task, then on the driver: the error names
     the same partitions as the in-process planner, wherever they are read."""
-    from airflow_kafka_reassign.core.plan_io import ERROR_FILE
+    from airflow_kafka_reassign.core.records.plan_io import ERROR_FILE
     from airflow_kafka_reassign.exceptions import ConfigurationError
 
     ours, _ = snapshots

@@ -22,9 +22,9 @@ import pytest
 from dagrun import run_dag_file
 from kafka_helpers import wait_until
 
-from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
 from airflow_kafka_reassign.core.planner import compute_metrics
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.records.plan_io import read_metrics, read_plan
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce
 

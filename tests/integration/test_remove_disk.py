@@ -1,7 +1,7 @@
 """Remove a disk (goal remove-disks) on a real KRaft cluster of our own: 3 combined broker+controller nodes with 2 log
 dirs each (``--log-dirs 2``), Kafka 4.3+ (the sandbox's default version, or ``AKR_MAINTENANCE_KAFKA_VERSION``).
 
-What the planning task does (core/disk_removal.py: checked, then cordoned; the snapshot and the log dirs; the
+What the planning task does (core/maintenance/disk_removal.py: checked, then cordoned; the snapshot and the log dirs; the
 planner), then the one execution engine (``run``), as ExecuteReassignment runs it; with an acks=all producer
 writing to the partitions while they move, every acknowledged record read back at the end. While it moves, a
 second client samples DescribeLogDirs (the future replicas per log dir) and the log-dir throttle. No fixed sleeps.
@@ -21,17 +21,17 @@ import pytest
 from dagrun import copy_migrated_db, run_dag_file
 from kafka_helpers import Traffic, cordon_capable_cluster, delete_topics
 
-from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
-from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
 from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.execution.throttle import LOG_DIR_RATE
+from airflow_kafka_reassign.core.execution.throttle import read_backup as read_throttle_backup
+from airflow_kafka_reassign.core.maintenance.cordon import read_backup as read_cordon_backup
+from airflow_kafka_reassign.core.maintenance.disk_removal import cordon_for_removal
 from airflow_kafka_reassign.core.planner.goals import PlanRequest
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
-from airflow_kafka_reassign.core.ports import TopicPartitionReplica
-from airflow_kafka_reassign.core.store import LocalStore
-from airflow_kafka_reassign.core.throttle import LOG_DIR_RATE
-from airflow_kafka_reassign.core.throttle import read_backup as read_throttle_backup
+from airflow_kafka_reassign.core.records.store import LocalStore
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic, produce

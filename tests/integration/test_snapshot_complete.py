@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from airflow_kafka_reassign.core.snapshot_io import read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot, write_snapshot
 from airflow_kafka_reassign.exceptions import IncompleteSnapshotError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.config import to_confluent

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_reassign.core.plan_io import read_metrics
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.records.plan_io import read_metrics
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 from airflow_kafka_reassign.spark.job_storage import publish
 from airflow_kafka_reassign.spark.submit import submit_env
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from kafka_helpers import dynamic_broker_configs, make_topic, put_plan, replicas, throttles
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import wait_until
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox

@@ -19,7 +19,7 @@ from pathlib import Path
 from dagrun import run_dag_file
 from kafka_helpers import delete_topics, write_plan_dir
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.kafka.workload import create_topic
 

@@ -1,6 +1,6 @@
 """WaitForReassignmentSensor on the real sandbox: poke mode in a real DAG run, and the ETA of a real copy.
 
-Moves are throttled (core/throttle.py) so they take 10-40 s and can be watched; the data is real (produced
+Moves are throttled (core/execution/throttle.py) so they take 10-40 s and can be watched; the data is real (produced
 with kafka/workload.py). The deferrable mode through a real triggerer process (killed mid-wait) is in test_stack.py.
 """
 
@@ -16,9 +16,9 @@ import pytest
 from dagrun import run_dag_file
 from kafka_helpers import make_topic, write_plan_dir
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.progress import ReassignmentWatch
-from airflow_kafka_reassign.core.throttle import apply_throttle, restore_throttle
+from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
+from airflow_kafka_reassign.core.execution.throttle import apply_throttle, restore_throttle
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 MB = 1_000_000

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from airflow_kafka_reassign.cli import main
-from airflow_kafka_reassign.core.plan_io import read_metrics, read_plan
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_snapshot
+from airflow_kafka_reassign.core.records.plan_io import read_metrics, read_plan
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 
 
 def test_plan_then_metrics(tmp_path, capsys):
@@ -72,7 +72,7 @@ def test_plan_refuses_a_snapshot_whose_files_do_not_hold_its_counts(tmp_path, ca
 
 
 def test_plan_with_a_capacity_document_reports_disk_and_the_bytes_bound(tmp_path, capsys):
-    from airflow_kafka_reassign.core.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
+    from airflow_kafka_reassign.core.planner.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
 
     cluster = synthetic_cluster(brokers=9, racks=3, replicas=2000, sizes="skewed", seed=2)
     snap = write_snapshot(to_snapshot(cluster), tmp_path / "snap")
@@ -117,7 +117,7 @@ def test_plan_job_bad_input_is_one_line_without_the_jvm_chatter(tmp_path, capsys
 def test_snapshot_samples_bytes_in_rates_over_the_window_given(tmp_path, capsys, monkeypatch):
     import pytest
 
-    from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+    from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
     from airflow_kafka_reassign.kafka import admin as kafka_admin
     from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -134,8 +134,8 @@ def test_snapshot_samples_bytes_in_rates_over_the_window_given(tmp_path, capsys,
 
 
 def test_the_goals_on_log_dirs_from_a_snapshot_with_its_log_dirs(tmp_path, capsys, monkeypatch):
-    from airflow_kafka_reassign.core.models import TopicPartition
-    from airflow_kafka_reassign.core.ports import TopicPartitionReplica
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica
     from airflow_kafka_reassign.kafka import admin as kafka_admin
     from airflow_kafka_reassign.testing import FakeClusterAdmin
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS, apply_cordons, decommission_cordons
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, cancel_then_roll_back, preflight
-from airflow_kafka_reassign.core.growth import GrowthRequest, grow_partitions
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.store import MemoryStore
+from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS, apply_cordons, decommission_cordons
+from airflow_kafka_reassign.core.maintenance.growth import GrowthRequest, grow_partitions
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 RACKS = {1: "a", 2: "b", 3: "c", 4: "a", 5: "b"}
@@ -118,7 +118,7 @@ def test_uncordon_restores_what_the_decommission_set(monkeypatch, tmp_path):
     plan_dir.mkdir()
     (plan_dir / "plan.json").write_text(ReassignmentPlan(moves=()).model_dump_json())
     (plan_dir / "metrics.json").write_text("{}")
-    from airflow_kafka_reassign.core.store import LocalStore
+    from airflow_kafka_reassign.core.records.store import LocalStore
 
     apply_cordons(admin, decommission_cordons([5]), state_dir=LocalStore(plan_dir / "run"))
     assert admin.broker_configs[5][CORDONED_LOG_DIRS] == "*"
@@ -147,7 +147,7 @@ DRAIN_3 = ReassignmentPlan(moves=(Move(topic="t", partition=1, current_replicas=
 
 def _cordoned_plan(admin, plan_dir):
     """What PlanReassignment leaves: a plan directory, and broker 3 cordoned with its backup in ``<plan>/run``."""
-    from airflow_kafka_reassign.core.store import LocalStore
+    from airflow_kafka_reassign.core.records.store import LocalStore
 
     plan_dir.mkdir(parents=True)
     (plan_dir / "plan.json").write_text(DRAIN_3.model_dump_json())
@@ -196,7 +196,7 @@ def test_restore_cordons_finds_the_plan_of_a_plan_task_that_failed_after_cordoni
         restore = RestoreCordonsOperator(task_id="restore_cordons")
         plan >> restore
     # the plan task cordoned, then failed (no plan.json, no XCom)
-    from airflow_kafka_reassign.core.store import LocalStore
+    from airflow_kafka_reassign.core.records.store import LocalStore
 
     apply_cordons(admin, decommission_cordons([3]), state_dir=LocalStore(tmp_path / "manual__1" / "plan" / "run"))
     context = {"ti": _TI(), "run_id": "manual__1"}

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
 from airflow_kafka_reassign.core.execution import clock as engine_clock
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 from airflow_kafka_reassign.wait import WaitSpec
 
@@ -146,7 +146,7 @@ def test_a_session_runs_a_whole_plan_tick_by_tick_on_the_fake(tmp_path):
 def test_the_deferred_wait_pokes_when_the_first_move_is_predicted_to_finish(tmp_path, monkeypatch):
     """Pacing from the session, not the poll interval: a move predicted to finish in about 3 s is polled within
     that, never later than poke_interval; with nothing predicted, poke_interval."""
-    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
     from airflow_kafka_reassign.triggers.reassignment import next_poke_s
 
     watch = ReassignmentWatch(PLAN, started_at=0.0, stuck_after_s=600)

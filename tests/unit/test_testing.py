@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.completeness import DEFAULT_SETTLE_S
+from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S
 from airflow_kafka_reassign.exceptions import ConfigurationError, IncompleteSnapshotError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

@@ -3,9 +3,9 @@ intra-broker moves that show a future replica until they complete, fenced broker
 
 from __future__ import annotations
 
-from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 

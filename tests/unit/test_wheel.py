@@ -60,7 +60,7 @@ def requires_dist(wheel: Path) -> list[str]:
 
 
 def test_the_exclude_list_names_the_development_modules():
-    named = {"sandbox", "demo", "testing", "core.synthetic", "kafka.readiness", "kafka.workload"}
+    named = {"sandbox", "demo", "testing", "core.planner.synthetic", "kafka.readiness", "kafka.workload"}
     assert {f"{PKG}.{m}" for m in named} <= set(DEV_MODULES)
     assert all((ROOT / p).exists() for p in DEV_PATHS)
 
@@ -159,7 +159,7 @@ def test_the_main_wheel_works_alone_and_beside_the_sandbox_wheel(wheels, tmp_pat
     subprocess.run([*install, wheels["sandbox"]], check=True, timeout=120)
     beside = run(
         "import subprocess, sys, airflow_kafka_reassign.testing as t\n"
-        "from airflow_kafka_reassign.core.synthetic import synthetic_snapshot\n"
+        "from airflow_kafka_reassign.core.planner.synthetic import synthetic_snapshot\n"
         "print(t.__file__)\n"
         "subprocess.run([sys.executable, '-m', 'airflow_kafka_reassign.sandbox', '--help'], check=True)"
     )

@@ -1,6 +1,6 @@
 """The execution engine: submit a plan's moves safely, in batches, under throttles; watch, cancel, roll back.
 
-Pure (no Airflow, no Kafka client): it works on the :class:`~airflow_kafka_reassign.core.ports.ClusterAdmin` port,
+Pure (no Airflow, no Kafka client): it works on the :class:`~airflow_kafka_reassign.core.vocabulary.ports.ClusterAdmin` port,
 so the operators, the sensor, the trigger and the CLI share it, and unit tests drive it with the in-memory fake.
 
 One object runs a plan: :class:`ExecutionSession` (``session.py``), ticked by every path (ExecuteReassignment
@@ -53,7 +53,7 @@ from airflow_kafka_reassign.core.execution.observe import (
 from airflow_kafka_reassign.core.execution.rollback import CancelOutcome, cancel_then_roll_back, write_rollback_if_missing
 from airflow_kafka_reassign.core.execution.session import ExecutionSession, RunResult, Tick, run
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.throttle import THROTTLE_BACKUP_FILE, restore_throttles
+from airflow_kafka_reassign.core.execution.throttle import THROTTLE_BACKUP_FILE, restore_throttles
 
 __all__ = [
     "ADAPTED", "EXECUTION_SETTINGS", "RUN_DIR", "SETTLE_RECHECK_S", "SUMMARY_SAMPLE", "THROTTLE_BACKUP_FILE",

@@ -7,13 +7,13 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from airflow_kafka_reassign.core.disk_guard import DiskFit, DiskReserve, DiskRoom
-from airflow_kafka_reassign.core.disk_guard import refusal as disk_refusal
 from airflow_kafka_reassign.core.execution.config import ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.health import NORMAL
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
+from airflow_kafka_reassign.core.guards.disk import DiskFit, DiskReserve, DiskRoom
+from airflow_kafka_reassign.core.guards.disk import refusal as disk_refusal
+from airflow_kafka_reassign.core.guards.health import NORMAL
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, InFlightReassignment
 
 _log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def ordered(
     tps: Sequence[TopicPartition] | None = None,
 ) -> tuple[list[Move], list[list[int]]]:
     """``pending`` in the order the engine sends them, each with the brokers it touches (its adding and removing
-    replicas: :func:`select_batch` takes both). First by ``urgency`` first (core/health.py: the moves that restore
+    replicas: :func:`select_batch` takes both). First by ``urgency`` first (core/guards/health.py: the moves that restore
     redundancy, then the others, then those below min ISR; absent: normal), then by ``limits.order``:
 
     * ``"balanced"``: the moves of the busiest brokers first, largest first among them: a move's key is the bytes

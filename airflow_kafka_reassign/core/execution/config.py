@@ -11,16 +11,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from airflow_kafka_reassign.core.adaptive import AdaptiveBounds
-from airflow_kafka_reassign.core.disk_guard import DEFAULT_RESERVE, DiskReserve
-from airflow_kafka_reassign.core.headroom import (
+from airflow_kafka_reassign.core.guards.adaptive import AdaptiveBounds
+from airflow_kafka_reassign.core.guards.disk import DEFAULT_RESERVE, DiskReserve
+from airflow_kafka_reassign.core.guards.headroom import (
     DEFAULT_CONSUMER_READ_RATIO,
     DEFAULT_FLOOR,
     DEFAULT_MARGIN,
     BrokerRates,
     HeadroomPolicy,
 )
-from airflow_kafka_reassign.core.health import BelowMinIsr, HealthPolicy, OnUnhealthy
+from airflow_kafka_reassign.core.guards.health import BelowMinIsr, HealthPolicy, OnUnhealthy
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 _log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class ExecutionLimits:
     :param order: ``"balanced"`` (the moves of the brokers with the most bytes to move first, largest first among
         them), ``"smallest-first"`` or ``"largest-first"`` (by bytes to copy: partition size x adding replicas,
         from DescribeLogDirs), or ``"plan"`` (the plan's order); moves of unknown size go last, in plan order. Whatever
-        the order, the moves that restore redundancy go first and those below min ISR last (core/health.py).
+        the order, the moves that restore redundancy go first and those below min ISR last (core/guards/health.py).
     :param max_moves_per_dir: concurrent moves between log dirs (AlterReplicaLogDirs) out of or into any one log
         dir, foreign ones seen in DescribeLogDirs included (``None``: no limit).
     """
@@ -116,10 +116,10 @@ class ExecutionOptions:
     :param throttle_bytes_per_sec: replication throttle on the brokers and replicas involved.
     :param elect_leaders: elect the preferred leader of each moved partition once it is done.
     :param dry_run: validate everything, log the exact requests, change nothing.
-    :param health: the health gate (core/health.py): before each batch the cluster's
+    :param health: the health gate (core/guards/health.py): before each batch the cluster's
         under-replicated, under-min-ISR and offline partitions are read; trouble the run does not
         explain pauses submission (the default), cancels or fails the run.
-    :param disk_reserve: the disk guard (core/disk_guard.py): before each batch each broker's free
+    :param disk_reserve: the disk guard (core/guards/disk.py): before each batch each broker's free
         disk space is read (DescribeLogDirs, Kafka 3.3+) and a move is submitted only if every broker it
         adds keeps this much free after it and the moves in flight: a share (``"1%"``, the default), a
         size (``"20GiB"``, bytes), or ``None``/``"off"``. A move that does not fit waits; when nothing
@@ -127,7 +127,7 @@ class ExecutionOptions:
         log dirs is checked against its target dir's volume the same way.
     :param log_dir_throttle_bytes_per_sec: ``replica.alter.log.dirs.io.max.bytes.per.second`` on the brokers
         moving replicas between their log dirs, backed up with the replication throttles and restored with them.
-    :param throttle_headroom: the headroom throttle (core/headroom.py): each involved broker's leader and
+    :param throttle_headroom: the headroom throttle (core/guards/headroom.py): each involved broker's leader and
         follower rate is its network capacity x (1 - margin) less the client traffic it carries now, measured at
         every step, within ``throttle_bytes_per_sec`` (the cap; without one each broker's capacity x (1 - margin)).
     :param broker_throttles: the per-broker rates of this step (set by the run's governor under
@@ -156,7 +156,7 @@ class ExecutionOptions:
 
     @property
     def replication_rate(self) -> int | BrokerRates | None:
-        """What :func:`~airflow_kafka_reassign.core.throttle.sync_throttles` sets this step: the per-broker rates
+        """What :func:`~airflow_kafka_reassign.core.execution.throttle.sync_throttles` sets this step: the per-broker rates
         under the headroom throttle, else the one rate."""
         if self.throttle_headroom is not None:
             return self.broker_throttles or BrokerRates(default=self.throttle_headroom.start_rate(
@@ -299,7 +299,7 @@ class ExecutionConfig(BaseModel):
     """The headroom throttle's estimate of consumer reads, which replica sizes cannot show: bytes read per byte
     produced on each leader (1.0: each byte is read once; 0: ignore consumers)."""
     adaptive_limits: dict[str, Any] | None = None
-    """AIMD bounds (core/adaptive.py), e.g. ``{"max_moves": 8, "min_throttle": 10_000_000, "max_throttle":
+    """AIMD bounds (core/guards/adaptive.py), e.g. ``{"max_moves": 8, "min_throttle": 10_000_000, "max_throttle":
     100_000_000}``: concurrency starts at ``min_moves`` and the throttle at ``throttle_bytes_per_sec``; both grow
     while healthy and progressing and shrink on trouble (concurrency also on a stalled copy)."""
 

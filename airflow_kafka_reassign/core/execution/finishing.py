@@ -10,19 +10,19 @@ from typing import Any
 from airflow_kafka_reassign.core.execution.config import ExecutionOptions
 from airflow_kafka_reassign.core.execution.iteration import _elect
 from airflow_kafka_reassign.core.execution.observe import _classify, _observe
+from airflow_kafka_reassign.core.execution.progress import Observation, assess_parts, with_log_dirs
 from airflow_kafka_reassign.core.execution.run_state import SUBMITTED
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.journal import StateLocation, read_journal
-from airflow_kafka_reassign.core.lease import LeaseKeeper
-from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.move_state import MoveState
-from airflow_kafka_reassign.core.ports import ClusterAdmin
-from airflow_kafka_reassign.core.progress import Observation, assess_parts, with_log_dirs
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.throttle import (
     NONE_SET,
     RESTORED,
     restore_throttles,
 )
+from airflow_kafka_reassign.core.records.journal import StateLocation, read_journal
+from airflow_kafka_reassign.core.records.lease import LeaseKeeper
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.move_state import MoveState
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def finish(
 
 def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at: float,
                          refused: Mapping[TopicPartition, str] | None = None) -> Observation:
-    """The progress watch's :class:`~airflow_kafka_reassign.core.progress.Observation` of ``plan`` from what
+    """The progress watch's :class:`~airflow_kafka_reassign.core.execution.progress.Observation` of ``plan`` from what
     the step that made ``status`` read (its partitions, the live brokers, the sizes measured for the line):
     the execute task's progress line, and the sensor's poke that submitted, cost no request of their own.
     ``refused``: the moves refused so far (default: this step's ``status.failed``)."""
@@ -72,7 +72,7 @@ def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at:
         raise ValueError("this status was not made by step(): it has no observation to report progress from")
     seen = assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
                         refused=status.failed if refused is None else refused, submitted=set(status.submitted))
-    if status.eta_s is not None:  # the engine's schedule under its limits (core/schedule.py)
+    if status.eta_s is not None:  # the engine's schedule under its limits (core/execution/schedule.py)
         seen = replace(seen, eta_s=status.eta_s)
     ld = status.log_dirs  # the moves between log dirs the step classified: a partition is done when they are
     if ld is None:

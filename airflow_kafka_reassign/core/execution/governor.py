@@ -9,7 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow_kafka_reassign.core.adaptive import (
+from airflow_kafka_reassign.core.execution.config import ADAPTED, ExecutionLimits, ExecutionOptions
+from airflow_kafka_reassign.core.execution.observe import _sample
+from airflow_kafka_reassign.core.execution.schedule import ObservedRates, broker_rates, copies_of, plan_eta
+from airflow_kafka_reassign.core.execution.status import ExecutionStatus
+from airflow_kafka_reassign.core.execution.throttle import brokers_involved
+from airflow_kafka_reassign.core.guards.adaptive import (
     AdaptiveBounds,
     CopyWatch,
     Limits,
@@ -18,16 +23,11 @@ from airflow_kafka_reassign.core.adaptive import (
     soonest_eta_s,
     stall_window_s,
 )
-from airflow_kafka_reassign.core.execution.config import ADAPTED, ExecutionLimits, ExecutionOptions
-from airflow_kafka_reassign.core.execution.observe import _sample
-from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.headroom import HEADROOM_EVENT, HeadroomPolicy, HeadroomWatch
-from airflow_kafka_reassign.core.health import HealthPolicy
-from airflow_kafka_reassign.core.journal import StateLocation, journal
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.ports import ClusterAdmin
-from airflow_kafka_reassign.core.schedule import ObservedRates, broker_rates, copies_of, plan_eta
-from airflow_kafka_reassign.core.throttle import brokers_involved
+from airflow_kafka_reassign.core.guards.headroom import HEADROOM_EVENT, HeadroomPolicy, HeadroomWatch
+from airflow_kafka_reassign.core.guards.health import HealthPolicy
+from airflow_kafka_reassign.core.records.journal import StateLocation, journal
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 _log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class RunGovernor:
 
     def plan_eta(self, status: ExecutionStatus, limits: ExecutionLimits, options: ExecutionOptions, *,
                  at: float) -> float | None:
-        """The plan's ETA (seconds) from the schedule of its copies (core/schedule.py): the moves in flight, then
+        """The plan's ETA (seconds) from the schedule of its copies (core/execution/schedule.py): the moves in flight, then
         the pending ones in the order the engine sends them, within the limits, each broker at the rate it took in
         over the last polls (never above the throttle), else at the throttle; ``None`` without sizes or rates.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from airflow_kafka_reassign.core.disk_guard import DiskReserve
 from airflow_kafka_reassign.core.execution.batch import (
     _disk_room,
     _disk_verdict,
@@ -19,14 +18,15 @@ from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs, sub
 from airflow_kafka_reassign.core.execution.observe import _assess
 from airflow_kafka_reassign.core.execution.run_state import SUBMITTED
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.journal import StateLocation, journal
-from airflow_kafka_reassign.core.lease import LeaseKeeper
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.ports import ClusterAdmin
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.throttle import (
     brokers_involved,
     sync_throttles,
 )
+from airflow_kafka_reassign.core.guards.disk import DiskReserve
+from airflow_kafka_reassign.core.records.journal import StateLocation, journal
+from airflow_kafka_reassign.core.records.lease import LeaseKeeper
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 _log = logging.getLogger(__name__)
@@ -63,8 +63,8 @@ def step(
         refused (describe can lag the controller right after a reassignment completes).
     :param should_stop: asked right before anything is written; ``True`` (a kill arrived while
         observing) submits nothing and leaves the throttles as they are.
-    :param lease: the plan's lease (core/lease.py), confirmed (and renewed) right before anything
-        is written; :class:`~airflow_kafka_reassign.core.lease.LeaseLostError` when another run
+    :param lease: the plan's lease (core/records/lease.py), confirmed (and renewed) right before anything
+        is written; :class:`~airflow_kafka_reassign.core.records.lease.LeaseLostError` when another run
         took it over, and then nothing is written.
     """
     log = log or _log
@@ -91,7 +91,7 @@ def step(
         elif limits.order != "plan" and limits.limited and len(pending) > 1:
             sizes = status.sizes = admin.replica_sizes(list(plan.partitions))
         plan_index = {m.tp: i for i, m in enumerate(plan.moves)}
-        # redundancy first, below min ISR last (status.urgency, core/health.py), then the order
+        # redundancy first, below min ISR last (status.urgency, core/guards/health.py), then the order
         leaders = {tp: obs.partitions[tp].leader for tp in status.pending if tp in obs.partitions} \
             if limits.order == "balanced" else None
         in_order, touched = ordered(pending, limits, sizes, plan_index, urgency=status.urgency, tps=status.pending,

@@ -15,12 +15,12 @@ caught up). :func:`~airflow_kafka_reassign.core.execution.iteration.step` calls,
   (``status.failed``) like a refused reassignment;
 * :func:`submit_log_dirs` (after the reassignments' throttles are reconciled, under the lease): the log-dir throttle
   (``replica.alter.log.dirs.io.max.bytes.per.second``) on the brokers moving, backed up first
-  (:func:`~airflow_kafka_reassign.core.throttle.sync_log_dir_throttle`) and set back on a broker as soon as it has
+  (:func:`~airflow_kafka_reassign.core.execution.throttle.sync_log_dir_throttle`) and set back on a broker as soon as it has
   nothing left in flight; then the pending moves that fit: at most ``max_moves_per_dir`` in flight out of and into
   each log dir, the disk guard per target volume (usable bytes less what the copies under way still write there,
   less this replica, above the reserve), never onto a cordoned dir; one AlterReplicaLogDirs, journalled.
 
-Pure: the cluster is read and changed through the :class:`~airflow_kafka_reassign.core.ports.ClusterAdmin` port.
+Pure: the cluster is read and changed through the :class:`~airflow_kafka_reassign.core.vocabulary.ports.ClusterAdmin` port.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_kafka_reassign.core.cordon import CordonView, cordon_violations
-from airflow_kafka_reassign.core.disk_guard import DiskReserve
 from airflow_kafka_reassign.core.execution.config import ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus, LogDirStatus
-from airflow_kafka_reassign.core.journal import StateLocation, journal
-from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.ports import SAME_VOLUME, ClusterAdmin, LogDir, TopicPartitionReplica
-from airflow_kafka_reassign.core.throttle import LOG_DIR_RATE, read_backup, sync_log_dir_throttle
-from airflow_kafka_reassign.core.units import format_bytes
+from airflow_kafka_reassign.core.execution.throttle import LOG_DIR_RATE, read_backup, sync_log_dir_throttle
+from airflow_kafka_reassign.core.guards.disk import DiskReserve
+from airflow_kafka_reassign.core.maintenance.cordon import CordonView, cordon_violations
+from airflow_kafka_reassign.core.records.journal import StateLocation, journal
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import SAME_VOLUME, ClusterAdmin, LogDir, TopicPartitionReplica
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: The journal event of the moves between log dirs a step sent.

@@ -7,12 +7,11 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from airflow_kafka_reassign.core.cordon import cordon_refusal
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, SUMMARY_SAMPLE, ExecutionOptions
 from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus, _names, _Observation
-from airflow_kafka_reassign.core.health import (
+from airflow_kafka_reassign.core.guards.health import (
     BELOW_MIN_ISR_LAST,
     NORMAL,
     assess,
@@ -20,9 +19,10 @@ from airflow_kafka_reassign.core.health import (
     drained_brokers,
     urgency,
 )
-from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.move_state import MoveState, classify
-from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment
+from airflow_kafka_reassign.core.maintenance.cordon import cordon_refusal
+from airflow_kafka_reassign.core.vocabulary.models import Move, PartitionState, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.move_state import MoveState, classify
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, InFlightReassignment
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 _log = logging.getLogger(__name__)
@@ -313,7 +313,7 @@ _RF_GUARD_CLIENT_LIMITS = (
 
 def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionStatus, options: ExecutionOptions,
                   log: logging.Logger) -> None:
-    """Read the cluster's health into ``status`` (core/health.py): ``paused`` when trouble that
+    """Read the cluster's health into ``status`` (core/guards/health.py): ``paused`` when trouble that
     the run does not explain stops new submissions; pending moves below min ISR counted (and
     refused with ``below_min_isr="refuse"``); each pending move's urgency (``status.urgency``: the moves that
     restore redundancy go first, those below min ISR last)."""
@@ -330,7 +330,7 @@ def _check_health(plan: ReassignmentPlan, obs: _Observation, status: ExecutionSt
         status.pending = [tp for tp in status.pending if tp not in gone]
     else:
         status.below_min_isr = risky
-    # redundancy first, below min ISR last: the order every batch starts from (core/health.py)
+    # redundancy first, below min ISR last: the order every batch starts from (core/guards/health.py)
     urgent: dict[TopicPartition, int] = {}
     for tp in status.pending:
         u = urgency(status.moves[tp], obs.partitions.get(tp), obs.min_isr.get(tp.topic, 1), obs.brokers)

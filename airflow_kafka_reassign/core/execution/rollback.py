@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_reassign.core.cancel import CancelResult, cancel_plan, live_rollback
-from airflow_kafka_reassign.core.cordon import read_backup as read_cordon_backup
-from airflow_kafka_reassign.core.cordon import restore_cordons
+from airflow_kafka_reassign.core.execution.cancel import CancelResult, cancel_plan, live_rollback
 from airflow_kafka_reassign.core.execution.config import ExecutionConfig
 from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
-from airflow_kafka_reassign.core.lease import LeaseKeeper
-from airflow_kafka_reassign.core.ports import ClusterAdmin
+from airflow_kafka_reassign.core.maintenance.cordon import read_backup as read_cordon_backup
+from airflow_kafka_reassign.core.maintenance.cordon import restore_cordons
+from airflow_kafka_reassign.core.records.lease import LeaseKeeper
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.execution.session import RunResult
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 import logging
 
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.journal import StateLocation
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
-from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
-from airflow_kafka_reassign.core.store import as_store
+from airflow_kafka_reassign.core.records.journal import StateLocation
+from airflow_kafka_reassign.core.records.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.records.store import as_store
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 
 _log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def cancel_then_roll_back(
     """Cancel the plan's moves in flight (or every reassignment, ``cancel_all``), restore the run's throttles and its
     cordons (a decommission's: the brokers take new replicas again), then,
     with a ``rollback`` plan, move the partitions back: the rollback starts from where each partition is now
-    (:func:`~airflow_kafka_reassign.core.cancel.live_rollback`) and runs through the same session as any plan
+    (:func:`~airflow_kafka_reassign.core.execution.cancel.live_rollback`) and runs through the same session as any plan
     (to the end with ``wait``; else its first batch, its throttles left for the sensor that waits for it).
 
     The one path of CancelReassignment and of the sensor's ``on_timeout="cancel"`` / ``"rollback"``."""

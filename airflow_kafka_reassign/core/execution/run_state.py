@@ -1,5 +1,5 @@
-"""What a run keeps on the plan's run state besides the throttle backup (core/throttle.py) and the lease
-(core/lease.py): the journal's event names, this task try's events, and the governor a later process of the same
+"""What a run keeps on the plan's run state besides the throttle backup (core/execution/throttle.py) and the lease
+(core/records/lease.py): the journal's event names, this task try's events, and the governor a later process of the same
 try goes on from (the sensor is rebuilt at each reschedule poke, at the deferral and when the triggerer restarts).
 
 Reads and writes here are best effort where the run does not depend on them: a damaged governor object costs the
@@ -12,8 +12,8 @@ import json
 import logging
 from typing import Any
 
-from airflow_kafka_reassign.core.journal import StateLocation, read_journal
-from airflow_kafka_reassign.core.store import as_store
+from airflow_kafka_reassign.core.records.journal import StateLocation, read_journal
+from airflow_kafka_reassign.core.records.store import as_store
 
 #: ExecuteReassignment ran this plan.json (its digest): the sensor that submits the later batches refuses another.
 PLAN_EXECUTED = "plan-executed"
@@ -25,7 +25,7 @@ HEALTH_STOPPED = "health-stopped"
 HEALTH_CANCELLED = "health-cancelled"
 #: Where a task try's governor is kept between processes: ``<run dir>/governor/<try>.json`` (overwritten).
 GOVERNOR_DIR = "governor"
-#: A drain's later rounds (core/drain.py): ``<run dir>/drain/round-<n>.json``, each a plan of the partitions that
+#: A drain's later rounds (core/maintenance/drain.py): ``<run dir>/drain/round-<n>.json``, each a plan of the partitions that
 #: arrived on the drained brokers, written before any of its moves is sent (a retry, on any worker, goes on from them).
 DRAIN_DIR = "drain"
 #: The journal event of a drain round planned.

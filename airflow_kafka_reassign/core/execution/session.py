@@ -14,7 +14,7 @@ to poll next. Every driver ticks the same session:
 Example (with the in-memory fake)::
 
     >>> from airflow_kafka_reassign.testing import FakeClusterAdmin
-    >>> from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
+    >>> from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
     >>> fake = FakeClusterAdmin.build(brokers={1: "a", 2: "b", 3: "c"}, topics={"t": [[1, 2]]})
     >>> plan = ReassignmentPlan(moves=(Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(2, 3)),))
     >>> session = ExecutionSession(fake, plan, ExecutionConfig(), state_dir=None)
@@ -35,9 +35,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_reassign.core.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
-from airflow_kafka_reassign.core.cordon import cordon_refusal, cordoned_brokers
-from airflow_kafka_reassign.core.drain import DrainSpec, drain_moves, leftovers, merge
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import (
     SETTLE_RECHECK_S,
@@ -62,15 +59,18 @@ from airflow_kafka_reassign.core.execution.run_state import (
     write_governor,
 )
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
-from airflow_kafka_reassign.core.journal import StateLocation, journal
-from airflow_kafka_reassign.core.lease import LeaseKeeper, LeaseLostError
-from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.ports import ClusterAdmin
-from airflow_kafka_reassign.core.throttle import NOT_RESTORED, backup_path
+from airflow_kafka_reassign.core.execution.throttle import NOT_RESTORED, backup_path
+from airflow_kafka_reassign.core.guards.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
+from airflow_kafka_reassign.core.maintenance.cordon import cordon_refusal, cordoned_brokers
+from airflow_kafka_reassign.core.maintenance.drain import DrainSpec, drain_moves, leftovers, merge
+from airflow_kafka_reassign.core.records.journal import StateLocation, journal
+from airflow_kafka_reassign.core.records.lease import LeaseKeeper, LeaseLostError
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
 
 if TYPE_CHECKING:
-    from airflow_kafka_reassign.core.cancel import CancelResult
+    from airflow_kafka_reassign.core.execution.cancel import CancelResult
 
 _log = logging.getLogger(__name__)
 
@@ -99,9 +99,9 @@ class Tick:
     adaptations: list[str] = field(default_factory=list)
     #: the ETA of the first move in flight to finish (seconds; ``None``: unknown)
     eta_s: float | None = None
-    #: when to tick again: soon when a move in flight is about to finish, rarely when far (core/adaptive.py)
+    #: when to tick again: soon when a move in flight is about to finish, rarely when far (core/guards/adaptive.py)
     next_poll_s: float = 0.0
-    #: a drain round planned at this tick: the partitions that arrived on the drained brokers (core/drain.py)
+    #: a drain round planned at this tick: the partitions that arrived on the drained brokers (core/maintenance/drain.py)
     drained_later: list[TopicPartition] = field(default_factory=list)
 
     @property
@@ -128,7 +128,7 @@ class ExecutionSession:
     :param deadline: no move is submitted at or after it (aware datetime); ``on_deadline="cancel"`` cancels the
         moves in flight when it passes, ``"finish"`` lets them finish.
     :param measure: read the plan's sizes at each tick (the progress line's bytes; one DescribeLogDirs).
-    :param drain: a decommission's drain (core/drain.py): once the plan's moves are done, the partitions that arrived
+    :param drain: a decommission's drain (core/maintenance/drain.py): once the plan's moves are done, the partitions that arrived
         on the drained brokers meanwhile are planned and moved in the same run, round after round (each round kept
         on the run state before its moves go out), until the brokers are empty or ``drain.max_rounds``.
     """
@@ -328,7 +328,7 @@ class ExecutionSession:
         return True
 
     def _cancel(self) -> CancelResult:
-        from airflow_kafka_reassign.core.cancel import cancel  # it builds on this package
+        from airflow_kafka_reassign.core.execution.cancel import cancel  # it builds on this package
 
         return cancel(self.admin, self.plan, rf_guard=self.options.rf_guard, log=self.log, sleep=self.sleep)
 
@@ -405,9 +405,9 @@ class RunResult:
     paused_s: float = 0.0
     #: the adaptive limits' changes, one line each (``adaptive``)
     adaptations: list[str] = field(default_factory=list)
-    #: polls at which the copy in flight was stalled (not gaining on its leaders; see core/adaptive.py)
+    #: polls at which the copy in flight was stalled (not gaining on its leaders; see core/guards/adaptive.py)
     stalled_polls: int = 0
-    #: partitions that arrived on the drained brokers during the run and were drained in it (core/drain.py)
+    #: partitions that arrived on the drained brokers during the run and were drained in it (core/maintenance/drain.py)
     drained_later: list[TopicPartition] = field(default_factory=list)
     #: why the drain could not empty the brokers (``None``: it did, or there was no drain)
     drain_short: str | None = None
@@ -477,7 +477,7 @@ def run(
     With ``wait=False`` it returns after the first submission (the sensor keeps ticking); pass
     ``finish_at_end=False`` with it so that the throttles stay for the moves in flight. With ``lease`` every tick
     confirms the plan's lease before it writes; a run whose lease was taken over stops at once and restores
-    nothing (:class:`~airflow_kafka_reassign.core.lease.LeaseLostError`). With ``options.dry_run`` it stops after
+    nothing (:class:`~airflow_kafka_reassign.core.records.lease.LeaseLostError`). With ``options.dry_run`` it stops after
     the pre-flight and one dry tick that logs the exact requests of the first batch. ``progress(status)`` is
     called after each tick that leaves moves in flight.
     """

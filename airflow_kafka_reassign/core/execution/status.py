@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
-from airflow_kafka_reassign.core.health import NORMAL, HealthReport
-from airflow_kafka_reassign.core.models import Move, PartitionState, TopicPartition
-from airflow_kafka_reassign.core.ports import InFlightReassignment, LogDir, TopicPartitionReplica
+from airflow_kafka_reassign.core.guards.health import NORMAL, HealthReport
+from airflow_kafka_reassign.core.vocabulary.models import Move, PartitionState, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import InFlightReassignment, LogDir, TopicPartitionReplica
 
 _log = logging.getLogger(__name__)
 
@@ -118,15 +118,15 @@ class ExecutionStatus:
     paused: str | None = None
     #: pending moves whose target keeps fewer in-sync replicas than min.insync.replicas (ordered last or refused)
     below_min_isr: list[TopicPartition] = field(default_factory=list)
-    #: pending moves that are not of normal urgency (core/health.py's ``urgency``): those that restore redundancy
+    #: pending moves that are not of normal urgency (core/guards/health.py's ``urgency``): those that restore redundancy
     #: (sent first) and those below min ISR (last)
     urgency: dict[TopicPartition, int] = field(default_factory=dict)
     #: the pending moves in the order the engine sends them (``None``: not ordered at this step)
     queue: list[TopicPartition] | None = field(default=None, repr=False)
-    #: the plan's ETA in seconds, from the schedule of its copies under the limits (core/schedule.py; ``None``:
+    #: the plan's ETA in seconds, from the schedule of its copies under the limits (core/execution/schedule.py; ``None``:
     #: not computed, no sizes or no rate known yet)
     eta_s: float | None = None
-    #: the copy in flight has not gained on its leaders for several polls (see core/adaptive.py)
+    #: the copy in flight has not gained on its leaders for several polls (see core/guards/adaptive.py)
     stalled: bool = False
     #: pending moves the disk guard held this step: a broker they add lacks the free space (why, per move)
     disk_held: dict[TopicPartition, str] = field(default_factory=dict)

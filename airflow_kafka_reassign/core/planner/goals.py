@@ -16,8 +16,11 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
-from airflow_kafka_reassign.core.capacity import CapacityDocument
-from airflow_kafka_reassign.core.models import (
+from airflow_kafka_reassign.core.planner.ingress import IngressReport, TieredReport
+from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size, target_of
+from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
+from airflow_kafka_reassign.core.vocabulary.capacity import CapacityDocument
+from airflow_kafka_reassign.core.vocabulary.models import (
     INTERNAL_COORDINATOR_TOPICS,
     Broker,
     ClusterSnapshot,
@@ -28,10 +31,7 @@ from airflow_kafka_reassign.core.models import (
     _Frozen,
     check_partition_replicas,
 )
-from airflow_kafka_reassign.core.models import target_of as target_of_replicas
-from airflow_kafka_reassign.core.planner.ingress import IngressReport, TieredReport
-from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, partition_size, target_of
-from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
+from airflow_kafka_reassign.core.vocabulary.models import target_of as target_of_replicas
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 Goal = Literal["rebalance", "add-brokers", "remove-brokers", "heal", "offload", "remove-disks", "rebalance-disks"]
@@ -122,7 +122,7 @@ class PlanRequest(_Frozen):
     #: remove-brokers: leave the replicas of topics left out by topic_include/topic_exclude on the
     #: removed brokers (drain in steps) instead of refusing the plan.
     partial_drain: bool = False
-    #: Per-broker disk capacity (:class:`~airflow_kafka_reassign.core.capacity.CapacityDocument`):
+    #: Per-broker disk capacity (:class:`~airflow_kafka_reassign.core.vocabulary.capacity.CapacityDocument`):
     #: balance disk usage as a share of capacity, not only replica counts. Needs replica sizes.
     capacity: CapacityDocument | None = None
     #: No broker above this share of its disk capacity after the plan (hard; with ``capacity``).
@@ -492,7 +492,7 @@ def _brokers(
 class PartitionRow(NamedTuple):
     """One partition as the planner reads it: the columns of ``partitions.parquet`` it needs.
 
-    :class:`~airflow_kafka_reassign.core.models.PartitionState` has the same attributes; the
+    :class:`~airflow_kafka_reassign.core.vocabulary.models.PartitionState` has the same attributes; the
     Spark job builds these plain tuples instead (cheap, picklable) after
     :func:`check_partition_row` has applied the same checks as the pydantic model.
     """

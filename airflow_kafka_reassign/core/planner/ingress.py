@@ -2,7 +2,7 @@
 
 **Bytes in.** Runs after the disk step (:mod:`.disk`) and before the leader fix-up, when the
 capacity document gives every live broker a ``network_in`` capacity and the snapshot carries
-bytes-in rates (:mod:`airflow_kafka_reassign.core.rates`). A broker takes in a partition's bytes
+bytes-in rates (:mod:`airflow_kafka_reassign.core.vocabulary.rates`). A broker takes in a partition's bytes
 on every replica it holds (the leader from producers, a follower by replication), so its bytes in
 is the sum of its replicas' rates, and the goal is every broker within ``ingress_tolerance`` of
 the mean share (total rate over total ``network_in``). The goals keep their order: a move or swap
@@ -35,10 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, _Frozen
 from airflow_kafka_reassign.core.planner.disk import DiskGoal
 from airflow_kafka_reassign.core.planner.metrics import partition_size, target_of
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicMove, TopicPartitions
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, _Frozen
 
 
 class TieredReport(_Frozen):

@@ -20,7 +20,7 @@ the fix (nothing is sent). Cruise Control's ``remove_disks`` moves only within t
 every dir is within ``disk_tolerance`` of its volume from its share (or no replica brings the two closer).
 
 Dirs on one filesystem report the same volume (KIP-827 reports each log dir's filesystem): they are taken as one
-volume (:data:`~airflow_kafka_reassign.core.ports.SAME_VOLUME`), whose room a move into any of them uses.
+volume (:data:`~airflow_kafka_reassign.core.vocabulary.ports.SAME_VOLUME`), whose room a move into any of them uses.
 
 Pure: imports no Airflow, no Kafka client, no PySpark.
 """
@@ -32,7 +32,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from airflow_kafka_reassign.core.models import (
+from airflow_kafka_reassign.core.planner.goals import LogDirReport, PlanRequest, PlanResult
+from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
+from airflow_kafka_reassign.core.vocabulary.models import (
     ANY_LOG_DIR,
     ClusterSnapshot,
     Move,
@@ -41,10 +43,8 @@ from airflow_kafka_reassign.core.models import (
     TopicPartition,
     _Frozen,
 )
-from airflow_kafka_reassign.core.planner.goals import LogDirReport, PlanRequest, PlanResult
-from airflow_kafka_reassign.core.planner.metrics import assignment_metrics, partition_size, target_of
-from airflow_kafka_reassign.core.ports import SAME_VOLUME, LogDirs
-from airflow_kafka_reassign.core.units import format_bytes
+from airflow_kafka_reassign.core.vocabulary.ports import SAME_VOLUME, LogDirs
+from airflow_kafka_reassign.core.vocabulary.units import format_bytes
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 #: The brokers' log dirs beside a snapshot (goals on log dirs).
@@ -79,7 +79,7 @@ class LogDirTable(_Frozen):
 
     @classmethod
     def of(cls, log_dirs: LogDirs) -> LogDirTable:
-        """From :meth:`ClusterAdmin.log_dirs(None) <airflow_kafka_reassign.core.ports.ClusterAdmin.log_dirs>`."""
+        """From :meth:`ClusterAdmin.log_dirs(None) <airflow_kafka_reassign.core.vocabulary.ports.ClusterAdmin.log_dirs>`."""
         return cls(brokers={
             b: tuple(DirState(path=d.path, total_bytes=d.total_bytes, usable_bytes=d.usable_bytes, offline=d.offline,
                               cordoned=bool(d.cordoned),

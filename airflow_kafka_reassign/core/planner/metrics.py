@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pydantic import Field
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition, _Frozen
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan, TopicPartition, _Frozen
 
 
 class BalanceMetrics(_Frozen):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan
 from airflow_kafka_reassign.core.planner.disk import (
     DiskBounds,
     DiskGoal,
@@ -45,6 +44,7 @@ from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, assignme
 from airflow_kafka_reassign.core.planner.quotas import GROUP_REPLICAS, QuotaPlan, compute_quotas
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicMove, TopicParams, TopicPartitions
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan
 
 
 def plan_topics(

@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.planner.disk import (
     DiskBounds,
     DiskFlat,
@@ -76,6 +75,7 @@ from airflow_kafka_reassign.core.planner.pipeline import (
 from airflow_kafka_reassign.core.planner.quotas import MapGroups, QuotaGroup, compute_quotas, solve_quota_group
 from airflow_kafka_reassign.core.planner.topic import plan_topic
 from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 # -- 1. prepare (per topic) ----------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The Spark job builds these from columnar rows (one :class:`TopicPartitions` per topic group,
 :class:`TopicLoad` from a ``groupBy(topic, broker)`` count), so nothing here needs a
-:class:`~airflow_kafka_reassign.core.models.ClusterSnapshot`.
+:class:`~airflow_kafka_reassign.core.vocabulary.models.ClusterSnapshot`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
-from airflow_kafka_reassign.core.models import Move
+from airflow_kafka_reassign.core.vocabulary.models import Move
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_kafka_reassign.core.approval import ApprovalRecord, check_approval, check_snapshot_age
+from airflow_kafka_reassign.core.guards.approval import ApprovalRecord, check_approval, check_snapshot_age
 from airflow_kafka_reassign.exceptions import ConfigurationError, GuardRefusedError
 
 NOW = datetime(2026, 11, 22, 9, tzinfo=timezone.utc)

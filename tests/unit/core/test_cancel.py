@@ -1,4 +1,4 @@
-"""Cancel and roll back (core/cancel.py) against the in-memory FakeClusterAdmin, which reverts a cancel in the
+"""Cancel and roll back (core/execution/cancel.py) against the in-memory FakeClusterAdmin, which reverts a cancel in the
 order of the controller's merged list, as Kafka does ([1, 2, 3] -> [5, 4, 3] cancelled comes back [3, 1, 2])."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import logging
 import pytest
 from execution_helpers import RACKS, fake, mv, plan_of, tp
 
-from airflow_kafka_reassign.core.cancel import cancel, cancel_plan, live_rollback, rebase_rollback
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, ExecutionStatus, step
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.execution.cancel import cancel, cancel_plan, live_rollback, rebase_rollback
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

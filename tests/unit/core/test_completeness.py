@@ -1,11 +1,11 @@
-"""Complete snapshots or none (core/completeness.py): what counts as missing, the bounded re-reads,
+"""Complete snapshots or none (core/guards/completeness.py): what counts as missing, the bounded re-reads,
 the error for thousands of topics, and the counts a snapshot's files are checked against."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.completeness import (
+from airflow_kafka_reassign.core.guards.completeness import (
     FIRST_RETRY_S,
     MAX_RETRY_S,
     TOPICS_BY_NAME,
@@ -18,7 +18,7 @@ from airflow_kafka_reassign.core.completeness import (
     id_ranges,
     settle,
 )
-from airflow_kafka_reassign.core.models import SnapshotCheck, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import SnapshotCheck, TopicPartition
 from airflow_kafka_reassign.exceptions import IncompleteSnapshotError
 
 

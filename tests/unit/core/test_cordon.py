@@ -1,4 +1,4 @@
-"""core/cordon.py on the in-memory fake: what to cordon, the backup before the change, the exact restore,
+"""core/maintenance/cordon.py on the in-memory fake: what to cordon, the backup before the change, the exact restore,
 and the check of targets that land on a cordoned broker or log dir."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from airflow_kafka_reassign.core.cordon import (
+from airflow_kafka_reassign.core.maintenance.cordon import (
     CORDON_BACKUP_FILE,
     CORDONED_LOG_DIRS,
     CordonRefusedError,
@@ -22,10 +22,10 @@ from airflow_kafka_reassign.core.cordon import (
     read_backup,
     restore_cordons,
 )
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.models import Move, TopicPartition
-from airflow_kafka_reassign.core.ports import ClusterCapabilities, NewPartitions, TopicPartitionReplica
-from airflow_kafka_reassign.core.store import MemoryStore
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import Move, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterCapabilities, NewPartitions, TopicPartitionReplica
 from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

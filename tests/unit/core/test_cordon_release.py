@@ -1,17 +1,22 @@
 """The cordons of a plan never executed go back exactly; once its moves were sent the execution keeps them
-(core/cordon_release.py), on the fake cluster (Kafka 4.4 by default)."""
+(core/execution/cordon_release.py), on the fake cluster (Kafka 4.4 by default)."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.cordon import CORDON_BACKUP_FILE, CORDONED_LOG_DIRS, apply_cordons, decommission_cordons
-from airflow_kafka_reassign.core.cordon_release import release_unexecuted_cordons, sent_in_journal
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession
-from airflow_kafka_reassign.core.journal import journal, read_journal
-from airflow_kafka_reassign.core.lease import LeaseHeldError
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.store import MemoryStore
+from airflow_kafka_reassign.core.execution.cordon_release import release_unexecuted_cordons, sent_in_journal
+from airflow_kafka_reassign.core.maintenance.cordon import (
+    CORDON_BACKUP_FILE,
+    CORDONED_LOG_DIRS,
+    apply_cordons,
+    decommission_cordons,
+)
+from airflow_kafka_reassign.core.records.journal import journal, read_journal
+from airflow_kafka_reassign.core.records.lease import LeaseHeldError
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 DRAIN = ReassignmentPlan(moves=(Move(topic="t", partition=0, current_replicas=(1, 5), target_replicas=(1, 4)),
@@ -104,10 +109,10 @@ def test_the_lease_is_taken_before_anything_changes_and_a_refusal_changes_nothin
 def test_a_disk_removal_never_executed_gets_its_dir_cordon_back_and_one_under_way_keeps_it():
     """Its moves keep their replicas (they only pin log dirs): "done" as reassignments from the start, so the
     replicas' dirs tell whether anything was sent (DescribeLogDirs), not the reassignments."""
-    from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
+    from airflow_kafka_reassign.core.maintenance.disk_removal import cordon_for_removal
     from airflow_kafka_reassign.core.planner.goals import PlanRequest
     from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
-    from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+    from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 
     d1, d2 = "/kafka/1/data-1", "/kafka/1/data-2"
 

@@ -1,12 +1,12 @@
-"""The disk guard (core/disk_guard.py): a move is submitted only if every broker it adds keeps the reserve free."""
+"""The disk guard (core/guards/disk.py): a move is submitted only if every broker it adds keeps the reserve free."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.disk_guard import DiskReserve, DiskSpace, fit_batch
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.guards.disk import DiskReserve, DiskSpace, fit_batch
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -76,7 +76,7 @@ def test_fit_batch(case, space, in_flight, reserve, fits, held):
 
 
 def test_copies_under_way_that_are_not_the_plans_count_too():
-    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+    from airflow_kafka_reassign.core.guards.disk import DiskRoom
 
     foreign = (TopicPartition("x", 0), (3,))  # someone else's reassignment onto broker 3, 4 GB to copy
     room = DiskRoom([foreign], {**SIZES, TopicPartition("x", 0): {1: 4 * GB}}, {3: disk(6 * GB)}, DiskReserve())
@@ -85,7 +85,7 @@ def test_copies_under_way_that_are_not_the_plans_count_too():
 
 
 def test_a_broker_that_did_not_answer_holds_the_moves_onto_it():
-    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+    from airflow_kafka_reassign.core.guards.disk import DiskRoom
 
     room = DiskRoom([], SIZES, {3: disk(50 * GB)}, DiskReserve(), unanswered=[4])
     assert "broker 4 did not answer DescribeLogDirs" in room.take(mv("t", 0, (1, 2), (4, 2)))
@@ -170,14 +170,14 @@ def test_log_dirs_of_one_busy_filesystem_count_once_and_the_least_usable_is_kept
     assert room.take(mv("t", 0, (1, 2), (3, 2))) is None
     two_big = [mv("u", i, (1, 2), (3, 2)) for i in range(2)]
     sizes = {TopicPartition("u", i): {1: 80 * GB} for i in range(2)}
-    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+    from airflow_kafka_reassign.core.guards.disk import DiskRoom
 
     guard = DiskRoom([], sizes, {3: busy}, DiskReserve())
     assert guard.take(two_big[0]) is None and guard.take(two_big[1]) is not None  # 160 GB > 100 GB free
 
 
 def DiskRoom_of(space):  # noqa: N802
-    from airflow_kafka_reassign.core.disk_guard import DiskRoom
+    from airflow_kafka_reassign.core.guards.disk import DiskRoom
 
     return DiskRoom([], SIZES, {3: space}, DiskReserve())
 
@@ -209,6 +209,6 @@ def test_a_foreign_copy_under_way_is_measured_and_counted():
 
 
 def test_a_deployment_sets_the_default_reserve_in_its_environment():
-    from airflow_kafka_reassign.core.disk_guard import default_reserve
+    from airflow_kafka_reassign.core.guards.disk import default_reserve
 
     assert default_reserve({}) == "1%" and default_reserve({"AKR_DISK_RESERVE": "10%"}) == "10%"

@@ -1,14 +1,15 @@
-"""A drain that ends empty (core/drain.py and the session's drain rounds): partitions that arrive on the drained
+"""A drain that ends empty (core/maintenance/drain.py and the session's drain rounds): partitions that arrive on the drained
 brokers while the plan's moves run are moved off in the same run, within the same limits; bounded; resumable."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.drain import DrainSpec, drain_moves, leftovers, merge, read_drain
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
 from airflow_kafka_reassign.core.execution.run_state import read_drain_rounds
-from airflow_kafka_reassign.core.models import (
+from airflow_kafka_reassign.core.maintenance.drain import DrainSpec, drain_moves, leftovers, merge, read_drain
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
     ClusterSnapshot,
     Move,
@@ -17,7 +18,6 @@ from airflow_kafka_reassign.core.models import (
     TopicPartition,
     TopicState,
 )
-from airflow_kafka_reassign.core.store import MemoryStore
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 RACKS = {1: "a", 2: "b", 3: "c", 4: "a", 5: "b", 6: "c"}

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from execution_helpers import RACKS, fake, mv, plan_of, tp
 
-from airflow_kafka_reassign.core.cancel import cancel
 from airflow_kafka_reassign.core.execution import (
     THROTTLE_BACKUP_FILE,
     ExecutionLimits,
@@ -22,12 +21,9 @@ from airflow_kafka_reassign.core.execution import (
     step,
     write_rollback_if_missing,
 )
+from airflow_kafka_reassign.core.execution.cancel import cancel
 from airflow_kafka_reassign.core.execution.session import MAX_UNREACHABLE_POLLS
-from airflow_kafka_reassign.core.health import HealthPolicy
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
-from airflow_kafka_reassign.core.ports import ClusterAdmin, InFlightReassignment, PartitionResult, ThrottleBackup
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.throttle import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
     LEADER_RATE,
@@ -35,6 +31,10 @@ from airflow_kafka_reassign.core.throttle import (
     desired_throttles,
     read_backup,
 )
+from airflow_kafka_reassign.core.guards.health import HealthPolicy
+from airflow_kafka_reassign.core.records.plan_io import KAFKA_ROLLBACK_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, InFlightReassignment, PartitionResult, ThrottleBackup
 from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError, UnsupportedBrokerError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

@@ -9,12 +9,12 @@ import logging
 import pytest
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.execution.throttle import LOG_DIR_RATE, read_backup
 from airflow_kafka_reassign.core.planner.goals import PlanRequest
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
-from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
-from airflow_kafka_reassign.core.store import MemoryStore
-from airflow_kafka_reassign.core.throttle import LOG_DIR_RATE, read_backup
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -202,7 +202,7 @@ def test_run_moves_every_replica_out_and_the_dry_run_sends_nothing(caplog):
 def test_a_wait_ends_when_the_moves_between_log_dirs_are_done_too():
     """The sensor's two paths: with submit_pending (the session's tick observes for it) and a bare watch (its own
     DescribeLogDirs): the partitions are in place from the first poke, but not done until their dirs are."""
-    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
     from airflow_kafka_reassign.wait import poke_outcome
 
     f = cluster(2)
@@ -241,9 +241,9 @@ def test_the_moves_between_log_dirs_in_flight_can_be_cancelled():
 def test_a_rolled_back_disk_removal_puts_each_replica_back_in_the_log_dir_it_left_and_uncordons_it():
     """The plan records the dir each moved replica leaves (current_log_dirs); its rollback pins it back there, in
     Kafka's format too, after the cancel has restored the cordon (the dir was cordoned: nothing could go back)."""
-    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
-    from airflow_kafka_reassign.core.disk_removal import cordon_for_removal
     from airflow_kafka_reassign.core.execution import cancel_then_roll_back
+    from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.maintenance.disk_removal import cordon_for_removal
 
     f = cluster(2)
     before = {b: dict(c) for b, c in f.broker_configs.items()}

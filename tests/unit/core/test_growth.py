@@ -1,4 +1,4 @@
-"""core/growth.py: the growth guards, placement, KIP-409 placeholders and the heal step (in-memory fake)."""
+"""core/maintenance/growth.py: the growth guards, placement, KIP-409 placeholders and the heal step (in-memory fake)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from airflow_kafka_reassign.core.growth import (
+from airflow_kafka_reassign.core.maintenance.growth import (
     SNAPSHOT_RETRIES,
     SNAPSHOT_RETRY_S,
     GrowthRequest,
@@ -19,8 +19,8 @@ from airflow_kafka_reassign.core.growth import (
     read_heal_targets,
     update_heal_targets,
 )
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.ports import TopicResult
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicResult
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

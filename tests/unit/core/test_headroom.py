@@ -10,22 +10,22 @@ import pytest
 from execution_helpers import fake, mv, plan_of, tp
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession
-from airflow_kafka_reassign.core.headroom import (
+from airflow_kafka_reassign.core.execution.throttle import (
+    FOLLOWER_RATE,
+    LEADER_RATE,
+    THROTTLE_BACKUP_FILE,
+    desired_throttles,
+)
+from airflow_kafka_reassign.core.guards.headroom import (
     BrokerRates,
     HeadroomPolicy,
     HeadroomWatch,
     NetworkCapacity,
     measure_traffic,
 )
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.models import PartitionState
-from airflow_kafka_reassign.core.ports import ThrottleBackup
-from airflow_kafka_reassign.core.throttle import (
-    FOLLOWER_RATE,
-    LEADER_RATE,
-    THROTTLE_BACKUP_FILE,
-    desired_throttles,
-)
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.vocabulary.models import PartitionState
+from airflow_kafka_reassign.core.vocabulary.ports import ThrottleBackup
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 MB = 1_000_000
@@ -241,7 +241,7 @@ def test_the_headroom_rates_survive_a_rebuilt_governor(tmp_path):
 
 def test_the_planners_capacity_document_with_network_out_serves_both(tmp_path):
     """One document for the plan (disk, network_in) and the headroom throttle (network_in, network_out)."""
-    from airflow_kafka_reassign.core.capacity import load_capacity
+    from airflow_kafka_reassign.core.vocabulary.capacity import load_capacity
 
     doc = tmp_path / "capacity.yaml"
     doc.write_text("default: {disk: 2TiB, network_in: 100MiB, network_out: 200MiB}\n"

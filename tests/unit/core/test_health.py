@@ -1,4 +1,4 @@
-"""The health gate (core/health.py), adaptive limits (core/adaptive.py) and dead brokers, on the fake cluster."""
+"""The health gate (core/guards/health.py), adaptive limits (core/guards/adaptive.py) and dead brokers, on the fake cluster."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import logging
 
 import pytest
 
-from airflow_kafka_reassign.core.adaptive import (
+from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, restore_throttles, run, step
+from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup
+from airflow_kafka_reassign.core.guards.adaptive import (
     MAX_STALL_S,
     MIN_STALL_S,
     AdaptiveBounds,
@@ -18,10 +20,8 @@ from airflow_kafka_reassign.core.adaptive import (
     soonest_eta_s,
     stall_window_s,
 )
-from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, restore_throttles, run, step
-from airflow_kafka_reassign.core.health import HealthPolicy, assess, below_min_isr, drained_brokers
-from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup
+from airflow_kafka_reassign.core.guards.health import HealthPolicy, assess, below_min_isr, drained_brokers
+from airflow_kafka_reassign.core.vocabulary.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

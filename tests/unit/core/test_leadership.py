@@ -1,4 +1,4 @@
-"""core.leader_evacuation: leadership off brokers or racks by reordering replicas and electing, and back."""
+"""core.maintenance.leader_evacuation: leadership off brokers or racks by reordering replicas and electing, and back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from airflow_kafka_reassign.core.leader_evacuation import (
+from airflow_kafka_reassign.core.maintenance.leader_evacuation import (
     RECORD_FILE,
     LeadershipRecord,
     apply_leadership,
@@ -17,8 +17,8 @@ from airflow_kafka_reassign.core.leader_evacuation import (
     restore_plan,
     save_record,
 )
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, TopicPartition, TopicState
-from airflow_kafka_reassign.core.store import MemoryStore
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import Broker, ClusterSnapshot, PartitionState, TopicPartition, TopicState
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -170,7 +170,7 @@ def test_elections_the_cluster_refuses_are_reported_and_retried_until_the_deadli
     calls = []
 
     def refuse(tps):
-        from airflow_kafka_reassign.core.ports import PartitionResult
+        from airflow_kafka_reassign.core.vocabulary.ports import PartitionResult
         calls.append(sorted(tps))
         return tuple(PartitionResult(topic=tp.topic, partition=tp.partition, error_code="PREFERRED_LEADER_NOT_AVAILABLE",
                                      error="not in sync") for tp in tps)

@@ -1,11 +1,10 @@
-"""core/lifecycle.py on the fake: wait until a broker is shut down, unregister it, verify."""
+"""core/maintenance/lifecycle.py on the fake: wait until a broker is shut down, unregister it, verify."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.lifecycle import (
+from airflow_kafka_reassign.core.maintenance.lifecycle import (
     BrokerStillRunningError,
     LifecycleTimeoutError,
     broker_state,
@@ -13,8 +12,9 @@ from airflow_kafka_reassign.core.lifecycle import (
     unregister,
     wait_for_shutdown,
 )
-from airflow_kafka_reassign.core.ports import BrokerResult, ClusterCapabilities, ClusterDescription, RegisteredBroker
-from airflow_kafka_reassign.core.store import MemoryStore
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.ports import BrokerResult, ClusterCapabilities, ClusterDescription, RegisteredBroker
 from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

@@ -3,9 +3,7 @@ backed up in the run's throttle backup before it is set, restored exactly with t
 
 from __future__ import annotations
 
-from airflow_kafka_reassign.core.models import Move
-from airflow_kafka_reassign.core.store import MemoryStore
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.throttle import (
     FOLLOWER_RATE,
     LEADER_RATE,
     LOG_DIR_RATE,
@@ -14,6 +12,8 @@ from airflow_kafka_reassign.core.throttle import (
     sync_log_dir_throttle,
     sync_throttles,
 )
+from airflow_kafka_reassign.core.records.store import MemoryStore
+from airflow_kafka_reassign.core.vocabulary.models import Move
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from airflow_kafka_reassign.core.models import (
+from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
     ClusterSnapshot,
     Move,

@@ -6,8 +6,8 @@ import pytest
 from execution_helpers import fake, mv, plan_of, tp
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
-from airflow_kafka_reassign.core.move_state import BLOCKED_STATES, UNFINISHED_STATES, MoveState
-from airflow_kafka_reassign.core.progress import observe
+from airflow_kafka_reassign.core.execution.progress import observe
+from airflow_kafka_reassign.core.vocabulary.move_state import BLOCKED_STATES, UNFINISHED_STATES, MoveState
 
 MOVE = mv("t", 0, (1, 2), (1, 3))
 

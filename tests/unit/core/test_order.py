@@ -1,4 +1,4 @@
-"""The order pending moves go out in (core/execution/batch.py ``ordered``, core/health.py ``urgency``): the moves
+"""The order pending moves go out in (core/execution/batch.py ``ordered``, core/guards/health.py ``urgency``): the moves
 that restore redundancy first, then the order chosen; "balanced" ends a skewed plan soonest under per-broker limits."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from execution_helpers import RACKS, mv, plan_of, tp
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, run, step
 from airflow_kafka_reassign.core.execution.batch import ordered
-from airflow_kafka_reassign.core.health import (
+from airflow_kafka_reassign.core.execution.schedule import Copy, Rates, simulate
+from airflow_kafka_reassign.core.guards.health import (
     BELOW_MIN_ISR_LAST,
     NORMAL,
     RESTORES_MIN_ISR,
@@ -17,8 +18,7 @@ from airflow_kafka_reassign.core.health import (
     below_min_isr,
     urgency,
 )
-from airflow_kafka_reassign.core.models import PartitionState
-from airflow_kafka_reassign.core.schedule import Copy, Rates, simulate
+from airflow_kafka_reassign.core.vocabulary.models import PartitionState
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 SAFE = ExecutionOptions()

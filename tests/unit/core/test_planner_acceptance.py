@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot
 from airflow_kafka_reassign.core.planner import PlanRequest, PlanResult, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import apply_plan, synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import apply_plan, synthetic_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.models import TopicPartition
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
 from airflow_kafka_reassign.core.planner.staged import plan_staged
-from airflow_kafka_reassign.core.synthetic import apply_plan, snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import apply_plan, snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 

@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from airflow_kafka_reassign.core.capacity import BrokerCapacity, CapacityDocument, capacity_document, load_capacity
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import (
+from airflow_kafka_reassign.core.planner.synthetic import (
     snapshot_from_assignment,
     synthetic_capacities,
     synthetic_cluster,
     to_snapshot,
 )
+from airflow_kafka_reassign.core.vocabulary.capacity import BrokerCapacity, CapacityDocument, capacity_document, load_capacity
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 GB = 10**9

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import apply_plan, snapshot_from_assignment
+from airflow_kafka_reassign.core.planner.synthetic import apply_plan, snapshot_from_assignment
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.json"))
 

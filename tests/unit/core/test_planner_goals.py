@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, TopicPartition, TopicState
 from airflow_kafka_reassign.core.planner import PlanRequest, compute_metrics, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import apply_plan, snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import apply_plan, snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import Broker, ClusterSnapshot, PartitionState, TopicPartition, TopicState
 
 
 def racks_of(snapshot: ClusterSnapshot) -> dict[int, str | None]:
@@ -200,7 +200,7 @@ def test_moves_are_valid_models_and_round_trip_through_kafka_json() -> None:
     snapshot = synthetic_snapshot(brokers=6, new_brokers=2, racks=3, topics=8, seed=6)
     result = plan_reassignment(snapshot, PlanRequest(goal="add-brokers"))
     current = {p.tp: p.target_replicas for p in snapshot.partitions}
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 
     again = ReassignmentPlan.from_kafka_json(result.plan.to_kafka_json(), current)
     assert [m.target_replicas for m in again.moves] == [m.target_replicas for m in result.plan.moves]

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from airflow_kafka_reassign.core.capacity import capacity_document
-from airflow_kafka_reassign.core.models import TopicState
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.planner.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.vocabulary.capacity import capacity_document
+from airflow_kafka_reassign.core.vocabulary.models import TopicState
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 GB, MB = 10**9, 10**6

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, TopicState
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.planner.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.vocabulary.models import Broker, ClusterSnapshot, PartitionState, TopicState
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 THREE = {0: None, 1: None, 2: None}

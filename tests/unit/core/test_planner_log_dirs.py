@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.models import TopicPartition
 from airflow_kafka_reassign.core.planner.goals import PlanRequest
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
-from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

@@ -9,7 +9,6 @@ from collections import Counter
 
 import pytest
 
-from airflow_kafka_reassign.core.capacity import capacity_document
 from airflow_kafka_reassign.core.planner import (
     BrokerLayout,
     PlanRequest,
@@ -22,7 +21,8 @@ from airflow_kafka_reassign.core.planner import (
     plan_topic,
 )
 from airflow_kafka_reassign.core.planner.lower_bound import _joint_bound, band_bound
-from airflow_kafka_reassign.core.synthetic import planner_scope, snapshot_from_assignment, synthetic_cluster
+from airflow_kafka_reassign.core.planner.synthetic import planner_scope, snapshot_from_assignment, synthetic_cluster
+from airflow_kafka_reassign.core.vocabulary.capacity import capacity_document
 
 
 def scope(**kwargs: object):

@@ -17,8 +17,8 @@ from airflow_kafka_reassign.core.planner.quotas import (
     solve_quota_group,
     split_capacity,
 )
+from airflow_kafka_reassign.core.planner.synthetic import planner_scope, synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.core.planner.types import BrokerLayout
-from airflow_kafka_reassign.core.synthetic import planner_scope, synthetic_cluster, to_snapshot
 
 SCENARIOS = {
     "scale-out": ({"brokers": 12, "racks": 3, "new_brokers": 3}, ()),

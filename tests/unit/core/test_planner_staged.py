@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan
-from airflow_kafka_reassign.core.plan_io import partition_counts_json
 from airflow_kafka_reassign.core.planner import PlanRequest, balance_leaders, plan_reassignment
 from airflow_kafka_reassign.core.planner.staged import LeaderInput, Placed, driver_leaders, move_fragments, plan_staged
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.core.planner.types import TopicMove
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.records.plan_io import partition_counts_json
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 
 SUITES = ("test_planner_goals", "test_planner_inputs", "test_planner_disk")
 
@@ -81,8 +81,8 @@ DISK_SCENARIOS = [
 @pytest.mark.parametrize(("cluster", "fields"), DISK_SCENARIOS)
 def test_same_load_aware_result_as_plan_reassignment(cluster: dict, fields: dict) -> None:
     # the staged planner runs the disk step on the driver over the place stage's flat arrays
-    from airflow_kafka_reassign.core.capacity import BrokerCapacity, CapacityDocument
-    from airflow_kafka_reassign.core.synthetic import synthetic_capacities
+    from airflow_kafka_reassign.core.planner.synthetic import synthetic_capacities
+    from airflow_kafka_reassign.core.vocabulary.capacity import BrokerCapacity, CapacityDocument
 
     synthetic = synthetic_cluster(**{"replicas": 3000, "seed": 11, "racks": 3, "sizes": "skewed", **cluster})
     snapshot = to_snapshot(synthetic)

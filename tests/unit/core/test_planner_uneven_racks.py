@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
 from airflow_kafka_reassign.core.planner.staged import plan_staged
-from airflow_kafka_reassign.core.synthetic import apply_plan, snapshot_from_assignment
+from airflow_kafka_reassign.core.planner.synthetic import apply_plan, snapshot_from_assignment
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot
 
 RACKS = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2", 6: "r3"}
 LONE, REMOVED = 2, 5

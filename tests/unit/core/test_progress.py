@@ -1,4 +1,4 @@
-"""core/progress.py: the completion rule, bytes, throughput/ETA, stall detection, the wait loop (with the fake)."""
+"""core/execution/progress.py: the completion rule, bytes, throughput/ETA, stall detection, the wait loop (with the fake)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from airflow_kafka_reassign.core.models import Move, PartitionState, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.progress import (
+from airflow_kafka_reassign.core.execution.progress import (
     MoveState,
     Observation,
     ProgressTracker,
@@ -21,6 +20,7 @@ from airflow_kafka_reassign.core.progress import (
     parse_names,
     slope,
 )
+from airflow_kafka_reassign.core.vocabulary.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -333,7 +333,7 @@ def test_watch_reports_blocked_when_only_unreachable_moves_remain():
 
 
 def test_a_topic_the_metadata_does_not_know_yet_is_asked_for_again(monkeypatch):
-    monkeypatch.setattr("airflow_kafka_reassign.core.progress.time.sleep", lambda s: None)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.progress.time.sleep", lambda s: None)
     fake, plan = fake_and_plan(1)
     real, calls = fake.snapshot, []
 
@@ -349,7 +349,7 @@ def test_a_topic_the_metadata_does_not_know_yet_is_asked_for_again(monkeypatch):
 
 
 def test_a_missing_topic_is_reported_not_raised(monkeypatch):
-    monkeypatch.setattr("airflow_kafka_reassign.core.progress.time.sleep", lambda s: None)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.progress.time.sleep", lambda s: None)
     fake, plan = fake_and_plan(1)
     gone = ReassignmentPlan(moves=(*plan.moves, Move(topic="deleted", partition=0, current_replicas=(1, 2),
                                                           target_replicas=(3, 2))))
@@ -376,7 +376,7 @@ def test_empty_plan_is_refused():
 
 
 def test_blocked_is_confirmed_by_a_second_look_before_the_wait_ends(monkeypatch):
-    monkeypatch.setattr("airflow_kafka_reassign.core.progress.time.sleep", lambda s: None)
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.progress.time.sleep", lambda s: None)
     fake, plan = fake_and_plan(1)
     real, seen = fake.snapshot, []
 

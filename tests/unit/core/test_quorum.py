@@ -1,11 +1,11 @@
-"""core/quorum.py: a decommission of a KRaft controller voter is refused before anything is sent."""
+"""core/maintenance/quorum.py: a decommission of a KRaft controller voter is refused before anything is sent."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.ports import QuorumInfo, QuorumMember
-from airflow_kafka_reassign.core.quorum import VoterRemovalRefusedError, check_voters, majority_of
+from airflow_kafka_reassign.core.maintenance.quorum import VoterRemovalRefusedError, check_voters, majority_of
+from airflow_kafka_reassign.core.vocabulary.ports import QuorumInfo, QuorumMember
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 

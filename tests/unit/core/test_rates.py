@@ -1,4 +1,4 @@
-"""Bytes-in rates from two reads of the replicas' sizes (core/rates.py); the snapshot carries them."""
+"""Bytes-in rates from two reads of the replicas' sizes (core/vocabulary/rates.py); the snapshot carries them."""
 
 from __future__ import annotations
 
@@ -6,9 +6,16 @@ import json
 
 import pytest
 
-from airflow_kafka_reassign.core.models import Broker, BytesInWindow, ClusterSnapshot, PartitionState, TopicPartition, TopicState
-from airflow_kafka_reassign.core.rates import estimate_bytes_in, sample_bytes_in, snapshot_bytes_in
-from airflow_kafka_reassign.core.snapshot_io import read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot, write_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import (
+    Broker,
+    BytesInWindow,
+    ClusterSnapshot,
+    PartitionState,
+    TopicPartition,
+    TopicState,
+)
+from airflow_kafka_reassign.core.vocabulary.rates import estimate_bytes_in, sample_bytes_in, snapshot_bytes_in
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 A0, A1, A2, A3 = (TopicPartition("a", i) for i in range(4))

@@ -1,10 +1,10 @@
-"""The copy slots simulated under the per-broker limits (core/schedule.py): the plan's ETA, checked by hand."""
+"""The copy slots simulated under the per-broker limits (core/execution/schedule.py): the plan's ETA, checked by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.schedule import MAX_EXACT_SHARE, Copy, Rates, simulate, throttle_bound_s
+from airflow_kafka_reassign.core.execution.schedule import MAX_EXACT_SHARE, Copy, Rates, simulate, throttle_bound_s
 
 
 def test_one_broker_shares_its_rate_between_its_copies_and_refills_a_freed_slot_at_once():
@@ -91,7 +91,7 @@ MB = 1_000_000
 
 def eta_session(state_dir):
     from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession
-    from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
     from airflow_kafka_reassign.testing import FakeClusterAdmin
 
     # three moves into broker 4 (30, 20, 10 MB, each from its own broker) and one of 40 MB into broker 5
@@ -110,8 +110,8 @@ def eta_session(state_dir):
 
 def test_the_engines_eta_is_the_schedule_under_its_limits_by_hand(tmp_path):
     from airflow_kafka_reassign.core.execution.finishing import progress_observation
-    from airflow_kafka_reassign.core.models import TopicPartition
-    from airflow_kafka_reassign.core.progress import ReassignmentWatch
+    from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
     f, session, clock = eta_session(tmp_path)
     tick = session.tick()
@@ -135,8 +135,8 @@ def test_the_engines_eta_is_the_schedule_under_its_limits_by_hand(tmp_path):
 
 
 def test_a_watch_that_does_not_submit_shares_the_throughput_between_the_brokers_copying():
-    from airflow_kafka_reassign.core.move_state import MoveState, PartitionProgress
-    from airflow_kafka_reassign.core.progress import Observation, ProgressTracker
+    from airflow_kafka_reassign.core.execution.progress import Observation, ProgressTracker
+    from airflow_kafka_reassign.core.vocabulary.move_state import MoveState, PartitionProgress
 
     def obs(at: float, left: int) -> Observation:
         return Observation(at=at, partitions=tuple(

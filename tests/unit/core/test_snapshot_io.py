@@ -7,14 +7,14 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, PartitionState, SnapshotCheck, TopicState
-from airflow_kafka_reassign.core.snapshot_io import (
+from airflow_kafka_reassign.core.records.snapshot_io import (
     PARTITIONS_SCHEMA,
     partitions_table,
     read_snapshot,
     write_partitions,
     write_snapshot,
 )
+from airflow_kafka_reassign.core.vocabulary.models import Broker, ClusterSnapshot, PartitionState, SnapshotCheck, TopicState
 
 
 def snapshot() -> ClusterSnapshot:

@@ -15,10 +15,10 @@ from airflow_kafka_reassign.core.execution import (
     ExecutionOptions,
     run,
 )
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.lease import LEASE_FILE, Lease, LeaseHeldError, LeaseKeeper, LeaseLostError, acquire
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
-from airflow_kafka_reassign.core.store import LocalStore, MemoryStore, as_store
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.records.lease import LEASE_FILE, Lease, LeaseHeldError, LeaseKeeper, LeaseLostError, acquire
+from airflow_kafka_reassign.core.records.store import LocalStore, MemoryStore, as_store
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -268,7 +268,7 @@ def test_a_run_that_lost_its_lease_writes_nothing_more():
 # -- the heal-targets file on any store ------------------------------------------------------------------------
 
 def test_heal_targets_file_on_a_store_is_updated_by_compare_and_set():
-    from airflow_kafka_reassign.core.growth import heal_targets_uri, read_heal_targets, update_heal_targets
+    from airflow_kafka_reassign.core.maintenance.growth import heal_targets_uri, read_heal_targets, update_heal_targets
 
     store = MemoryStore("s3://plans/kafka")
     where = (store, "heal-targets.json")
@@ -295,7 +295,7 @@ def test_heal_targets_file_on_a_store_is_updated_by_compare_and_set():
 
 
 def test_heal_targets_file_refuses_bad_content_naming_the_uri():
-    from airflow_kafka_reassign.core.growth import read_heal_targets
+    from airflow_kafka_reassign.core.maintenance.growth import read_heal_targets
 
     store = MemoryStore("s3://plans/kafka", {"h.json": b'["orders-1"]'})
     with pytest.raises(ConfigurationError, match=r"s3://plans/kafka/h.json must be a JSON object"):

@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.models import Move, TopicPartition
-from airflow_kafka_reassign.core.ports import ClusterAdmin
-from airflow_kafka_reassign.core.throttle import (
+from airflow_kafka_reassign.core.execution.throttle import (
     FOLLOWER_RATE,
     FOLLOWER_REPLICAS,
     LEADER_RATE,
@@ -16,6 +14,8 @@ from airflow_kafka_reassign.core.throttle import (
     throttle_configs,
     throttled_replicas,
 )
+from airflow_kafka_reassign.core.vocabulary.models import Move, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 MOVES = [
@@ -93,8 +93,8 @@ def test_fake_applies_kip860_semantics():
 
 
 def test_a_step_reads_the_throttles_once_what_it_just_backed_up_is_not_read_again():
-    from airflow_kafka_reassign.core.store import MemoryStore
-    from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup, sync_throttles
+    from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE, read_backup, sync_throttles
+    from airflow_kafka_reassign.core.records.store import MemoryStore
 
     f, store = FakeClusterAdmin.build({1: None, 2: None, 3: None, 4: None}, {"t": [[1, 2], [2, 3]]}), MemoryStore()
     f.broker_configs[3][LEADER_RATE] = "777"  # someone else's, kept in the backup and put back
@@ -142,9 +142,9 @@ class _Lagging:
 
 
 def test_the_restore_check_waits_for_the_brokers_to_apply_its_write_before_writing_again(monkeypatch):
-    from airflow_kafka_reassign.core import throttle
-    from airflow_kafka_reassign.core.store import MemoryStore
-    from airflow_kafka_reassign.core.throttle import LEADER_RATE, read_backup, restore_throttles, sync_throttles
+    from airflow_kafka_reassign.core.execution import throttle
+    from airflow_kafka_reassign.core.execution.throttle import LEADER_RATE, read_backup, restore_throttles, sync_throttles
+    from airflow_kafka_reassign.core.records.store import MemoryStore
 
     now = [0.0]
     monkeypatch.setattr(throttle, "_clock", lambda: now[0])

@@ -1,10 +1,10 @@
-"""core.units: byte sizes read and printed one way (pydantic's ByteSize), decimal units on display."""
+"""core.vocabulary.units: byte sizes read and printed one way (pydantic's ByteSize), decimal units on display."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.units import byte_unit, format_bytes, parse_bytes
+from airflow_kafka_reassign.core.vocabulary.units import byte_unit, format_bytes, parse_bytes
 
 GiB = 2**30
 

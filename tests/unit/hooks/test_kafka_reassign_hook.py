@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_reassign.core.models import Broker
+from airflow_kafka_reassign.core.vocabulary.models import Broker
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 

@@ -114,8 +114,8 @@ class PagingBroker:
 
 def test_describe_eligible_leaders_pages_each_topic_from_its_first_wanted_partition(monkeypatch):
     import airflow_kafka_reassign.kafka.maintenance as maintenance
-    from airflow_kafka_reassign.core.models import TopicPartition
-    from airflow_kafka_reassign.core.ports import ClusterCapabilities
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterCapabilities
     from airflow_kafka_reassign.kafka.maintenance import MaintenanceMixin
 
     broker = PagingBroker({"orders": [([], [])] * 3 + [([3], [])] + [([], [2])] + [([], [])] * 5,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
 from airflow_kafka_reassign.kafka.admin import (
     ALTER_PARTITION_REASSIGNMENTS_KEY,

@@ -85,8 +85,8 @@ def cluster(monkeypatch):
 
 def plan_dir(tmp_path, moves) -> dict:
     """A plan directory and the plan task's XCom for it."""
-    from airflow_kafka_reassign.core.models import ReassignmentPlan
-    from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, plan_digest
+    from airflow_kafka_reassign.core.records.plan_io import METRICS_FILE, PLAN_FILE, plan_digest
+    from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 
     d = tmp_path / "plan"
     d.mkdir()
@@ -110,7 +110,7 @@ def approval_in_dag(xcom: dict, **execute_kw) -> PlanApprovalOperator:
 
 
 def move(p, current, target, **kw):
-    from airflow_kafka_reassign.core.models import Move
+    from airflow_kafka_reassign.core.vocabulary.models import Move
 
     return Move(topic="t", partition=p, current_replicas=current, target_replicas=target, **kw)
 
@@ -179,7 +179,7 @@ def test_no_execute_task_no_preflight(tmp_path):
 
 
 def _tp(topic, p):
-    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
     return TopicPartition(topic, p)
 
@@ -193,8 +193,8 @@ D1, D2 = "/kafka/1/data-1", "/kafka/1/data-2"
 def jbod(monkeypatch):
     """3 brokers with 2 log dirs each; t-0, t-1 with broker 1's replica in its second dir (1 MB each), which is
     cordoned; late-0 in its first dir."""
-    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
-    from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+    from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
     from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
     from airflow_kafka_reassign.testing import FakeClusterAdmin
 
@@ -232,7 +232,7 @@ def test_the_form_of_a_disk_removal_shows_the_dirs_cordons_and_bytes_now(jbod, t
 
 
 def test_the_form_says_a_removed_dir_is_not_cordoned_or_holds_replicas_the_plan_does_not_move(jbod, tmp_path):
-    from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
+    from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 
     xcom = removal_xcom(jbod, tmp_path)
     jbod.set_cordons({1: None})  # someone took the cordon off ...

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
-from airflow_kafka_reassign.core.durations import deadline as parse_deadline
 from airflow_kafka_reassign.core.execution import THROTTLE_BACKUP_FILE
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
-from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.core.records.plan_io import METRICS_FILE, PLAN_FILE, ROLLBACK_FILE
+from airflow_kafka_reassign.core.vocabulary.durations import deadline as parse_deadline
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.cancel import CancelReassignmentOperator
@@ -320,8 +320,8 @@ def test_cancel_reports_an_rf_left_changed_and_fails_on_a_failed_cancel(tmp_path
 
     monkeypatch.setattr(cluster, "cancel_reassignments", half)
     now = [0.0]  # the settle wait (t-0 never comes back to its replicas) passes on a clock of its own, not 15 s of CPU
-    monkeypatch.setattr("airflow_kafka_reassign.core.cancel._sleep", lambda s: now.__setitem__(0, now[0] + s))
-    monkeypatch.setattr("airflow_kafka_reassign.core.cancel._clock", lambda: now[0])
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.cancel._sleep", lambda s: now.__setitem__(0, now[0] + s))
+    monkeypatch.setattr("airflow_kafka_reassign.core.execution.cancel._clock", lambda: now[0])
     ti = TI()
     with pytest.raises(AirflowFailException, match="REQUEST_TIMED_OUT"):
         CancelReassignmentOperator(task_id="cancel", plan_uri=str(plan_dir)).execute({"ti": ti})
@@ -373,7 +373,7 @@ def test_a_refused_login_fails_execute_and_cancel_without_retry(tmp_path, cluste
 
 
 def approval_for(plan_dir: Path, **kw) -> dict:
-    from airflow_kafka_reassign.core.plan_io import plan_digest
+    from airflow_kafka_reassign.core.records.plan_io import plan_digest
 
     record = {"approved": True, "plan_sha256": plan_digest((plan_dir / PLAN_FILE).read_bytes()),
               "snapshot_taken_at": datetime.now(timezone.utc).isoformat(), "plan_uri": str(plan_dir),
@@ -435,7 +435,7 @@ def test_the_execute_task_logs_the_sensors_progress_line_while_it_waits(tmp_path
 
 
 def test_the_disk_guard_refusal_fails_the_task_in_one_line_with_the_summary(tmp_path, cluster):
-    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
     cluster.sizes.update({TopicPartition("t", 0): {1: 5_000, 2: 5_000}, TopicPartition("t", 1): {2: 5_000, 3: 5_000}})
     cluster.disk_total.update({4: 4_000})  # broker 4 cannot take a 5 kB replica
@@ -449,8 +449,8 @@ def test_the_disk_guard_refusal_fails_the_task_in_one_line_with_the_summary(tmp_
 
 def test_a_run_refused_by_a_dead_runs_lease_is_told_in_one_line_and_takes_over_with_take_over_from(
         tmp_path, cluster, monkeypatch):
-    from airflow_kafka_reassign.core.lease import acquire
-    from airflow_kafka_reassign.core.store import LocalStore
+    from airflow_kafka_reassign.core.records.lease import acquire
+    from airflow_kafka_reassign.core.records.store import LocalStore
 
     plan_dir = write_plan(tmp_path / "plan", MOVES)
     before = {b: dict(c) for b, c in cluster.broker_configs.items()}

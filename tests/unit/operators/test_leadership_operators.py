@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from airflow_kafka_reassign.core.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.leadership import EvacuateLeadershipOperator, RestoreLeadershipOperator
 from airflow_kafka_reassign.testing import FakeClusterAdmin

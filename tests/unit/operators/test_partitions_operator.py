@@ -7,8 +7,8 @@ import json
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 
-from airflow_kafka_reassign.core.growth import read_heal_targets, update_heal_targets
-from airflow_kafka_reassign.core.plan_io import read_plan
+from airflow_kafka_reassign.core.maintenance.growth import read_heal_targets, update_heal_targets
+from airflow_kafka_reassign.core.records.plan_io import read_plan
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.partitions import (
     GuardedCreatePartitionsOperator,
@@ -84,7 +84,7 @@ def test_the_override_logs_the_warning(fake, capsys):
 
 
 def test_a_kafka_error_fails_the_task_retryably(fake, monkeypatch):
-    from airflow_kafka_reassign.core.ports import TopicResult
+    from airflow_kafka_reassign.core.vocabulary.ports import TopicResult
 
     monkeypatch.setattr(fake, "create_partitions", lambda requests, validate_only=False: {
         r.topic: TopicResult(topic=r.topic, error="boom", error_code="POLICY_VIOLATION") for r in requests})
@@ -130,7 +130,7 @@ def test_under_replicated_growth_records_the_file_and_needs_its_path(fake, tmp_p
 
 
 def test_heal_writes_a_plan_dir_for_the_short_partitions_and_prunes_healed_ones(fake, tmp_path):
-    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
     fake.replicas[TopicPartition("orders", 1)] = (2,)  # short of its intended RF 2
     path = tmp_path / "heal.json"
@@ -145,8 +145,8 @@ def test_heal_writes_a_plan_dir_for_the_short_partitions_and_prunes_healed_ones(
 
 
 def test_heal_places_nothing_on_a_cordoned_broker(fake, tmp_path):
-    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
-    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
     fake.replicas[TopicPartition("orders", 1)] = (2,)  # short: without the cordon, the heal adds broker 1
     fake.broker_configs[1][CORDONED_LOG_DIRS] = "*"
@@ -198,7 +198,7 @@ def test_docs_python_examples_run(block, tmp_path, fake):
     if "dag" in namespace:
         assert namespace["dag"].task_ids
     if "heal_plan" in namespace:
-        from airflow_kafka_reassign.core.models import TopicPartition
+        from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
         fake.replicas[TopicPartition("orders", 1)] = (2,)
         path = tmp_path / "heal.json"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from airflow.providers.common.compat.sdk import AirflowSkipException
 
-from airflow_kafka_reassign.core.plan_io import ERROR_FILE, write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.staged import plan_staged
-from airflow_kafka_reassign.core.snapshot_io import read_snapshot
+from airflow_kafka_reassign.core.records.plan_io import ERROR_FILE, write_plan_dir
+from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
 from airflow_kafka_reassign.exceptions import ConfigurationError, IncompleteSnapshotError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
@@ -171,7 +171,7 @@ def test_a_spark_conn_id_typo_is_refused_by_name_before_anything_runs(cluster, m
 
 
 def test_the_plan_xcom_carries_what_an_approval_binds_to(cluster, tmp_path):
-    from airflow_kafka_reassign.core.plan_io import plan_digest
+    from airflow_kafka_reassign.core.records.plan_io import plan_digest
 
     ctx = context()
     out = PlanReassignmentOperator(task_id="plan", goal="add-brokers", brokers=[4],
@@ -210,7 +210,7 @@ def test_the_snapshot_carries_the_sampled_rates(cluster, tmp_path):
 
 
 def test_capacity_cluster_is_filled_from_the_brokers_log_dirs_before_the_job(cluster, tmp_path, monkeypatch):
-    from airflow_kafka_reassign.core.models import TopicPartition
+    from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 
     admin = KafkaReassignHook(kafka_config_id="k").get_admin()
     for i, replicas in enumerate([[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3]]):
@@ -228,8 +228,8 @@ def test_capacity_cluster_is_filled_from_the_brokers_log_dirs_before_the_job(clu
 
 
 def test_a_broker_cordoned_by_someone_else_gets_no_replica_whatever_the_goal(monkeypatch, tmp_path):
-    from airflow_kafka_reassign.core.cordon import CORDONED_LOG_DIRS
-    from airflow_kafka_reassign.core.plan_io import read_plan
+    from airflow_kafka_reassign.core.maintenance.cordon import CORDONED_LOG_DIRS
+    from airflow_kafka_reassign.core.records.plan_io import read_plan
 
     admin = FakeClusterAdmin.build({1: "a", 2: "b", 3: "c", 4: "a", 5: "b"},
                                    {"orders": [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 2, 3], [2, 1, 3], [3, 2, 1]]})

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from airflow_kafka_reassign.core.cordon import read_backup
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.plan_io import read_plan
+from airflow_kafka_reassign.core.maintenance.cordon import read_backup
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.log_dirs import LOG_DIRS_FILE
-from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
-from airflow_kafka_reassign.core.store import LocalStore
+from airflow_kafka_reassign.core.records.plan_io import read_plan
+from airflow_kafka_reassign.core.records.store import LocalStore
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.operators.plan import PlanReassignmentOperator
 from airflow_kafka_reassign.spark.plan_job import plan_log_dirs_on_driver

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_kafka_reassign.core.models import ClusterSnapshot, PartitionState
-from airflow_kafka_reassign.core.plan_io import write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.planner.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.records.plan_io import write_plan_dir
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, PartitionState
 
 #: A topic name no real cluster allows, but a hand-edited snapshot file can hold: the report
 #: must show it as text, never as markup.

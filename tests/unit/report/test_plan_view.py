@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from report_scenarios import decommission_snapshot
 
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan
-from airflow_kafka_reassign.core.plan_io import write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest, compute_metrics, plan_reassignment
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.records.plan_io import write_plan_dir
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.report import view as pv
 
 

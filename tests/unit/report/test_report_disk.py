@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 
-from airflow_kafka_reassign.core.capacity import capacity_document
-from airflow_kafka_reassign.core.plan_io import read_metrics, write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
 from airflow_kafka_reassign.core.planner.ingress import STOP_REASONS
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.planner.synthetic import snapshot_from_assignment
+from airflow_kafka_reassign.core.records.plan_io import read_metrics, write_plan_dir
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.vocabulary.capacity import capacity_document
 from airflow_kafka_reassign.report import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -11,9 +11,9 @@ import shutil
 import pytest
 from report_scenarios import HOSTILE_RACK, HOSTILE_TOPIC, decommission_snapshot, write_decommission
 
-from airflow_kafka_reassign.core.plan_io import write_plan_dir
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
-from airflow_kafka_reassign.core.synthetic import snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import snapshot_from_assignment, synthetic_snapshot
+from airflow_kafka_reassign.core.records.plan_io import write_plan_dir
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.report import main, write_report
 

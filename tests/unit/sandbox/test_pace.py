@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_reassign.core.models import Broker, ClusterSnapshot, Move, PartitionState, ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import Broker, ClusterSnapshot, Move, PartitionState, ReassignmentPlan
 from airflow_kafka_reassign.sandbox.pace import plan_throttle_bound_s
 
 

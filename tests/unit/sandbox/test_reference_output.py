@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan, TopicPartition
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.sandbox.reference import parse_generate_output, topics_to_move_json
 
 # verbatim from Kafka 4.3.1 on the sandbox (log_dirs shortened)

@@ -22,9 +22,9 @@ except ImportError:  # Airflow < 3.2
     from airflow.exceptions import AirflowRescheduleException
 
 from airflow_kafka_reassign.core.execution import RUN_DIR, THROTTLE_BACKUP_FILE
-from airflow_kafka_reassign.core.journal import read_journal
-from airflow_kafka_reassign.core.models import Move, ReassignmentPlan, TopicPartition
-from airflow_kafka_reassign.core.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE
+from airflow_kafka_reassign.core.records.journal import read_journal
+from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.plan_storage import plan_store
@@ -549,7 +549,7 @@ def test_a_bad_deadline_is_refused_in_one_line(plan_dir, kw, error):
 
 def test_the_sensor_submits_nothing_from_a_plan_edited_after_execute_ran_it(fake, plan_dir):
     from airflow_kafka_reassign.core.execution.run_state import PLAN_EXECUTED
-    from airflow_kafka_reassign.core.journal import journal
+    from airflow_kafka_reassign.core.records.journal import journal
 
     journal(plan_dir / RUN_DIR, {"event": PLAN_EXECUTED, "plan_sha256": "sha256:what-execute-ran-and-was-approved"})
     with pytest.raises((ConfigurationError, AirflowFailException), match="changed since ExecuteReassignment ran it"):
@@ -559,7 +559,7 @@ def test_the_sensor_submits_nothing_from_a_plan_edited_after_execute_ran_it(fake
 
 def test_a_health_stop_outlives_the_submitter_of_the_same_try_but_not_a_new_try(fake, plan_dir):
     from airflow_kafka_reassign.core.execution.run_state import HEALTH_STOPPED
-    from airflow_kafka_reassign.core.journal import journal
+    from airflow_kafka_reassign.core.records.journal import journal
 
     def spec(try_number):
         return WaitSpec(plan_uri=str(plan_dir), kafka_config_id="k", submit_pending=True,

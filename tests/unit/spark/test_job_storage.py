@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 from airflow_kafka_reassign.plan_storage import job_environment
 from airflow_kafka_reassign.spark import job_storage
 from airflow_kafka_reassign.spark.job_storage import JobStorageError, check_local_snapshot, is_remote, publish

@@ -10,8 +10,8 @@ from dataclasses import replace
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.goals import plan_context
 from airflow_kafka_reassign.core.planner.staged import driver_quotas, quotas_at_once, stage_place, stage_prepare
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
-from airflow_kafka_reassign.core.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
 from airflow_kafka_reassign.spark.plan_job import (
     _prepared,
     group_splits,

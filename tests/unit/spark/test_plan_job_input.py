@@ -7,9 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_kafka_reassign.core.models import PartitionState
-from airflow_kafka_reassign.core.snapshot_io import PARTITIONS_SCHEMA, partitions_table, write_partitions
-from airflow_kafka_reassign.core.synthetic import synthetic_snapshot
+from airflow_kafka_reassign.core.planner.synthetic import synthetic_snapshot
+from airflow_kafka_reassign.core.records.snapshot_io import PARTITIONS_SCHEMA, partitions_table, write_partitions
+from airflow_kafka_reassign.core.vocabulary.models import PartitionState
 from airflow_kafka_reassign.spark.plan_job import (
     read_row_groups,
     row_group_index,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from airflow_kafka_reassign.core.models import TopicPartition
-from airflow_kafka_reassign.core.plan_io import ERROR_FILE, KAFKA_PLAN_FILE, read_metrics, read_plan
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable
-from airflow_kafka_reassign.core.ports import TopicPartitionReplica as R
-from airflow_kafka_reassign.core.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.records.plan_io import ERROR_FILE, KAFKA_PLAN_FILE, read_metrics, read_plan
+from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
+from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica as R
 from airflow_kafka_reassign.spark import plan_job
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 

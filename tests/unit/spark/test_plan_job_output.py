@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from airflow_kafka_reassign.core.models import ReassignmentPlan
-from airflow_kafka_reassign.core.plan_io import write_plan_fragments
 from airflow_kafka_reassign.core.planner.staged import move_fragments
 from airflow_kafka_reassign.core.planner.types import TopicMove
+from airflow_kafka_reassign.core.records.plan_io import write_plan_fragments
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
 from airflow_kafka_reassign.spark.plan_job import file_parts, plan_file_parts, plan_partition_counts
 
 
