@@ -28,6 +28,29 @@ class ClusterAccessError(ConfigurationError):
         self.cause = cause
 
 
+class ClusterOperationError(KafkaReassignError):
+    """A Kafka call the adapter made failed for a resource of the cluster: the message names the call, the
+    resource (a topic, a broker, a partition) and Kafka's error code. The adapter raises this (or a subclass),
+    never a client library's own exception; ``code`` is Kafka's error name (``UNKNOWN_TOPIC_OR_PARTITION``),
+    ``resource`` what it failed on (``"topic a"``, ``"broker 2"``), ``retriable`` whether asking again can help."""
+
+    def __init__(self, message: str, *, code: str = "", resource: str = "", retriable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.resource = resource
+        self.retriable = retriable
+
+
+class TopicNotFoundError(ClusterOperationError):
+    """Topics a call named no longer exist in the cluster (deleted while a run used them): ``topics`` names them.
+    A run drops what it had for them (their moves, their throttled-replica lists) instead of failing."""
+
+    def __init__(self, message: str, *, topics: tuple[str, ...] | list[str], code: str = "UNKNOWN_TOPIC_OR_PARTITION"
+                 ) -> None:
+        self.topics: tuple[str, ...] = tuple(sorted(set(topics)))
+        super().__init__(message, code=code, resource="topic " + ", ".join(self.topics), retriable=False)
+
+
 class GuardRefusedError(KafkaReassignError):
     """A safety guard refused an operation; retrying cannot fix it (fail closed)."""
 

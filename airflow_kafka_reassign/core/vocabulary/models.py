@@ -128,6 +128,9 @@ class TopicState(_Frozen):
     """A topic and the configs that matter to moving and growing it."""
 
     name: str = Field(min_length=1)
+    #: The topic's id (KIP-516, a base64 UUID as Kafka prints it): a topic deleted and re-created under the same
+    #: name has a new one. ``None`` when the source did not give it (older snapshots, Kafka's own JSON).
+    topic_id: str | None = None
     internal: bool = False
     partition_count: int = Field(ge=0)
     replication_factor: int = Field(ge=0)
