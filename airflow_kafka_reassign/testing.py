@@ -64,7 +64,7 @@ from airflow_kafka_reassign.core.vocabulary.ports import (
     TopicPartitionReplica,
     TopicResult,
 )
-from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
+from airflow_kafka_reassign.exceptions import ConfigurationError, TopicNotFoundError, UnsupportedBrokerError
 
 
 class FakeClusterAdmin:
@@ -139,6 +139,12 @@ class FakeClusterAdmin:
         self.offline_dirs: set[str] = set()
         #: Brokers whose registration was removed (UnregisterBroker): no longer listed anywhere.
         self.unregistered: set[int] = set()
+        #: Each topic's id (KIP-516): a topic deleted and created again (:meth:`delete_topic`, :meth:`create_topic`)
+        #: gets a new one; growing it (:meth:`grow_topic`) keeps it.
+        self._ids_made = 0
+        self.topic_ids: dict[str, str] = {}
+        for name in self.topics:
+            self._new_id(name)
 
     @classmethod
     def build(
@@ -159,6 +165,36 @@ class FakeClusterAdmin:
         return cls([Broker(id=b, rack=r) for b, r in sorted(brokers.items())], states, replicas, **kwargs)
 
     # -- test controls --------------------------------------------------------------------
+
+    def _new_id(self, name: str) -> str:
+        self._ids_made += 1
+        self.topic_ids[name] = f"{name}-id-{self._ids_made}"
+        return self.topic_ids[name]
+
+    def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` as Kafka does: its partitions, reassignments in flight and configs go with it."""
+        del self.topics[name]
+        self.topic_ids.pop(name, None)
+        self.topic_configs.pop(name, None)
+        for store in (self.replicas, self.inflight, self.sizes, self.leaders):
+            for tp in [tp for tp in store if tp.topic == name]:
+                del store[tp]  # type: ignore[attr-defined]
+
+    def create_topic(self, name: str, partitions: Sequence[Sequence[int]]) -> str:
+        """Create topic ``name`` with these replicas per partition (a new topic id, returned)."""
+        self.topics[name] = TopicState(name=name, partition_count=len(partitions),
+                                       replication_factor=len(partitions[0]) if partitions else 0)
+        self.topic_configs[name] = {}
+        for i, r in enumerate(partitions):
+            self.replicas[TopicPartition(name, i)] = tuple(r)
+        return self._new_id(name)
+
+    def grow_topic(self, name: str, partitions: Sequence[Sequence[int]]) -> None:
+        """Add partitions to topic ``name`` (CreatePartitions): the topic keeps its id and its partitions."""
+        first = self.topics[name].partition_count
+        for i, r in enumerate(partitions):
+            self.replicas[TopicPartition(name, first + i)] = tuple(r)
+        self.topics[name] = self.topics[name].model_copy(update={"partition_count": first + len(partitions)})
 
     def complete(self, partitions: Collection[TopicPartition] | None = None) -> None:
         """Finish in-flight reassignments (all, or the given ones)."""
@@ -267,7 +303,8 @@ class FakeClusterAdmin:
             ))
         topic_states = tuple(
             self.topics[n].model_copy(update={"configs": dict(self.topic_configs.get(n, {})),
-                                              "partition_count": len(metadata[n])})
+                                              "partition_count": len(metadata[n]),
+                                              "topic_id": self.topic_ids.get(n)})
             for n in names
         )
         live_brokers = tuple(b for b in self.brokers if b.id not in self.down)
@@ -468,9 +505,17 @@ class FakeClusterAdmin:
         if set(brokers) & self.down:
             raise TimeoutError(f"fake: broker(s) {sorted(set(brokers) & self.down)} are down; the config request timed out")
 
+    def _topics_exist(self, topics: Collection[str]) -> None:
+        """A config request naming a topic that does not exist fails as the adapter reports it (nothing written)."""
+        gone = sorted(set(topics) - set(self.topics))
+        if gone:
+            raise TopicNotFoundError(f"fake: topic(s) {', '.join(gone)} do not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+                                     topics=gone)
+
     def describe_throttles(self, brokers: Collection[int], topics: Collection[str], *,
                            broker_keys: Collection[str] | None = None) -> ThrottleBackup:
         self._reachable(brokers)
+        self._topics_exist(topics)
         keys = BROKER_THROTTLE_KEYS if broker_keys is None else tuple(broker_keys)
         return ThrottleBackup(
             brokers={b: {k: self.broker_configs.get(b, {}).get(k) for k in keys} for b in sorted(brokers)},
@@ -480,6 +525,7 @@ class FakeClusterAdmin:
     def set_throttles(self, broker_configs: Mapping[int, Mapping[str, str | None]],
                       topic_configs: Mapping[str, Mapping[str, str | None]]) -> None:
         self._reachable(broker_configs)
+        self._topics_exist(topic_configs)
         for target, updates in ((self.broker_configs, broker_configs), (self.topic_configs, topic_configs)):
             for key, values in updates.items():
                 cfg = target.setdefault(key, {})  # type: ignore[arg-type]

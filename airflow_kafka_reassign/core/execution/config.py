@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from airflow_kafka_reassign.core.guards.adaptive import AdaptiveBounds
 from airflow_kafka_reassign.core.guards.disk import DEFAULT_RESERVE, DiskReserve
@@ -130,6 +130,10 @@ class ExecutionOptions:
     :param throttle_headroom: the headroom throttle (core/guards/headroom.py): each involved broker's leader and
         follower rate is its network capacity x (1 - margin) less the client traffic it carries now, measured at
         every step, within ``throttle_bytes_per_sec`` (the cap; without one each broker's capacity x (1 - margin)).
+    :param broker_restart_wait_s: how long moves that need a broker the cluster does not list as alive (a rolling
+        restart) wait for it, while the others go on; past it they are refused naming the broker.
+    :param foreign_reassignment_wait_s: how long a planned partition that someone else is reassigning waits for
+        that reassignment to finish before its move is refused; after it finishes the move is judged again.
     :param broker_throttles: the per-broker rates of this step (set by the run's governor under
         ``throttle_headroom``, not a setting); ``None``: ``throttle_bytes_per_sec`` for every broker.
     """
@@ -148,6 +152,8 @@ class ExecutionOptions:
     log_dir_throttle_bytes_per_sec: int | None = None
     throttle_headroom: HeadroomPolicy | None = None
     broker_throttles: BrokerRates | None = None
+    broker_restart_wait_s: float = 300.0
+    foreign_reassignment_wait_s: float = 600.0
 
     @property
     def throttled(self) -> bool:
@@ -238,7 +244,16 @@ class ExecutionConfig(BaseModel):
     anything is sent. ``"skip"``: those moves are refused by name and the others run."""
     allow_offline_brokers: bool = False
     """Target replicas may name a registered broker that is down: those moves are sent and wait for it (no
-    throttle is set on it). Without it they are plan errors."""
+    throttle is set on it). Without it they wait unsent for the broker, up to ``broker_restart_wait_s``."""
+    broker_restart_wait_s: float = Field(default=300.0, ge=0)
+    """A broker the cluster does not list as alive (fenced, or its process restarting: a rolling restart) pauses
+    the moves whose target replicas name it, for up to this many seconds, while the moves that do not involve it go
+    on; when it is back they resume. Gone for longer, its moves are refused naming it (the goal's next round, or
+    ``allow_offline_brokers``, deals with them)."""
+    foreign_reassignment_wait_s: float = Field(default=600.0, ge=0)
+    """A planned partition that someone else is reassigning waits up to this many seconds for that reassignment to
+    finish; then its move is judged again against where the partition is (stale: a goal-driven run plans it again,
+    a hand-written plan refuses it by name). Past the bound the move is refused naming the reassignment."""
     strict: bool = False
     """Refuse the whole plan when any move is refused, stale ones included (cannot be combined with
     ``on_plan_error="skip"``)."""
@@ -357,6 +372,8 @@ class ExecutionConfig(BaseModel):
             throttle_headroom=HeadroomPolicy.parse(self.throttle_headroom, margin=self.headroom_margin,
                                                    floor=self.headroom_floor,
                                                    consumer_read_ratio=self.consumer_read_ratio),
+            broker_restart_wait_s=self.broker_restart_wait_s,
+            foreign_reassignment_wait_s=self.foreign_reassignment_wait_s,
         )
 
     def adaptive(self) -> AdaptiveBounds | None:

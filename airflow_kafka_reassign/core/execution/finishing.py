@@ -71,7 +71,8 @@ def progress_observation(plan: ReassignmentPlan, status: ExecutionStatus, *, at:
     if obs is None:
         raise ValueError("this status was not made by step(): it has no observation to report progress from")
     seen = assess_parts(plan, obs.partitions, obs.brokers, status.sizes, at=at,
-                        refused=status.failed if refused is None else refused, submitted=set(status.submitted))
+                        refused=status.failed if refused is None else refused, submitted=set(status.submitted),
+                        gone=status.gone, waiting=status.waiting)
     if status.eta_s is not None:  # the engine's schedule under its limits (core/execution/schedule.py)
         seen = replace(seen, eta_s=status.eta_s)
     ld = status.log_dirs  # the moves between log dirs the step classified: a partition is done when they are

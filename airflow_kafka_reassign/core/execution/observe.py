@@ -63,9 +63,11 @@ def _observe(admin: ClusterAdmin, topics: Collection[str], *, everything: bool =
     if everything:
         everything_read = with_eligible_leaders(admin, everything_read, min_isr)
         parts = {p.tp: p for p in everything_read if p.topic in wanted}
+    ids = {t.name: t.topic_id for t in snap.topics if t.name in wanted and t.topic_id is not None}
     return _Observation(reassignments=reassignments, partitions=parts,
                         brokers=frozenset(b.id for b in snap.brokers), topics=present,
-                        everything=everything_read, min_isr=min_isr, racks={b.id: b.rack for b in snap.brokers})
+                        everything=everything_read, min_isr=min_isr, racks={b.id: b.rack for b in snap.brokers},
+                        topic_ids=ids)
 
 
 def with_eligible_leaders(admin: ClusterAdmin, partitions: tuple[PartitionState, ...],
@@ -185,7 +187,8 @@ def _classify(
             else:
                 status.pending.append(tp)
         elif state is MoveState.FOREIGN:
-            # somebody else's reassignment of this partition is in flight: refused, and listed as foreign
+            # somebody else's reassignment of this partition is in flight: the move waits for it to finish (the
+            # session bounds how long, foreign_reassignment_wait_s), then it is judged again where the partition is
             if r is None:  # the snapshot saw it, the (earlier) listing did not
                 r = InFlightReassignment(topic=tp.topic, partition=tp.partition, replicas=live.replicas,
                                          adding_replicas=live.adding_replicas,
@@ -193,8 +196,16 @@ def _classify(
                 status.reassignments[tp] = r
             if tp not in status.foreign:
                 status.foreign.append(tp)
-            status.stale[tp] = (m.current_replicas or r.original_replicas, r.replicas)
-            status.stale_why[tp] = _stale_in_flight(m, r)
+            status.moves[tp] = m
+            race = len(m.target_replicas) != len(r.target_replicas) and not m.allow_rf_change
+            if tp in known_failed or race:  # KIP-860's race (a plan from the intermediate set): refused at once
+                status.stale[tp] = (m.current_replicas or r.original_replicas, r.replicas)
+                status.stale_why[tp] = _stale_in_flight(m, r) + (f" ({known_failed[tp]})" if tp in known_failed else "")
+            else:
+                status.waiting[tp] = (f"someone else's reassignment of it is in flight ({list(r.original_replicas)} -> "
+                                      f"{list(r.target_replicas)}): the move waits for it to finish, then is judged "
+                                      "again")
+                status.waiting_for[tp] = f"the reassignment of {tp}"
         else:  # STALE: the partition is neither where the plan found it nor where it sends it
             status.stale[tp] = (m.current_replicas or live.replicas, live.replicas)
     status.plan_errors, refused = check_plan(plan, obs, status, missing, options)
@@ -222,65 +233,96 @@ def check_plan(
     missing: Sequence[TopicPartition],
     options: ExecutionOptions,
 ) -> tuple[list[str], dict[TopicPartition, str]]:
-    """The plan errors: ``(one line per problem, {move: why it is refused})``.
+    """What the cluster did under the plan, judged move by move: ``(plan errors, {move: why it is refused})``.
 
-    Checked on every step, so they are found before anything is sent: moves of a topic or a
-    partition that does not exist (``missing``); pending moves of a topic whose partition count
-    differs from ``plan.partition_counts`` (the plan's snapshot); pending moves whose target
-    replicas name a broker that the cluster does not list as alive (unless
-    ``options.allow_offline_brokers``). Moves done or in flight are not plan errors: nothing
-    more is sent for them. Each line names the topic with both counts, or the broker with the
-    live ones, a sample of the moves, and the fix.
+    A change of the cluster touches the moves it touches, never the whole plan (``status.events`` says each, in one
+    line an operator reads):
+
+    * a topic **deleted** (``missing``, the topic gone): its moves are dropped (``status.gone``), not failed;
+    * a topic **re-created** under the same name (its id, KIP-516, differs from ``plan.topic_ids``): every move of it
+      is dropped; a goal's next round plans its new partitions;
+    * a topic that **grew** (same id, more partitions than ``plan.partition_counts``): its moves continue (the new
+      partitions are the cordon's business, or the drain rounds');
+    * a pending move whose target replicas name a broker the cluster does not list as **alive** but that partitions
+      still list among their replicas (fenced, or its process restarting: a rolling restart): it waits
+      (``status.waiting``) while the others go on; the session bounds the wait (``broker_restart_wait_s``). With
+      ``options.allow_offline_brokers`` it is sent and waits for the broker.
+
+    Plan errors are left where the plan itself is wrong: a partition its topic (the same topic) never had, a broker
+    the cluster does not know at all (no partition lists it, it is not alive).
     """
     problems: list[str] = []
     refused: dict[TopicPartition, str] = {}
+    then = plan.topic_ids or {}
+    topics = sorted({m.topic for m in plan.moves})
+    recreated = {t for t in topics if t in then and obs.topic_ids.get(t) not in (None, then[t])}
     by_topic: dict[str, list[TopicPartition]] = {}
     for tp in missing:
         by_topic.setdefault(tp.topic, []).append(tp)
     for topic, tps in sorted(by_topic.items()):
-        have = obs.topics.get(topic)
-        if have is None:
-            why = f"topic {topic} does not exist in the cluster (deleted since planning?)"
-            problems.append(f"{why}: {len(tps)} move(s) name it ({_sample(tps)})")
-            refused.update(dict.fromkeys(tps, f"refused: {why}; plan again"))
-        else:
+        if obs.topics.get(topic) is None:
+            why = f"topic {topic} was deleted: move dropped"
+            status.events.append(f"topic {topic} deleted: dropped {len(tps)} move(s) ({_sample(tps)})")
+            status.gone.update(dict.fromkeys(tps, why))
+        elif topic not in recreated:  # the same topic (or no id to tell): the plan names a partition it never had
+            have = obs.topics[topic]
             problems.append(f"partition(s) {_sample(tps)} do not exist: topic {topic} has {have} partition(s)")
             for tp in tps:
                 refused[tp] = f"refused: partition {tp} does not exist: topic {topic} has {have} partition(s); plan again"
+    for topic in sorted(recreated):
+        tps = [m.tp for m in plan.moves if m.topic == topic and m.tp not in status.gone]
+        status.gone.update(dict.fromkeys(tps, f"topic {topic} was deleted and re-created (a new topic id): the "
+                                              "planned partition is not the one in the cluster: move dropped"))
+        status.events.append(f"topic {topic} re-created (new topic id): dropped {len(tps)} move(s) "
+                             f"({_sample(tps)})")
+    if status.gone:
+        _drop(status, status.gone)
     counts = plan.partition_counts or {}
-    pending = [tp for tp in status.pending if tp not in refused]
-    if counts:
-        grown: dict[str, list[TopicPartition]] = {}
-        for tp in pending:
-            want, have = counts.get(tp.topic), obs.topics.get(tp.topic)
-            if want is not None and have is not None and want != have:
-                grown.setdefault(tp.topic, []).append(tp)
-        for topic, tps in sorted(grown.items()):
-            why = (f"topic {topic} has {obs.topics[topic]} partitions in the cluster, the plan's snapshot had "
-                   f"{counts[topic]} (partitions were added, or the topic was re-created, since planning)")
-            problems.append(f"{why}: {len(tps)} pending move(s) of it ({_sample(tps)})")
-            refused.update(dict.fromkeys(tps, f"refused: {why}; plan again"))
+    for topic in topics:
+        want, now = counts.get(topic), obs.topics.get(topic)
+        if topic not in recreated and want is not None and now is not None and now > want:
+            status.events.append(f"topic {topic} grew from {want} to {now} partitions: its moves continue")
     if not options.allow_offline_brokers:
         absent: dict[int, list[TopicPartition]] = {}
-        for tp in pending:
+        for tp in status.pending:
             if tp in refused:
                 continue
             for b in status.moves[tp].target_replicas:
                 if b not in obs.brokers:
                     absent.setdefault(b, []).append(tp)
+                    break
         holders = {b for p in obs.partitions.values() for b in p.replicas} if absent else set()
+        if absent and obs.everything:
+            holders.update(b for p in obs.everything for b in p.replicas)
         live = _ids(obs.brokers)
         for b, tps in sorted(absent.items()):
-            state = ("is down: partitions list it among their replicas, but the cluster does not list it as alive"
-                     if b in holders else "does not exist in the cluster (or is down)")
+            if b in holders:  # a broker of the cluster that is down for now: weather, its moves wait
+                for tp in tps:
+                    status.waiting[tp] = (f"target replicas {list(status.moves[tp].target_replicas)} name broker {b}, "
+                                          f"which is not alive now (live: {live}): waits for it")
+                    status.waiting_for[tp] = f"broker {b}"
+                continue
             targets = ", ".join(f"{tp} -> {list(status.moves[tp].target_replicas)}" for tp in sorted(tps)[:3])
-            problems.append(f"broker {b} {state} (live brokers: {live}); the target replicas of "
-                            f"{len(tps)} pending move(s) name it ({targets}{' ...' if len(tps) > 3 else ''})")
+            problems.append(f"broker {b} does not exist in the cluster (no partition lists it, it is not alive; "
+                            f"live brokers: {live}); the target replicas of {len(tps)} pending move(s) name it "
+                            f"({targets}{' ...' if len(tps) > 3 else ''})")
             for tp in tps:
                 refused.setdefault(tp, f"refused: target replicas {list(status.moves[tp].target_replicas)} name "
-                                       f"broker {b}, which is not a live broker of the cluster (live: {live}); "
-                                       "plan again")
+                                       f"broker {b}, which is not a broker of the cluster (live: {live}); plan again")
+        if status.waiting:
+            held = set(status.waiting)
+            status.pending = [tp for tp in status.pending if tp not in held]
     return problems, refused
+
+
+def _drop(status: ExecutionStatus, tps: Collection[TopicPartition]) -> None:
+    """Take ``tps`` out of every other state of ``status`` (they are gone)."""
+    gone = set(tps)
+    for name in ("done", "in_flight", "pending", "lagging"):
+        setattr(status, name, [tp for tp in getattr(status, name) if tp not in gone])
+    for mapping in (status.stale, status.stale_why, status.failed, status.waiting, status.waiting_for):
+        for tp in gone & set(mapping):
+            del mapping[tp]
 
 
 def plan_refusal(problems: Sequence[str], options: ExecutionOptions) -> str:
@@ -367,6 +409,7 @@ def _assess(
     ``status.blocked`` when nothing may be submitted (``rf_guard_check``: also when the brokers lack
     KIP-860's flag and a pending move needs it)."""
     topics = {m.topic for m in plan.moves}
+    planned = set(plan.partitions)
     # the headroom throttle measures the traffic of every partition on the plan's brokers: every topic is read
     gate = options.health.gate or options.throttle_headroom is not None
     obs = _observe(admin, topics, everything=gate)
@@ -381,10 +424,11 @@ def _assess(
 
     if status.plan_errors and (options.on_plan_error == "refuse" or options.strict):
         status.blocked = plan_refusal(status.plan_errors, options)
-    elif status.foreign and not options.allow_concurrent_reassignments:
+    elif (unplanned := [tp for tp in status.foreign if tp not in planned]) \
+            and not options.allow_concurrent_reassignments:
         status.blocked = (
-            f"{len(status.foreign)} reassignment(s) are in flight that this plan did not start "
-            f"({', '.join(_names(status.foreign, 10))}); wait for them to finish, cancel them "
+            f"{len(unplanned)} reassignment(s) are in flight that this plan did not start "
+            f"({', '.join(_names(unplanned, 10))}); wait for them to finish, cancel them "
             "(CancelReassignmentOperator with cancel_all=True), or pass allow_concurrent_reassignments=True"
         )
     elif options.strict and (status.stale or status.failed):

@@ -10,7 +10,8 @@ contains every target replica, and the controller lists no reassignment for it.
 **States** of a move: :class:`~airflow_kafka_reassign.core.vocabulary.move_state.MoveState`, the one vocabulary the
 execution engine uses too (done, lagging, in flight, pending, stale, foreign, failed; see
 :mod:`~airflow_kafka_reassign.core.vocabulary.move_state`).
-Stale, foreign and failed moves are *blocked*: waiting cannot complete them.
+Stale and failed moves are *blocked*: waiting cannot complete them; a gone move (its topic deleted or re-created) is
+dropped, and counts as finished.
 
 **Bytes** (from DescribeLogDirs sizes, see :meth:`ClusterAdmin.replica_sizes`): a move copies its partition once to
 every adding replica. Its *bytes to copy* are the size of its largest source replica times the number of adding
@@ -120,7 +121,7 @@ class Observation:
         known = True
         for p in self.partitions:
             counts[p.state.value] += 1
-            if p.state in BLOCKED_STATES:
+            if p.state in BLOCKED_STATES or p.state is MoveState.GONE:
                 continue
             if p.bytes_total is None:
                 if p.state is not MoveState.DONE:
@@ -167,11 +168,18 @@ class Observation:
 
     @property
     def unfinished(self) -> int:
-        return self.copying + self.pending
+        """Moves still to come: copying, pending, or waiting for someone else's reassignment of their partition."""
+        return self.copying + self.pending + self.counts[MoveState.FOREIGN]
+
+    @property
+    def gone(self) -> int:
+        """Moves dropped because their partition is gone (topic deleted, or re-created: a new topic id)."""
+        return self.counts[MoveState.GONE]
 
     @property
     def complete(self) -> bool:
-        return self.done == self.moves
+        """Nothing left to do: every move done, or dropped because its partition is gone."""
+        return self.done + self.gone == self.moves
 
     def in_state(self, *states: MoveState) -> tuple[PartitionProgress, ...]:
         return tuple(p for p in self.partitions if p.state in states)
@@ -181,7 +189,7 @@ class Observation:
         """Progress in [0, 1]: by bytes when known (and non-zero), else by moves done (blocked moves excluded)."""
         if self.bytes_total:
             return min(1.0, (self.bytes_copied or 0) / self.bytes_total)
-        countable = self.moves - self.blocked
+        countable = self.moves - self.blocked - self.gone
         return 1.0 if countable == 0 else self.done / countable
 
 
@@ -211,16 +219,25 @@ def assess_parts(
     at: float,
     refused: Mapping[TopicPartition, str] | None = None,
     submitted: Collection[TopicPartition] = (),
+    gone: Mapping[TopicPartition, str] | None = None,
+    waiting: Mapping[TopicPartition, str] | None = None,
 ) -> Observation:
     """:func:`assess` from partitions already read (``parts``) and the live brokers' ids (``live``): the execution
     engine's step has read them, so its progress line costs no request of its own. ``submitted``: pending moves
-    the step submitted after it read them, in flight now."""
-    waiting: Counter[int] = Counter()
+    the step submitted after it read them, in flight now. ``gone``: moves the engine dropped (their topic deleted
+    or re-created, why); ``waiting``: moves it holds unsent for a while (a broker restarting, someone else's
+    reassignment of the partition), pending with that reason."""
+    waiting_on: Counter[int] = Counter()
     out = []
     for m in plan.moves:
         tp = m.tp
         p = classify(m, parts.get(tp), None if sizes is None else sizes.get(tp, {}))
-        if refused and tp in refused and p.state is MoveState.PENDING:
+        if gone and tp in gone and p.state is not MoveState.DONE:
+            p = _construct(topic=p.topic, partition=p.partition, state=MoveState.GONE, detail=gone[tp])
+        elif waiting and tp in waiting and p.state in (MoveState.PENDING, MoveState.FOREIGN, MoveState.STALE):
+            p = _construct(topic=p.topic, partition=p.partition, state=MoveState.PENDING, bytes_total=p.bytes_total,
+                           bytes_copied=p.bytes_copied, lagging=p.lagging, detail=waiting[tp])
+        elif refused and tp in refused and p.state is MoveState.PENDING:
             p = _construct(topic=p.topic, partition=p.partition, state=MoveState.FAILED,
                            detail=f"submission refused: {refused[tp]}")
         elif p.state is MoveState.PENDING and tp in submitted:
@@ -228,9 +245,9 @@ def assess_parts(
                            bytes_total=p.bytes_total, bytes_copied=p.bytes_copied, lagging=p.lagging,
                            detail="submitted")
         if live and p.state in UNFINISHED_STATES:
-            waiting.update(b for b in m.target_replicas if b not in live)
+            waiting_on.update(b for b in m.target_replicas if b not in live)
         out.append(p)
-    return Observation(at=at, partitions=tuple(out), waiting_on=tuple(sorted(waiting.items())))
+    return Observation(at=at, partitions=tuple(out), waiting_on=tuple(sorted(waiting_on.items())))
 
 
 # -- tracking over time -------------------------------------------------------------------------------------
@@ -392,6 +409,8 @@ class Progress:
                 f"{o.pending} pending")
         if o.blocked:
             text += f", {o.blocked} blocked"
+        if o.gone:
+            text += f", {o.gone} gone (topic deleted or re-created: dropped)"
         if o.bytes_total is not None:
             text += f" | {format_bytes(o.bytes_copied or 0)} of {format_bytes(o.bytes_total)} copied"
         if self.rate is None:
@@ -443,6 +462,7 @@ class Progress:
             "stale": o.counts[MoveState.STALE],
             "foreign": o.counts[MoveState.FOREIGN],
             "failed": o.counts[MoveState.FAILED],
+            "gone": o.gone,
             "blocked": o.blocked,
             "blocked_partitions": [p.describe() for p in blocked[:MAX_NAMED]],
             "stuck_partitions": [f"{p.topic}-{p.partition}" for p in self.stuck[:MAX_NAMED]],

@@ -32,6 +32,20 @@ DRAIN_DIR = "drain"
 DRAIN_ROUND = "drain-round"
 
 
+#: The ids (KIP-516) of the plan's topics as the run first saw them, for a plan that does not record them:
+#: ``<run dir>/topic-ids.json``, written once before the first submission (a retry on any worker judges by them).
+TOPIC_IDS_FILE = "topic-ids.json"
+
+
+def read_topic_ids(state: StateLocation) -> dict[str, str] | None:
+    data = as_store(state).read(TOPIC_IDS_FILE)
+    return {str(k): str(v) for k, v in json.loads(data).items()} if data else None
+
+
+def write_topic_ids(state: StateLocation, ids: dict[str, str]) -> None:
+    as_store(state).write(TOPIC_IDS_FILE, json.dumps(ids, sort_keys=True).encode())
+
+
 def drain_round_name(n: int) -> str:
     return f"{DRAIN_DIR}/round-{n:03d}.json"
 

@@ -48,15 +48,18 @@ from airflow_kafka_reassign.core.execution.finishing import finish, submitted_to
 from airflow_kafka_reassign.core.execution.governor import RunGovernor
 from airflow_kafka_reassign.core.execution.iteration import step
 from airflow_kafka_reassign.core.execution.observe import report_preflight
+from airflow_kafka_reassign.core.execution.progress import format_duration
 from airflow_kafka_reassign.core.execution.run_state import (
     DRAIN_ROUND,
     HEALTH_CANCELLED,
     HEALTH_STOPPED,
     read_drain_rounds,
     read_governor,
+    read_topic_ids,
     try_events,
     write_drain_round,
     write_governor,
+    write_topic_ids,
 )
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.execution.throttle import NOT_RESTORED, backup_path
@@ -103,6 +106,8 @@ class Tick:
     next_poll_s: float = 0.0
     #: a drain round planned at this tick: the partitions that arrived on the drained brokers (core/maintenance/drain.py)
     drained_later: list[TopicPartition] = field(default_factory=list)
+    #: what the cluster did under the plan that this tick saw first, and what the run did about it (one line each)
+    events: list[str] = field(default_factory=list)
 
     @property
     def over(self) -> bool:
@@ -189,6 +194,13 @@ class ExecutionSession:
         #: why the drain could not empty the brokers (rounds spent, partitions that cannot be placed)
         self.drain_short: str | None = None
         self._last_round: list[TopicPartition] = []
+        #: since when (``clock_s``) each thing that holds moves has held them: ``"broker 2"``, ``"the reassignment
+        #: of t-0"`` (bounded by ``broker_restart_wait_s`` / ``foreign_reassignment_wait_s``)
+        self.waiting_since: dict[str, float] = {}
+        #: what the cluster did under the plan and what the run did about it, one line each, in order
+        self.events: list[str] = []
+        #: moves dropped because their topic was deleted or re-created, over the whole run (rounds included)
+        self.gone: dict[TopicPartition, str] = {}
 
     @classmethod
     def from_parts(cls, admin: ClusterAdmin, plan: ReassignmentPlan, limits: ExecutionLimits,
@@ -215,6 +227,8 @@ class ExecutionSession:
                       log=self.log, settle_s=self.settle_s, sleep=self.sleep)
         self.ticks += 1
         self.last = status
+        self._take_topic_ids(status)
+        self._note(status)
         if status.blocked is None and status.pending:
             cordoned = cordon_refusal(self.admin, [status.moves[tp] for tp in status.pending])
             if cordoned is not None:
@@ -249,10 +263,14 @@ class ExecutionSession:
         self.ticks += 1
         self.submitted.extend(status.submitted)
         self.known_failed.update(status.failed)
+        self._take_topic_ids(status)
+        new_events = self._note(status)
+        self._time_waits(status)
         if status.complete and self.drain is not None and not past and submit and self.health_stop is None \
                 and not options.dry_run and self._drain_round():
             again = self.tick(submit=submit)  # the round's first batch, at once
             again.drained_later = self.drained_later[-len(self._last_round):]
+            again.events = new_events + again.events
             return again
         before = len(status.done) if done_before is None else done_before
         eta: float | None = None
@@ -284,7 +302,74 @@ class ExecutionSession:
         self._done_before = len(status.done)
         self.last = status
         return Tick(status=status, past_deadline=past, health_stop=self.health_stop, cancel=cancelled,
-                    adaptations=self.governor.adaptations[changes:], eta_s=eta, next_poll_s=self._poll)
+                    adaptations=self.governor.adaptations[changes:], eta_s=eta, next_poll_s=self._poll,
+                    events=new_events)
+
+    # -- the cluster living under the plan -------------------------------------------------------
+
+    def _take_topic_ids(self, status: ExecutionStatus) -> None:
+        """A plan that does not record its topics' ids (KIP-516) is judged by the ids the run saw first: kept on the
+        run state before the first submission, so a retry on any worker tells a re-created topic from the planned
+        one too."""
+        if self.plan.topic_ids is not None or status.observation is None:
+            return
+        ids = read_topic_ids(self.state_dir) if self.state_dir is not None else None
+        if ids is None:
+            ids = {t: i for t, i in status.observation.topic_ids.items()}
+            if not ids:
+                return
+            if self.state_dir is not None and not self.options.dry_run:
+                write_topic_ids(self.state_dir, ids)
+        self.plan = self.plan.model_copy(update={"topic_ids": ids})
+
+    def _event(self, line: str, out: list[str]) -> None:
+        if line not in self.events:
+            self.events.append(line)
+            out.append(line)
+            self.log.warning("the cluster changed under the plan: %s", line)
+
+    def _note(self, status: ExecutionStatus) -> list[str]:
+        """Keep this step's events (new ones logged once) and the moves it found gone; returns the new lines."""
+        out: list[str] = []
+        for line in status.events:
+            self._event(line, out)
+        self.gone.update(status.gone)
+        return out
+
+    def _time_waits(self, status: ExecutionStatus) -> None:
+        """Bound the waits: moves held by a broker that is not alive, or by someone else's reassignment of their
+        partition, wait while it lasts, up to ``broker_restart_wait_s`` / ``foreign_reassignment_wait_s``; past
+        that they are refused naming what held them (never sent by this session)."""
+        now = self.clock_s()
+        held: dict[str, list[TopicPartition]] = {}
+        for tp, key in status.waiting_for.items():
+            held.setdefault(key, []).append(tp)
+        out: list[str] = []
+        for key in [k for k in self.waiting_since if k not in held]:
+            lasted = format_duration(now - self.waiting_since.pop(key))
+            self._event(f"{key} {'back' if key.startswith('broker ') else 'finished'} after {lasted}: the moves that "
+                        "waited for it go on", out)
+        for key, tps in sorted(held.items()):
+            since = self.waiting_since.setdefault(key, now)
+            broker = key.startswith("broker ")
+            if since == now:
+                self._event(f"{key} {'is not alive (restarting?)' if broker else 'is in flight (not ours)'}: "
+                            f"{len(tps)} move(s) wait for it ({_tps(tps, 5)}), the others go on", out)
+            bound = self.options.broker_restart_wait_s if broker else self.options.foreign_reassignment_wait_s
+            if now - since < bound:
+                continue
+            setting = "broker_restart_wait_s" if broker else "foreign_reassignment_wait_s"
+            why = (f"refused: {key} {'not alive' if broker else 'still in flight'} for {format_duration(now - since)}"
+                   f", longer than {setting}={bound:g}; "
+                   + ("start the broker (or plan again without it), or pass allow_offline_brokers=True to send "
+                      "moves onto it" if broker else "wait for it or cancel it, then plan again"))
+            for tp in tps:
+                self.known_failed[tp] = why
+                status.failed[tp] = why
+                status.waiting.pop(tp, None)
+                status.waiting_for.pop(tp, None)
+            self._event(f"{key}: {len(tps)} move(s) refused after waiting {format_duration(now - since)} "
+                        f"({setting}={bound:g})", out)
 
     def _drain_round(self) -> bool:
         """Plan the partitions that arrived on the drained brokers as a new round (``True``: one was planned)."""
@@ -303,7 +388,14 @@ class ExecutionSession:
                 "creates topics, then run the drain again")
             self.log.error("%s", self.drain_short)
             return False
-        extra, refused = drain_moves(snap, spec, cordoned=cordoned_brokers(self.admin, snap.broker_ids))
+        extra, refused = drain_moves(snap, spec, cordoned=cordoned_brokers(self.admin, snap.broker_ids),
+                                     skip=self.known_failed)
+        skipped = {p.tp: self.known_failed[p.tp] for p in left if p.tp in self.known_failed}
+        if skipped and not extra.moves:
+            self.drain_short = (f"{len(skipped)} partition(s) still have a replica on the drained broker(s) "
+                                f"{list(spec.brokers)} and their moves were refused: "
+                                + "; ".join(f"{tp}: {why}" for tp, why in sorted(skipped.items())[:10]))
+            self.log.error("%s", self.drain_short)
         if refused:
             self.drain_short = ("the drain cannot place " + "; ".join(f"{tp}: {why}" for tp, why in
                                                                         sorted(refused.items())[:10]))

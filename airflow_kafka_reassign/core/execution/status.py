@@ -79,10 +79,11 @@ class LogDirStatus:
 class ExecutionStatus:
     """Where a plan stands, derived from the cluster and the plan only (plus the throttle backup).
 
-    Every move of the plan is in exactly one of ``done``, ``lagging``, ``in_flight``,
-    ``pending``, ``stale`` and ``failed``. ``foreign`` lists reassignments this plan did not
-    start (a plan partition moved elsewhere by someone else is also ``stale``). ``submitted``
-    are the moves this call submitted (also in ``in_flight`` or, if instant, ``done``).
+    Every move of the plan is in exactly one of ``done``, ``lagging``, ``in_flight``, ``pending``, ``waiting``
+    (held unsent for a while: a broker it needs is restarting, someone else is reassigning its partition),
+    ``stale``, ``failed`` and ``gone`` (its topic was deleted or re-created: dropped). ``foreign`` lists
+    reassignments this plan did not start. ``submitted`` are the moves this call submitted (also in ``in_flight``
+    or, if instant, ``done``).
     """
 
     total: int = 0
@@ -97,6 +98,15 @@ class ExecutionStatus:
     submitted: list[TopicPartition] = field(default_factory=list)
     #: partition -> why it was refused (a guard) or failed (the broker's error)
     failed: dict[TopicPartition, str] = field(default_factory=dict)
+    #: moves dropped because their partition is gone: the topic deleted, or re-created (a new topic id), with why
+    gone: dict[TopicPartition, str] = field(default_factory=dict)
+    #: pending moves held unsent for now, with why (a broker they need is not alive, someone else's reassignment of
+    #: the partition is in flight); the session bounds how long (``broker_restart_wait_s``, ...)
+    waiting: dict[TopicPartition, str] = field(default_factory=dict)
+    #: what holds each waiting move, as a key the session times: ``"broker 2"``, ``"reassignment of t-0"``
+    waiting_for: dict[TopicPartition, str] = field(default_factory=dict)
+    #: what the cluster did under the plan that this step saw, one line per topic (grown, deleted, re-created)
+    events: list[str] = field(default_factory=list)
     #: replicas equal the target but the ISR misses a target replica
     lagging: list[TopicPartition] = field(default_factory=list)
     #: dry run: what would have been submitted now
@@ -146,7 +156,8 @@ class ExecutionStatus:
         Stale and failed moves are refused, not left: check :attr:`ok` for a clean finish. Moves between log dirs
         count too (:attr:`log_dirs`).
         """
-        return not (self.pending or self.in_flight or self.lagging) and (self.log_dirs is None or self.log_dirs.complete)
+        return not (self.pending or self.in_flight or self.lagging or self.waiting) and (
+            self.log_dirs is None or self.log_dirs.complete)
 
     @property
     def ok(self) -> bool:
@@ -160,15 +171,15 @@ class ExecutionStatus:
 
     @property
     def remaining(self) -> list[TopicPartition]:
-        return sorted([*self.in_flight, *self.pending, *self.lagging])
+        return sorted([*self.in_flight, *self.pending, *self.lagging, *self.waiting])
 
     def progress_line(self) -> str:
         line = (
             f"{len(self.done)}/{self.total} moves done, {len(self.in_flight)} in flight, "
             f"{len(self.pending)} pending"
         )
-        extras = [(self.lagging, "lagging (ISR short)"), (self.stale, "stale (refused)"),
-                  (self.failed, "failed"), (self.foreign, "foreign in flight")]
+        extras = [(self.lagging, "lagging (ISR short)"), (self.waiting, "waiting"), (self.stale, "stale (refused)"),
+                  (self.failed, "failed"), (self.gone, "gone (dropped)"), (self.foreign, "foreign in flight")]
         for items, what in extras:
             if items:
                 line += f", {len(items)} {what}"
@@ -201,6 +212,8 @@ class ExecutionStatus:
             "lagging": len(self.lagging),
             "stale": len(self.stale),
             "failed": len(self.failed),
+            "gone": len(self.gone),
+            "waiting": len(self.waiting),
             "foreign": len(self.foreign),
             "submitted": len(self.submitted),
             "complete": self.complete,
@@ -224,6 +237,12 @@ class ExecutionStatus:
             }
         if self.failed:
             out["failed_partitions"] = {str(tp): self.failed[tp] for tp in sorted(self.failed)[:SUMMARY_SAMPLE]}
+        if self.gone:
+            out["gone_partitions"] = {str(tp): self.gone[tp] for tp in sorted(self.gone)[:SUMMARY_SAMPLE]}
+        if self.waiting:
+            out["waiting_partitions"] = {str(tp): self.waiting[tp] for tp in sorted(self.waiting)[:SUMMARY_SAMPLE]}
+        if self.events:
+            out["cluster_events"] = self.events[:SUMMARY_SAMPLE]
         if self.plan_errors:
             out["plan_errors"] = self.plan_errors[:SUMMARY_SAMPLE]
         if self.foreign:
@@ -250,4 +269,6 @@ class _Observation:
     min_isr: dict[str, int] = field(default_factory=dict)
     #: every broker's rack (``None``: unset), as DescribeCluster gives it
     racks: dict[int, str | None] = field(default_factory=dict)
+    #: the plan's topics' ids now (KIP-516), where the cluster gives them
+    topic_ids: dict[str, str] = field(default_factory=dict)
 

@@ -26,7 +26,7 @@ from airflow_kafka_reassign.core.records.journal import StateLocation, journal
 from airflow_kafka_reassign.core.records.store import as_store
 from airflow_kafka_reassign.core.vocabulary.models import Move
 from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, ThrottleBackup
-from airflow_kafka_reassign.exceptions import ConfigurationError
+from airflow_kafka_reassign.exceptions import ConfigurationError, TopicNotFoundError
 
 LEADER_RATE = "leader.replication.throttled.rate"
 #: The broker rate (bytes/s) of intra-broker moves between log dirs (AlterReplicaLogDirs, KIP-113): the
@@ -253,7 +253,53 @@ def _diff(
     return db, dt
 
 
+#: How many times a throttle sync or restore drops topics that vanished under it and goes again.
+_VANISHED_RETRIES = 3
+
+
+def _without_topics(state_dir: StateLocation | None, topics: Collection[str], log: logging.Logger) -> None:
+    """Topics deleted while the run throttled them: their configs went with them, so the backup forgets them (a
+    restore would only fail on them); one line names them."""
+    backup = read_backup(state_dir)
+    log.warning("topic(s) %s no longer exist (deleted while the run throttled them): dropped from the throttles; "
+                "their throttle configs went with them", ", ".join(sorted(topics)))
+    if backup is None or state_dir is None or not set(topics) & set(backup.topics):
+        return
+    write_backup(state_dir, ThrottleBackup(brokers=backup.brokers,
+                                           topics={t: v for t, v in backup.topics.items() if t not in set(topics)}))
+
+
 def sync_throttles(
+    admin: ClusterAdmin,
+    moving: Iterable[Move],
+    rate: Rate | None,
+    *,
+    state_dir: StateLocation | None,
+    dry_run: bool = False,
+    log: logging.Logger | None = None,
+    live_brokers: Collection[int] | None = None,
+) -> bool:
+    """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
+
+    See :func:`_sync_throttles`. A topic deleted under the run (the adapter's
+    :class:`~airflow_kafka_reassign.exceptions.TopicNotFoundError`) is dropped from the throttle sets and the
+    backup, its moves are left out, and the sync goes again: a vanished topic never stops the run's throttles."""
+    log = log or _log
+    moves = list(moving)
+    for attempt in range(_VANISHED_RETRIES + 1):
+        try:
+            return _sync_throttles(admin, moves, rate, state_dir=state_dir, dry_run=dry_run, log=log,
+                                   live_brokers=live_brokers)
+        except TopicNotFoundError as e:
+            if attempt == _VANISHED_RETRIES:
+                raise
+            if not dry_run:
+                _without_topics(state_dir, e.topics, log)
+            moves = [m for m in moves if m.topic not in set(e.topics)]
+    raise AssertionError("unreachable")
+
+
+def _sync_throttles(
     admin: ClusterAdmin,
     moving: Iterable[Move],
     rate: Rate | None,
@@ -324,6 +370,21 @@ def sync_throttles(
 
 
 def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None) -> bool:
+    """:func:`_restore_throttles`; a topic deleted under the run is dropped from the backup (its configs went with
+    it) and the restore goes again."""
+    log = log or _log
+    for attempt in range(_VANISHED_RETRIES + 1):
+        try:
+            return _restore_throttles(admin, state_dir, log=log)
+        except TopicNotFoundError as e:
+            if attempt == _VANISHED_RETRIES:
+                raise
+            _without_topics(state_dir, e.topics, log)
+    raise AssertionError("unreachable")
+
+
+def _restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None
+                       ) -> bool:
     """Put every throttle config this run touched back to its value before the run, exactly,
     check it, and delete the backup. Returns whether there was anything to restore. Only the configs
     that differ from the backup are written (none after a run whose first throttle write was refused).

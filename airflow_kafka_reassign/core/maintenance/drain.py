@@ -126,17 +126,22 @@ def drain_moves(snapshot: ClusterSnapshot, spec: DrainSpec, *, cordoned: Collect
     for t in snapshot.topics:
         if t.name in topics and t.partition_count:
             counts[t.name] = t.partition_count
-    return ReassignmentPlan(moves=tuple(moves), partition_counts=dict(counts) or None), refused
+    return ReassignmentPlan(moves=tuple(moves), partition_counts=dict(counts) or None,
+                            topic_ids=snapshot.topic_ids(topics)), refused
 
 
 def merge(plan: ReassignmentPlan, extra: ReassignmentPlan) -> ReassignmentPlan:
     """``plan`` with ``extra``'s moves: a partition of both takes ``extra``'s move (the later round's), and the
-    partition counts of ``extra``'s topics are ``extra``'s (the counts when that round was planned)."""
+    partition counts and topic ids of ``extra``'s topics are ``extra``'s (as when that round was planned). The moves
+    of a topic whose id changed in between (deleted and re-created) are dropped: they moved another topic."""
+    then, now = plan.topic_ids or {}, extra.topic_ids or {}
+    recreated = {t for t, i in now.items() if t in then and then[t] != i}
     later = {m.tp for m in extra.moves}
-    moves = tuple(m for m in plan.moves if m.tp not in later) + extra.moves
+    moves = tuple(m for m in plan.moves if m.tp not in later and m.topic not in recreated) + extra.moves
     counts = {**(plan.partition_counts or {}), **(extra.partition_counts or {})} \
         if plan.partition_counts is not None or extra.partition_counts else None
-    return ReassignmentPlan(moves=moves, partition_counts=counts)
+    ids = {**then, **now} or None
+    return ReassignmentPlan(moves=moves, partition_counts=counts, topic_ids=ids)
 
 
 def read_drain(plan_dir: Store | str) -> DrainSpec | None:

@@ -427,8 +427,9 @@ def plan_log_dirs(snapshot: ClusterSnapshot, table: LogDirTable, request: PlanRe
     else:
         raise ConfigurationError(f"goal {request.goal} is not a goal on log dirs (remove-disks, rebalance-disks)")
     moves = plan.moves()
-    result_plan = ReassignmentPlan(moves=tuple(moves), partition_counts=snapshot.partition_counts(
-        {m.topic for m in moves}))
+    moved = {m.topic for m in moves}
+    result_plan = ReassignmentPlan(moves=tuple(moves), partition_counts=snapshot.partition_counts(moved),
+                                   topic_ids=snapshot.topic_ids(moved))
     live = snapshot.broker_ids
     rack_of = {b.id: (b.rack if request.rack_aware else None) for b in snapshot.brokers}
     targets = {m.tp: m.target_replicas for m in moves}

@@ -312,8 +312,10 @@ def plan_reassignment(snapshot: ClusterSnapshot, request: PlanRequest | None = N
     )
     warnings = [*flow_notes, *warnings]
     moves.sort(key=lambda m: (m.topic, m.partition))
+    moved_topics = {m.topic for m in moves}
     plan = ReassignmentPlan.model_construct(moves=tuple(m.to_move() for m in moves),
-                                            partition_counts=snapshot.partition_counts({m.topic for m in moves}))
+                                            partition_counts=snapshot.partition_counts(moved_topics),
+                                            topic_ids=snapshot.topic_ids(moved_topics))
 
     rack_of = scope.broker_racks
     balanced = {t.topic for t in scope.topics if t.balance}

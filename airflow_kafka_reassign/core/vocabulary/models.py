@@ -335,6 +335,15 @@ class ClusterSnapshot(_Frozen):
         names = sorted(counts) if topics is None else sorted(set(topics))
         return {t: counts[t] for t in names if counts[t]}
 
+    def topic_ids(self, topics: Iterable[str] | None = None) -> dict[str, str] | None:
+        """``{topic: topic id}`` of the topics (``topics`` only, when given) whose id the snapshot knows (KIP-516):
+        what a plan made from it records, so that execution tells a re-created topic from the one planned.
+        ``None`` when it knows none."""
+        wanted = None if topics is None else set(topics)
+        ids = {t.name: t.topic_id for t in self.topics
+               if t.topic_id is not None and (wanted is None or t.name in wanted)}
+        return dict(sorted(ids.items())) or None
+
     def reassigning(self) -> tuple[PartitionState, ...]:
         return tuple(p for p in self.partitions if p.reassigning)
 
@@ -459,15 +468,20 @@ class ReassignmentPlan(_Frozen):
     own (``model_dump_json``) that also keeps each move's expected current replicas and
     the partition count of every moved topic in the snapshot the plan was made from.
 
-    ``partition_counts`` (``{topic: partitions}``, optional): execution refuses the plan when
-    a moved topic's partition count in the cluster differs (partitions were added, or the
-    topic was re-created, since planning). ``None`` in plans written before it existed and
-    in plans read from Kafka's own format: the counts are then not checked.
+    ``partition_counts`` (``{topic: partitions}``, optional): each moved topic's partition count in the snapshot
+    the plan was made from. A topic that grew since keeps its moves (its new partitions are the cordon's or the
+    drain rounds' business); a move beyond the count is a malformed plan.
+
+    ``topic_ids`` (``{topic: topic id}``, optional, KIP-516): each moved topic's id in that snapshot. Execution
+    drops the moves of a topic whose id changed (deleted and re-created under the same name) and, for a goal, plans
+    its new partitions again. ``None`` in plans from a source that did not give ids (Kafka's own format, older
+    snapshots): execution then takes the ids it sees first, before it sends anything.
     """
 
     version: int = KAFKA_REASSIGNMENT_JSON_VERSION
     moves: tuple[Move, ...] = ()
     partition_counts: dict[str, int] | None = None
+    topic_ids: dict[str, str] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @field_validator("version")
     @classmethod
@@ -585,8 +599,9 @@ class ReassignmentPlan(_Frozen):
         return cls(version=data.get("version", KAFKA_REASSIGNMENT_JSON_VERSION), moves=tuple(moves))
 
     @classmethod
-    def from_moves(cls, moves: Iterable[Move], partition_counts: dict[str, int] | None = None) -> ReassignmentPlan:
-        return cls(moves=tuple(moves), partition_counts=partition_counts)
+    def from_moves(cls, moves: Iterable[Move], partition_counts: dict[str, int] | None = None,
+                   topic_ids: dict[str, str] | None = None) -> ReassignmentPlan:
+        return cls(moves=tuple(moves), partition_counts=partition_counts, topic_ids=topic_ids)
 
     def rollback(self) -> ReassignmentPlan:
         """The plan that puts every moved partition back on its current replicas, and every replica whose log dir
@@ -614,4 +629,5 @@ class ReassignmentPlan(_Frozen):
                 for m in self.moves
             ),
             partition_counts=self.partition_counts,
+            topic_ids=self.topic_ids,
         )

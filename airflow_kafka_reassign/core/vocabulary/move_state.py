@@ -17,12 +17,16 @@ the sensor's line never disagree on a move.
   flight: not submitted yet;
 * ``stale``: the replicas are neither the plan's current nor its target replicas: someone moved the partition
   since the plan was made;
-* ``foreign``: the controller lists a reassignment of the partition to OTHER replicas (not this plan's);
-* ``failed``: refused: the partition does not exist (topic deleted), a guard refused the move (KIP-860, a plan
-  error), or the broker refused its submission.
+* ``foreign``: the controller lists a reassignment of the partition to OTHER replicas (not this plan's): the move
+  waits for it to finish (bounded by the run), then is judged again where the partition is;
+* ``gone``: the partition is no longer the one the plan moves: its topic was deleted (the partition does not
+  exist), or deleted and re-created under the same name (a new topic id, KIP-516). Nothing is left to do for it:
+  the move is dropped, counted apart, never a failure;
+* ``failed``: refused: a guard refused the move (KIP-860, a plan error), or the broker refused its submission.
 
-``stale``, ``foreign`` and ``failed`` are *blocked* (:data:`BLOCKED_STATES`): waiting cannot finish them.
-``lagging``, ``in_flight`` and ``pending`` are *unfinished* (:data:`UNFINISHED_STATES`).
+``stale`` and ``failed`` are *blocked* (:data:`BLOCKED_STATES`): waiting cannot finish them. ``lagging``,
+``in_flight``, ``pending`` and ``foreign`` are *unfinished* (:data:`UNFINISHED_STATES`); ``done`` and ``gone`` are
+*finished* (:data:`FINISHED_STATES`).
 
 Example::
 
@@ -57,15 +61,19 @@ class MoveState(str, Enum):
     STALE = "stale"
     FOREIGN = "foreign"
     FAILED = "failed"
+    GONE = "gone"
 
     def __str__(self) -> str:
         return str(self.value)
 
 
-#: States that waiting cannot finish: the move is refused, or somebody else's.
-BLOCKED_STATES = frozenset({MoveState.STALE, MoveState.FOREIGN, MoveState.FAILED})
-#: States of a move still under way: the cluster copies (or will copy) its data.
-UNFINISHED_STATES = frozenset({MoveState.LAGGING, MoveState.IN_FLIGHT, MoveState.PENDING})
+#: States that waiting cannot finish: the move is refused.
+BLOCKED_STATES = frozenset({MoveState.STALE, MoveState.FAILED})
+#: States of a move still under way: the cluster copies (or will copy) its data, or someone else's reassignment of
+#: its partition has to finish first.
+UNFINISHED_STATES = frozenset({MoveState.LAGGING, MoveState.IN_FLIGHT, MoveState.PENDING, MoveState.FOREIGN})
+#: States in which nothing is left to do for a move: done, or dropped because its partition is gone.
+FINISHED_STATES = frozenset({MoveState.DONE, MoveState.GONE})
 
 
 class PartitionProgress(_Frozen):
@@ -129,8 +137,8 @@ def classify(move: Move, part: PartitionState | None, sizes: Mapping[int, int] |
     """
     topic, partition, target = move.topic, move.partition, move.target_replicas
     if part is None:
-        return _construct(topic=topic, partition=partition, state=MoveState.FAILED,
-                          detail="the partition does not exist (topic deleted?)")
+        return _construct(topic=topic, partition=partition, state=MoveState.GONE,
+                          detail="the partition does not exist (topic deleted): move dropped")
     current = move.current_replicas
     replicas = part.replicas
     isr = set(part.isr)

@@ -96,7 +96,9 @@ def test_every_move_is_classified_from_the_cluster_and_the_plan():
     assert s.done == [tp("t", 0)]
     assert s.in_flight == [tp("t", 1)]
     assert s.pending == [tp("t", 3)]
-    assert s.stale == {tp("t", 2): ((3, 4), (3, 6)), tp("t", 4): ((5, 1), (2, 3, 5, 1))}
+    assert s.stale == {tp("t", 2): ((3, 4), (3, 6))}
+    # someone else's reassignment of a planned partition: its move waits for it (bounded), then is judged again
+    assert list(s.waiting) == [tp("t", 4)] and s.waiting_for == {tp("t", 4): "the reassignment of t-4"}
     assert s.foreign == [tp("t", 4)]
     assert s.submitted == [] and not s.complete
     assert s.moves[tp("t", 1)].current_replicas == (2, 3)
@@ -129,12 +131,12 @@ def deleting(f: FakeClusterAdmin, monkeypatch, name: str = "gone") -> None:
     monkeypatch.setattr(f, "snapshot", snapshot)
 
 
-def test_a_plan_topic_deleted_since_planning_fails_by_name(monkeypatch):
+def test_a_plan_topic_deleted_since_planning_drops_its_moves_by_name_and_the_others_go_on(monkeypatch):
     f = fake(t=[[1, 2]])
     deleting(f, monkeypatch)
-    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3))),
-                   options=ExecutionOptions(on_plan_error="skip"))
-    assert "topic gone does not exist in the cluster" in s.failed[tp("gone", 0)]
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3))))
+    assert s.gone == {tp("gone", 0): "topic gone was deleted: move dropped"} and s.failed == {}
+    assert s.events == ["topic gone deleted: dropped 1 move(s) (gone-0)"] and s.blocked is None
     assert s.submitted == [tp("t", 0)]
 
 
@@ -167,28 +169,30 @@ def test_a_target_broker_the_cluster_does_not_have_refuses_the_whole_plan_before
     assert result.summary()["plan_errors"] == s.plan_errors and len(s.plan_errors) == 1
 
 
-def test_a_topic_grown_since_planning_refuses_the_whole_plan_naming_both_counts(tmp_path):
+def test_a_topic_grown_since_planning_keeps_its_moves_and_says_so(tmp_path):
     f = fake(t=[[1, 2], [2, 3], [3, 4]], u=[[1, 2]])  # t has 3 partitions now; the plan saw 2
     plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 3)), mv("u", 0, (1, 2), (2, 3))),
-                            partition_counts={"t": 2, "u": 1})
+                            partition_counts={"t": 2, "u": 1}, topic_ids={"t": f.topic_ids["t"], "u": f.topic_ids["u"]})
     result = run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
-                 sleep=lambda s: None, settle_s=0)
-    untouched(f, tmp_path)
-    blocked = result.status.blocked
-    assert "topic t has 3 partitions in the cluster, the plan's snapshot had 2" in blocked
-    assert "1 pending move(s) of it (t-0)" in blocked and "Plan again" in blocked
-    assert set(result.status.failed) == {tp("t", 0)} and result.status.pending == [tp("u", 0)]
+                 sleep=lambda s: f.complete(), settle_s=0)
+    s = result.status
+    assert s.ok and s.blocked is None and s.failed == {} and s.gone == {}
+    assert f.replicas[tp("t", 0)] == (1, 3) and f.replicas[tp("u", 0)] == (2, 3)
+    assert "topic t grew from 2 to 3 partitions: its moves continue" in result.summary()["cluster_events"]
 
 
-def test_a_deleted_topic_refuses_the_whole_plan_before_anything_is_sent(tmp_path, monkeypatch):
+def test_a_deleted_topic_is_dropped_and_the_run_finishes_the_rest_and_restores_the_throttles(tmp_path, monkeypatch):
     f = fake(t=[[1, 2]])
     deleting(f, monkeypatch)
     plan = plan_of(mv("t", 0, (1, 2), (2, 3)), mv("gone", 0, (1, 2), (2, 3)), mv("gone", 1, (2, 3), (3, 4)))
     result = run(f, plan, NO_LIMITS, ExecutionOptions(throttle_bytes_per_sec=1000), state_dir=tmp_path,
-                 sleep=lambda s: None, settle_s=0)
-    untouched(f, tmp_path)
-    assert "topic gone does not exist in the cluster (deleted since planning?): 2 move(s) name it (gone-0, gone-1)" \
-        in result.status.blocked
+                 sleep=lambda s: f.complete(), settle_s=0)
+    s = result.status
+    assert s.ok and s.blocked is None and set(s.gone) == {tp("gone", 0), tp("gone", 1)}
+    assert submitted(f) == [tp("t", 0)] and result.summary()["gone"] == 2
+    assert result.summary()["throttles_restored"] == "yes"
+    untouched_configs = f.broker_configs == {b: {} for b in RACKS}
+    assert untouched_configs and not (tmp_path / THROTTLE_BACKUP_FILE).exists()
 
 
 def test_on_plan_error_skip_refuses_only_the_moves_in_error_and_runs_the_others():
@@ -198,8 +202,8 @@ def test_on_plan_error_skip_refuses_only_the_moves_in_error_and_runs_the_others(
     result = run(f, plan, NO_LIMITS, ExecutionOptions(on_plan_error="skip"), state_dir=None,
                  sleep=lambda s: f.complete(), settle_s=0)
     s = result.status
-    assert submitted(f) == [] and s.blocked is None  # t grew and u names broker 99: both refused
-    assert set(s.failed) == {tp("t", 0), tp("u", 0)} and len(s.plan_errors) == 2
+    assert submitted(f) == [tp("t", 0)] and s.blocked is None  # t grew (it goes on) and u names broker 99: refused
+    assert set(s.failed) == {tp("u", 0)} and "name broker 99, which is not a broker of the cluster" in s.failed[tp("u", 0)]
     f2 = fake(t=[[1, 2], [2, 3]], u=[[1, 2]])
     result = run(f2, plan, NO_LIMITS, ExecutionOptions(on_plan_error="skip"), state_dir=None,
                  sleep=lambda s: f2.complete(), settle_s=0)
@@ -218,12 +222,13 @@ def test_strict_still_refuses_the_whole_plan_and_cannot_be_combined_with_skip():
         ExecutionOptions(on_plan_error="ignore")  # type: ignore[arg-type]
 
 
-def test_a_broker_that_is_down_is_a_plan_error_unless_moves_onto_it_may_wait(tmp_path, caplog):
+def test_a_broker_that_is_down_holds_its_moves_unsent_unless_moves_onto_it_may_wait(tmp_path, caplog):
     f = fake(t=[[1, 2], [6, 3]])
     f.down.add(6)
     plan = plan_of(mv("t", 0, (1, 2), (1, 6)))
     s = quiet_step(f, plan, state_dir=tmp_path, options=ExecutionOptions(throttle_bytes_per_sec=1000))
-    assert "broker 6 is down" in s.blocked and "allow_offline_brokers=True" in s.blocked
+    assert s.blocked is None and s.pending == [] and "name broker 6, which is not alive now" in s.waiting[tp("t", 0)]
+    assert s.waiting_for == {tp("t", 0): "broker 6"} and not s.complete
     untouched(f, tmp_path)
     # t-1 is under-replicated while 6 is down: the health gate would pause (tested in test_health.py)
     options = ExecutionOptions(throttle_bytes_per_sec=1000, allow_offline_brokers=True,
@@ -331,8 +336,12 @@ def test_foreign_reassignments_allowed_count_against_the_limits():
 def test_a_plan_partition_moved_elsewhere_by_someone_else_is_stale_and_foreign():
     f = fake(t=[[1, 2]])
     f.alter_reassignments({tp("t", 0): [1, 5]})
-    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (1, 3))), options=ExecutionOptions(allow_concurrent_reassignments=True))
-    assert s.foreign == [tp("t", 0)] and tp("t", 0) in s.stale and s.submitted == []
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (1, 3))))
+    # it waits for that reassignment (not a block of the whole plan: it is a planned partition), then is judged again
+    assert s.foreign == [tp("t", 0)] and tp("t", 0) in s.waiting and s.submitted == [] and s.blocked is None
+    f.complete()
+    s = quiet_step(f, plan_of(mv("t", 0, (1, 2), (1, 3))))
+    assert s.stale == {tp("t", 0): ((1, 2), (1, 5))} and s.waiting == {} and s.submitted == []
 
 
 def test_a_just_finished_move_whose_metadata_lags_is_in_flight_not_stale():
@@ -397,12 +406,11 @@ def test_kip860_race_in_flight_the_refusal_names_the_target_the_rf_change_and_th
     assert f"stale move t-0 refused: {why}" in caplog.text
     assert s.status.summary()["stale_partitions"]["t-0"]["why"] == why
     assert f.alter_requests == []
-    # the same RF: only the reassignment in flight is named
+    # the same RF: the move waits for the reassignment in flight, naming it
     other = plan_of(mv("t", 0, (1, 2, 3), (3, 2, 1)))
-    assert quiet_step(f, other, options=ExecutionOptions(allow_concurrent_reassignments=True)).stale_why == {
-        tp("t", 0): "the cluster is reassigning it from [1, 2, 3] to [4, 5, 6] (describe shows the intermediate "
-                    "replica set [4, 5, 6, 1, 2, 3] meanwhile). Wait for that reassignment to finish (or cancel it) "
-                    "and plan again"}
+    waiting = quiet_step(f, other, options=ExecutionOptions(allow_concurrent_reassignments=True)).waiting
+    assert waiting == {tp("t", 0): "someone else's reassignment of it is in flight ([1, 2, 3] -> [4, 5, 6]): the move "
+                                   "waits for it to finish, then is judged again"}
 
 
 def test_kip860_race_a_kafka_file_without_current_replicas_is_refused_client_side():

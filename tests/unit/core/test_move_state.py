@@ -7,7 +7,12 @@ from execution_helpers import fake, mv, plan_of, tp
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.execution.progress import observe
-from airflow_kafka_reassign.core.vocabulary.move_state import BLOCKED_STATES, UNFINISHED_STATES, MoveState
+from airflow_kafka_reassign.core.vocabulary.move_state import (
+    BLOCKED_STATES,
+    FINISHED_STATES,
+    UNFINISHED_STATES,
+    MoveState,
+)
 
 MOVE = mv("t", 0, (1, 2), (1, 3))
 
@@ -28,7 +33,7 @@ CASES = [
     ("listed to the plan's target", {"inflight": ((1, 2), (1, 3))}, MoveState.IN_FLIGHT, "in_flight"),
     ("metadata lagging a finished move", {"replicas": (1, 2, 3)}, MoveState.IN_FLIGHT, "in_flight"),
     ("moved elsewhere", {"replicas": (4, 5)}, MoveState.STALE, "stale"),
-    ("listed to other replicas", {"inflight": ((1, 2), (4, 5))}, MoveState.FOREIGN, "stale"),
+    ("listed to other replicas", {"inflight": ((1, 2), (4, 5))}, MoveState.FOREIGN, "waiting"),
 ]
 
 
@@ -42,22 +47,23 @@ def test_the_engine_and_the_watch_name_the_same_state(scenario, view, state, buc
     status = step(f, plan, ExecutionLimits(), ExecutionOptions(), submit=False, settle_s=-1)
     assert tp("t", 0) in getattr(status, bucket)
     assert status.summary()[bucket] == 1
-    if state is MoveState.FOREIGN:  # refused as stale, and listed among the foreign reassignments
-        assert status.foreign == [tp("t", 0)] and "reassigning it from [1, 2] to [4, 5]" in status.stale_why[tp("t", 0)]
+    if state is MoveState.FOREIGN:  # waits for it, and listed among the foreign reassignments
+        assert status.foreign == [tp("t", 0)] and "reassignment of it is in flight ([1, 2] -> [4, 5])" in \
+            status.waiting[tp("t", 0)]
 
 
-def test_a_deleted_topic_is_failed_for_both():
+def test_a_deleted_topic_is_gone_for_both():
     f = fake(t=[[1, 2]], other=[[1, 2]])
     plan = plan_of(mv("gone", 0, (1, 2), (1, 3)), mv("t", 0, (1, 2), (1, 3)))
     watched = observe(f, plan, at=1, retry_s=0)
-    assert [p.state for p in watched.partitions] == [MoveState.FAILED, MoveState.PENDING]
+    assert [p.state for p in watched.partitions] == [MoveState.GONE, MoveState.PENDING]
     status = step(f, plan, ExecutionLimits(), ExecutionOptions(), submit=False, settle_s=-1)
-    assert list(status.failed) == [tp("gone", 0)] and "does not exist" in status.failed[tp("gone", 0)]
+    assert list(status.gone) == [tp("gone", 0)] and "deleted" in status.gone[tp("gone", 0)] and not status.failed
 
 
 def test_blocked_and_unfinished_partition_the_states():
-    assert BLOCKED_STATES | UNFINISHED_STATES | {MoveState.DONE} == set(MoveState)
-    assert not BLOCKED_STATES & UNFINISHED_STATES
+    assert set(MoveState) == BLOCKED_STATES | UNFINISHED_STATES | FINISHED_STATES
+    assert not BLOCKED_STATES & UNFINISHED_STATES and not FINISHED_STATES & (BLOCKED_STATES | UNFINISHED_STATES)
 
 
 def test_the_progress_line_reuses_the_steps_reads_and_agrees_with_the_engine(tmp_path):

@@ -82,13 +82,13 @@ def test_pending_when_still_on_the_current_replicas():
     assert (p.bytes_total, p.bytes_copied) == (5 * MB, 0)
 
 
-def test_foreign_reassignment_stale_and_missing_are_blocked_a_missing_partition_failed():
+def test_a_foreign_reassignment_is_waited_for_a_stale_move_blocked_a_missing_partition_gone():
     foreign = classify(MOVE, part([5, 2, 3, 1], adding=[5], removing=[1]))
     assert foreign.state is MoveState.FOREIGN and "[5, 2, 3]" in foreign.detail
     stale = classify(MOVE, part([5, 2, 3]))
     assert stale.state is MoveState.STALE and "[5, 2, 3]" in stale.detail
     missing = classify(MOVE, None)
-    assert missing.state is MoveState.FAILED and "does not exist" in missing.detail
+    assert missing.state is MoveState.GONE and "does not exist" in missing.detail
 
 
 def test_plain_kafka_file_without_current_replicas_is_pending_until_moved():
@@ -354,7 +354,8 @@ def test_a_missing_topic_is_reported_not_raised(monkeypatch):
     gone = ReassignmentPlan(moves=(*plan.moves, Move(topic="deleted", partition=0, current_replicas=(1, 2),
                                                           target_replicas=(3, 2))))
     prog = ReassignmentWatch(gone, started_at=0, stuck_after_s=600).poke(fake, now=1)
-    assert prog.observation.counts["failed"] == 1 and prog.summary()["failed"] == 1
+    assert prog.observation.gone == 1 and prog.summary()["gone"] == 1 and prog.summary()["failed"] == 0
+    assert "1 gone (topic deleted or re-created: dropped)" in prog.line()
 
 
 def test_submitter_runs_first_and_its_refusals_block_the_move():
