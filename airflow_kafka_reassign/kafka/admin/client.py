@@ -12,10 +12,12 @@ libraries' logs (one error that names the cause instead of a line per broker and
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
@@ -26,7 +28,14 @@ from kafka import errors as kp_errors
 from kafka.admin import KafkaAdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
-from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError
+from airflow_kafka_reassign.exceptions import (
+    ClusterAccessError,
+    ClusterOperationError,
+    ClusterUnreachableError,
+    KafkaReassignError,
+    TopicNotFoundError,
+    UnsupportedBrokerError,
+)
 from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.config import is_secret_key, to_confluent, to_kafka_python, validate_client_config
 
@@ -133,6 +142,31 @@ def _error_name(err: Any) -> str:
     if isinstance(err, type) and issubclass(err, kp_errors.KafkaError):
         return getattr(err, "message", err.__name__)
     return type(err).__name__
+
+
+#: librdkafka's error codes that mean the cluster did not answer (the adapter raises ClusterUnreachableError).
+_UNREACHABLE_CODES = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
+#: kafka-python's errors that mean the cluster (or the broker a request went to) did not answer.
+_UNREACHABLE_KP = (kp_errors.KafkaTimeoutError, kp_errors.KafkaConnectionError, kp_errors.NodeNotReadyError,
+                   kp_errors.UnknownBrokerIdError, kp_errors.MetadataEmptyBrokerList)
+#: librdkafka's names that are not Kafka's own (the adapter's errors carry Kafka's, as the brokers send them).
+_KAFKA_NAMES = {"UNKNOWN_TOPIC_OR_PART": "UNKNOWN_TOPIC_OR_PARTITION"}
+#: The client libraries' exceptions, which never leave the adapter as they are.
+CLIENT_ERRORS = (KafkaException, kp_errors.KafkaError)
+
+
+def _translating(method: Callable[..., _T]) -> Callable[..., _T]:
+    """``method`` with any client error that escapes it translated (:meth:`AdminClients._translate`)."""
+
+    @functools.wraps(method)
+    def translated(self: AdminClients, *args: Any, **kwargs: Any) -> _T:
+        try:
+            return method(self, *args, **kwargs)
+        except CLIENT_ERRORS as e:
+            raise self._translate(e, call=method.__name__) from e
+
+    translated.__translated__ = True  # type: ignore[attr-defined]
+    return translated
 
 
 class SafeKafkaAdminClient(KafkaAdminClient):  # type: ignore[misc]
@@ -350,12 +384,14 @@ class AdminClients:
             "brokers' listener), the listener's security.protocol, and that the brokers are up"
         )
 
-    def _wait(self, future: Future[Any], *, timeout_s: float | None = None, needs: Refused | None = None) -> Any:
-        """A confluent-kafka future's result. While waiting, librdkafka's queue is served (its log lines
-        and errors): an authentication, authorization or TLS failure raises
-        :class:`~airflow_kafka_reassign.exceptions.ClusterAccessError` at once, naming the cause; no answer
-        within the timeout raises :class:`ClusterUnreachableError` naming the bootstrap servers. ``needs``
-        names the ACL the request needs, for an authorization failure's message."""
+    def _answer(self, future: Future[Any], *, timeout_s: float | None = None, needs: Refused | None = None) -> Any:
+        """A confluent-kafka future's result, or its per-resource error as librdkafka's ``KafkaException``,
+        for the calls that report such errors as results (CreatePartitions per topic). While waiting,
+        librdkafka's queue is served (its log lines and errors): an authentication, authorization or TLS
+        failure raises :class:`~airflow_kafka_reassign.exceptions.ClusterAccessError` at once, naming the
+        cause; no answer within the timeout raises :class:`ClusterUnreachableError` naming the bootstrap
+        servers (both through :meth:`_translate`). ``needs`` names the ACL the request needs, for an
+        authorization failure's message."""
         deadline = time.monotonic() + (self._timeout_s + 5 if timeout_s is None else timeout_s)
         try:
             while True:
@@ -374,30 +410,112 @@ class AdminClients:
             raise self._unreachable(e) from None
         except KafkaException as e:
             err = e.args[0] if e.args else None
-            if isinstance(err, KafkaError) and err.code() in _ACCESS_CODES:
-                raise self._refused() or self._access_error(_ACCESS_CODES[err.code()], err.str(), needs) from None
-            if isinstance(err, KafkaError) and err.code() in (
-                KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
-            ):
-                raise self._refused() or self._unreachable(e) from None
+            if isinstance(err, KafkaError) and (err.code() in _ACCESS_CODES or err.code() in _UNREACHABLE_CODES):
+                raise self._translate(e, needs=needs) from None
             raise
 
-    def _wait_each(self, futures: Mapping[_K, tuple[Future[Any], Refused]]) -> dict[_K, Any]:
+    def _wait(self, future: Future[Any], *, timeout_s: float | None = None, needs: Refused | None = None,
+              resource: str = "") -> Any:
+        """A confluent-kafka future's result (:meth:`_answer`); any error as the project's own, naming
+        ``resource`` (``"topic orders"``, ``"broker 2"``; a vanished topic: :class:`TopicNotFoundError`)."""
+        try:
+            return self._answer(future, timeout_s=timeout_s, needs=needs)
+        except KafkaException as e:
+            raise self._translate(e, needs=needs, resource=resource) from e
+
+    def _wait_each(self, futures: Mapping[_K, tuple[Future[Any], Refused]], *, kind: str = "") -> dict[_K, Any]:
         """The results of requests sent together (one per broker: librdkafka takes a single broker resource per
-        config request), waited for under one deadline: N brokers cost one round trip, not N. Every future is
-        waited for before the first failure is raised, so none is left in flight unseen."""
+        config request; or one per topic), waited for under one deadline: N brokers cost one round trip, not N.
+        Every future is waited for before the first failure is raised, so none is left in flight unseen;
+        ``kind``: what the keys are (``"broker"``, ``"topic"``), to name the resource that failed. Topics that no
+        longer exist are named together in one :class:`TopicNotFoundError` (raised when nothing else failed)."""
         deadline = time.monotonic() + self._timeout_s + 5
         results: dict[_K, Any] = {}
         failure: BaseException | None = None
+        vanished: list[TopicNotFoundError] = []
         for key, (future, needs) in futures.items():
             try:
-                results[key] = self._wait(future, timeout_s=max(0.0, deadline - time.monotonic()), needs=needs)
+                results[key] = self._wait(future, timeout_s=max(0.0, deadline - time.monotonic()), needs=needs,
+                                          resource=f"{kind} {key}" if kind else "")
+            except TopicNotFoundError as e:
+                vanished.append(e)
             except Exception as e:  # noqa: BLE001 (raised below, after the others were waited for)
                 failure = failure or e
         if failure is not None:
             raise failure
+        if vanished:
+            raise vanished[0] if len(vanished) == 1 else self._topics_not_found(
+                [t for e in vanished for t in e.topics], call=vanished[0].call, detail=vanished[0].detail)
         return results
 
+    # -- the one translation of the clients' errors ----------------------------------------
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every public method of every protocol area goes through :meth:`_translate`: whatever client error
+        escapes it leaves as the project's own (a new method of an area is covered without a decorator)."""
+        super().__init_subclass__(**kwargs)
+        for name, value in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(value) and not hasattr(value, "__translated__"):
+                setattr(cls, name, _translating(value))
+
+    def _translate(self, e: BaseException, *, call: str = "", needs: Refused | None = None,
+                   resource: str = "") -> KafkaReassignError:
+        """THE translation of a client library's error (confluent-kafka's ``KafkaException``, kafka-python's
+        ``KafkaError``) into the project's own: a refused client as :class:`ClusterAccessError`, an unreachable
+        cluster or broker as :class:`ClusterUnreachableError`, a broker without the request as
+        :class:`UnsupportedBrokerError`, a topic that no longer exists (``resource`` ``"topic NAME"``) as
+        :class:`TopicNotFoundError` naming it, anything else as :class:`ClusterOperationError` naming the call,
+        the resource and Kafka's error code. ``call``: the request or method that failed (default: the
+        request ``needs`` names)."""
+        if isinstance(e, KafkaReassignError):
+            return e
+        call = call or (needs.request if needs is not None else "a request")
+        if isinstance(e, FutureTimeoutError):
+            return self._unreachable(e)
+        if isinstance(e, KafkaException):
+            err = e.args[0] if e.args else None
+            if not isinstance(err, KafkaError):
+                code, detail, retriable = "UNKNOWN", str(e), False
+            elif err.code() in _ACCESS_CODES:
+                return self._refused() or self._access_error(_ACCESS_CODES[err.code()], err.str(), needs)
+            elif err.code() in _UNREACHABLE_CODES:
+                return self._refused() or self._unreachable(e)
+            else:
+                code, detail, retriable = _KAFKA_NAMES.get(err.name(), err.name()), err.str(), bool(err.retriable())
+        elif isinstance(e, kp_errors.KafkaError):
+            if isinstance(e, kp_errors.SaslAuthenticationFailedError):
+                return self._access_error("authentication", str(e))
+            if isinstance(e, kp_errors.AuthorizationError):
+                return self._access_error("authorization", getattr(e, "message", None) or type(e).__name__, needs)
+            if isinstance(e, _UNREACHABLE_KP):
+                return self._unreachable(e)
+            if isinstance(e, kp_errors.IncompatibleBrokerVersion):
+                return UnsupportedBrokerError(f"the cluster at {self._bootstrap} does not support {call} ({e}); "
+                                              "nothing was sent")
+            broker_error = isinstance(e, kp_errors.BrokerResponseError)
+            code = str(getattr(e, "message", "")) if broker_error else type(e).__name__
+            detail = str(e) or str(getattr(e, "description", "")) or code
+            retriable = bool(getattr(e, "retriable", False))
+        else:  # not a client error: the caller's own
+            return ClusterOperationError(f"{call} failed at bootstrap.servers={self._bootstrap}: "
+                                         f"{type(e).__name__}: {e}", resource=resource)
+        if code == "UNKNOWN_TOPIC_OR_PARTITION" and resource.startswith("topic "):
+            return self._topics_not_found([resource.removeprefix("topic ")], call=call, detail=detail)
+        where = resource or "the cluster"
+        return ClusterOperationError(
+            f"{call} failed for {where} at bootstrap.servers={self._bootstrap}: {detail} ({code}); "
+            + ("a transient error: retrying can succeed" if retriable else
+               "Kafka refused it: retrying the same request cannot succeed"),
+            code=code, resource=resource, retriable=retriable)
+
+    def _topics_not_found(self, topics: Collection[str], *, call: str, detail: str) -> TopicNotFoundError:
+        names = sorted(set(topics))
+        error = TopicNotFoundError(
+            f"topic(s) {', '.join(names)} no longer exist in the cluster at bootstrap.servers={self._bootstrap} "
+            f"({call}: {detail}): deleted while the run used them. Leave them out (their moves, their throttled "
+            "replicas) or plan again from the current cluster", topics=names)
+        error.call, error.detail = call, detail  # type: ignore[attr-defined]
+        return error
 
     def _on_fresh_controller(self, call: Callable[[], _T]) -> _T:
         """``call()``, made once more on a new confluent-kafka client when librdkafka's "controller" (in

@@ -31,7 +31,7 @@ from airflow_kafka_reassign.core.vocabulary.ports import (
     QuorumMember,
     RegisteredBroker,
 )
-from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
+from airflow_kafka_reassign.exceptions import ClusterOperationError, UnsupportedBrokerError
 from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.admin.client import AdminClients
 from airflow_kafka_reassign.kafka.protocol import UnregisterBrokerRequest
@@ -187,7 +187,9 @@ class ClusterMixin(AdminClients):
             raw = self._with_fresh_controller(lambda kp: kp.describe_metadata_quorum())
         part = raw["topics"][0]["partitions"][0]
         if part.get("error"):
-            raise kp_errors.KafkaError(f"DescribeQuorum: {part['error']}")
+            raise ClusterOperationError(
+                f"DescribeQuorum failed for the metadata quorum at bootstrap.servers={self._bootstrap}: "
+                f"{part['error']}", code=str(part["error"]), resource="the metadata quorum")
 
         def member(r: Mapping[str, Any]) -> QuorumMember:
             leo = r.get("log_end_offset")

@@ -28,7 +28,8 @@ class ConfigsMixin(ClusterMixin):
         ``broker_keys``: the broker configs to read (default :data:`BROKER_THROTTLE_KEYS`).
 
         Static values from a broker's properties file and cluster-wide dynamic defaults are
-        not ours to change and are not reported.
+        not ours to change and are not reported. Topics that no longer exist raise
+        :class:`~airflow_kafka_reassign.exceptions.TopicNotFoundError` naming them all.
         """
         keys = tuple(BROKER_THROTTLE_KEYS if broker_keys is None else broker_keys)
         return self._on_fresh_controller(lambda: self._describe_throttles(brokers, topics, keys))
@@ -45,15 +46,16 @@ class ConfigsMixin(ClusterMixin):
             b: {k: (entries[k].value if k in entries
                     and entries[k].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value else None)
                 for k in broker_keys}
-            for b, entries in self._wait_each(sent).items()
+            for b, entries in self._wait_each(sent, kind="broker").items()
         }
         topic_vals: dict[str, dict[str, str | None]] = {}
         names = sorted(set(topics))
         if names:
             resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in names]
-            for res, fut in ck.describe_configs(resources, request_timeout=self._timeout_s).items():
-                entries = self._wait(fut, needs=Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs"))
-                topic_vals[res.name] = {
+            asked = {res.name: (fut, Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs"))
+                     for res, fut in ck.describe_configs(resources, request_timeout=self._timeout_s).items()}
+            for name, entries in self._wait_each(asked, kind="topic").items():  # a deleted topic: TopicNotFoundError
+                topic_vals[name] = {
                     k: (entries[k].value if k in entries and entries[k].source
                         == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entries[k].value else None)
                     for k in TOPIC_THROTTLE_KEYS
@@ -66,7 +68,9 @@ class ConfigsMixin(ClusterMixin):
         topic_configs: Mapping[str, Mapping[str, str | None]],
     ) -> None:
         """Set (a value) or delete (``None``) dynamic configs; one call per broker, since
-        librdkafka accepts a single broker resource per IncrementalAlterConfigs."""
+        librdkafka accepts a single broker resource per IncrementalAlterConfigs. Topics that no longer exist
+        raise :class:`~airflow_kafka_reassign.exceptions.TopicNotFoundError` naming them all, after the
+        brokers' and the other topics' configs were set."""
         self._on_fresh_controller(lambda: self._set_throttles(broker_configs, topic_configs))
 
     def _set_broker_configs(self, configs: Mapping[int, Mapping[str, str | None]], what: str) -> None:
@@ -83,7 +87,7 @@ class ConfigsMixin(ClusterMixin):
                                      incremental_configs=_config_entries(values))
                 sent[b] = (ck.incremental_alter_configs([res], request_timeout=self._timeout_s)[res],
                            Refused.on_cluster("ALTER_CONFIGS", f"IncrementalAlterConfigs of broker {b}'s {what}"))
-        self._wait_each(sent)
+        self._wait_each(sent, kind="broker")
 
     def _set_throttles(
         self,
@@ -97,10 +101,11 @@ class ConfigsMixin(ClusterMixin):
             ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=entries(values))
             for t, values in sorted(topic_configs.items()) if values
         ]
-        if resources:
-            for res, fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).items():
-                self._wait(fut, needs=Refused.on_topic("ALTER_CONFIGS", res.name,
-                                                         "IncrementalAlterConfigs of its throttled replicas"))
+        if resources:  # every topic's answer is awaited: the others are set when some were deleted meanwhile
+            sent = {res.name: (fut, Refused.on_topic("ALTER_CONFIGS", res.name,
+                                                     "IncrementalAlterConfigs of its throttled replicas"))
+                    for res, fut in ck.incremental_alter_configs(resources, request_timeout=self._timeout_s).items()}
+            self._wait_each(sent, kind="topic")
 
 
     # -- cordons ----------------------------------------------------------------------------

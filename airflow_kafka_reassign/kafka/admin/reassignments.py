@@ -43,7 +43,7 @@ from airflow_kafka_reassign.core.vocabulary.ports import (
     RfGuard,
     TopicResult,
 )
-from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBrokerError
+from airflow_kafka_reassign.exceptions import ConfigurationError, TopicNotFoundError, UnsupportedBrokerError
 from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.admin.client import _error_name
 from airflow_kafka_reassign.kafka.admin.cluster import ELR_FEATURE, ClusterMixin
@@ -164,7 +164,11 @@ class ReassignmentsMixin(ClusterMixin):
         )
         current: dict[TopicPartition, tuple[int, ...]] = {}
         for name, f in futures.items():
-            for p in self._wait(f).partitions:
+            try:
+                described = self._wait(f, resource=f"topic {name}")
+            except TopicNotFoundError:  # deleted: the broker's answer names its partitions, each a result
+                continue
+            for p in described.partitions:
                 current[TopicPartition(name, p.id)] = tuple(n.id for n in p.replicas)
         refused = []
         for tp, target in targets.items():
@@ -246,7 +250,7 @@ class ReassignmentsMixin(ClusterMixin):
         out: dict[str, TopicResult] = {}
         for topic, fut in futures.items():
             try:
-                self._wait(fut, needs=Refused.on_topic("ALTER", topic, "CreatePartitions"))
+                self._answer(fut, needs=Refused.on_topic("ALTER", topic, "CreatePartitions"))  # errors: results
                 out[topic] = TopicResult(topic=topic)
             except KafkaException as e:
                 err = e.args[0]

@@ -233,7 +233,7 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
         out = {}
         for name, fut in futures.items():
             try:
-                out[name] = bool(self._wait(fut).is_internal)
+                out[name] = bool(self._answer(fut).is_internal)
             except KafkaException:
                 log.warning("could not describe topic %s; treating it as internal", name)
                 out[name] = True  # fail closed: guards refuse more, never less
@@ -243,13 +243,14 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
         out: dict[str, dict[str, str]] = {}
         for res, fut in futures.items():
             try:
-                entries = self._wait(fut, needs=Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs"))
+                needs = Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs")
+                entries = self._answer(fut, needs=needs)
             except KafkaException as e:
                 if e.args and isinstance(e.args[0], KafkaError) and (
                     e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
                 ):
-                    continue
-                raise
+                    continue  # deleted since the metadata was read: find_gaps sees it
+                raise self._translate(e, needs=needs, resource=f"topic {res.name}") from e
             out[res.name] = {
                 k: e.value for k, e in entries.items()
                 if k in SNAPSHOT_TOPIC_CONFIGS and e.value is not None and e.value != ""
