@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka_helpers import wait_until
@@ -21,7 +21,7 @@ from airflow_kafka_reassign.core.execution.throttle import (
 )
 from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.vocabulary.ports import NewPartitions
-from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError
+from airflow_kafka_reassign.exceptions import ClusterUnreachableError, ConfigurationError, TopicNotFoundError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
 
@@ -211,6 +211,65 @@ def test_throttles_set_then_cleared_leave_configs_exactly_as_before(sandbox, adm
     res = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
         ConfigEntry(LEADER_RATE, None, incremental_operation=AlterConfigOpType.DELETE)])
     ck.incremental_alter_configs([res])[res].result(20)
+
+
+def _gone_for_own_client(sandbox, topic):
+    """The test's own client no longer finds ``topic`` (each broker applies a deletion from the metadata log)."""
+    ck = AdminClient({"bootstrap.servers": sandbox.bootstrap_servers})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        ck.describe_configs([res])[res].result(20)
+    except KafkaException as e:
+        return e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    return False
+
+
+def _not_found(call):
+    """The TopicNotFoundError ``call`` raises (``None``: it returned; a broker may apply the deletion a moment late)."""
+    try:
+        call()
+    except TopicNotFoundError as e:
+        return e
+    return None
+
+
+def test_a_topic_deleted_under_its_throttles_is_named_and_the_rest_still_set(sandbox, admin, unique_topic):
+    """Issue 36: a topic deleted while a run throttled it made the throttle sync raise librdkafka's
+    UNKNOWN_TOPIC_OR_PART raw. Describe and set name it (TopicNotFoundError); set still applies the brokers' and
+    the other topics' configs, as the test's own client reads back."""
+    kept = f"{unique_topic}-kept"
+    create_topic(sandbox, unique_topic, [[1, 2], [2, 3]])
+    create_topic(sandbox, kept, [[1, 2]])
+    ours = {"1": (LEADER_RATE, "555000"), "2": (FOLLOWER_RATE, "555000")}
+
+    def rates_set() -> dict[str, bool]:  # read by the test's own client
+        found = _dynamic_configs(sandbox, [1, 2], kept)
+        return {b: rate in found[(ConfigResource.Type.BROKER, b)] for b, rate in ours.items()}
+
+    admin.set_throttles({1: {LEADER_RATE: "555000"}, 2: {FOLLOWER_RATE: "555000"}},
+                        {unique_topic: {LEADER_REPLICAS: "0:1,1:2"}, kept: {LEADER_REPLICAS: "0:1"}})
+    wait_until(lambda: dict(_dynamic_configs(sandbox, [1], unique_topic)[(ConfigResource.Type.TOPIC, unique_topic)])
+               .get(LEADER_REPLICAS) == "0:1,1:2", "the throttled replicas set on the topic", timeout=30)
+    wait_until(lambda: rates_set() == {"1": True, "2": True}, "the brokers' throttle rates set", timeout=30)
+
+    ck = AdminClient({"bootstrap.servers": sandbox.bootstrap_servers})
+    ck.delete_topics([unique_topic])[unique_topic].result(30)
+    wait_until(lambda: _gone_for_own_client(sandbox, unique_topic), f"{unique_topic} to be gone", timeout=30)
+
+    described = wait_until(lambda: _not_found(lambda: admin.describe_throttles([1, 2], [unique_topic, kept])),
+                           "describe_throttles to see the deletion", timeout=30)
+    assert described.topics == (unique_topic,) and described.code == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert unique_topic in str(described) and kept not in str(described)
+
+    restore = {1: {LEADER_RATE: None}, 2: {FOLLOWER_RATE: None}}
+    set_error = wait_until(lambda: _not_found(lambda: admin.set_throttles(
+        restore, {unique_topic: {LEADER_REPLICAS: None}, kept: {LEADER_REPLICAS: None}})),
+        "set_throttles to see the deletion", timeout=30)
+    assert set_error.topics == (unique_topic,) and unique_topic in str(set_error)
+    # read back by the test's own client: the brokers' rates and the kept topic's list were removed all the same
+    wait_until(lambda: rates_set() == {"1": False, "2": False}, "the brokers' throttle rates removed", timeout=30)
+    assert _dynamic_configs(sandbox, [1], kept)[(ConfigResource.Type.TOPIC, kept)] == []
+    ck.delete_topics([kept])[kept].result(30)
 
 
 def test_reference_tool_generate_output_parses_and_our_plan_executes(sandbox, admin, unique_topic, tmp_path: Path):

@@ -249,7 +249,7 @@ def test_test_connection_to_an_unreachable_cluster_fails_within_the_timeout(monk
     """The real adapter against a closed loopback port: a clear failure, bounded by the connection's timeout:
     one DescribeCluster, which librdkafka itself ends after ``timeout_s``, and an error naming the servers and
     that bound (the elapsed time is printed, not asserted: it is the machine's)."""
-    admin_module = pytest.importorskip("airflow_kafka_reassign.kafka.admin")
+    admin_module = pytest.importorskip("airflow_kafka_reassign.kafka.admin.client")  # where the clients are made
     set_conn(monkeypatch, "kafka_down", {"bootstrap.servers": "127.0.0.1:1"})
     requests: list[dict[str, Any]] = []
     describe_cluster = admin_module.AdminClient.describe_cluster

@@ -43,7 +43,7 @@ def test_an_unreachable_cluster_on_the_kafka_python_side_is_the_clear_error():
 def test_threads_sharing_an_admin_create_one_kafka_python_client(monkeypatch):
     """Lazy creation under a lock: two threads asking at once must not both create a client
     (the one overwritten would keep its IO thread running)."""
-    import airflow_kafka_reassign.kafka.admin as admin_module
+    import airflow_kafka_reassign.kafka.admin.client as admin_module  # where the clients are made
     from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
     made: list[object] = []

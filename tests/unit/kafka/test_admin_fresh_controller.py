@@ -7,7 +7,7 @@ import time
 import pytest
 from kafka import errors as kp_errors
 
-import airflow_kafka_reassign.kafka.admin as admin_module
+import airflow_kafka_reassign.kafka.admin.client as admin_module  # where the clients are made
 from airflow_kafka_reassign.kafka.admin import FRESH_CONTROLLER_ATTEMPTS, KafkaClusterAdmin
 
 

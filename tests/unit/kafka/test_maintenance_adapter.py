@@ -1,6 +1,7 @@
-"""kafka/maintenance.py without a cluster: capabilities from ApiVersions and features as each Kafka line reports
-them (the values seen on 4.3.0, 4.3.1 and 4.4.0 sandboxes), DescribeLogDirs answers as log dirs, and the
-UnregisterBroker request class (kafka-python 3.0 has none)."""
+"""The maintenance calls of kafka/admin/ (cluster.py, log_dirs.py, reassignments.py) without a cluster:
+capabilities from ApiVersions and features as each Kafka line reports them (the values seen on 4.3.0, 4.3.1
+and 4.4.0 sandboxes), DescribeLogDirs answers as log dirs, and the UnregisterBroker request class (kafka-python
+3.0 has none)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import io
 import pytest
 
 from airflow_kafka_reassign.exceptions import UnsupportedBrokerError
-from airflow_kafka_reassign.kafka.maintenance import capabilities_from, log_dirs_of
+from airflow_kafka_reassign.kafka.admin.cluster import capabilities_from
+from airflow_kafka_reassign.kafka.admin.log_dirs import log_dirs_of
 from airflow_kafka_reassign.kafka.protocol import UnregisterBrokerRequest, UnregisterBrokerResponse
 
 API_4_3 = {34: (1, 2), 35: (1, 5), 55: (0, 2), 60: (0, 2), 64: (0, 0)}
@@ -113,16 +115,19 @@ class PagingBroker:
 
 
 def test_describe_eligible_leaders_pages_each_topic_from_its_first_wanted_partition(monkeypatch):
-    import airflow_kafka_reassign.kafka.maintenance as maintenance
+    import airflow_kafka_reassign.kafka.admin.reassignments as reassignments
     from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
     from airflow_kafka_reassign.core.vocabulary.ports import ClusterCapabilities
-    from airflow_kafka_reassign.kafka.maintenance import MaintenanceMixin
+    from airflow_kafka_reassign.kafka.admin.reassignments import ReassignmentsMixin
 
     broker = PagingBroker({"orders": [([], [])] * 3 + [([3], [])] + [([], [2])] + [([], [])] * 5,
                            "clicks": [([2, 3], [])]})
 
-    class Adapter(MaintenanceMixin):
+    class Adapter(ReassignmentsMixin):
         _bootstrap = "test"
+
+        def __init__(self):  # no clients: the methods below stand in for them
+            pass
 
         def capabilities(self):
             return ClusterCapabilities(eligible_leader_replicas=True)
@@ -133,7 +138,7 @@ def test_describe_eligible_leaders_pages_each_topic_from_its_first_wanted_partit
         def _authorized(self, refused):
             return contextlib.nullcontext()
 
-    monkeypatch.setattr(maintenance, "ELR_PAGE", 2)
+    monkeypatch.setattr(reassignments, "ELR_PAGE", 2)
     found = Adapter().describe_eligible_leaders([TopicPartition("orders", 3), TopicPartition("orders", 4),
                                                 TopicPartition("clicks", 0)])
     assert {str(tp): (e.elr, e.last_known_elr) for tp, e in found.items()} == {

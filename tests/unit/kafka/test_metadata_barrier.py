@@ -1,4 +1,4 @@
-"""Which brokers lag behind the cluster's metadata (kafka/admin.py): the adapter's snapshot reads
+"""Which brokers lag behind the cluster's metadata (kafka/admin/cluster.py): the adapter's snapshot reads
 the cluster only once every live broker has applied the metadata as it was when the snapshot began."""
 
 from __future__ import annotations

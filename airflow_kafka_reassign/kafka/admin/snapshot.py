@@ -1,0 +1,258 @@
+"""The snapshot: brokers, topics and partitions, with the controller's in-flight reassignments and, when
+asked, every replica's size, complete and consistent (or an error naming what is missing), at a constant
+number of batched requests whatever the number of partitions: one Metadata request (confluent-kafka's
+``list_topics``), DescribeConfigs of the topics, DescribeTopicPartitions of the ``__`` topics,
+ListPartitionReassignments, and DescribeLogDirs per broker, behind the metadata barrier
+(:class:`~airflow_kafka_reassign.kafka.admin.cluster._MetadataBarrier`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicCollection as CKTopicCollection
+from confluent_kafka.admin import ConfigResource
+
+from airflow_kafka_reassign.core.execution.throttle import TOPIC_THROTTLE_KEYS
+from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.vocabulary.models import (
+    Broker,
+    ClusterSnapshot,
+    PartitionState,
+    SnapshotCheck,
+    TopicPartition,
+    TopicState,
+)
+from airflow_kafka_reassign.core.vocabulary.ports import InFlightReassignment
+from airflow_kafka_reassign.exceptions import ConfigurationError, IncompleteSnapshotError
+from airflow_kafka_reassign.kafka.acl import Refused
+from airflow_kafka_reassign.kafka.admin.client import _error_name
+from airflow_kafka_reassign.kafka.admin.cluster import _MetadataBarrier
+from airflow_kafka_reassign.kafka.admin.log_dirs import LogDirsMixin
+from airflow_kafka_reassign.kafka.admin.reassignments import ReassignmentsMixin
+
+log = logging.getLogger(__name__)
+
+#: Named topics missing from the metadata are looked for again for this many times this long
+#: (3 s; within the snapshot's time budget) before :meth:`KafkaClusterAdmin.snapshot` refuses them
+#: (a topic just created may not have reached the broker that answers yet).
+NAMED_TOPIC_RETRIES = 3
+NAMED_TOPIC_RETRY_S = 1.0
+
+#: Topic configs a snapshot keeps (guards and throttles read them).
+#: ``remote.storage.enable``: tiered topics (KIP-405) cost only their local bytes to move.
+SNAPSHOT_TOPIC_CONFIGS = ("min.insync.replicas", "cleanup.policy", "remote.storage.enable", *TOPIC_THROTTLE_KEYS)
+
+
+class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
+    """The port's snapshot: it reads the in-flight reassignments and the replica sizes through those areas."""
+
+    def snapshot(
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+        settle_timeout_s: float | None = None,
+    ) -> ClusterSnapshot:
+        """:meth:`_snapshot_once`, read again once on a new client when librdkafka's "controller"
+        (in KRaft a broker it picked from the metadata) stopped: a broker killed mid-run."""
+        return self._on_fresh_controller(
+            lambda: self._snapshot_once(topics=topics, include_sizes=include_sizes, settle_timeout_s=settle_timeout_s))
+
+    def _snapshot_once(
+        self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
+        settle_timeout_s: float | None = None,
+    ) -> ClusterSnapshot:
+        """Brokers, topics and partitions, with the controller's in-flight reassignments: complete, or an error.
+
+        Every partition of every selected topic (``topics``; ``None``: all) is in the snapshot, with
+        its replicas, ISR and leader, its topic's configs and, with ``include_sizes``, the size of
+        every replica on a live broker, all consistent with each other
+        (:func:`~airflow_kafka_reassign.core.guards.completeness.find_gaps`). While they are not (the
+        cluster's metadata settling after topics were created or grown: a topic whose configs the
+        answering broker does not know yet), it reads again, backing off, for up to
+        ``settle_timeout_s`` (default
+        :data:`~airflow_kafka_reassign.core.guards.completeness.DEFAULT_SETTLE_S`), then raises
+        :class:`~airflow_kafka_reassign.exceptions.IncompleteSnapshotError` naming what is missing
+        per topic. Before reading it waits (within the same budget) until every live broker has
+        applied the cluster's metadata as it was when the snapshot began (:class:`_MetadataBarrier`:
+        each broker's applied offset from ApiVersions, against the metadata log's committed offset
+        from DescribeQuorum), so no broker answers with a view older than the snapshot: a topic
+        created before it is never missed because the answering broker had not applied it yet.
+        A named topic that does not exist raises ``ConfigurationError`` (once it has been missing
+        for :data:`NAMED_TOPIC_RETRIES` x :data:`NAMED_TOPIC_RETRY_S` seconds).
+
+        Costs a constant number of batched requests per read, not one per partition: until the
+        brokers have caught up, one DescribeQuorum and one ApiVersions per broker; then one
+        Metadata request for every partition's replicas, ISR and leader; DescribeConfigs for the
+        topics whose configs it lacks (sent first, awaited last); DescribeTopicPartitions only for
+        ``__``-prefixed topics, to read Kafka's internal flag; ListPartitionReassignments; and with
+        ``include_sizes`` one DescribeLogDirs per broker. The snapshot's ``check`` records the
+        counts, the reads it took and the seconds they spanned.
+        """
+        budget = DEFAULT_SETTLE_S if settle_timeout_s is None else max(0.0, float(settle_timeout_s))
+        cluster_id, brokers = self._describe_cluster_brokers()
+        live = {b.id for b in brokers}
+        ck = self._confluent()
+        named = None if topics is None else set(topics)
+        if named is not None and not named:
+            return ClusterSnapshot(cluster_id=cluster_id, brokers=tuple(brokers), check=SnapshotCheck(
+                source="cluster", topics=0, partitions=0, replicas=0, attempts=1, settle_s=0.0))
+        barrier = _MetadataBarrier(self, live)
+        configs: dict[str, dict[str, str]] = {}
+        internal: dict[str, bool] = {}
+        missing: list[str] = []
+        missing_since: float | None = None
+
+        def unknown(names: Sequence[str]) -> ConfigurationError:
+            hidden = self._unauthorized_topics(names)
+            absent = [n for n in names if n not in hidden]
+            if hidden:  # Kafka leaves a topic the principal may not DESCRIBE out of the metadata: not "missing"
+                shown = f"{', '.join(hidden[:10])}{' ...' if len(hidden) > 10 else ''}"
+                also = f"; topic(s) {', '.join(absent)} do not exist" if absent else ""
+                return self._access_error(
+                    "authorization", f"topic(s) {shown} do not exist or are hidden from this principal (Kafka does "
+                    f"not tell which to a principal without DESCRIBE on them: check the name, then the ACLs){also}",
+                    Refused.on_topic("DESCRIBE", hidden[0], "Metadata"))
+            return ConfigurationError(f"topic(s) {', '.join(names)} do not exist in the cluster at {self._bootstrap}")
+
+        def attempt() -> tuple[ClusterSnapshot | None, Gaps]:
+            nonlocal missing, missing_since
+            behind = barrier.lagging()
+            if behind:
+                return None, Gaps(cluster=[behind])
+            md = ck.list_topics(timeout=self._timeout_s)
+            missing = sorted(named - set(md.topics)) if named is not None else []
+            if missing:
+                # a topic created a moment ago may not be in this broker's metadata yet: read again
+                # for a while (NAMED_TOPIC_RETRIES x NAMED_TOPIC_RETRY_S), then it does not exist
+                now = time.monotonic()
+                missing_since = now if missing_since is None else missing_since
+                if now - missing_since >= NAMED_TOPIC_RETRIES * NAMED_TOPIC_RETRY_S:
+                    raise unknown(missing)
+                return None, Gaps(cluster=[f"topic(s) {', '.join(missing)} not in the metadata"])
+            missing_since = None
+            names = sorted(named if named is not None else md.topics)
+            unread = [n for n in names if n not in configs and md.topics[n].error is None]
+            config_futures = ck.describe_configs(
+                [ConfigResource(ConfigResource.Type.TOPIC, n) for n in unread], request_timeout=self._timeout_s
+            ) if unread else {}
+            internal.update(self._internal_topics([n for n in names if n.startswith("__") and n not in internal]))
+            inflight = self.list_reassignments()
+            sizes = self._replica_sizes(live) if include_sizes else None
+            configs.update(self._collect_configs(config_futures))
+            view = {
+                n: TopicMetadata(
+                    {pid: (inflight[tp].replicas if (tp := TopicPartition(n, pid)) in inflight else p.replicas)
+                     for pid, p in md.topics[n].partitions.items()},
+                    None if md.topics[n].error is None else _error_name(md.topics[n].error),
+                )
+                for n in names
+            }
+            gaps = find_gaps(view, configs=configs, sizes=sizes, brokers=live, reassigning=inflight)
+            if gaps:
+                return None, gaps
+            return self._build_snapshot(cluster_id, brokers, md, names, configs, internal, inflight, sizes), gaps
+
+        what = f"the cluster at {self._bootstrap}" + (f" (topics {', '.join(sorted(named)[:5])}"
+                                                        f"{', ...' if len(named) > 5 else ''})" if named else "")
+        try:
+            snap, attempts, spent = settle(attempt, budget_s=budget, what=what)
+        except IncompleteSnapshotError:
+            if missing:  # still unknown when the budget ran out: it does not exist (as callers expect)
+                raise unknown(missing) from None
+            raise
+        check = SnapshotCheck.of(snap, source="cluster", attempts=attempts, settle_s=round(spent, 3))
+        return snap.model_copy(update={"check": check})
+
+    def _build_snapshot(
+        self, cluster_id: str | None, brokers: Sequence[Broker], md: Any, names: Sequence[str],
+        configs: Mapping[str, dict[str, str]], internal: Mapping[str, bool],
+        inflight: Mapping[TopicPartition, InFlightReassignment], sizes: Mapping[TopicPartition, dict[int, int]] | None,
+    ) -> ClusterSnapshot:
+        """The snapshot of ``names`` from views :func:`find_gaps` found complete."""
+        topic_states: list[TopicState] = []
+        partitions: list[PartitionState] = []
+        for name in names:
+            parts = md.topics[name].partitions
+            rfs = [len(p.replicas) for p in parts.values()]
+            topic_states.append(TopicState(
+                name=name,
+                internal=internal.get(name, False),
+                partition_count=len(parts),
+                replication_factor=max(set(rfs), key=rfs.count) if rfs else 0,
+                configs=configs[name],
+            ))
+            for pid in sorted(parts):
+                p = parts[pid]
+                tp = TopicPartition(name, pid)
+                r = inflight.get(tp)
+                # Trusted data from the cluster: built without re-validation (a 10k-partition
+                # snapshot would spend most of its time there); the controller's view wins
+                # for a reassigning partition.
+                partitions.append(PartitionState.model_construct(
+                    topic=name,
+                    partition=pid,
+                    replicas=r.replicas if r else tuple(p.replicas),
+                    isr=tuple(p.isrs),
+                    leader=p.leader if p.leader >= 0 else None,
+                    adding_replicas=r.adding_replicas if r else (),
+                    removing_replicas=r.removing_replicas if r else (),
+                    replica_sizes=sizes.get(tp) if sizes is not None else None,
+                ))
+        return ClusterSnapshot.model_construct(
+            cluster_id=cluster_id,
+            brokers=tuple(brokers),
+            topics=tuple(topic_states),
+            partitions=tuple(partitions),
+        )
+
+    def _unauthorized_topics(self, names: Sequence[str]) -> list[str]:
+        """Which of ``names`` (absent from the metadata) exist but are hidden from this principal: Kafka answers
+        TOPIC_AUTHORIZATION_FAILED for them when asked by name (DescribeTopicPartitions; never creates a topic),
+        UNKNOWN_TOPIC_OR_PARTITION for topics that do not exist."""
+        futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
+        out = []
+        for name, fut in futures.items():
+            try:
+                fut.result(self._timeout_s)
+            except KafkaException as e:
+                if e.args and getattr(e.args[0], "code", lambda: None)() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    out.append(name)
+            except Exception:  # noqa: BLE001 (a probe for a better message: "does not exist" stays the default)
+                continue
+        return sorted(out)
+
+    def _internal_topics(self, names: Sequence[str]) -> dict[str, bool]:
+        """Whether Kafka flags each of ``names`` internal (DescribeTopicPartitions)."""
+        if not names:
+            return {}
+        futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
+        out = {}
+        for name, fut in futures.items():
+            try:
+                out[name] = bool(self._answer(fut).is_internal)
+            except KafkaException:
+                log.warning("could not describe topic %s; treating it as internal", name)
+                out[name] = True  # fail closed: guards refuse more, never less
+        return out
+
+    def _collect_configs(self, futures: Mapping[Any, Future[Any]]) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for res, fut in futures.items():
+            try:
+                needs = Refused.on_topic("DESCRIBE_CONFIGS", res.name, "DescribeConfigs")
+                entries = self._answer(fut, needs=needs)
+            except KafkaException as e:
+                if e.args and isinstance(e.args[0], KafkaError) and (
+                    e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                ):
+                    continue  # deleted since the metadata was read: find_gaps sees it
+                raise self._translate(e, needs=needs, resource=f"topic {res.name}") from e
+            out[res.name] = {
+                k: e.value for k, e in entries.items()
+                if k in SNAPSHOT_TOPIC_CONFIGS and e.value is not None and e.value != ""
+            }
+        return out
