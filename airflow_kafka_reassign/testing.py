@@ -6,7 +6,8 @@ AlterPartitionReassignments with KIP-860's AllowReplicationFactorChange semantic
 original replicas (KIP-455) in the order of the controller's merged list as Kafka does (not
 necessarily the order before), a reorder that completes at once, leaders that stay while alive,
 dynamic throttle configs, CreatePartitions, and the maintenance primitives: cordons that the
-controller's placement avoids (and, as Kafka 4.4 does, explicit assignments onto a cordoned broker refused;
+controller's placement avoids (and, as Kafka 4.4 does, explicit assignments onto a cordoned broker refused: a
+reassignment whose target names a fully cordoned broker at all, even one that only reorders replicas already there;
 ``cordons_refuse_explicit_assignments=False`` behaves as 4.3.0/4.3.1 and accepts them), a KRaft quorum
 (``voters``), fenced brokers (``down``), UnregisterBroker, JBOD log dirs with intra-broker moves that stay
 in flight (a future replica) until :meth:`FakeClusterAdmin.complete_log_dir_moves`. Reassignments stay
@@ -422,7 +423,7 @@ class FakeClusterAdmin:
             elif any(b not in registered for b in target):
                 error = ("INVALID_REPLICA_ASSIGNMENT", f"unknown broker in {list(target)}")
             elif self.caps.cordons_refuse_explicit_assignments and (cordoned := [
-                    b for b in target if b not in self.replicas[tp] and self._fully_cordoned(b)]):
+                    b for b in target if self._fully_cordoned(b)]):  # 4.4.0: any broker the target names
                 error = ("INVALID_REPLICA_ASSIGNMENT", f"The manual partition assignment includes broker "
                                                        f"{cordoned[0]}, but all its log directories are cordoned.")
             else:

@@ -19,7 +19,9 @@ another preferred leader): the operator puts each back in the order the plan rec
 reassignment to the same replicas that copies no data (XCom ``reordered``), and reports any
 partition whose order or leader still differs (``order_changed``, ``leader_changed``). Only reassignments heading to exactly a
 plan move's target are cancelled, unless ``cancel_all=True`` cancels every reassignment in the
-cluster. The run's throttles (``<plan dir>/run``) are restored exactly as they were before the run.
+cluster. The run's throttles (``<plan dir>/run``) are restored exactly as they were before the run, and so are its
+cordons (a decommission's, a disk removal's), right after Kafka's cancel and before the reorder: Kafka 4.4 refuses a
+reassignment naming a broker whose log dirs are all cordoned, a reorder included.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class CancelReassignmentOperator(ExecutionTask, BaseOperator):
     :param deadline / poll_interval / kafka_timeout_s: as for ExecuteReassignment; used by the rollback.
 
     XCom (``return_value``): ``{"cancelled", "not_in_flight", "failed", "rf_changed",
-    "not_reverted", "reordered", "order_changed", "leader_changed", "throttles_restored",
+    "not_reverted", "reordered", "order_changed", "leader_changed", "order_held", "throttles_restored", "cordons_restored",
     "rollback": {...} | None}`` (see :class:`~airflow_kafka_reassign.core.execution.cancel.CancelResult`).
     The task fails (after doing everything it could) when a cancel failed, when a cancelled
     partition is left off its replicas before (another RF, other brokers, another order) and no

@@ -346,6 +346,8 @@ class WaitForReassignmentSensor(ExecutionTask, BaseSensorOperator):
                                         log=self.log)
         result = outcome.cancel
         text = f"cancelled {len(result.cancelled)} in-flight move(s); throttles restored"
+        if outcome.cordons_restored:
+            text += "; cordons restored (before the reorder)"
         if result.reordered:
             text += f"; {len(result.reordered)} put back in their original replica order (no data copied)"
         if outcome.rollback is None:

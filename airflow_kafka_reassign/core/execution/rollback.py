@@ -9,9 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.execution.cancel import CancelResult, cancel_plan, live_rollback
 from airflow_kafka_reassign.core.execution.config import ExecutionConfig
-from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
-from airflow_kafka_reassign.core.maintenance.cordon import read_backup as read_cordon_backup
-from airflow_kafka_reassign.core.maintenance.cordon import restore_cordons
 from airflow_kafka_reassign.core.records.lease import LeaseKeeper
 from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
@@ -105,8 +102,9 @@ def cancel_then_roll_back(
     default_disk_reserve: str | None = None,
     log: logging.Logger | None = None,
 ) -> CancelOutcome:
-    """Cancel the plan's moves in flight (or every reassignment, ``cancel_all``), restore the run's throttles and its
-    cordons (a decommission's: the brokers take new replicas again), then,
+    """Cancel the plan's moves in flight (or every reassignment, ``cancel_all``), restore the run's cordons (a
+    decommission's: the brokers take new replicas again) BEFORE putting the cancelled partitions back in their replica
+    order, and its throttles (:func:`~airflow_kafka_reassign.core.execution.cancel.cancel_plan`), then,
     with a ``rollback`` plan, move the partitions back: the rollback starts from where each partition is now
     (:func:`~airflow_kafka_reassign.core.execution.cancel.live_rollback`) and runs through the same session as any plan
     (to the end with ``wait``; else its first batch, its throttles left for the sensor that waits for it).
@@ -114,14 +112,12 @@ def cancel_then_roll_back(
     The one path of CancelReassignment and of the sensor's ``on_timeout="cancel"`` / ``"rollback"``."""
     log = log or _log
     options = config.options(**({"default_disk_reserve": default_disk_reserve} if default_disk_reserve else {}))
-    outcome = CancelOutcome(cancel_plan(admin, plan, state_dir=state_dir, cancel_all=cancel_all,
-                                        dry_run=options.dry_run, rf_guard=options.rf_guard, lease=lease, log=log))
-    if plan is not None and not options.dry_run and any(m.log_dirs for m in plan.moves):
-        # moves between log dirs in flight: their future replicas dropped back to the current replica's dir
-        outcome.log_dir_moves_cancelled = cancel_log_dir_moves(admin, plan, log=log)
-    if state_dir is not None and not options.dry_run and read_cordon_backup(state_dir) is not None:
-        # a cancelled (or rolled-back) decommission or disk removal: the cordons go back exactly as before
-        outcome.cordons_restored = restore_cordons(admin, state_dir, log=log)
+    # one order (cancel_plan): Kafka's cancel, the cordons restored, the log-dir moves dropped, the reorder, the
+    # throttles restored; then the rollback, whose moves go back onto the brokers and dirs the cordons had closed
+    cancelled = cancel_plan(admin, plan, state_dir=state_dir, cancel_all=cancel_all, dry_run=options.dry_run,
+                            rf_guard=options.rf_guard, lease=lease, log=log)
+    outcome = CancelOutcome(cancelled, cordons_restored=bool(cancelled.cordons_restored),
+                            log_dir_moves_cancelled=cancelled.log_dir_moves_cancelled)
     if rollback is None or should_stop():
         return outcome
     rollback = live_rollback(admin, rollback, plan)

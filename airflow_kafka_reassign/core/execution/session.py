@@ -420,9 +420,13 @@ class ExecutionSession:
         return True
 
     def _cancel(self) -> CancelResult:
+        """``on_deadline="cancel"`` / ``on_unhealthy="cancel"``: the moves in flight stop, the run's cordons stay (its
+        drain goes on in a later run); a partition whose reorder names a cordoned broker keeps Kafka's order, recorded
+        in the journal for the cancel of the whole run (core/execution/cancel.py)."""
         from airflow_kafka_reassign.core.execution.cancel import cancel  # it builds on this package
 
-        return cancel(self.admin, self.plan, rf_guard=self.options.rf_guard, log=self.log, sleep=self.sleep)
+        return cancel(self.admin, self.plan, rf_guard=self.options.rf_guard, log=self.log, sleep=self.sleep,
+                      state_dir=self.state_dir)
 
     # -- the end ---------------------------------------------------------------------------------
 
