@@ -12,11 +12,9 @@ from airflow_kafka_reassign.core.planner.goals import plan_context
 from airflow_kafka_reassign.core.planner.staged import driver_quotas, quotas_at_once, stage_place, stage_prepare
 from airflow_kafka_reassign.core.planner.synthetic import synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
-from airflow_kafka_reassign.spark.plan_job import (
-    _prepared,
+from airflow_kafka_reassign.spark.plan_job import _prepared, place_grouped_topics, prepare_topics
+from airflow_kafka_reassign.spark.snapshot_reader import (
     group_splits,
-    place_grouped_topics,
-    prepare_topics,
     read_row_groups,
     row_group_index,
     row_group_splits,

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from airflow_kafka_reassign.core.planner.synthetic import synthetic_snapshot
 from airflow_kafka_reassign.core.records.snapshot_io import PARTITIONS_SCHEMA, partitions_table, write_partitions
 from airflow_kafka_reassign.core.vocabulary.models import PartitionState
-from airflow_kafka_reassign.spark.plan_job import (
+from airflow_kafka_reassign.spark.snapshot_reader import (
     read_row_groups,
     row_group_index,
     row_group_splits,

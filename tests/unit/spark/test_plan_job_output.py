@@ -9,9 +9,8 @@ import json
 
 from airflow_kafka_reassign.core.planner.staged import move_fragments
 from airflow_kafka_reassign.core.planner.types import TopicMove
-from airflow_kafka_reassign.core.records.plan_io import write_plan_fragments
+from airflow_kafka_reassign.core.records.plan_io import file_parts, plan_file_parts, plan_partition_counts, write_plan_fragments
 from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
-from airflow_kafka_reassign.spark.plan_job import file_parts, plan_file_parts, plan_partition_counts
 
 
 def moves(topic: str, n: int) -> tuple[str, list[tuple[str, str, str, str]]]:
