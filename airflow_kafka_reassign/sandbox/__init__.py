@@ -12,12 +12,17 @@ Python::
     sandbox.down()
 
 Command line: ``python -m airflow_kafka_reassign.sandbox --help``.
+
+The cluster is :mod:`.cluster` (the :class:`Sandbox` facade), :mod:`.nodes` (each node's configuration and files) and
+:mod:`.processes` (the JVMs as processes); docs/sandbox.md lists every module.
 """
 
 from __future__ import annotations
 
-from airflow_kafka_reassign.sandbox.cluster import Sandbox, SandboxError, rack_of
+from airflow_kafka_reassign.sandbox.cluster import Sandbox
+from airflow_kafka_reassign.sandbox.errors import SandboxError
 from airflow_kafka_reassign.sandbox.maven import KafkaDistribution, KafkaFetchError
+from airflow_kafka_reassign.sandbox.nodes import rack_of
 from airflow_kafka_reassign.sandbox.waiting import wait_until
 
 __all__ = ["KafkaDistribution", "KafkaFetchError", "Sandbox", "SandboxError", "rack_of", "wait_until"]

@@ -30,7 +30,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from airflow_kafka_reassign.sandbox.cluster import Sandbox, SandboxError
+from airflow_kafka_reassign.sandbox.cluster import Sandbox
+from airflow_kafka_reassign.sandbox.errors import SandboxError
 from airflow_kafka_reassign.sandbox.maven import VERSION_ENV, KafkaFetchError
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 

@@ -33,14 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_reassign.sandbox import maven
-from airflow_kafka_reassign.sandbox.cluster import (
-    SandboxError,
-    _java,
-    _write_private,
-    free_ports,
-    process_matches,
-    tail_file,
-)
+from airflow_kafka_reassign.sandbox.errors import SandboxError
+from airflow_kafka_reassign.sandbox.processes import free_ports, java, process_matches, tail_file, write_private
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +181,11 @@ class ObjectStoreSandbox:
         shutil.rmtree(data, ignore_errors=True)
         (data / bucket).mkdir(parents=True)  # the filesystem backend's buckets are folders
         key, secret = "akr" + secrets.token_hex(8), secrets.token_urlsafe(30)
-        _write_private(self.dir / CREDENTIALS_FILE,
+        write_private(self.dir / CREDENTIALS_FILE,
                        json.dumps({"aws_access_key_id": key, "aws_secret_access_key": secret}) + "\n")
         port = free_ports(1)[0]
         props = self.dir / "s3proxy.properties"
-        _write_private(props, "\n".join([
+        write_private(props, "\n".join([
             f"s3proxy.endpoint=http://127.0.0.1:{port}",
             "s3proxy.authorization=aws-v2-or-v4",
             f"s3proxy.identity={key}",
@@ -204,7 +198,7 @@ class ObjectStoreSandbox:
             "jclouds.credential=unused",
         ]) + "\n")
         (self.dir / "logback.xml").write_text(_LOGBACK)
-        command = [_java(), "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        command = [java(), "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                    f"-Dlogback.configurationFile={self.dir / 'logback.xml'}",
                    "-cp", f"{libs}/*", MAIN_CLASS, "--properties", str(props)]
         started = time.monotonic()
@@ -212,7 +206,7 @@ class ObjectStoreSandbox:
             proc = subprocess.Popen(command, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         state = {"pid": proc.pid, "port": port, "bucket": bucket, "data_dir": str(data), "version": version}
-        _write_private(self.state_path, json.dumps(state, indent=1) + "\n")
+        write_private(self.state_path, json.dumps(state, indent=1) + "\n")
         deadline = started + timeout
         while True:
             if proc.poll() is not None:
@@ -231,7 +225,7 @@ class ObjectStoreSandbox:
                                    + tail_file(self.dir / "s3proxy.log", 30))
             time.sleep(0.1)
         state["started_in_s"] = round(time.monotonic() - started, 2)
-        _write_private(self.state_path, json.dumps(state, indent=1) + "\n")
+        write_private(self.state_path, json.dumps(state, indent=1) + "\n")
         log.info("S3Proxy %s answers on %s (bucket %s) after %.1f s", version, self.endpoint_url, bucket,
                  state["started_in_s"])
         return self.info

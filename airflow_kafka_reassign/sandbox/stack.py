@@ -53,8 +53,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_reassign.sandbox.cluster import Sandbox, SandboxError, _write_private, free_ports, tail_file
+from airflow_kafka_reassign.sandbox.cluster import Sandbox
+from airflow_kafka_reassign.sandbox.errors import SandboxError
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
+from airflow_kafka_reassign.sandbox.processes import free_ports, tail_file, write_private
 from airflow_kafka_reassign.sandbox.waiting import wait_until
 
 log = logging.getLogger(__name__)
@@ -213,7 +215,7 @@ class Stack:
 
     def _save(self, state: Mapping[str, Any]) -> None:
         with _SAVING:  # the backing services start in threads, each recording its pid
-            _write_private(self.state_path, json.dumps(state, indent=1) + "\n")
+            write_private(self.state_path, json.dumps(state, indent=1) + "\n")
 
     def _secrets(self) -> dict[str, str]:
         return dict(json.loads((self.dir / SECRETS_FILE).read_text()))
@@ -511,7 +513,7 @@ class Stack:
         self.dir.mkdir(parents=True, exist_ok=True)
         for old in ("logs", "dags", "airflow", "redis", "triggerer", *(f"{WORKER_PREFIX}{i}" for i in range(1, 10))):
             shutil.rmtree(self.dir / old, ignore_errors=True)
-        _write_private(self.dir / SECRETS_FILE, json.dumps({k: secrets.token_urlsafe(24) for k in
+        write_private(self.dir / SECRETS_FILE, json.dumps({k: secrets.token_urlsafe(24) for k in
                                                             ("postgres", "redis", "jwt", "api")}) + "\n")
         pg_port, redis_port, free_api, trigger_logs, worker_logs = free_ports(5)
         names = [f"{WORKER_PREFIX}{i}" for i in range(1, workers + 1)]
@@ -700,7 +702,7 @@ class Stack:
         rdir.mkdir(parents=True, exist_ok=True)
         port = state["ports"]["redis"]
         conf = rdir / "redis.conf"
-        _write_private(conf, "\n".join([
+        write_private(conf, "\n".join([
             f"port {port}", "bind 127.0.0.1", f"dir {rdir}", f"requirepass {self._secrets()['redis']}",
             'save ""', "appendonly no", "daemonize no", "protected-mode yes", "loglevel notice",
         ]) + "\n")

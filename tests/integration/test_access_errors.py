@@ -27,7 +27,7 @@ from kafka_helpers import make_topic, replicas, throttles, write_plan_dir
 
 from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
-from airflow_kafka_reassign.sandbox.cluster import LIMITED_USERNAME, NO_ACL_USERNAME
+from airflow_kafka_reassign.sandbox.nodes import LIMITED_USERNAME, NO_ACL_USERNAME
 from airflow_kafka_reassign.sandbox.tls import new_ca
 
 DAG = '''

@@ -24,7 +24,7 @@ from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.exceptions import ClusterAccessError, ClusterUnreachableError, ConfigurationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import Sandbox
-from airflow_kafka_reassign.sandbox.cluster import LIMITED_USERNAME, NO_ACL_USERNAME
+from airflow_kafka_reassign.sandbox.nodes import LIMITED_USERNAME, NO_ACL_USERNAME
 from airflow_kafka_reassign.sandbox.tls import new_ca
 
 

@@ -318,7 +318,7 @@ def test_missing_bootstrap_servers_is_a_clear_error():
 
 @pytest.mark.timeout(60)  # a hang fails the test; the error must come from our own timeout
 def test_unreachable_cluster_fails_within_the_timeout_naming_the_servers():
-    from airflow_kafka_reassign.sandbox.cluster import free_ports
+    from airflow_kafka_reassign.sandbox.processes import free_ports
 
     port = free_ports(1)[0]
     with pytest.raises(ClusterUnreachableError, match=f"127.0.0.1:{port}"), \

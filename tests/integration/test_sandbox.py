@@ -14,7 +14,7 @@ from typing import TypeVar
 import pytest
 
 from airflow_kafka_reassign.kafka import readiness
-from airflow_kafka_reassign.sandbox import Sandbox, cluster, wait_until
+from airflow_kafka_reassign.sandbox import Sandbox, cluster, nodes, wait_until
 
 T = TypeVar("T")
 CLI = [sys.executable, "-m", "airflow_kafka_reassign.sandbox"]
@@ -199,7 +199,7 @@ def test_a_port_taken_between_its_choice_and_the_nodes_bind_starts_again_on_othe
     held.listen()
     taken = held.getsockname()[1]
     chosen: list[list[int]] = []
-    free = cluster.free_ports
+    free = nodes.free_ports
 
     def first_one_taken(count: int) -> list[int]:
         ports = free(count)
@@ -208,7 +208,7 @@ def test_a_port_taken_between_its_choice_and_the_nodes_bind_starts_again_on_othe
         chosen.append(ports)
         return ports
 
-    monkeypatch.setattr(cluster, "free_ports", first_one_taken)
+    monkeypatch.setattr(nodes, "free_ports", first_one_taken)  # where new_state chooses the ports
     box = Sandbox(tmp_path / "retry")
     try:
         with caplog.at_level("WARNING", logger=cluster.__name__):

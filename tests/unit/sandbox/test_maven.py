@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_reassign.sandbox import maven
-from airflow_kafka_reassign.sandbox.cluster import controller_ids, rack_of
+from airflow_kafka_reassign.sandbox.nodes import controller_ids, rack_of
 
 METADATA = """<?xml version="1.0" encoding="UTF-8"?>
 <metadata>

@@ -9,7 +9,7 @@ import stat
 import pytest
 from cryptography import x509
 
-from airflow_kafka_reassign.sandbox import cluster
+from airflow_kafka_reassign.sandbox import cluster, nodes
 from airflow_kafka_reassign.sandbox.tls import ensure_certificates
 
 NODE = {"id": 1, "roles": ["broker", "controller"], "rack": "r1", "port": 9092, "controller_port": 9093,
@@ -17,15 +17,15 @@ NODE = {"id": 1, "roles": ["broker", "controller"], "rack": "r1", "port": 9092, 
 
 
 def test_the_tls_listener_and_the_authorizer_are_configured(tmp_path):
-    props = cluster.node_properties(NODE, "1@127.0.0.1:9093", 5, tmp_path, True,
+    props = nodes.node_properties(NODE, "1@127.0.0.1:9093", 5, tmp_path, True,
                                     keystore=tmp_path / "ks.pem", acls=True)
     assert "SSL://127.0.0.1:9095" in str(props["listeners"]) and "SSL://127.0.0.1:9095" in str(
         props["advertised.listeners"])
     assert props["listener.name.ssl.ssl.keystore.type"] == "PEM"
-    assert props["authorizer.class.name"] == cluster.AUTHORIZER_CLASS
+    assert props["authorizer.class.name"] == nodes.AUTHORIZER_CLASS
     # every listener without SASL is User:ANONYMOUS: a super user, so brokers, controllers and plain clients work
     assert props["super.users"] == "User:ANONYMOUS;User:sandbox-admin"
-    plain = cluster.node_properties(NODE, "1@127.0.0.1:9093", 5, tmp_path, True)
+    plain = nodes.node_properties(NODE, "1@127.0.0.1:9093", 5, tmp_path, True)
     assert "SSL://" not in str(plain["listeners"]) and "authorizer.class.name" not in plain
 
 
@@ -52,4 +52,4 @@ def test_acls_need_sasl_and_tls_is_not_combined_with_sasl(tmp_path):
     with pytest.raises(cluster.SandboxError, match="without --tls"):
         sandbox.client_config(tls=True)
     with pytest.raises(cluster.SandboxError, match="start it with --acls"):
-        sandbox.client_config(user=cluster.LIMITED_USERNAME)
+        sandbox.client_config(user=nodes.LIMITED_USERNAME)

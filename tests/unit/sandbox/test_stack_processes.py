@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from airflow_kafka_reassign.sandbox import wait_until
-from airflow_kafka_reassign.sandbox.cluster import free_ports
+from airflow_kafka_reassign.sandbox.processes import free_ports
 from airflow_kafka_reassign.sandbox.stack import HOSTNAME_ENV, Stack, hostname, stop_group
 
 
