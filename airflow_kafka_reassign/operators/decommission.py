@@ -40,6 +40,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseOperator, BaseSensorOperator
 
 from airflow_kafka_reassign.core.execution.cordon_release import release_unexecuted_cordons
+from airflow_kafka_reassign.core.execution.finishing import release_idle_throttles
 from airflow_kafka_reassign.core.maintenance.cordon import restore_cordons
 from airflow_kafka_reassign.core.maintenance.lifecycle import broker_state, unregister
 from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseHeldError, LeaseKeeper, task_lease_identity
@@ -228,7 +229,8 @@ class UncordonBrokersOperator(_BrokerTask, BaseOperator):
 
 
 class RestoreCordonsOperator(_BrokerTask, BaseOperator):
-    """The clean-up of a plan never executed: the cordons its plan task set go back, exactly as they were.
+    """The clean-up of a run, whatever happened upstream: the cordons of a plan never executed go back exactly as they
+    were, and no replication throttle stays behind for moves that are not in flight.
 
     PlanReassignment cordons (a decommission's brokers, a disk removal's log dirs) before its snapshot, long before
     anything is executed. When the plan's moves are never sent (a person rejected it, nobody answered the approval,
@@ -253,7 +255,12 @@ class RestoreCordonsOperator(_BrokerTask, BaseOperator):
     :param trigger_rule: Airflow's trigger rule, ``"all_done"`` by default (see above: it must run after a
         rejection or a failure upstream).
 
-    XCom: ``{"outcome": "restored" | "kept" | "none", "why": "...", "brokers": [...], "plan_uri": "..."}``.
+    Then the replication throttles: when the run state still holds a throttle backup (the wait failed on its last
+    try, a worker was lost) and none of the plan's moves is in flight, they are restored exactly; while moves are in
+    flight they stay, and one warning names the tasks that restore them (the wait, or CancelReassignmentOperator).
+
+    XCom: ``{"outcome": "restored" | "kept" | "none", "why": "...", "brokers": [...], "plan_uri": "...",
+    "throttles": "restored" | "kept" | "none"}`` (and ``"throttles_why"`` when kept).
     """
 
     template_fields: Sequence[str] = ("plan_uri", "kafka_config_id", "storage_conn_id")
@@ -311,10 +318,16 @@ class RestoreCordonsOperator(_BrokerTask, BaseOperator):
                                    f"plan task set stay (UncordonBrokersOperator(plan_uri={location!r}) takes them "
                                    "back)") from e
         admin = self._admin()
+        throttles: tuple[str, str] = ("none", "")
         try:
             done = release_unexecuted_cordons(admin, state, plan, before_restore=lambda: self._take_lease(state, context),
                                               log=self.log)
-        except LeaseHeldError as e:  # another run drives this plan: it owns the cordons
+            # however the run ended (a wait failed on its last try, a worker lost): no throttle stays behind for
+            # moves that are not in flight
+            throttles = release_idle_throttles(
+                admin, plan, state, plan_uri=location, log=self.log,
+                before_restore=lambda: self._lease is None and self._take_lease(state, context))
+        except LeaseHeldError as e:  # another run drives this plan: it owns the cordons and the throttles
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
         except (KafkaReassignError, StoreError, RuntimeError) as e:  # the backup stays: a retry, or by hand
             raise AirflowException(
@@ -324,7 +337,10 @@ class RestoreCordonsOperator(_BrokerTask, BaseOperator):
             admin.close()
             self._release_lease()
         self.log.info("cordons %s: %s", done.outcome, done.why)
-        return {**done.summary(), "plan_uri": location}
+        if throttles[0] != "none":
+            (self.log.warning if throttles[0] == "kept" else self.log.info)("throttles %s: %s", *throttles)
+        return {**done.summary(), "plan_uri": location, "throttles": throttles[0],
+                **({"throttles_why": throttles[1]} if throttles[0] == "kept" else {})}
 
     def _take_lease(self, state: Any, context: Context) -> None:
         holder, scope = task_lease_identity(context, self.task_id)

@@ -233,3 +233,33 @@ def test_a_rejection_ends_the_approval_task_by_skipping_and_its_record_says_reje
             "responded_by_user": {"id": "1", "name": "alice"}})
     record = ti.xcom[(None, "return_value")]
     assert record["approved"] is False and record["approved_by"] == "alice" and record["plan_sha256"] == "sha256:ab"
+
+
+def test_the_clean_up_restores_the_throttles_a_failed_wait_left_once_no_move_is_in_flight(monkeypatch, tmp_path):
+    """The report: the wait failed on all its tries and the run ended with the throttles on four brokers."""
+    from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, sync_throttles
+    from airflow_kafka_reassign.core.records.store import LocalStore
+    from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
+    from airflow_kafka_reassign.operators.decommission import RestoreCordonsOperator
+
+    admin = cluster()
+    admin.close = lambda: None
+    monkeypatch.setattr(KafkaReassignHook, "get_admin", lambda self: admin)
+    before = {b: dict(c) for b, c in admin.broker_configs.items()}
+    plan_dir = tmp_path / "plan"
+    plan_dir.mkdir()
+    (plan_dir / "plan.json").write_text(DRAIN_3.model_dump_json())
+    (plan_dir / "metrics.json").write_text("{}")
+    admin.alter_reassignments({TopicPartition("t", 1): (2, 4)})
+    sync_throttles(admin, DRAIN_3.moves, 1000, state_dir=LocalStore(plan_dir / "run"))  # what the run set
+    assert admin.broker_configs[4][FOLLOWER_RATE] == "1000"
+    op = RestoreCordonsOperator(task_id="restore_cordons", plan_uri=str(plan_dir))
+    out = op.execute({"ti": _TI()})  # the move is still in flight: its throttles stay, and the line says who restores
+    assert out["throttles"] == "kept" and "WaitForReassignmentSensor(plan_uri=" in out["throttles_why"]
+    assert "CancelReassignmentOperator(plan_uri=" in out["throttles_why"]
+    assert admin.broker_configs[4][FOLLOWER_RATE] == "1000"
+    admin.complete()
+    out = op.execute({"ti": _TI()})
+    assert out["throttles"] == "restored" and admin.broker_configs == before
+    assert not (plan_dir / "run" / "throttle-backup.json").exists()
+    assert op.execute({"ti": _TI()})["throttles"] == "none"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +16,7 @@ from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.execution.throttle import (
     NONE_SET,
     RESTORED,
+    read_backup,
     restore_throttles,
 )
 from airflow_kafka_reassign.core.records.journal import StateLocation, read_journal
@@ -97,3 +98,29 @@ def submitted_total(state_dir: StateLocation | None, this_run: Iterable[TopicPar
                 seen.update((str(t), int(p)) for t, p, *_ in entry.get("submitted", []))
     return len(seen)
 
+
+
+def release_idle_throttles(admin: ClusterAdmin, plan: ReassignmentPlan | None, state_dir: StateLocation, *,
+                           before_restore: Callable[[], None] | None = None, plan_uri: str = "",
+                           log: logging.Logger | None = None) -> tuple[str, str]:
+    """The clean-up's half for throttles: however the run ended (a wait that failed on its last try, a worker lost),
+    the throttles it set go back once none of the plan's moves is in flight. ``(outcome, why)``: ``"restored"``,
+    ``"none"`` (no backup on the run state: none set, or restored already) or ``"kept"`` (moves still in flight keep
+    them, and the line names the tasks that restore them). ``before_restore`` runs right before anything is written
+    (a task takes the plan's lease there)."""
+    log = log or _log
+    if read_backup(state_dir) is None:
+        return "none", "no throttle backup on the run state: none was set, or they were restored already"
+    moves = {m.tp: m.target_replicas for m in plan.moves} if plan is not None else {}
+    listed = admin.list_reassignments(list(moves)) if moves else admin.list_reassignments()
+    ours = sorted(tp for tp, r in listed.items() if tp in moves and r.target_replicas == moves[tp])
+    if ours:
+        where = f"plan_uri={plan_uri!r}" if plan_uri else "the plan"
+        return "kept", (f"{len(ours)} move(s) of the plan are still in flight ({', '.join(map(str, ours[:5]))}"
+                        f"{' ...' if len(ours) > 5 else ''}) and keep their throttles: WaitForReassignmentSensor("
+                        f"{where}) restores them when they finish, CancelReassignmentOperator({where}) cancels them "
+                        "and restores them")
+    if before_restore is not None:
+        before_restore()
+    restore_throttles(admin, state_dir, log=log)
+    return "restored", "no move of the plan is in flight: the throttle configs it set are back as they were before"

@@ -201,6 +201,7 @@ class ExecutionSession:
         self.events: list[str] = []
         #: moves dropped because their topic was deleted or re-created, over the whole run (rounds included)
         self.gone: dict[TopicPartition, str] = {}
+        self._ids_read = False
 
     @classmethod
     def from_parts(cls, admin: ClusterAdmin, plan: ReassignmentPlan, limits: ExecutionLimits,
@@ -223,6 +224,7 @@ class ExecutionSession:
     def preflight(self) -> ExecutionStatus:
         """One read-only step (nothing submitted, nothing written), its findings logged; a blocked plan stops
         here, before anything changed."""
+        self._kept_topic_ids()
         status = step(self.admin, self.plan, self.limits, self.options, state_dir=self.state_dir, submit=False,
                       log=self.log, settle_s=self.settle_s, sleep=self.sleep)
         self.ticks += 1
@@ -256,6 +258,7 @@ class ExecutionSession:
             len(self.last.done) if self.last is not None else None)
         limits, options = self.governor.for_step(self.limits, self.options)
         changes = len(self.governor.adaptations)
+        self._kept_topic_ids()
         status = step(self.admin, self.plan, limits, options, state_dir=self.state_dir,
                       submit=submit and not past and self.health_stop is None, log=log,
                       known_failed=self.known_failed, settle_s=self.settle_s, sleep=self.sleep,
@@ -267,9 +270,9 @@ class ExecutionSession:
         new_events = self._note(status)
         self._time_waits(status)
         if status.complete and self.drain is not None and not past and submit and self.health_stop is None \
-                and not options.dry_run and self._drain_round():
+                and not options.dry_run and self._drain_round(status):
             again = self.tick(submit=submit)  # the round's first batch, at once
-            again.drained_later = self.drained_later[-len(self._last_round):]
+            again.drained_later = self.drained_later[-len(self._last_round):] if self._last_round else []
             again.events = new_events + again.events
             return again
         before = len(status.done) if done_before is None else done_before
@@ -307,19 +310,26 @@ class ExecutionSession:
 
     # -- the cluster living under the plan -------------------------------------------------------
 
+    def _kept_topic_ids(self) -> None:
+        """Before a step: a plan that does not record its topics' ids takes those an earlier process of the run kept
+        (:meth:`_take_topic_ids`), so a retry on any worker judges by the ids the run saw first."""
+        if self.plan.topic_ids is None and self.state_dir is not None and not self._ids_read:
+            self._ids_read = True
+            ids = read_topic_ids(self.state_dir)
+            if ids:
+                self.plan = self.plan.model_copy(update={"topic_ids": ids})
+
     def _take_topic_ids(self, status: ExecutionStatus) -> None:
         """A plan that does not record its topics' ids (KIP-516) is judged by the ids the run saw first: kept on the
-        run state before the first submission, so a retry on any worker tells a re-created topic from the planned
-        one too."""
+        run state at its first step (before anything is sent), so a retry on any worker tells a re-created topic from
+        the planned one too."""
         if self.plan.topic_ids is not None or status.observation is None:
             return
-        ids = read_topic_ids(self.state_dir) if self.state_dir is not None else None
-        if ids is None:
-            ids = {t: i for t, i in status.observation.topic_ids.items()}
-            if not ids:
-                return
-            if self.state_dir is not None and not self.options.dry_run:
-                write_topic_ids(self.state_dir, ids)
+        ids = dict(status.observation.topic_ids)
+        if not ids:
+            return
+        if self.state_dir is not None and not self.options.dry_run:
+            write_topic_ids(self.state_dir, ids)
         self.plan = self.plan.model_copy(update={"topic_ids": ids})
 
     def _event(self, line: str, out: list[str]) -> None:
@@ -371,15 +381,27 @@ class ExecutionSession:
             self._event(f"{key}: {len(tps)} move(s) refused after waiting {format_duration(now - since)} "
                         f"({setting}={bound:g})", out)
 
-    def _drain_round(self) -> bool:
-        """Plan the partitions that arrived on the drained brokers as a new round (``True``: one was planned)."""
+    def _drain_round(self, status: ExecutionStatus) -> bool:
+        """Judge the drain's goal again once the plan's moves are over: stale moves whose partitions no longer hold a
+        replica on the drained brokers are dropped (someone else moved them: nothing left to do for the goal), and
+        the partitions that still hold one (arrived meanwhile, re-created, moved elsewhere by someone else) are
+        planned as a new round. ``True``: the plan changed (tick again)."""
         spec = self.drain
         assert spec is not None
         self._last_round = []
         snap = self.admin.snapshot()
         left = leftovers(snap, spec)
+        on_drained = {p.tp for p in left}
+        obsolete = sorted(tp for tp in status.stale if tp not in on_drained)
+        if obsolete:
+            why = (f"someone else moved it and the drained broker(s) {list(spec.brokers)} hold none of it: nothing "
+                   "left to do for the drain")
+            self.gone.update(dict.fromkeys(obsolete, why))
+            self.plan = self.plan.model_copy(update={"moves": tuple(m for m in self.plan.moves
+                                                                     if m.tp not in set(obsolete))})
+            self._event(f"{len(obsolete)} stale move(s) dropped ({_tps(obsolete, 5)}): {why}", [])
         if not left:
-            return False
+            return bool(obsolete)
         if self.drain_rounds >= spec.max_rounds:
             self.drain_short = (
                 f"{len(left)} partition(s) still have a replica on the drained broker(s) {list(spec.brokers)} after "
@@ -387,7 +409,7 @@ class ExecutionSession:
                 "Something keeps creating partitions there: cordon the brokers (Kafka 4.3+, KIP-1066), or stop what "
                 "creates topics, then run the drain again")
             self.log.error("%s", self.drain_short)
-            return False
+            return bool(obsolete)
         extra, refused = drain_moves(snap, spec, cordoned=cordoned_brokers(self.admin, snap.broker_ids),
                                      skip=self.known_failed)
         skipped = {p.tp: self.known_failed[p.tp] for p in left if p.tp in self.known_failed}
@@ -401,7 +423,7 @@ class ExecutionSession:
                                                                         sorted(refused.items())[:10]))
             self.log.error("%s", self.drain_short)
         if not extra.moves:
-            return False
+            return bool(obsolete)
         self.drain_rounds += 1
         if self.state_dir is not None:
             if self.lease is not None:
@@ -412,11 +434,14 @@ class ExecutionSession:
         self._last_round = [m.tp for m in extra.moves]
         self.drained_later.extend(self._last_round)
         self.plan = merge(self.plan, extra)
+        self._event(f"round {self.drain_rounds} of at most {spec.max_rounds}: {len(extra.moves)} move(s) planned from "
+                    f"a fresh snapshot ({_tps(self._last_round, 5)})", [])
         self.log.warning(
-            "%d partition(s) arrived on the drained broker(s) %s while the plan's moves ran (%s): drained in this run, "
-            "round %d of at most %d, within the same limits. Cordoning the brokers before the plan (Kafka 4.3+, "
-            "KIP-1066) keeps new partitions off them", len(extra.moves), list(spec.brokers),
-            _tps(self._last_round), self.drain_rounds, spec.max_rounds)
+            "%d partition(s) still hold a replica on the drained broker(s) %s once the plan's moves were over (%s: "
+            "arrived meanwhile, re-created, or moved by someone else): drained in this run, round %d of at most %d, "
+            "within the same limits. Cordoning the brokers before the plan (Kafka 4.3+, KIP-1066) keeps new "
+            "partitions off them", len(extra.moves), list(spec.brokers), _tps(self._last_round), self.drain_rounds,
+            spec.max_rounds)
         return True
 
     def _cancel(self) -> CancelResult:
@@ -507,6 +532,11 @@ class RunResult:
     drained_later: list[TopicPartition] = field(default_factory=list)
     #: why the drain could not empty the brokers (``None``: it did, or there was no drain)
     drain_short: str | None = None
+    #: what the cluster did under the plan and what the run did about it, one line each (topics grown, deleted,
+    #: re-created; brokers down and back; rounds)
+    cluster_events: list[str] = field(default_factory=list)
+    #: moves dropped over the whole run because their partition is gone or needs nothing more, with why
+    gone: dict[TopicPartition, str] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
@@ -520,6 +550,11 @@ class RunResult:
         out.setdefault("throttles_restored", NOT_RESTORED)
         if self.cancel is not None:
             out["cancel"] = self.cancel.summary()
+        if self.cluster_events:
+            out["cluster_events"] = self.cluster_events[:SUMMARY_SAMPLE]
+        if self.gone:
+            out["gone"] = len(self.gone)
+            out["gone_partitions"] = {str(tp): why for tp, why in sorted(self.gone.items())[:SUMMARY_SAMPLE]}
         if self.drained_later or self.drain_short:
             out["drained_later"] = len(self.drained_later)
             out["drained_later_partitions"] = [str(tp) for tp in self.drained_later[:SUMMARY_SAMPLE]]
@@ -646,6 +681,7 @@ def run(
         result.paused_s, result.adaptations = governor.paused_s, governor.adaptations
         result.stalled_polls = governor.stalled_polls
         result.drained_later, result.drain_short = list(session.drained_later), session.drain_short
+        result.cluster_events, result.gone = list(session.events), {**session.gone, **result.status.gone}
         if keep_throttles:
             log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
                         "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),
