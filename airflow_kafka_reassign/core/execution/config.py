@@ -102,11 +102,10 @@ class ExecutionOptions:
     :param allow_concurrent_reassignments: proceed while reassignments this plan did not start
         are in flight (they count against the limits; partitions they move are refused as stale).
     :param on_plan_error: what a *plan error* does: a pending move whose target replicas name a
-        broker that is not a live broker of the cluster, a move of a topic or partition that no
-        longer exists, or of a topic whose partition count differs from the plan's snapshot
-        (``ReassignmentPlan.partition_counts``). ``"refuse"`` (default): the whole plan is
-        refused before anything is sent (no throttle, no reassignment). ``"skip"``: those moves
-        are refused by name and the other moves run.
+        broker the cluster does not know at all, or a partition its topic never had. ``"refuse"``
+        (default): the whole plan is refused before anything is sent (no throttle, no reassignment).
+        ``"skip"``: those moves are refused by name and the other moves run. A topic deleted,
+        re-created or grown, and a broker restarting, are not plan errors (core/execution/observe.py).
     :param allow_offline_brokers: target replicas may name a broker that the cluster does not list
         as alive (a registered broker that is down): such moves are sent and wait for the broker
         (the controller refuses a broker id it has never registered, per move); offline brokers
@@ -239,9 +238,11 @@ class ExecutionConfig(BaseModel):
     """Proceed while reassignments this plan did not start are in flight (they count against the limits;
     partitions they move are refused as stale)."""
     on_plan_error: OnPlanError = "refuse"
-    """A *plan error* is a move naming a broker that is not live, a topic or partition that no longer exists, or
-    a topic whose partition count changed since the snapshot. ``"refuse"``: the whole plan is refused before
-    anything is sent. ``"skip"``: those moves are refused by name and the others run."""
+    """A *plan error* is a plan that is wrong in itself: a move naming a broker the cluster does not know at all, or
+    a partition its topic (the same topic id) never had. ``"refuse"``: the whole plan is refused before anything is
+    sent. ``"skip"``: those moves are refused by name and the others run. What the cluster does under a plan is not
+    a plan error (docs/execute.md, "When the cluster changes under a run"): a deleted or re-created topic's moves are
+    dropped, a grown topic's continue, a broker that restarts pauses only its moves."""
     allow_offline_brokers: bool = False
     """Target replicas may name a registered broker that is down: those moves are sent and wait for it (no
     throttle is set on it). Without it they wait unsent for the broker, up to ``broker_restart_wait_s``."""
