@@ -19,7 +19,8 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TypeVar
 
 from airflow_kafka_reassign.core.guards.headroom import BrokerRates
 from airflow_kafka_reassign.core.records.journal import StateLocation, journal
@@ -286,30 +287,34 @@ def sync_throttles(
     backup, its moves are left out, and the sync goes again: a vanished topic never stops the run's throttles."""
     log = log or _log
     moves = list(moving)
-    for attempt in range(_VANISHED_RETRIES + 1):
+    return _past_vanished_topics(
+        lambda gone: _sync_throttles(admin, [m for m in moves if m.topic not in gone], rate, state_dir, dry_run, log,
+                                     live_brokers), state_dir, log, forget=not dry_run)
+
+
+_T = TypeVar("_T")
+
+
+def _past_vanished_topics(attempt: Callable[[frozenset[str]], _T], state_dir: StateLocation | None,
+                          log: logging.Logger, *, forget: bool = True) -> _T:
+    """``attempt(topics gone so far)``, again without the topics a :class:`TopicNotFoundError` names (forgotten by the
+    backup with ``forget``), a few times at most."""
+    gone: set[str] = set()
+    for _ in range(_VANISHED_RETRIES):
         try:
-            return _sync_throttles(admin, moves, rate, state_dir=state_dir, dry_run=dry_run, log=log,
-                                   live_brokers=live_brokers)
+            return attempt(frozenset(gone))
         except TopicNotFoundError as e:
-            if attempt == _VANISHED_RETRIES:
+            if not set(e.topics) - gone:
                 raise
-            if not dry_run:
+            gone.update(e.topics)
+            if forget:
                 _without_topics(state_dir, e.topics, log)
-            moves = [m for m in moves if m.topic not in set(e.topics)]
-    raise AssertionError("unreachable")
+    return attempt(frozenset(gone))
 
 
-def _sync_throttles(
-    admin: ClusterAdmin,
-    moving: Iterable[Move],
-    rate: Rate | None,
-    *,
-    state_dir: StateLocation | None,
-    dry_run: bool = False,
-    log: logging.Logger | None = None,
-    live_brokers: Collection[int] | None = None,
-) -> bool:
-    """Bring the throttle configs to exactly what ``moving`` needs; returns whether any changed.
+def _sync_throttles(admin: ClusterAdmin, moving: Iterable[Move], rate: Rate | None, state_dir: StateLocation | None,
+                    dry_run: bool, log: logging.Logger, live_brokers: Collection[int] | None) -> bool:
+    """:func:`sync_throttles` once.
 
     ``rate`` is one rate for every broker involved, or per-broker rates (a
     :class:`~airflow_kafka_reassign.core.guards.headroom.BrokerRates`: the headroom throttle); either way only the two
@@ -321,7 +326,6 @@ def _sync_throttles(
     it (down: moves onto it wait, see ``allow_offline_brokers``) gets no throttle: a config
     request to it would only wait for it.
     """
-    log = log or _log
     active = [m for m in moving if m.adding_replicas] if rate else []
     backup = read_backup(state_dir)
     if not active and backup is None:
@@ -373,14 +377,7 @@ def restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, l
     """:func:`_restore_throttles`; a topic deleted under the run is dropped from the backup (its configs went with
     it) and the restore goes again."""
     log = log or _log
-    for attempt in range(_VANISHED_RETRIES + 1):
-        try:
-            return _restore_throttles(admin, state_dir, log=log)
-        except TopicNotFoundError as e:
-            if attempt == _VANISHED_RETRIES:
-                raise
-            _without_topics(state_dir, e.topics, log)
-    raise AssertionError("unreachable")
+    return _past_vanished_topics(lambda _gone: _restore_throttles(admin, state_dir, log=log), state_dir, log)
 
 
 def _restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, log: logging.Logger | None = None
