@@ -4,7 +4,8 @@ Each plan is refused whole before any request that changes the cluster is sent (
 reassignment, no rollback written by the task), and the task fails with a message that names the problem (a broker
 id, a topic and both partition counts, a deleted topic), not "unreachable". Every test takes an assignment dump of
 the whole cluster (every partition's replicas, every broker's and topic's throttle configs, the controller's
-in-flight reassignments) before and after, and they must be identical. The operator runs in-process through the
+in-flight reassignments) before and after, and they must be identical. A plan that is only outdated (a topic grown or
+deleted since planning) is not refused: its other moves run (issue 36). The operator runs in-process through the
 real hook and adapter (SASL), with a recorder around the adapter that lists every call that writes.
 """
 
@@ -131,26 +132,53 @@ def test_a_replica_on_broker_99_is_refused_before_anything_is_sent(config, recor
     assert "live brokers: 1, 2, 3, 4, 5" in message and f"{topic}-1 -> [2, 99]" in message
 
 
-def test_a_topic_grown_since_planning_is_refused_naming_both_counts(config, recorders, topics, unique_topic, tmp_path):
+def executes(plan_dir: Path) -> dict[str, Any]:
+    """Run the operator on ``plan_dir`` with a throttle, to the end; returns the summary it pushed."""
+    ti = TI()
+    ExecuteReassignmentOperator(task_id="execute", plan_uri=str(plan_dir), kafka_config_id=CONN_ID,
+                                throttle_bytes_per_sec=1_000_000, poll_interval=0.5, kafka_timeout_s=20).execute({"ti": ti})
+    return ti.pushed["summary"]
+
+
+def throttle_configs(config: dict[str, str], topics: list[str]) -> dict[str, dict[str, str]]:
+    """Every broker's and the topics' dynamic throttle configs, read with a client of the test's own."""
+    from confluent_kafka.admin import ConfigResource
+
+    client = AdminClient(dict(config))
+    resources = [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in BROKERS] + [
+        ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    out = {}
+    for res, fut in client.describe_configs(resources, request_timeout=30).items():
+        out[f"{res.restype}:{res.name}"] = {k: e.value for k, e in fut.result(60).items() if "throttled" in k}
+    return out
+
+
+def test_a_topic_grown_since_planning_keeps_its_moves(config, recorders, topics, unique_topic, tmp_path):
+    """Issue 36: partitions added after planning are not a plan error; the planned moves run, the line says so."""
     topic = new_topic(config, topics, unique_topic, [[1, 2], [2, 3]])
     with KafkaClusterAdmin(config) as admin:
-        counts = admin.snapshot(topics=[topic]).partition_counts([topic])  # what the planner records
+        snap = admin.snapshot(topics=[topic])
+        counts, ids = snap.partition_counts([topic]), snap.topic_ids([topic])  # what the planner records
     assert counts == {topic: 2}
     plan = ReassignmentPlan(moves=(
         Move(topic=topic, partition=0, current_replicas=(1, 2), target_replicas=(1, 3)),
         Move(topic=topic, partition=1, current_replicas=(2, 3), target_replicas=(4, 3)),
-    ), partition_counts=counts)
+    ), partition_counts=counts, topic_ids=ids)
     plan_dir = write_plan_dir(tmp_path / "plan", plan)
     client = AdminClient(dict(config))
     for fut in client.create_partitions([NewPartitions(topic, 3)]).values():  # after planning: a third partition
         fut.result(60)
     wait_until(lambda: len(replicas_of(config, topic)) == 3, what=f"the third partition of {topic}")
-    before = dump(config)
-    message = refused_before_anything_is_sent(config, recorders, plan_dir, before)
-    assert f"topic {topic} has 3 partitions in the cluster, the plan's snapshot had 2" in message
+    before = throttle_configs(config, [topic])
+    summary = executes(plan_dir)
+    assert summary["ok"] and summary["failed"] == 0
+    assert f"topic {topic} grew from 2 to 3 partitions: its moves continue" in summary["cluster_events"]
+    assert replicas_of(config, topic)[0] == (1, 3) and replicas_of(config, topic)[1] == (4, 3)
+    assert throttle_configs(config, [topic]) == before  # restored exactly, read with the test's own client
 
 
-def test_a_deleted_topic_is_refused_naming_it(config, recorders, topics, unique_topic, tmp_path):
+def test_a_deleted_topic_s_moves_are_dropped_and_the_rest_runs(config, recorders, topics, unique_topic, tmp_path):
+    """Issue 36: a topic deleted since planning touches its own moves only: they are gone, the others run."""
     kept = new_topic(config, topics, unique_topic, [[1, 2]])
     gone = new_topic(config, topics, f"{unique_topic}-gone", [[2, 3], [3, 4]])
     plan = ReassignmentPlan(moves=(
@@ -161,6 +189,9 @@ def test_a_deleted_topic_is_refused_naming_it(config, recorders, topics, unique_
     plan_dir = write_plan_dir(tmp_path / "plan", plan)
     delete_topics(config, [gone])
     wait_until(lambda: not replicas_of(config, gone), what=f"topic {gone} to be deleted")
-    before = dump(config)
-    message = refused_before_anything_is_sent(config, recorders, plan_dir, before)
-    assert f"topic {gone} does not exist in the cluster (deleted since planning?): 2 move(s) name it" in message
+    before = throttle_configs(config, [kept])
+    summary = executes(plan_dir)
+    assert summary["ok"] and summary["failed"] == 0 and summary["gone"] == 2
+    assert f"topic {gone} deleted: dropped 2 move(s) ({gone}-0, {gone}-1)" in summary["cluster_events"]
+    assert replicas_of(config, kept)[0] == (1, 3)
+    assert throttle_configs(config, [kept]) == before
