@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, progress_observation
 from airflow_kafka_reassign.core.execution.cancel import live_rollback
+from airflow_kafka_reassign.core.execution.config import SUMMARY_SAMPLE
 from airflow_kafka_reassign.core.execution.progress import (
     DEFAULT_WINDOW_S,
     Progress,
@@ -30,7 +31,7 @@ from airflow_kafka_reassign.core.execution.progress import (
     TrackerState,
     final_message,
 )
-from airflow_kafka_reassign.core.execution.run_state import executed_digest, health_stop, try_key
+from airflow_kafka_reassign.core.execution.run_state import cluster_events, executed_digest, health_stop, try_key
 from airflow_kafka_reassign.core.maintenance.drain import read_drain
 from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseKeeper
 from airflow_kafka_reassign.core.records.plan_io import read_plan, read_plan_with_digest, read_rollback
@@ -260,8 +261,14 @@ def log_progress(log: logging.Logger | Any, progress: Progress, watch: Reassignm
 
 def event_payload(progress: Progress, spec: WaitSpec) -> dict[str, Any]:
     """The trigger event (and the sensor's conclusion input) for a finished wait."""
+    extra: dict[str, Any] = {}
+    if spec.submit_pending:  # what the cluster did under the plan, as the session journalled it (every process)
+        try:
+            extra["cluster_events"] = cluster_events(spec.state)[:SUMMARY_SAMPLE]
+        except (StoreError, ConfigurationError) as e:
+            extra["cluster_events_unread"] = str(e)
     return {
         "status": progress.status,
         "message": final_message(progress),
-        "summary": progress.summary(plan_uri=spec.plan_uri, which=spec.which),
+        "summary": progress.summary(plan_uri=spec.plan_uri, which=spec.which, **extra),
     }

@@ -30,6 +30,18 @@ GOVERNOR_DIR = "governor"
 DRAIN_DIR = "drain"
 #: The journal event of a drain round planned.
 DRAIN_ROUND = "drain-round"
+#: The journal event of a change of the cluster under the plan and what the run did about it (one line, ``line``).
+CLUSTER_CHANGED = "cluster-changed"
+
+
+def cluster_events(state: StateLocation) -> list[str]:
+    """What the cluster did under the plan and what the run did about it, one line each, in order, over every process
+    of the run (the sensor's pokes, the trigger, retries): the journal's ``cluster-changed`` entries."""
+    seen: dict[str, None] = {}
+    for e in read_journal(state):
+        if e.get("event") == CLUSTER_CHANGED and isinstance(e.get("line"), str):
+            seen.setdefault(e["line"], None)
+    return list(seen)
 
 
 #: The ids (KIP-516) of the plan's topics as the run first saw them, for a plan that does not record them:

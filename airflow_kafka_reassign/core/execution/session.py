@@ -50,9 +50,11 @@ from airflow_kafka_reassign.core.execution.iteration import step
 from airflow_kafka_reassign.core.execution.observe import report_preflight
 from airflow_kafka_reassign.core.execution.progress import format_duration
 from airflow_kafka_reassign.core.execution.run_state import (
+    CLUSTER_CHANGED,
     DRAIN_ROUND,
     HEALTH_CANCELLED,
     HEALTH_STOPPED,
+    cluster_events,
     read_drain_rounds,
     read_governor,
     read_topic_ids,
@@ -333,10 +335,13 @@ class ExecutionSession:
         self.plan = self.plan.model_copy(update={"topic_ids": ids})
 
     def _event(self, line: str, out: list[str]) -> None:
+        """Keep, journal and log ``line`` once per run (a resumed session knows the earlier processes' lines)."""
         if line not in self.events:
             self.events.append(line)
             out.append(line)
             self.log.warning("the cluster changed under the plan: %s", line)
+            if self.state_dir is not None and not self.options.dry_run:
+                journal(self.state_dir, {"event": CLUSTER_CHANGED, "holder": self.holder, "line": line}, log=self.log)
 
     def _note(self, status: ExecutionStatus) -> list[str]:
         """Keep this step's events (new ones logged once) and the moves it found gone; returns the new lines."""
@@ -471,6 +476,8 @@ class ExecutionSession:
         and the count of moves done at its last tick."""
         session = cls(admin, plan, config, state_dir=state_dir, holder=holder, **kwargs)
         session.resume_drain()
+        if state_dir is not None:
+            session.events = cluster_events(state_dir)
         if holder is None or state_dir is None:
             return session
         stops = [e["why"] for e in try_events(state_dir, holder) if e.get("event") == HEALTH_STOPPED]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from execution_helpers import RACKS, fake, mv, plan_of, tp
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
-from airflow_kafka_reassign.core.execution.run_state import read_topic_ids
+from airflow_kafka_reassign.core.execution.run_state import cluster_events, read_topic_ids
 from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_REPLICAS, THROTTLE_BACKUP_FILE
 from airflow_kafka_reassign.core.maintenance.drain import DrainSpec
 from airflow_kafka_reassign.core.records.store import MemoryStore
@@ -190,3 +190,21 @@ def test_rounds_stop_at_their_bound_naming_what_is_left():
     assert [e for e in result.cluster_events if e.startswith("round ")][:2] == [
         "round 1 of at most 2: 1 move(s) planned from a fresh snapshot (new0-0)",
         "round 2 of at most 2: 1 move(s) planned from a fresh snapshot (new1-0)"]
+
+
+def test_the_cluster_events_are_journalled_once_across_the_processes_of_a_run(caplog):
+    """The sensor's pokes each resume the session in a new process: a change is logged and journalled once, and the
+    wait's summary reads every process's lines from the journal."""
+    f = fake(t=[[1, 2]], u=[[2, 3]])
+    state = MemoryStore()
+    plan = ReassignmentPlan(moves=(mv("t", 0, (1, 2), (1, 4)), mv("u", 0, (2, 3), (2, 5))), partition_counts={"t": 1},
+                            topic_ids=dict(f.topic_ids))
+    f.grow_topic("t", [[2, 1]])
+    with caplog.at_level("WARNING"):
+        ExecutionSession.resume(f, plan, THROTTLED, state_dir=state, holder="wait#1", settle_s=0).tick()
+    assert "grew from 1 to 2" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        ExecutionSession.resume(f, plan, THROTTLED, state_dir=state, holder="wait#1", settle_s=0).tick()
+    assert "grew from 1 to 2" not in caplog.text  # the second poke knew it already
+    assert cluster_events(state) == ["topic t grew from 1 to 2 partitions: its moves continue"]
