@@ -134,10 +134,9 @@ def test_a_replica_on_broker_99_is_refused_before_anything_is_sent(config, recor
 
 def executes(plan_dir: Path) -> dict[str, Any]:
     """Run the operator on ``plan_dir`` with a throttle, to the end; returns the summary it pushed."""
-    ti = TI()
-    ExecuteReassignmentOperator(task_id="execute", plan_uri=str(plan_dir), kafka_config_id=CONN_ID,
-                                throttle_bytes_per_sec=1_000_000, poll_interval=0.5, kafka_timeout_s=20).execute({"ti": ti})
-    return ti.pushed["summary"]
+    return ExecuteReassignmentOperator(task_id="execute", plan_uri=str(plan_dir), kafka_config_id=CONN_ID,
+                                       throttle_bytes_per_sec=1_000_000, poll_interval=0.5,
+                                       kafka_timeout_s=20).execute({"ti": TI()})
 
 
 def throttle_configs(config: dict[str, str], topics: list[str]) -> dict[str, dict[str, str]]:
@@ -145,11 +144,12 @@ def throttle_configs(config: dict[str, str], topics: list[str]) -> dict[str, dic
     from confluent_kafka.admin import ConfigResource
 
     client = AdminClient(dict(config))
-    resources = [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in BROKERS] + [
-        ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
     out = {}
-    for res, fut in client.describe_configs(resources, request_timeout=30).items():
-        out[f"{res.restype}:{res.name}"] = {k: e.value for k, e in fut.result(60).items() if "throttled" in k}
+    # librdkafka takes one broker resource per describe_configs call
+    for group in [[ConfigResource(ConfigResource.Type.BROKER, str(b))] for b in BROKERS] + [
+            [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]]:
+        for res, fut in client.describe_configs(group, request_timeout=30).items():
+            out[f"{res.restype}:{res.name}"] = {k: e.value for k, e in fut.result(60).items() if "throttled" in k}
     return out
 
 
