@@ -180,6 +180,9 @@ class FakeClusterAdmin:
         for store in (self.replicas, self.inflight, self.sizes, self.leaders):
             for tp in [tp for tp in store if tp.topic == name]:
                 del store[tp]  # type: ignore[attr-defined]
+        for dirs in (self.replica_dirs, self.log_dir_moves):  # its logs, future ones (between log dirs) too
+            for r in [r for r in dirs if r.topic == name]:
+                del dirs[r]  # type: ignore[attr-defined]
 
     def create_topic(self, name: str, partitions: Sequence[Sequence[int]]) -> str:
         """Create topic ``name`` with these replicas per partition (a new topic id, returned)."""
@@ -188,6 +191,8 @@ class FakeClusterAdmin:
         self.topic_configs[name] = {}
         for i, r in enumerate(partitions):
             self.replicas[TopicPartition(name, i)] = tuple(r)
+            for b in r:  # each new replica in a log dir its broker may place it in (not a cordoned one)
+                self.replica_dirs[TopicPartitionReplica(name, i, b)] = self._place_dir(b)
         return self._new_id(name)
 
     def grow_topic(self, name: str, partitions: Sequence[Sequence[int]]) -> None:
@@ -195,6 +200,8 @@ class FakeClusterAdmin:
         first = self.topics[name].partition_count
         for i, r in enumerate(partitions):
             self.replicas[TopicPartition(name, first + i)] = tuple(r)
+            for b in r:
+                self.replica_dirs[TopicPartitionReplica(name, first + i, b)] = self._place_dir(b)
         self.topics[name] = self.topics[name].model_copy(update={"partition_count": first + len(partitions)})
 
     def complete(self, partitions: Collection[TopicPartition] | None = None) -> None:

@@ -53,7 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
 #: end (docs/testing.md). The stack's faults mostly wait on Airflow's components: test_stack.py takes 9-15 minutes.
 FIRST = ("test_stack.py", "test_health_gate.py", "test_object_storage.py", "test_example_dags.py",
          "test_airflow_ui.py", "test_execution_engine.py", "test_plan_job_readers.py", "test_spark_standalone.py",
-         "test_execution_airflow.py", "test_plan_on_sandbox.py", "test_remove_disk.py", "test_drain_before_cordons.py",
+         "test_execution_airflow.py", "test_plan_on_sandbox.py", "test_remove_disk.py", "test_living_cluster_disk.py",
+         "test_drain_before_cordons.py",
          "test_wait_broker_down.py", "test_decommission_lifecycle.py", "test_wait_sensor.py")
 
 

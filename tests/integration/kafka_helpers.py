@@ -255,18 +255,24 @@ def dynamic_broker_configs(config: dict[str, Any], brokers: list[int] | None = N
 
 def plan_job_in_process(operator: Any, snapshot: str, plan: str, request_file: str, **_: object) -> None:
     """In place of ``PlanReassignmentOperator.spark_submit``: the same planner in this process (the staged path the
-    Spark job runs), reading and writing what the job's driver would. An ``output_uri`` on object storage works too
+    Spark job runs; a goal on log dirs: the job's own driver-side planner), reading and writing what the job's driver
+    would. An ``output_uri`` on object storage works too
     (the snapshot and request read from there, the plan written there, as spark/job_storage.py does)."""
     from airflow_kafka_reassign.core.planner import PlanRequest
+    from airflow_kafka_reassign.core.planner.goals import LOG_DIR_GOALS
     from airflow_kafka_reassign.core.planner.staged import plan_staged
     from airflow_kafka_reassign.core.records.plan_io import write_plan_dir
     from airflow_kafka_reassign.core.records.snapshot_io import read_snapshot
     from airflow_kafka_reassign.plan_storage import fetch_dir, is_local, open_store
+    from airflow_kafka_reassign.spark.plan_job import plan_log_dirs_on_driver
 
     print(f"PLAN-IN-PROCESS task {operator.task_id}: the plan job's planner run in the task's process, no spark-submit",
           flush=True)
     if is_local(snapshot):
         request = PlanRequest.model_validate_json(Path(request_file).read_text())
+        if request.goal in LOG_DIR_GOALS:  # the job plans these on its driver, from the log dirs beside the snapshot
+            plan_log_dirs_on_driver(snapshot, plan, request, snapshot)
+            return
         write_plan_dir(plan_staged(read_snapshot(Path(snapshot)), request), Path(plan), snapshot=snapshot)
         return
     conn_id, timeout_s = operator.storage_conn_id or None, float(operator.storage_timeout_s)

@@ -12,7 +12,9 @@ caught up). :func:`~airflow_kafka_reassign.core.execution.iteration.step` calls,
   is sent, neither here nor as a reassignment (``status.blocked``), nothing is cancelled, the run state is kept;
   the task fails naming the dir, and a later run on the plan resumes. A move that cannot be done (its replica is
   moved elsewhere by someone else, its broker no longer holds it, the broker refused it) is refused by partition
-  (``status.failed``) like a refused reassignment;
+  (``status.failed``) like a refused reassignment. A move whose topic was deleted (or re-created: a new topic id)
+  under the run is *gone*, as the reassignment path judged it (``status.gone``, one line in ``status.events``):
+  dropped, neither waited for nor failed, and not counted in the log-dir moves; a topic that grew keeps its moves;
 * :func:`submit_log_dirs` (after the reassignments' throttles are reconciled, under the lease): the log-dir throttle
   (``replica.alter.log.dirs.io.max.bytes.per.second``) on the brokers moving, backed up first
   (:func:`~airflow_kafka_reassign.core.execution.throttle.sync_log_dir_throttle`) and set back on a broker as soon as it has
@@ -65,11 +67,15 @@ def observe_log_dirs(
 ) -> LogDirStatus | None:
     """Classify the plan's moves between log dirs (``None``, and no request, when it pins none); sets
     ``status.log_dirs``, refuses failed ones by partition (``status.failed``) and stops the run while a log dir of a
-    broker with moves left is offline (``status.blocked``). Read-only."""
+    broker with moves left is offline (``status.blocked``). Moves of a partition already ``status.gone`` (its topic
+    deleted or re-created) are left out, even one the broker refused earlier in the run (the topic vanished between
+    the read and the send). Read-only."""
     log = log or _log
     moves = pinned(plan)
     if not moves:
         return None
+    # a topic deleted (or re-created) under the plan: its moves are gone (status.gone, counted there), not waited for
+    moves = [(r, d) for r, d in moves if r.tp not in status.gone]
     tps = sorted({r.tp for r, _ in moves})
     seen = admin.log_dirs(tps)
     out = LogDirStatus(total=len(moves), dirs=seen.dirs)

@@ -285,3 +285,111 @@ def test_current_log_dirs_are_checked_like_log_dirs():
         Move(topic="t", partition=0, target_replicas=(1, 2), current_log_dirs=(D1, "any"))
     plain = Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(1, 3))
     assert "current_log_dirs" not in plain.model_dump_json()  # plans without log dirs: the same bytes as before
+
+
+# -- the cluster living under a disk removal (issue 36): a topic deleted or grown while a log-dir move is in flight --
+
+
+def living(**settings):
+    """Broker 1's second dir (D2) holds t-0..t-3 and u-0..u-1 (u the smallest: moved first); the dir is cordoned, as
+    cordon_for_removal leaves it; a session removing it, one move per dir."""
+    f = cluster(4, u=[[1, 3], [3, 1]])
+    for p in range(2):
+        f.replica_dirs[R("u", p, 1)] = D2
+        f.sizes[TopicPartition("u", p)] = {1: MB // 2, 3: MB // 2}
+    plan = removal(f)
+    f.set_cordons({1: D2})
+    state = MemoryStore()
+    return f, plan, state, session(f, plan, state, **settings)
+
+
+def until_complete(f: FakeClusterAdmin, s: ExecutionSession, ticks: int = 20):
+    for _ in range(ticks):
+        tick = s.tick()
+        assert max(future_replicas(f).values()) <= 1  # max_moves_per_dir=1, whatever the cluster did
+        if tick.status.complete:
+            return tick
+        f.complete_log_dir_moves()
+    raise AssertionError(f"not complete after {ticks} ticks: {tick.status.progress_line()}")
+
+
+def in_d2(f: FakeClusterAdmin) -> list:
+    return [x for d in f.log_dirs(None).dirs[1] if d.path == D2 for x in d.replicas]
+
+
+def test_a_topic_deleted_while_its_log_dir_move_is_in_flight_is_dropped_and_the_dir_ends_empty():
+    f, plan, state, s = living(log_dir_throttle_bytes_per_sec=1_000_000)
+    s.tick()
+    assert f.dir_requests == [{R("u", 0, 1): D1}] and R("u", 0, 1) in f.log_dir_moves  # u-0's move in flight
+    f.delete_topic("u")
+    tick = until_complete(f, s)
+    status = tick.status
+    assert status.ok, status.progress_line()  # gone is not failed
+    assert set(status.gone) == {TopicPartition("u", 0), TopicPartition("u", 1)} and not status.failed
+    assert sorted(r.partition for r in status.log_dirs.done) == [0, 1, 2, 3] and status.log_dirs.total == 4
+    assert not in_d2(f)  # the dir is empty
+    assert any("topic u deleted: dropped 2 move(s)" in e for e in s.events)
+    assert "2 gone (dropped)" in status.progress_line() and "log dirs: 4/4 replicas moved" in status.progress_line()
+    assert s.finish()["throttles_restored"] == "yes" and LOG_DIR_RATE not in f.broker_configs[1]
+
+
+def test_a_topic_deleted_between_the_read_and_the_send_is_dropped_not_failed():
+    """The broker refuses a move of a replica that no longer exists; the next step sees the topic gone."""
+
+    class Racing(Fake):
+        def alter_replica_log_dirs(self, targets):
+            if "u" in self.topics:
+                self.delete_topic("u")
+            return super().alter_replica_log_dirs(targets)
+
+    f = Racing.build({1: "a", 2: "b", 3: "c"}, {"t": [[1, 2], [2, 1]], "u": [[1, 3]]}, log_dirs=2)
+    for r, size in ((R("t", 0, 1), 2), (R("t", 1, 1), 3), (R("u", 0, 1), 1)):
+        f.replica_dirs[r] = D2
+        f.sizes[r.tp] = {b: size * MB for b in f.replicas[r.tp]}
+    plan = removal(f)
+    s = session(f, plan, MemoryStore())
+    tick = until_complete(f, s)
+    assert tick.status.ok, tick.status.progress_line()
+    assert set(tick.status.gone) == {TopicPartition("u", 0)} and not tick.status.failed and not in_d2(f)
+
+
+def test_a_topic_grown_while_a_log_dir_move_is_in_flight_keeps_its_moves_and_the_dir_ends_empty():
+    f, plan, state, s = living()
+    s.tick()
+    f.grow_topic("t", [[1, 3], [3, 1]])  # the controller skips the cordoned dir: the new replicas land in D1
+    tick = until_complete(f, s)
+    assert tick.status.ok and not tick.status.gone and len(tick.status.log_dirs.done) == 6
+    assert not in_d2(f) and any("topic t grew from 4 to 6 partitions" in e for e in s.events)
+
+
+def test_a_topic_deleted_under_a_disk_removal_that_also_moves_to_another_broker_leaves_no_throttle():
+    """A replica with no room on its broker goes to another broker under the replication throttle: its topic deleted
+    mid-move, the throttle syncs drop it (no raise) and every throttle config ends as before."""
+    f = cluster(1, u=[[1, 2]])
+    f.replica_dirs[R("u", 0, 1)] = D2
+    f.sizes[TopicPartition("u", 0)] = {1: 4 * MB, 2: 4 * MB}
+    f.dir_total[D1] = 3 * MB  # t-0 (1 MB) fits in D1, u-0 (4 MB) does not: it goes to broker 3
+    before = {b: dict(c) for b, c in f.broker_configs.items()}
+    plan = removal(f)
+    assert {m.topic: m.target_replicas for m in plan.moves} == {"t": (1, 2), "u": (3, 2)}
+    state = MemoryStore()
+    s = session(f, plan, state, throttle_bytes_per_sec=1_000_000, log_dir_throttle_bytes_per_sec=1_000_000)
+    s.tick()
+    assert TopicPartition("u", 0) in f.inflight and f.topic_configs["u"]  # throttled, in flight
+    f.delete_topic("u")
+    tick = until_complete(f, s)
+    assert tick.status.ok and set(tick.status.gone) == {TopicPartition("u", 0)}
+    assert s.finish()["throttles_restored"] == "yes" and read_backup(state) is None
+    assert {b: {k: v for k, v in c.items()} for b, c in f.broker_configs.items()} == before
+
+
+def test_a_topic_re_created_while_its_log_dir_move_is_in_flight_is_dropped_and_the_new_one_is_left_alone():
+    f, plan, state, s = living()
+    s.tick()
+    assert R("u", 0, 1) in f.log_dir_moves
+    f.delete_topic("u")
+    f.create_topic("u", [[1, 3], [3, 1]])  # a new topic id; the broker places its replicas outside the cordoned dir
+    tick = until_complete(f, s)
+    assert tick.status.ok and set(tick.status.gone) == {TopicPartition("u", 0), TopicPartition("u", 1)}
+    assert not in_d2(f) and f.replica_dirs[R("u", 0, 1)] == D1 and len(f.dir_requests) == 5  # u's new one: not moved
+    assert any("topic u re-created (new topic id): dropped 2 move(s)" in e for e in s.events)
