@@ -10,8 +10,9 @@ contains every target replica, and the controller lists no reassignment for it.
 **States** of a move: :class:`~airflow_kafka_reassign.core.vocabulary.move_state.MoveState`, the one vocabulary the
 execution engine uses too (done, lagging, in flight, pending, stale, foreign, failed; see
 :mod:`~airflow_kafka_reassign.core.vocabulary.move_state`).
-Stale and failed moves are *blocked*: waiting cannot complete them; a gone move (its topic deleted or re-created) is
-dropped, and counts as finished.
+Stale and failed moves are *blocked*: waiting cannot complete them; a gone move (its topic deleted or re-created, or,
+in a drain, a stale move whose partition holds no replica on the drained brokers any more) is dropped, and counts as
+finished.
 
 **Bytes** (from DescribeLogDirs sizes, see :meth:`ClusterAdmin.replica_sizes`): a move copies its partition once to
 every adding replica. Its *bytes to copy* are the size of its largest source replica times the number of adding
@@ -173,7 +174,8 @@ class Observation:
 
     @property
     def gone(self) -> int:
-        """Moves dropped because their partition is gone (topic deleted, or re-created: a new topic id)."""
+        """Moves dropped because their partition is gone (topic deleted, or re-created: a new topic id), or, in a drain,
+        because it went stale off the drained brokers (nothing left to do for the drain)."""
         return self.counts[MoveState.GONE]
 
     @property
@@ -410,7 +412,7 @@ class Progress:
         if o.blocked:
             text += f", {o.blocked} blocked"
         if o.gone:
-            text += f", {o.gone} gone (topic deleted or re-created: dropped)"
+            text += f", {o.gone} gone (dropped: topic deleted or re-created, or off the drained brokers)"
         if o.bytes_total is not None:
             text += f" | {format_bytes(o.bytes_copied or 0)} of {format_bytes(o.bytes_total)} copied"
         if self.rate is None:

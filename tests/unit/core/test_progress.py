@@ -355,7 +355,7 @@ def test_a_missing_topic_is_reported_not_raised(monkeypatch):
                                                           target_replicas=(3, 2))))
     prog = ReassignmentWatch(gone, started_at=0, stuck_after_s=600).poke(fake, now=1)
     assert prog.observation.gone == 1 and prog.summary()["gone"] == 1 and prog.summary()["failed"] == 0
-    assert "1 gone (topic deleted or re-created: dropped)" in prog.line()
+    assert "1 gone (dropped: topic deleted or re-created, or off the drained brokers)" in prog.line()
 
 
 def test_submitter_runs_first_and_its_refusals_block_the_move():
