@@ -80,6 +80,8 @@ class Perturbations:
         self.done: list[str] = []
         self.error: BaseException | None = None
         self.broker_down = False
+        self.trace: list[str] = []  # what each wait saw last (a failure names it)
+        self._listing: KafkaAdminClient | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="living-cluster", daemon=True)
 
@@ -90,6 +92,8 @@ class Perturbations:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(WAIT_S)
+        if self._listing is not None:
+            self._listing.close()
         if self.broker_down:  # never leave the shared sandbox a broker short
             self.sandbox.start_broker(RESTARTED)
             self.broker_down = False
@@ -99,23 +103,26 @@ class Perturbations:
         while time.monotonic() < deadline and not self._stop.is_set():
             try:
                 found = check()
-            except Exception:  # noqa: BLE001 (a broker restarting, a topic being deleted: ask again)
+            except Exception as e:  # noqa: BLE001 (a broker restarting, a topic being deleted: ask again)
                 found = None
+                self.trace.append(f"{time.strftime('%X')} {what}: {type(e).__name__}: {e}")
             if found:
                 return found
             time.sleep(0.2)
         why = "the run ended" if self._stop.is_set() else f"{WAIT_S} s"
-        raise AssertionError(f"the thread gave up waiting for {what} ({why})")
+        raise AssertionError(f"the thread gave up waiting for {what} ({why}); last seen: {self.trace[-5:]}")
 
     def _in_flight(self) -> set[tuple[str, int]]:
         """The test's partitions the controller lists as being reassigned (kafka-python, the test's own client)."""
-        client = KafkaAdminClient(bootstrap_servers=self.config["bootstrap.servers"], request_timeout_ms=10_000)
-        try:
-            listed = client.list_partition_reassignments()
-        finally:
-            client.close()
+        if self._listing is None:
+            self._listing = KafkaAdminClient(bootstrap_servers=self.config["bootstrap.servers"],
+                                             request_timeout_ms=10_000)
+        listed = self._listing.list_partition_reassignments(timeout_ms=5_000)
         ours = set(self.names.values())
-        return {(tp.topic, tp.partition) for tp in listed if tp.topic in ours}
+        found = {(tp.topic, tp.partition) for tp in listed if tp.topic in ours}
+        self.trace.append(f"{time.strftime('%X')} in flight: {sorted(p for _, p in found)} of "
+                          f"{sorted({t.rsplit('-', 1)[-1] for t, _ in found})}")
+        return found
 
     def _on_drained(self, topic: str) -> list[int]:
         return [p for p, r in replicas_of(self.config, topic).items() if DRAINED in r]
