@@ -221,9 +221,12 @@ def test_a_decommission_ends_with_the_broker_empty_while_topics_change_and_a_bro
         assert result["tis"].get(task) == "success", (task, result["tis"], result["log"][-8000:])
         assert result["tries"].get(task) == 1, (task, result["tries"])  # no retry, no re-trigger
     assert result["xcom"]["verify_drained.return_value"]["drained"] == [DRAINED]
-    # the run saw what the cluster did (the cluster events of its summary name each)
+    # the run saw what the cluster did, and said what it did about it (one line each in the wait's log)
     wait_summary = result["xcom"]["wait.return_value"]
-    assert wait_summary["status"] == "complete", wait_summary
+    assert wait_summary["status"] == "complete" and wait_summary["blocked"] == 0, wait_summary
+    assert f"topic {names['del']} deleted: dropped" in result["log"]
+    assert f"topic {names['grow']} grew from {len(TOPICS['grow'])} to {GROWN_TO} partitions: its moves continue" \
+        in result["log"]
 
     # the test's own client: every topic off broker 5, every partition with its replication factor, in sync
     after = {t: replicas_of(config, t) for t in (*kept, names["recreate"])}
