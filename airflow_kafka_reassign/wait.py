@@ -237,7 +237,7 @@ def poke_outcome(session: ExecutionSession, *, measure_bytes: bool) -> SubmitOut
                      f"drained brokers meanwhile are moved off in this run")
     return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=tick.health_stop or status.blocked,
                          notes=tuple(notes), closed=tick.past_deadline, observed=observed, plan=plan,
-                         next_poll_s=tick.next_poll_s)
+                         next_poll_s=tick.next_poll_s, gone=dict(status.gone), waiting=dict(status.waiting))
 
 
 def make_admin(spec: WaitSpec) -> ClusterAdmin:

@@ -104,18 +104,21 @@ dag = getattr(module, sys.argv[2]) if len(sys.argv) > 3 and sys.argv[2] else nex
 run = dag.test(run_conf=json.loads(sys.argv[-1]))
 with create_session() as session:
     tis = {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+    tries = {ti.task_id: ti.try_number for ti in run.get_task_instances(session=session)}
     rows = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id).all()
     xcom = {f"{r.task_id}.{r.key}": XComModel.deserialize_value(r) for r in rows}
-print("DAG-RESULT " + json.dumps({"state": str(run.state), "tis": tis, "xcom": xcom}, default=str))
+print("DAG-RESULT " + json.dumps({"state": str(run.state), "tis": tis, "tries": tries, "xcom": xcom}, default=str))
 '''
 
 
 def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, *, timeout: float = 600,
-                 answers: dict[str, str] | None = None, plan_in_process: bool = False) -> dict:
+                 answers: dict[str, str] | None = None, plan_in_process: bool = False,
+                 log_file: Path | None = None) -> dict:
     """Run the DAG of ``dag_file`` once with ``dag.test()`` in a subprocess; returns
-    ``{"state", "tis": {task_id: state}, "xcom": {"task.key": value}, "log"}`` (a failed run
-    exits 0 too: assert the state). ``answers``: ``{task_id: option}`` for human-in-the-loop tasks
-    (see the module doc; Airflow 3.3+). ``plan_in_process``: no spark-submit (see the module doc)."""
+    ``{"state", "tis": {task_id: state}, "tries": {task_id: try_number}, "xcom": {"task.key": value}, "log"}`` (a
+    failed run exits 0 too: assert the state). ``answers``: ``{task_id: option}`` for human-in-the-loop tasks
+    (see the module doc; Airflow 3.3+). ``plan_in_process``: no spark-submit (see the module doc). ``log_file``: the
+    run's output (stdout and stderr) goes there as it is written, for a test that watches the run while it runs."""
     import json
     import subprocess
 
@@ -124,14 +127,18 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
     if plan_in_process:
         env = {**env, "AKR_PLAN_IN_PROCESS": str(Path(__file__).resolve().parent)}
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, str(dag_file), json.dumps(conf or {})],
-        env=env, capture_output=True, text=True, timeout=timeout,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("DAG-RESULT ")]
-    assert lines, f"no result from the DAG run (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    argv = [sys.executable, "-c", RUNNER, str(dag_file), json.dumps(conf or {})]
+    if log_file is None:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.stdout, proc.stderr
+    else:
+        with open(log_file, "w") as out:
+            proc = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        stdout, stderr = Path(log_file).read_text(), ""
+    lines = [line for line in stdout.splitlines() if line.startswith("DAG-RESULT ")]
+    assert lines, f"no result from the DAG run (exit {proc.returncode}):\n{stdout[-4000:]}\n{stderr[-4000:]}"
     result: dict = json.loads(lines[-1].removeprefix("DAG-RESULT "))
-    result["log"] = proc.stdout + proc.stderr
+    result["log"] = stdout + stderr
     if os.environ.get("AKR_DAGRUN_LOG_DIR"):  # keep every run's whole log (where the time goes, what a task said)
         keep = Path(os.environ["AKR_DAGRUN_LOG_DIR"])
         keep.mkdir(parents=True, exist_ok=True)

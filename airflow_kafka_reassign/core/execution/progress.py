@@ -10,8 +10,9 @@ contains every target replica, and the controller lists no reassignment for it.
 **States** of a move: :class:`~airflow_kafka_reassign.core.vocabulary.move_state.MoveState`, the one vocabulary the
 execution engine uses too (done, lagging, in flight, pending, stale, foreign, failed; see
 :mod:`~airflow_kafka_reassign.core.vocabulary.move_state`).
-Stale and failed moves are *blocked*: waiting cannot complete them; a gone move (its topic deleted or re-created) is
-dropped, and counts as finished.
+Stale and failed moves are *blocked*: waiting cannot complete them; a gone move (its topic deleted or re-created, or,
+in a drain, a stale move whose partition holds no replica on the drained brokers any more) is dropped, and counts as
+finished.
 
 **Bytes** (from DescribeLogDirs sizes, see :meth:`ClusterAdmin.replica_sizes`): a move copies its partition once to
 every adding replica. Its *bytes to copy* are the size of its largest source replica times the number of adding
@@ -173,7 +174,8 @@ class Observation:
 
     @property
     def gone(self) -> int:
-        """Moves dropped because their partition is gone (topic deleted, or re-created: a new topic id)."""
+        """Moves dropped because their partition is gone (topic deleted, or re-created: a new topic id), or, in a drain,
+        because it went stale off the drained brokers (nothing left to do for the drain)."""
         return self.counts[MoveState.GONE]
 
     @property
@@ -410,7 +412,7 @@ class Progress:
         if o.blocked:
             text += f", {o.blocked} blocked"
         if o.gone:
-            text += f", {o.gone} gone (topic deleted or re-created: dropped)"
+            text += f", {o.gone} gone (dropped: topic deleted or re-created, or off the drained brokers)"
         if o.bytes_total is not None:
             text += f" | {format_bytes(o.bytes_copied or 0)} of {format_bytes(o.bytes_total)} copied"
         if self.rate is None:
@@ -516,6 +518,11 @@ class SubmitOutcome:
     #: When to poke next (seconds): when the first move in flight is predicted to finish (bytes left at the rate
     #: observed for it), within the session's bounds. ``None``: no prediction (the driver's own interval).
     next_poll_s: float | None = None
+    #: The session's verdicts that the cluster alone does not show: moves dropped (``gone``: a topic deleted or
+    #: re-created, a drain's stale move off the drained brokers) and moves held unsent (``waiting``), with why. A poke
+    #: that observes the plan itself (no ``observed``: nothing measured at the end, or the settle re-check) keeps them.
+    gone: Mapping[TopicPartition, str] = field(default_factory=dict)
+    waiting: Mapping[TopicPartition, str] = field(default_factory=dict)
 
 
 #: Submits a plan's pending moves within limits (for example around ``core.execution.step``).
@@ -523,8 +530,11 @@ Submitter = Callable[[ClusterAdmin], SubmitOutcome]
 
 
 def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_bytes: bool = True,
-            refused: Mapping[TopicPartition, str] | None = None, retry_s: float = 1.0) -> Observation:
-    """Observe ``plan`` on the cluster with a constant number of batched requests.
+            refused: Mapping[TopicPartition, str] | None = None, retry_s: float = 1.0,
+            gone: Mapping[TopicPartition, str] | None = None,
+            waiting: Mapping[TopicPartition, str] | None = None) -> Observation:
+    """Observe ``plan`` on the cluster with a constant number of batched requests (``gone``, ``waiting``: the
+    execution session's verdicts, as :func:`assess_parts` takes them).
 
     One :meth:`ClusterAdmin.snapshot` of the plan's topics (cluster, metadata, configs and the controller's
     ListPartitionReassignments: a handful of requests whatever the plan's size) and, with ``measure_bytes``, one
@@ -543,7 +553,8 @@ def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_b
         except ConfigurationError:
             snap = admin.snapshot()
     sizes = admin.replica_sizes(plan.partitions) if measure_bytes and plan.moves else None
-    obs = assess(plan, snap, sizes, at=at, refused=refused)
+    obs = assess_parts(plan, snap.partition_map(), {b.id for b in snap.brokers}, sizes, at=at, refused=refused,
+                       gone=gone, waiting=waiting)
     pinned = [m.tp for m in plan.moves if m.log_dirs is not None]
     return with_log_dirs(obs, pinned_states(plan, admin.log_dirs(pinned))) if pinned else obs
 
@@ -618,6 +629,9 @@ class ReassignmentWatch:
         self.closed = False
         #: When the submitter's session predicts the next poke is worth making (:attr:`SubmitOutcome.next_poll_s`).
         self.next_poll_s: float | None = None
+        #: The submitter's latest verdicts (:attr:`SubmitOutcome.gone`, ``waiting``), for a poke that observes itself.
+        self.gone: Mapping[TopicPartition, str] = {}
+        self.waiting: Mapping[TopicPartition, str] = {}
 
     @property
     def state(self) -> TrackerState:
@@ -637,16 +651,18 @@ class ReassignmentWatch:
             self.blocked = outcome.blocked
             self.notes = outcome.notes
             self.closed = outcome.closed
+            self.gone, self.waiting = outcome.gone, outcome.waiting
         if observed is not None:  # what the submitter's step read this poke: no second snapshot or DescribeLogDirs
             obs = observed(now, self.refused)
-        else:
-            obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused)
+        else:  # the session's verdicts kept: a dropped move is not judged stale again by the replicas alone
+            obs = observe(admin, self.plan, at=now, measure_bytes=self.measure_bytes, refused=self.refused,
+                          gone=self.gone, waiting=self.waiting)
         if obs.unfinished == 0 and not obs.complete and self.settle_s > 0:
             # "blocked" ends the wait: make sure it is not a broker's metadata lagging a moment behind the
             # controller (a new topic not known yet, a finished move still showing its old replicas)
             time.sleep(self.settle_s)
             obs = observe(admin, self.plan, at=now + self.settle_s, measure_bytes=self.measure_bytes,
-                          refused=self.refused)
+                          refused=self.refused, gone=self.gone, waiting=self.waiting)
         return self.record(obs, now=now, submitted=submitted)
 
     def record(self, obs: Observation, *, now: float, submitted: int = 0) -> Progress:

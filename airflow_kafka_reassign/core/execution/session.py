@@ -269,6 +269,7 @@ class ExecutionSession:
         self.submitted.extend(status.submitted)
         self.known_failed.update(status.failed)
         self._take_topic_ids(status)
+        self._drop_what_the_drain_needs_no_more(status)
         new_events = self._note(status)
         self._time_waits(status)
         if status.complete and self.drain is not None and not past and submit and self.health_stop is None \
@@ -333,6 +334,32 @@ class ExecutionSession:
         if self.state_dir is not None and not self.options.dry_run:
             write_topic_ids(self.state_dir, ids)
         self.plan = self.plan.model_copy(update={"topic_ids": ids})
+
+    def _drop_what_the_drain_needs_no_more(self, status: ExecutionStatus) -> None:
+        """A drain's stale move whose partition holds no replica on the drained brokers any more is dropped (``gone``):
+        the goal needs nothing more of it. Its partition was moved off by someone else, or its topic was deleted and
+        re-created elsewhere where no topic id tells it (a cluster or adapter without KIP-516's ids): left stale, it
+        would fail a run whose brokers are empty. A stale partition still on a drained broker stays stale, and the
+        drain round after the plan's moves plans it again from the cluster; one with a reassignment in flight waits
+        for it (its end is not known yet). Judged at every tick from what the tick read: a resumed session agrees."""
+        spec, obs = self.drain, status.observation
+        if spec is None or obs is None or not status.stale:
+            return
+        drained = set(spec.brokers)
+        off = {tp: obs.partitions[tp].replicas for tp in status.stale
+               if tp not in status.reassignments and tp in obs.partitions
+               and not drained & set(obs.partitions[tp].replicas)}
+        if not off:
+            return
+        for tp, replicas in off.items():
+            expected = status.stale.pop(tp)[0]
+            status.stale_why.pop(tp, None)
+            status.gone[tp] = (f"stale (the plan expected replicas {list(expected)}, the cluster has {list(replicas)}), "
+                               f"and no replica on the drained broker(s) {list(spec.brokers)}: the drain needs nothing "
+                               "more of it: move dropped")
+        status.events.append(f"{len(off)} stale move(s) dropped, their partitions hold no replica on the drained "
+                             f"broker(s) {list(spec.brokers)} any more (moved elsewhere, or the topic re-created): "
+                             f"{_tps(sorted(off), 5)}")
 
     def _event(self, line: str, out: list[str]) -> None:
         """Keep, journal and log ``line`` once per run (a resumed session knows the earlier processes' lines)."""

@@ -355,7 +355,7 @@ def test_a_missing_topic_is_reported_not_raised(monkeypatch):
                                                           target_replicas=(3, 2))))
     prog = ReassignmentWatch(gone, started_at=0, stuck_after_s=600).poke(fake, now=1)
     assert prog.observation.gone == 1 and prog.summary()["gone"] == 1 and prog.summary()["failed"] == 0
-    assert "1 gone (topic deleted or re-created: dropped)" in prog.line()
+    assert "1 gone (dropped: topic deleted or re-created, or off the drained brokers)" in prog.line()
 
 
 def test_submitter_runs_first_and_its_refusals_block_the_move():
@@ -400,3 +400,28 @@ def test_zero_bytes_to_copy_counts_progress_in_moves():
     empty = classify(MOVE, part([4, 2, 3, 1], isr=[1, 2, 3], adding=[4], removing=[1]), {1: 0, 4: 0})
     prog = ProgressTracker(started_at=0, stuck_after_s=60).update(obs_of(empty))
     assert prog.unit == "moves" and "ETA --" in prog.line()
+
+
+def test_a_wait_that_observes_the_plan_itself_keeps_the_sessions_gone_moves():
+    """The sensor's last poke observes the plan itself when its session measured nothing (every move finished: no
+    sizes read at that tick), and so does the settle re-check before "blocked". Both judged a re-created topic's move
+    by the replicas alone: stale, and the wait ended blocked although the session had dropped it ("3 blocked, 3
+    gone", seen on the sandbox during a decommission). They keep the session's verdicts now."""
+    from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession
+    from airflow_kafka_reassign.core.records.store import MemoryStore
+    from airflow_kafka_reassign.wait import poke_outcome
+
+    fake = FakeClusterAdmin.build(brokers={1: "a", 2: "b", 3: "c", 4: "a"}, topics={"t": [[1, 2]], "again": [[1, 2]]})
+    plan = ReassignmentPlan(moves=(Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(2, 3)),
+                                   Move(topic="again", partition=0, current_replicas=(1, 2), target_replicas=(2, 3))),
+                            topic_ids=dict(fake.topic_ids))
+    session = ExecutionSession(fake, plan, ExecutionConfig(), state_dir=MemoryStore(), settle_s=0)
+    watch = ReassignmentWatch(plan, started_at=0, stuck_after_s=600, settle_s=0.01,
+                              submitter=lambda admin: poke_outcome(session, measure_bytes=True))
+    assert watch.poke(fake, now=1).status == "running"  # both submitted
+    fake.complete([TopicPartition("t", 0)])
+    fake.delete_topic("again")
+    fake.create_topic("again", [[3, 4]])  # a new topic id: the planned partition is gone
+    prog = watch.poke(fake, now=2)
+    assert prog.status == "complete", prog.line()
+    assert prog.observation.gone == 1 and prog.observation.blocked == 0
