@@ -273,7 +273,7 @@ class ExecutionSession:
         new_events = self._note(status)
         self._time_waits(status)
         if status.complete and self.drain is not None and not past and submit and self.health_stop is None \
-                and not options.dry_run and self._drain_round(status):
+                and not options.dry_run and self._drain_round():
             again = self.tick(submit=submit)  # the round's first batch, at once
             again.drained_later = self.drained_later[-len(self._last_round):] if self._last_round else []
             again.events = new_events + again.events
@@ -413,27 +413,18 @@ class ExecutionSession:
             self._event(f"{key}: {len(tps)} move(s) refused after waiting {format_duration(now - since)} "
                         f"({setting}={bound:g})", out)
 
-    def _drain_round(self, status: ExecutionStatus) -> bool:
-        """Judge the drain's goal again once the plan's moves are over: stale moves whose partitions no longer hold a
-        replica on the drained brokers are dropped (someone else moved them: nothing left to do for the goal), and
-        the partitions that still hold one (arrived meanwhile, re-created, moved elsewhere by someone else) are
-        planned as a new round. ``True``: the plan changed (tick again)."""
+    def _drain_round(self) -> bool:
+        """Judge the drain's goal again once the plan's moves are over: the partitions that still hold a replica on
+        the drained brokers (arrived meanwhile, re-created, moved elsewhere by someone else) are planned from a fresh
+        snapshot as a new round (stale moves off the drained brokers were dropped at their tick:
+        :meth:`_drop_what_the_drain_needs_no_more`). ``True``: a round was planned."""
         spec = self.drain
         assert spec is not None
         self._last_round = []
         snap = self.admin.snapshot()
         left = leftovers(snap, spec)
-        on_drained = {p.tp for p in left}
-        obsolete = sorted(tp for tp in status.stale if tp not in on_drained)
-        if obsolete:
-            why = (f"someone else moved it and the drained broker(s) {list(spec.brokers)} hold none of it: nothing "
-                   "left to do for the drain")
-            self.gone.update(dict.fromkeys(obsolete, why))
-            self.plan = self.plan.model_copy(update={"moves": tuple(m for m in self.plan.moves
-                                                                     if m.tp not in set(obsolete))})
-            self._event(f"{len(obsolete)} stale move(s) dropped ({_tps(obsolete, 5)}): {why}", [])
         if not left:
-            return bool(obsolete)
+            return False
         if self.drain_rounds >= spec.max_rounds:
             self.drain_short = (
                 f"{len(left)} partition(s) still have a replica on the drained broker(s) {list(spec.brokers)} after "
@@ -441,7 +432,7 @@ class ExecutionSession:
                 "Something keeps creating partitions there: cordon the brokers (Kafka 4.3+, KIP-1066), or stop what "
                 "creates topics, then run the drain again")
             self.log.error("%s", self.drain_short)
-            return bool(obsolete)
+            return False
         extra, refused = drain_moves(snap, spec, cordoned=cordoned_brokers(self.admin, snap.broker_ids),
                                      skip=self.known_failed)
         skipped = {p.tp: self.known_failed[p.tp] for p in left if p.tp in self.known_failed}
@@ -455,7 +446,7 @@ class ExecutionSession:
                                                                         sorted(refused.items())[:10]))
             self.log.error("%s", self.drain_short)
         if not extra.moves:
-            return bool(obsolete)
+            return False
         self.drain_rounds += 1
         if self.state_dir is not None:
             if self.lease is not None:

@@ -1,6 +1,6 @@
 """A run owns its end state while the cluster lives on (issue 36): each change of the cluster under a plan touches the
 moves it touches, never the whole run. On the in-memory fake; the same cases run on a real sandbox in
-tests/integration/test_living_cluster*.py."""
+tests/integration/test_living_cluster.py and test_living_cluster_disk.py."""
 
 from __future__ import annotations
 
