@@ -4,7 +4,7 @@ number of batched requests whatever the number of partitions: one Metadata reque
 topics, ListPartitionReassignments, and DescribeLogDirs per broker, behind the metadata barrier
 (:class:`~airflow_kafka_reassign.kafka.admin.cluster._MetadataBarrier`).
 
-The Metadata request is kafka-python's (v10 and up, :meth:`SnapshotMixin._read_metadata`), not confluent-kafka's
+The Metadata request is kafka-python's (:meth:`SnapshotMixin._read_metadata`; ids from v10), not confluent-kafka's
 ``list_topics``: librdkafka reads each topic's id (KIP-516) but does not expose it in ``list_topics``, and the
 response that carries every partition's replicas, ISR and leader also carries the topic's id and Kafka's
 internal flag, so ids cost no request and internal topics no DescribeTopicPartitions (docs/performance.md,
