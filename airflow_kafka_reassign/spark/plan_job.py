@@ -115,6 +115,7 @@ from airflow_kafka_reassign.core.records.plan_io import (  # noqa: E402
     file_parts,
     plan_file_parts,
     plan_partition_counts,
+    plan_topic_ids,
     write_metrics,
     write_plan_fragments,
 )
@@ -582,7 +583,8 @@ def _run(
         "stages_s": clock.stages,
     }
     # a task's joined fragments are a fragment of the file
-    write_plan_fragments(chunks, out, partition_counts=plan_partition_counts(parts))
+    write_plan_fragments(chunks, out, partition_counts=plan_partition_counts(parts),
+                         topic_ids=plan_topic_ids(parts, topics))
     clock.lap("write")
     job["planning_s"] = clock.total
     doc = write_metrics(result, out, partitions_moved=moved, snapshot=snapshot_name, job=job)

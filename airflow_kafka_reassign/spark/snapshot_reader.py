@@ -110,7 +110,7 @@ def read_small_tables(spark: Any, base: str) -> tuple[list[Broker], list[TopicSt
     brokers = [Broker(id=r["id"], rack=r["rack"]) for r in rows["brokers"]]
     topics = [
         TopicState(
-            name=r["name"], internal=r["internal"], partition_count=r["partition_count"],
+            name=r["name"], topic_id=r.get("topic_id"), internal=r["internal"], partition_count=r["partition_count"],
             replication_factor=r["replication_factor"], configs=dict(r["configs"] or {}),
         )
         for r in rows["topics"]

@@ -11,7 +11,7 @@ are printed), then ``--repeat`` more on the settled cluster; with ``--sizes`` al
 replica sizes (DescribeLogDirs). Then ``write_snapshot`` / ``read_snapshot`` of the last one.
 
 Every figure is checked first (sizes.py): the snapshot holds exactly the partitions and topics
-created (it once timed 2,000 of its 10,000 partitions and printed the figure as 10,000's).
+created, each topic with its id (it once timed 2,000 of its 10,000 partitions and printed the figure as 10,000's).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def checked(snap: ClusterSnapshot, topics: dict[str, int], *, sizes: bool = Fals
     expect("benchmark partitions in the snapshot", len(mine), sum(topics.values()))
     expect("benchmark topics in the snapshot", len({p.topic for p in mine}), len(topics))
     expect("partitions the snapshot's check records", snap.check.partitions if snap.check else -1, len(snap.partitions))
+    expect("benchmark topics with a topic id (KIP-516)", sum(1 for t in snap.topics if t.name in topics and t.topic_id),
+           len(topics))
     if sizes:
         expect("benchmark partitions with replica sizes", sum(1 for p in mine if p.replica_sizes), len(mine))
     return snap

@@ -106,6 +106,23 @@ def make_coordinator_topics_exist(config) -> None:
         wait_until(lambda name=name: replicas_of(config, name), what=name)
 
 
+def own_topic_ids(config, topics: list[str]) -> dict[str, str]:
+    """Each topic's id (KIP-516) as a client of the test's own reads it (confluent-kafka's DescribeTopics, its two
+    64-bit halves), printed here as Kafka prints it (URL-safe base64 of the 16 bytes, no padding), sharing no code
+    with the adapter's reading or rendering."""
+    import base64
+
+    from confluent_kafka import TopicCollection
+
+    client = AdminClient(dict(config))
+    out = {}
+    for name, future in client.describe_topics(TopicCollection(list(topics)), request_timeout=30).items():
+        tid = future.result(60).topic_id
+        raw = ((tid.get_most_significant_bits() % 2**64) << 64 | tid.get_least_significant_bits() % 2**64)
+        out[name] = base64.urlsafe_b64encode(raw.to_bytes(16, "big")).rstrip(b"=").decode()
+    return dict(sorted(out.items()))
+
+
 def delete_topics(config, names: list[str]) -> None:
     if names:
         admin = AdminClient(dict(config))  # keep the handle alive until the futures are done

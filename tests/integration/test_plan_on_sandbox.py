@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from dagrun import run_dag_file
-from kafka_helpers import wait_until
+from kafka_helpers import own_topic_ids, wait_until
 
 from airflow_kafka_reassign.core.planner import compute_metrics
 from airflow_kafka_reassign.core.records.plan_io import read_metrics, read_plan
@@ -129,6 +129,10 @@ def test_operator_plans_a_skewed_rebalance_in_a_real_task_run(sandbox, admin, ai
 
     plan = read_plan(plan_dir)
     assert all(m.topic in topics for m in plan.moves)
+    # the Spark job records each moved topic's id (KIP-516), as the cluster gives it to the test's own client
+    moved = sorted({m.topic for m in plan.moves})
+    assert plan.topic_ids == own_topic_ids(sandbox.client_config(), moved)
+    assert json.loads((plan_dir / "plan.json").read_text())["topic_ids"] == plan.topic_ids
     alter = admin.alter_reassignments({m.tp: m.target_replicas for m in plan.moves})
     assert all(r.ok for r in alter.results), alter
     wait_reassignments_done(admin, topics)
@@ -163,6 +167,8 @@ def test_cli_plan_executed_by_the_reference_tool(sandbox, admin, tmp_path, uniqu
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads(done.stdout)
     assert summary["replica_moves"] <= 1.05 * summary["lower_bound"] + 1
+    plan = read_plan(plan_dir)  # made by spark-submit from the snapshot file: the moved topics' ids with it
+    assert plan.topic_ids == own_topic_ids(sandbox.client_config(), sorted({m.topic for m in plan.moves}))
     tool = sandbox.reassign_tool(["--execute", "--reassignment-json-file", str(plan_dir / "reassignment.json")])
     assert tool.returncode == 0, tool.stdout + tool.stderr
     wait_reassignments_done(admin, topics)

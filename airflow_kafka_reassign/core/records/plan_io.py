@@ -29,13 +29,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow_kafka_reassign.core.planner.goals import PlanResult
 from airflow_kafka_reassign.core.records.store import Store, as_store
-from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicState
 
 FORMAT_VERSION = 1
 PLAN_FILE = "plan.json"
@@ -107,11 +107,22 @@ def partition_counts_json(counts: Mapping[str, int] | None) -> bytes:
     return json.dumps({t: int(n) for t, n in counts.items()}, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def topic_ids_json(ids: Mapping[str, str] | None) -> bytes:
+    """``topic_ids`` as ``ReassignmentPlan.model_dump_json`` writes it, with the key before it
+    (``,"topic_ids":{...}``; topics in the mapping's order), or nothing when not recorded (the
+    model leaves the key out then)."""
+    if ids is None:
+        return b""
+    return b',"topic_ids":' + json.dumps({t: str(i) for t, i in ids.items()}, separators=(",", ":"),
+                                          ensure_ascii=False).encode()
+
+
 def write_plan_fragments(
     fragments: Sequence[tuple[bytes, bytes, bytes, bytes]],
     out: str | Path,
     *,
     partition_counts: Mapping[str, int] | None = None,
+    topic_ids: Mapping[str, str] | None = None,
 ) -> Path:
     """The four plan files from each move's JSON fragments as UTF-8 (plan, rollback, Kafka
     plan, Kafka rollback: :func:`~airflow_kafka_reassign.core.planner.staged.move_fragments`),
@@ -120,8 +131,9 @@ def write_plan_fragments(
     directory.
 
     ``partition_counts`` (every moved topic's partition count in the snapshot, sorted by topic)
-    goes into ``plan.json`` and ``rollback.json``, as :class:`ReassignmentPlan` writes it; Kafka's
-    own files carry only the moves.
+    goes into ``plan.json`` and ``rollback.json``, as :class:`ReassignmentPlan` writes it, and so
+    does ``topic_ids`` (every moved topic's id in the snapshot, KIP-516, sorted by topic: execution
+    drops the moves of a topic re-created since); Kafka's own files carry only the moves.
 
     A "fragment" may also be several moves' fragments joined with ``,`` (the Spark job sends
     one per task: :data:`FileParts`, put in plan order by :func:`plan_file_parts`): the files are
@@ -132,7 +144,7 @@ def write_plan_fragments(
     (d / ERROR_FILE).unlink(missing_ok=True)
     heads = (b'{"version":1,"moves":[', b'{"version":1,"moves":[', b'{"version":1,"partitions":[',
              b'{"version":1,"partitions":[')
-    ours = b'],"partition_counts":' + partition_counts_json(partition_counts) + b"}"
+    ours = b'],"partition_counts":' + partition_counts_json(partition_counts) + topic_ids_json(topic_ids) + b"}"
     tails = (ours, ours, b"]}", b"]}")
     names = (PLAN_FILE, ROLLBACK_FILE, KAFKA_PLAN_FILE, KAFKA_ROLLBACK_FILE)
     for k in (2, 3, 0, 1):
@@ -180,6 +192,15 @@ def plan_partition_counts(tasks: list[FileParts]) -> dict[str, int] | None:
     if any(n < 1 for n in counts.values()):
         return None
     return dict(sorted(counts.items()))
+
+
+def plan_topic_ids(tasks: list[FileParts], topics: Iterable[TopicState]) -> dict[str, str] | None:
+    """plan.json's ``topic_ids`` (sorted by topic): the id (KIP-516) of each topic the ``finish``
+    tasks moved (:data:`FileParts`), from the snapshot's ``topics`` (topics.parquet); ``None`` when
+    the snapshot knows none of them (an older snapshot: execution then takes the ids it sees first)."""
+    moved = {t for task in tasks for t in task[0]}
+    ids = {t.name: t.topic_id for t in topics if t.name in moved and t.topic_id is not None}
+    return dict(sorted(ids.items())) or None
 
 
 def plan_file_parts(tasks: list[FileParts]) -> tuple[int, list[tuple[bytes, bytes, bytes, bytes]]]:

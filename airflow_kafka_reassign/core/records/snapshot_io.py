@@ -9,7 +9,9 @@ Layout (``format_version`` 1; see docs/formats.md)::
                             "bytes_in": {"window_s", "shrunk", "unmeasured"} (only when sampled)}
       brokers.parquet      id int32, rack string (null: no broker.rack)
       topics.parquet       name string, internal bool, partition_count int32,
-                           replication_factor int32, configs map<string, string>
+                           replication_factor int32, configs map<string, string>,
+                           topic_id string (KIP-516, as Kafka prints it; null: not known;
+                           optional: older snapshots have no such column and read with None)
       partitions.parquet   topic string, partition int32, replicas list<int32>,
                            isr list<int32>, leader int32 (null: none),
                            adding_replicas list<int32>, removing_replicas list<int32>,
@@ -62,6 +64,7 @@ BROKERS_SCHEMA = pa.schema([("id", pa.int32()), ("rack", pa.string())])
 TOPICS_SCHEMA = pa.schema([
     ("name", pa.string()), ("internal", pa.bool_()), ("partition_count", pa.int32()),
     ("replication_factor", pa.int32()), ("configs", pa.map_(pa.string(), pa.string())),
+    ("topic_id", pa.string()),
 ])
 PARTITIONS_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("replicas", pa.list_(pa.int32())),
@@ -175,6 +178,7 @@ def write_snapshot(snapshot: ClusterSnapshot, directory: str | Path) -> Path:
         "partition_count": [t.partition_count for t in snapshot.topics],
         "replication_factor": [t.replication_factor for t in snapshot.topics],
         "configs": [sorted(t.configs.items()) for t in snapshot.topics],
+        "topic_id": [t.topic_id for t in snapshot.topics],
     }, schema=TOPICS_SCHEMA), out / "topics.parquet")
     write_partitions(partitions_table(snapshot), out / "partitions.parquet")
     meta = {"format_version": FORMAT_VERSION, "cluster_id": snapshot.cluster_id,
@@ -266,8 +270,9 @@ def read_snapshot(directory: str | Path) -> ClusterSnapshot:
     check = check_files(src, meta=meta)
     brokers = tuple(Broker(id=r["id"], rack=r["rack"]) for r in pq.read_table(src / "brokers.parquet").to_pylist())
     topics = tuple(
-        TopicState(name=r["name"], internal=r["internal"], partition_count=r["partition_count"],
-                   replication_factor=r["replication_factor"], configs=dict(r["configs"] or []))
+        TopicState(name=r["name"], topic_id=r.get("topic_id"), internal=r["internal"],
+                   partition_count=r["partition_count"], replication_factor=r["replication_factor"],
+                   configs=dict(r["configs"] or []))
         for r in pq.read_table(src / "topics.parquet").to_pylist()
     )
     partitions = []

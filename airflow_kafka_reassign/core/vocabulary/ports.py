@@ -370,8 +370,8 @@ class ClusterAdmin(Protocol):
         self, *, topics: Collection[str] | None = None, include_sizes: bool = False,
         settle_timeout_s: float | None = None,
     ) -> ClusterSnapshot:
-        """Brokers with racks, topics (internal flag, configs that matter), partitions, and
-        the controller's in-flight reassignments merged in (adding/removing replicas).
+        """Brokers with racks, topics (id as Kafka prints it (KIP-516), internal flag, configs that matter),
+        partitions, and the controller's in-flight reassignments merged in (adding/removing replicas).
         ``include_sizes`` adds replica sizes from DescribeLogDirs.
 
         Complete or an error: every partition of every selected topic (``topics``; ``None``: all),

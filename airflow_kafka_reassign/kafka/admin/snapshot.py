@@ -1,22 +1,34 @@
 """The snapshot: brokers, topics and partitions, with the controller's in-flight reassignments and, when
 asked, every replica's size, complete and consistent (or an error naming what is missing), at a constant
-number of batched requests whatever the number of partitions: one Metadata request (confluent-kafka's
-``list_topics``), DescribeConfigs of the topics, DescribeTopicPartitions of the ``__`` topics,
-ListPartitionReassignments, and DescribeLogDirs per broker, behind the metadata barrier
+number of batched requests whatever the number of partitions: one Metadata request, DescribeConfigs of the
+topics, ListPartitionReassignments, and DescribeLogDirs per broker, behind the metadata barrier
 (:class:`~airflow_kafka_reassign.kafka.admin.cluster._MetadataBarrier`).
+
+The Metadata request is kafka-python's (:meth:`SnapshotMixin._read_metadata`; ids from v10), not confluent-kafka's
+``list_topics``: librdkafka reads each topic's id (KIP-516) but does not expose it in ``list_topics``, and the
+response that carries every partition's replicas, ISR and leader also carries the topic's id and Kafka's
+internal flag, so ids cost no request and internal topics no DescribeTopicPartitions (docs/performance.md,
+"Snapshots", has both measured). A whole-cluster snapshot asks for every topic; a snapshot of named topics
+asks for those only.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
+import uuid
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicCollection as CKTopicCollection
 from confluent_kafka.admin import ConfigResource
+from kafka import errors as kp_errors
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.metadata import MetadataRequest
 
 from airflow_kafka_reassign.core.execution.throttle import TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
@@ -43,6 +55,40 @@ log = logging.getLogger(__name__)
 #: (a topic just created may not have reached the broker that answers yet).
 NAMED_TOPIC_RETRIES = 3
 NAMED_TOPIC_RETRY_S = 1.0
+
+#: Metadata errors of a named topic that mean it is not there for this client: it does not exist, or it is hidden
+#: from the principal (a whole-cluster Metadata request leaves such topics out instead), or its name is not valid.
+_ABSENT = (kp_errors.UnknownTopicOrPartitionError.errno, kp_errors.TopicAuthorizationFailedError.errno,
+           kp_errors.InvalidTopicError.errno)
+
+
+def kafka_topic_id(topic_id: uuid.UUID | None) -> str | None:
+    """A topic id (KIP-516) as Kafka prints it (``kafka-topics --describe``'s ``TopicId:``, Kafka's ``Uuid.toString``):
+    the UUID's 16 bytes in URL-safe base64 without padding, 22 characters. ``None`` for none or Kafka's zero id
+    (a topic without one). librdkafka prints the same bytes in standard base64 (``/`` and ``+`` where Kafka has
+    ``_`` and ``-``)."""
+    if topic_id is None or topic_id.int == 0:
+        return None
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class _Partition:
+    replicas: tuple[int, ...]
+    isrs: tuple[int, ...]
+    leader: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Topic:
+    """One topic of a Metadata response: its error's name (``None``: none), id (:func:`kafka_topic_id`), Kafka's
+    internal flag and partitions by id."""
+
+    error: str | None
+    topic_id: str | None
+    internal: bool
+    partitions: dict[int, _Partition]
+
 
 #: Topic configs a snapshot keeps (guards and throttles read them).
 #: ``remote.storage.enable``: tiered topics (KIP-405) cost only their local bytes to move.
@@ -86,9 +132,9 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
 
         Costs a constant number of batched requests per read, not one per partition: until the
         brokers have caught up, one DescribeQuorum and one ApiVersions per broker; then one
-        Metadata request for every partition's replicas, ISR and leader; DescribeConfigs for the
-        topics whose configs it lacks (sent first, awaited last); DescribeTopicPartitions only for
-        ``__``-prefixed topics, to read Kafka's internal flag; ListPartitionReassignments; and with
+        Metadata request for every partition's replicas, ISR and leader and each topic's id (KIP-516,
+        :func:`kafka_topic_id`) and internal flag (:meth:`_read_metadata`); DescribeConfigs for the
+        topics whose configs it lacks (sent first, awaited last); ListPartitionReassignments; and with
         ``include_sizes`` one DescribeLogDirs per broker. The snapshot's ``check`` records the
         counts, the reads it took and the seconds they spanned.
         """
@@ -102,7 +148,6 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
                 source="cluster", topics=0, partitions=0, replicas=0, attempts=1, settle_s=0.0))
         barrier = _MetadataBarrier(self, live)
         configs: dict[str, dict[str, str]] = {}
-        internal: dict[str, bool] = {}
         missing: list[str] = []
         missing_since: float | None = None
 
@@ -123,8 +168,8 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
             behind = barrier.lagging()
             if behind:
                 return None, Gaps(cluster=[behind])
-            md = ck.list_topics(timeout=self._timeout_s)
-            missing = sorted(named - set(md.topics)) if named is not None else []
+            md = self._read_metadata(named)
+            missing = sorted(named - set(md)) if named is not None else []
             if missing:
                 # a topic created a moment ago may not be in this broker's metadata yet: read again
                 # for a while (NAMED_TOPIC_RETRIES x NAMED_TOPIC_RETRY_S), then it does not exist
@@ -134,27 +179,26 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
                     raise unknown(missing)
                 return None, Gaps(cluster=[f"topic(s) {', '.join(missing)} not in the metadata"])
             missing_since = None
-            names = sorted(named if named is not None else md.topics)
-            unread = [n for n in names if n not in configs and md.topics[n].error is None]
+            names = sorted(named if named is not None else md)
+            unread = [n for n in names if n not in configs and md[n].error is None]
             config_futures = ck.describe_configs(
                 [ConfigResource(ConfigResource.Type.TOPIC, n) for n in unread], request_timeout=self._timeout_s
             ) if unread else {}
-            internal.update(self._internal_topics([n for n in names if n.startswith("__") and n not in internal]))
             inflight = self.list_reassignments()
             sizes = self._replica_sizes(live) if include_sizes else None
             configs.update(self._collect_configs(config_futures))
             view = {
                 n: TopicMetadata(
                     {pid: (inflight[tp].replicas if (tp := TopicPartition(n, pid)) in inflight else p.replicas)
-                     for pid, p in md.topics[n].partitions.items()},
-                    None if md.topics[n].error is None else _error_name(md.topics[n].error),
+                     for pid, p in md[n].partitions.items()},
+                    md[n].error,
                 )
                 for n in names
             }
             gaps = find_gaps(view, configs=configs, sizes=sizes, brokers=live, reassigning=inflight)
             if gaps:
                 return None, gaps
-            return self._build_snapshot(cluster_id, brokers, md, names, configs, internal, inflight, sizes), gaps
+            return self._build_snapshot(cluster_id, brokers, md, names, configs, inflight, sizes), gaps
 
         what = f"the cluster at {self._bootstrap}" + (f" (topics {', '.join(sorted(named)[:5])}"
                                                         f"{', ...' if len(named) > 5 else ''})" if named else "")
@@ -168,19 +212,21 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
         return snap.model_copy(update={"check": check})
 
     def _build_snapshot(
-        self, cluster_id: str | None, brokers: Sequence[Broker], md: Any, names: Sequence[str],
-        configs: Mapping[str, dict[str, str]], internal: Mapping[str, bool],
+        self, cluster_id: str | None, brokers: Sequence[Broker], md: Mapping[str, _Topic], names: Sequence[str],
+        configs: Mapping[str, dict[str, str]],
         inflight: Mapping[TopicPartition, InFlightReassignment], sizes: Mapping[TopicPartition, dict[int, int]] | None,
     ) -> ClusterSnapshot:
         """The snapshot of ``names`` from views :func:`find_gaps` found complete."""
         topic_states: list[TopicState] = []
         partitions: list[PartitionState] = []
         for name in names:
-            parts = md.topics[name].partitions
+            topic = md[name]
+            parts = topic.partitions
             rfs = [len(p.replicas) for p in parts.values()]
             topic_states.append(TopicState(
                 name=name,
-                internal=internal.get(name, False),
+                topic_id=topic.topic_id,
+                internal=topic.internal,
                 partition_count=len(parts),
                 replication_factor=max(set(rfs), key=rfs.count) if rfs else 0,
                 configs=configs[name],
@@ -195,8 +241,8 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
                 partitions.append(PartitionState.model_construct(
                     topic=name,
                     partition=pid,
-                    replicas=r.replicas if r else tuple(p.replicas),
-                    isr=tuple(p.isrs),
+                    replicas=r.replicas if r else p.replicas,
+                    isr=p.isrs,
                     leader=p.leader if p.leader >= 0 else None,
                     adding_replicas=r.adding_replicas if r else (),
                     removing_replicas=r.removing_replicas if r else (),
@@ -208,6 +254,44 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
             topics=tuple(topic_states),
             partitions=tuple(partitions),
         )
+
+    def _read_metadata(self, names: Collection[str] | None) -> dict[str, _Topic]:
+        """One Metadata request (kafka-python's, the highest version both sides know: v12 or v13 on Kafka 4.x), for
+        ``names`` or, with ``None``, every topic the principal may describe: each topic's error, id (KIP-516, from
+        v10; ``None`` from an older broker), internal flag, and every partition's replicas, ISR and leader. A named
+        topic that does not exist or is hidden from the principal is left out, as a whole-cluster request leaves
+        out hidden topics. Never creates a topic (``allow_auto_topic_creation`` false). Sent to the least loaded
+        broker; a broker gone meanwhile is left for another on a fresh client (:meth:`_with_fresh_controller`).
+        kafka-python's errors leave the public methods translated (:meth:`_translate`)."""
+        request = MetadataRequest(
+            topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in sorted(names)],
+            allow_auto_topic_creation=False)
+        timeout_ms = int(self._timeout_s * 1000)
+
+        def ask(kp: KafkaAdminClient) -> Any:
+            manager = kp._manager
+
+            async def send() -> Any:
+                return await manager.wait_for(manager.send(request, request_timeout_ms=timeout_ms), timeout_ms)
+
+            return manager.run(send)
+
+        response = self._with_fresh_controller(ask)
+        top = getattr(response, "error_code", 0)  # v13: an error for the whole request (KIP-1102)
+        if top:
+            raise kp_errors.for_code(top)(f"Metadata: {getattr(response, 'error_message', None) or ''}".rstrip(": "))
+        out: dict[str, _Topic] = {}
+        for t in response.topics:
+            if t.error_code in _ABSENT or t.name is None:
+                continue
+            out[t.name] = _Topic(
+                error=None if not t.error_code else _error_name(kp_errors.for_code(t.error_code)),
+                topic_id=kafka_topic_id(getattr(t, "topic_id", None)),
+                internal=bool(t.is_internal),
+                partitions={p.partition_index: _Partition(tuple(p.replica_nodes), tuple(p.isr_nodes), p.leader_id)
+                            for p in t.partitions},
+            )
+        return out
 
     def _unauthorized_topics(self, names: Sequence[str]) -> list[str]:
         """Which of ``names`` (absent from the metadata) exist but are hidden from this principal: Kafka answers
@@ -224,20 +308,6 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
             except Exception:  # noqa: BLE001 (a probe for a better message: "does not exist" stays the default)
                 continue
         return sorted(out)
-
-    def _internal_topics(self, names: Sequence[str]) -> dict[str, bool]:
-        """Whether Kafka flags each of ``names`` internal (DescribeTopicPartitions)."""
-        if not names:
-            return {}
-        futures = self._confluent().describe_topics(CKTopicCollection(list(names)), request_timeout=self._timeout_s)
-        out = {}
-        for name, fut in futures.items():
-            try:
-                out[name] = bool(self._answer(fut).is_internal)
-            except KafkaException:
-                log.warning("could not describe topic %s; treating it as internal", name)
-                out[name] = True  # fail closed: guards refuse more, never less
-        return out
 
     def _collect_configs(self, futures: Mapping[Any, Future[Any]]) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

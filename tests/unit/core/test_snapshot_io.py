@@ -22,7 +22,8 @@ def snapshot() -> ClusterSnapshot:
         cluster_id="c1",
         brokers=(Broker(id=1, rack="r1"), Broker(id=2, rack=None), Broker(id=3, rack="r3")),
         topics=(
-            TopicState(name="a", partition_count=2, replication_factor=2, configs={"cleanup.policy": "compact"}),
+            TopicState(name="a", topic_id="MRx6ma28Sd6HMucLnct_fg", partition_count=2, replication_factor=2,
+                       configs={"cleanup.policy": "compact"}),
             TopicState(name="__consumer_offsets", internal=True, partition_count=1, replication_factor=3),
         ),
         partitions=(
@@ -40,6 +41,24 @@ def test_snapshot_round_trips_with_partitions_sorted(tmp_path):
     back = read_snapshot(write_snapshot(snap, tmp_path / "s"))
     by_tp = sorted(snap.partitions, key=lambda p: (p.topic, p.partition))
     assert back == snap.model_copy(update={"partitions": tuple(by_tp), "check": SnapshotCheck.of(snap)})
+
+
+def test_the_topic_ids_are_a_column_of_topics_parquet_and_read_back(tmp_path):
+    write_snapshot(snapshot(), tmp_path)
+    rows = pq.read_table(tmp_path / "topics.parquet").to_pylist()
+    assert {r["name"]: r["topic_id"] for r in rows} == {"a": "MRx6ma28Sd6HMucLnct_fg", "__consumer_offsets": None}
+    back = read_snapshot(tmp_path)
+    assert back.topic_ids() == {"a": "MRx6ma28Sd6HMucLnct_fg"} and back.topic("__consumer_offsets").topic_id is None
+
+
+def test_a_snapshot_written_before_topic_ids_reads_with_none(tmp_path):
+    write_snapshot(snapshot(), tmp_path)
+    table = pq.read_table(tmp_path / "topics.parquet")
+    pq.write_table(table.drop_columns(["topic_id"]), tmp_path / "topics.parquet")  # the columns of older versions
+    assert "topic_id" not in pq.read_schema(tmp_path / "topics.parquet").names
+    back = read_snapshot(tmp_path)
+    assert [t.topic_id for t in back.topics] == [None, None] and back.topic_ids() is None
+    assert back.topic("a").configs == {"cleanup.policy": "compact"}  # the rest reads as before
 
 
 def test_snapshot_json_records_the_counts_it_was_checked_with(tmp_path):

@@ -9,8 +9,14 @@ import json
 
 from airflow_kafka_reassign.core.planner.staged import move_fragments
 from airflow_kafka_reassign.core.planner.types import TopicMove
-from airflow_kafka_reassign.core.records.plan_io import file_parts, plan_file_parts, plan_partition_counts, write_plan_fragments
-from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan
+from airflow_kafka_reassign.core.records.plan_io import (
+    file_parts,
+    plan_file_parts,
+    plan_partition_counts,
+    plan_topic_ids,
+    write_plan_fragments,
+)
+from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicState
 
 
 def moves(topic: str, n: int) -> tuple[str, list[tuple[str, str, str, str]]]:
@@ -65,6 +71,32 @@ def test_the_partition_counts_of_the_moved_topics_go_into_plan_and_rollback(tmp_
         assert plan.partition_counts == {"a": 12, "c": 6, "d": 2}
         assert (tmp_path / name).read_text(encoding="utf-8") == plan.model_dump_json()  # pydantic's own bytes
     assert "partition_counts" not in (tmp_path / "reassignment.json").read_text(encoding="utf-8")  # Kafka's format
+
+
+def test_the_topic_ids_of_the_moved_topics_go_into_plan_and_rollback(tmp_path):
+    # as partition_counts: the ids (KIP-516) of the topics with moves, from topics.parquet, sorted by topic
+    tasks = [file_parts([moves("c", 1), moves("d", 2)], [6, 2]), file_parts([moves("a", 2)], [12])]
+    topics = [TopicState(name=n, topic_id=i, partition_count=12, replication_factor=2)
+              for n, i in (("d", "ZGRkZGRkZGRkZGRkZGRkZA"), ("a", "YWFhYWFhYWFhYWFhYWFhYQ"),
+                           ("b", "YmJiYmJiYmJiYmJiYmJiYg"), ("c", "Y2NjY2NjY2NjY2NjY2NjYw"))]
+    ids = plan_topic_ids(tasks, topics)
+    assert ids == {"a": "YWFhYWFhYWFhYWFhYWFhYQ", "c": "Y2NjY2NjY2NjY2NjY2NjYw", "d": "ZGRkZGRkZGRkZGRkZGRkZA"}
+    assert list(ids) == ["a", "c", "d"]  # b has no move
+    write_plan_fragments(plan_file_parts(tasks)[1], tmp_path, partition_counts=plan_partition_counts(tasks),
+                         topic_ids=ids)
+    for name in ("plan.json", "rollback.json"):
+        plan = ReassignmentPlan.model_validate_json((tmp_path / name).read_bytes())
+        assert plan.topic_ids == ids and plan.partition_counts == {"a": 12, "c": 6, "d": 2}
+        assert (tmp_path / name).read_text(encoding="utf-8") == plan.model_dump_json()  # pydantic's own bytes
+    assert "topic_ids" not in (tmp_path / "reassignment.json").read_text(encoding="utf-8")  # Kafka's format
+
+
+def test_a_snapshot_without_topic_ids_gives_a_plan_without_them(tmp_path):
+    tasks = [file_parts([moves("a", 1)], [3])]
+    assert plan_topic_ids(tasks, [TopicState(name="a", partition_count=3, replication_factor=2)]) is None
+    write_plan_fragments(plan_file_parts(tasks)[1], tmp_path, partition_counts={"a": 3}, topic_ids=None)
+    text = (tmp_path / "plan.json").read_text(encoding="utf-8")
+    assert "topic_ids" not in text and text == ReassignmentPlan.model_validate_json(text).model_dump_json()
 
 
 def test_a_task_without_counts_gives_a_plan_without_counts(tmp_path):
