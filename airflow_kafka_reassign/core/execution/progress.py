@@ -546,7 +546,7 @@ def observe(admin: ClusterAdmin, plan: ReassignmentPlan, *, at: float, measure_b
     except ConfigurationError:
         # A plan topic is unknown to the broker that answered: its metadata may lag a moment behind (seen with
         # new topics on a loaded cluster), so ask once more; still unknown, the topic was deleted: observe every
-        # topic, the deleted topic's moves are then reported "failed".
+        # topic, the deleted topic's moves are then reported "gone" (dropped, not failed).
         time.sleep(retry_s)
         try:
             snap = admin.snapshot(topics=topics)
