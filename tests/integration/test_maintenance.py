@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,9 +221,15 @@ def test_a_throttled_log_dir_move_shows_its_future_replica_and_the_throttle_is_r
         assert read_throttle_backup(store) is None
         wait_until(lambda: admin.describe_throttles([broker], [], broker_keys=[LOG_DIR_RATE]).brokers[broker] == {
             LOG_DIR_RATE: None}, "the log-dir throttle to be unset again", timeout=30)
-        done = wait_until(lambda: (ld := admin.log_dirs([replica.tp])).future_of(replica) is None and ld.dir_of(replica),
-                          "the move to complete once unthrottled", timeout=60)
-        assert done == dst
+        # the broker swaps the future log in for the current one in two steps (the future's entry goes, then the
+        # current one is replaced): a DescribeLogDirs between them shows no future and the old dir for a moment
+        # (CI, both cores busy). The end state is waited for; a move that was dropped never reaches it.
+        wait_until(lambda: (ld := admin.log_dirs([replica.tp])).future_of(replica) is None and ld.dir_of(replica) == dst,
+                   "the move to complete once unthrottled", timeout=60)
+        # a second observer: the broker's directories on disk, the partition's log in the new dir only
+        # (the old log is renamed for deletion just after the swap: waited for too)
+        wait_until(lambda: (Path(dst) / f"{topic}-0").is_dir() and not (Path(src) / f"{topic}-0").exists(),
+                   "the partition's log in the new dir only, on disk", timeout=30)
     finally:
         admin.set_throttles({broker: {LOG_DIR_RATE: None}}, {})
         delete_topics(config, [topic])
