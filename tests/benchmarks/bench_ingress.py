@@ -23,7 +23,7 @@ import resource
 import time
 from typing import Any
 
-from sizes import expect, synthetic
+from sizes import SizeMismatch, expect, synthetic
 
 from airflow_kafka_reassign.core.planner import PlanRequest, pipeline, plan_reassignment
 from airflow_kafka_reassign.core.planner.ingress import IngressOutcome, IngressStep
@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         expect("bytes-in step runs", len(TimedStep.runs), 1)
         step_cpu, out, dev_in = TimedStep.runs[0]
         flow, d, s = result.ingress, result.disk, result.summary()
-        assert flow is not None and d is not None
+        if flow is None or d is None:
+            raise SizeMismatch("benchmark: the plan returned no bytes-in or no disk report: no figure printed")
         print(f"{n:>9,} replicas: plan {wall:.1f}s ({cpu:.1f}s CPU), bytes-in step {step_cpu:.2f}s CPU "
               f"({out.moves:,} moves, {out.swaps:,} swaps), peak RSS {peak_rss_mb():,.0f} MB; "
               f"bytes-in max deviation {flow.max_deviation(False):.1%} -> {dev_in:.1%} (disk step) -> "

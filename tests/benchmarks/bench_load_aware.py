@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sizes import expect, synthetic
+from sizes import SizeMismatch, expect, synthetic
 
 from airflow_kafka_reassign.core.planner import PlanRequest, plan_reassignment
 from airflow_kafka_reassign.core.planner.synthetic import SyntheticCluster, synthetic_capacities, synthetic_cluster, to_snapshot
@@ -79,7 +79,8 @@ def pure(n: int, cluster: SyntheticCluster, doc: CapacityDocument, count_only: b
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     expect("partitions planned (load-aware)", result.before.partitions, cluster.partition_count)
     d = result.disk
-    assert d is not None
+    if d is None:
+        raise SizeMismatch("benchmark: the load-aware plan returned no disk report: no figure printed")
     disk = {"mean_share": d.mean_share, "max_deviation_before": d.max_deviation_before,
             "max_deviation_after": d.max_deviation_after, "over_cap": d.over_cap()}
     print(disk_line("load-aware", n, f"plan {wall:6.1f}s ({cpu:.1f}s CPU)", f"peak RSS {peak_rss_mb():,.0f} MB",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
-from sizes import expect
+from sizes import expect, require
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
@@ -78,7 +78,7 @@ def one_record_each(config: dict[str, str], moves: list[Move]) -> None:
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-    assert producer.flush(120) == 0
+    require("every record of the workload flushed within 120 s", producer.flush(120) == 0)
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sizes import SizeMismatch, expect
+from sizes import SizeMismatch, expect, require
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, step
 from airflow_kafka_reassign.core.execution.batch import ordered, select_batch
@@ -151,7 +151,8 @@ def bench_select(n: int, repeat: int) -> None:
         for m in batch:
             for b in {*m.adding_replicas, *m.removing_replicas}:
                 per_broker[b] = per_broker.get(b, 0) + 1
-        assert 0 < len(batch) <= 50 and max(per_broker.values()) <= 2, (len(batch), per_broker)  # what it measured
+        require(f"a batch of 1-50 moves, at most 2 per broker (got {len(batch)}, {per_broker})",  # what it measured
+                0 < len(batch) <= 50 and max(per_broker.values()) <= 2)
         print(f"select {n:>7,} pending, {order:<14}: {min(runs) * 1000:7.1f} ms CPU ({min(runs) / n * 1e6:4.1f} "
               f"µs/move), {len(batch)} in the batch", flush=True)
 
@@ -170,16 +171,20 @@ def bench_eta(n: int, repeat: int, exact: bool) -> None:
     for _ in range(repeat):
         t0 = time.process_time()
         copies = copies_of(by_tp, sent, queue, sizes)
-        assert copies is not None and len(copies) == n  # what it measured: every move, sized
+        if copies is None:
+            raise SizeMismatch("benchmark: the moves could not be sized: no figure printed")
+        expect("moves sized", len(copies), n)  # what it measured: every move, sized
         eta = plan_eta(copies, rates, max_moves=50, max_moves_per_broker=2)
         runs.append(time.process_time() - t0)
-    assert eta is not None and eta > 0
+    if eta is None or eta <= 0:
+        raise SizeMismatch(f"benchmark: an ETA above 0 expected, got {eta}: no figure printed")
     line = f"eta    {n:>7,} moves (50 in flight, balanced): {min(runs) * 1000:7.1f} ms CPU, ETA {eta / 3600:.2f} h"
     if exact:
         t0 = time.process_time()
         full = simulate(copies_of(by_tp, sent, queue, sizes) or [], rates, max_moves=50, max_moves_per_broker=2,
                         exact_pending=n)
-        assert full is not None
+        if full is None:
+            raise SizeMismatch("benchmark: the simulation returned nothing: no figure printed")
         line += f"; simulated to the end: {time.process_time() - t0:6.1f} s CPU, ETA {full.end_s / 3600:.2f} h"
     print(line, flush=True)
 

@@ -22,6 +22,12 @@ def expect(what: str, measured: int, expected: int) -> int:
     return measured
 
 
+def require(what: str, holds: bool) -> None:
+    """Stop the benchmark naming ``what`` when it does not hold (``assert`` would vanish under ``python -O``)."""
+    if not holds:
+        raise SizeMismatch(f"benchmark: expected {what}, it did not hold: no figure printed")
+
+
 def at_least(what: str, measured: int, least: int) -> int:
     """``measured`` when it is at least ``least`` (a size only bounded from below, e.g. moves of a plan)."""
     if measured < least:

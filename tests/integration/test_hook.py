@@ -31,7 +31,7 @@ def test_hook_connects_through_sasl_scram_with_credentials_from_the_connection(s
 
 
 @pytest.mark.timeout(90)
-def test_wrong_password_fails_fast_without_leaking_it(sandbox, monkeypatch):
+def test_wrong_password_fails_naming_authentication_without_leaking_it(sandbox, monkeypatch):
     config = {**sandbox.client_config(sasl=True), "sasl.password": "not-the-password"}
     _connection(monkeypatch, "kafka_bad", config)
     hook = KafkaReassignHook(kafka_config_id="kafka_bad", timeout_s=5)

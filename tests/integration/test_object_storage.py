@@ -410,7 +410,7 @@ def task_sections(log: str) -> dict[str, str]:
     return {task: text for task, text in zip(parts[1::2], parts[2::2], strict=True)}
 
 
-def test_bad_storage_input_fails_fast_naming_the_uri_never_the_secret(
+def test_bad_storage_input_fails_the_task_naming_the_uri_never_the_secret(
         sandbox, s3_env, object_store, admin, unique_topic, tmp_path):
     """Four bad inputs, a task each in one DAG run (one Airflow start-up for the four): a wrong secret, a missing
     bucket, an unreachable endpoint, no plan at the URI. Each task fails naming the problem and the URI; no secret

@@ -195,7 +195,7 @@ def test_get_admin_never_logs_secrets(monkeypatch, fake_admin, caplog, capsys):
 
 
 def test_get_admin_returns_the_real_adapter(monkeypatch):
-    admin_module = pytest.importorskip("airflow_kafka_reassign.kafka.admin")
+    import airflow_kafka_reassign.kafka.admin as admin_module  # the project's own: an import error fails
     set_conn(monkeypatch, "kafka_local", {"bootstrap.servers": "127.0.0.1:1"})
     with KafkaReassignHook(kafka_config_id="kafka_local", timeout_s=2).get_admin() as admin:
         assert isinstance(admin, admin_module.KafkaClusterAdmin)
@@ -249,7 +249,7 @@ def test_test_connection_to_an_unreachable_cluster_fails_within_the_timeout(monk
     """The real adapter against a closed loopback port: a clear failure, bounded by the connection's timeout:
     one DescribeCluster, which librdkafka itself ends after ``timeout_s``, and an error naming the servers and
     that bound (the elapsed time is printed, not asserted: it is the machine's)."""
-    admin_module = pytest.importorskip("airflow_kafka_reassign.kafka.admin.client")  # where the clients are made
+    import airflow_kafka_reassign.kafka.admin.client as admin_module  # where the clients are made
     set_conn(monkeypatch, "kafka_down", {"bootstrap.servers": "127.0.0.1:1"})
     requests: list[dict[str, Any]] = []
     describe_cluster = admin_module.AdminClient.describe_cluster

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -76,14 +77,21 @@ def test_restart_stops_redis_runs_while_down_and_starts_it_again_on_the_same_por
     client.set("queued", "1")
     seen_down: list[bool] = []
 
+    inside: list[float] = []
+
     def while_down() -> None:
+        began = time.monotonic()
         with pytest.raises(redis.exceptions.ConnectionError):
             client.ping()
         seen_down.append(not stack.process_running(first))
+        inside.append(time.monotonic() - began)
 
     try:
+        began = time.monotonic()
         took = stack.restart("redis", while_down=while_down)
-        assert seen_down == [True] and took >= 0
+        outside = time.monotonic() - began
+        # the time it reports is the outage: it covers while_down and lies within the whole call (0.1 s rounding)
+        assert seen_down == [True] and inside[0] - 0.05 <= took <= outside + 0.05, (inside, took, outside)
         again = stack.state["pids"]["redis"]
         assert again != first and stack.alive("redis")
         assert client.ping() and client.get("queued") is None  # same port and password, nothing persisted
