@@ -251,6 +251,8 @@ def cell(airflow_line: str, python_line: str | None, kafka: str | None, *, unit:
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
            "PYSPARK_PYTHON": str(python), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"}
     env.pop("VIRTUAL_ENV", None)
+    # a cell says "passes on Airflow <line>": its DAG runs use Airflow's execution API as installed (dagrun.py)
+    env["AKR_AIRFLOW_UNPATCHED"] = "1"
     if kafka:
         env["AKR_KAFKA_VERSION"] = kafka  # the session sandbox of the example DAG's test
     airflow = venv / "bin" / "airflow"

@@ -37,20 +37,31 @@ if os.environ.get("AKR_PLAN_IN_PROCESS"):
     PlanReassignmentOperator.spark_submit = plan_job_in_process
 '''
 
-#: Every runner's first lines (this module's and the other tests' own): the in-process execution API that dag.test()
-#: starts serves the newest API version only. Airflow's Cadwyn app builds its routes for every version it keeps (ten on
-#: 3.3) at the first request: 7 s of CPU in each DAG run's process on this machine (py-spy: Cadwyn._cadwyn_initialize,
-#: 377 of 963 samples of a one-task run), several times that on a loaded machine. The task SDK installed with it speaks
-#: the newest version, which equals the head, so the routes a task calls are the same; what goes is the translation for
-#: older clients (a deployment's API server, in test_stack and test_airflow_ui, keeps every version). The head's routes
-#: that only older versions have are dropped with them (Cadwyn refuses a bundle that does not restore them).
+#: Every runner's first lines (this module's and the other tests' own). Unless ``AKR_AIRFLOW_UNPATCHED`` is set, the
+#: in-process execution API that dag.test() starts serves the newest API version only. Airflow's Cadwyn app builds its
+#: routes for every version it keeps (ten on 3.3) at the first request: 7 s of CPU in each DAG run's process on this
+#: machine (py-spy: Cadwyn._cadwyn_initialize, 377 of 963 samples of a one-task run), several times that on a loaded
+#: machine. The task SDK installed with it speaks the newest version, which equals the head, so the routes a task
+#: calls are the same; what goes is the translation for older clients (a deployment's API server, in test_stack and
+#: test_airflow_ui, keeps every version). The head's routes that only older versions have are dropped with them
+#: (Cadwyn refuses a bundle that does not restore them).
+#:
+#: It is a speed-up of the test runner, and Airflow's own code is what it changes: so every example DAG has at least
+#: one integration test run on Airflow as installed (``run_dag_file(..., unpatched=True)``; the list in
+#: docs/testing.md), every compat cell runs unpatched (tests/compat/airflow_line.py sets the variable), and each run
+#: says in its log which Airflow it ran on (``EXECUTION-API patched|unpatched``).
 FAST_EXECUTION_API = '''
-import airflow.api_fastapi.execution_api.versions as _versions
-from airflow.api_fastapi.execution_api.routes import execution_api_router as _router
-from cadwyn import HeadVersion as _Head, Version as _Version, VersionBundle as _Bundle
+import os as _os
+if _os.environ.get("AKR_AIRFLOW_UNPATCHED"):
+    print("EXECUTION-API unpatched: Airflow as installed", flush=True)
+else:
+    import airflow.api_fastapi.execution_api.versions as _versions
+    from airflow.api_fastapi.execution_api.routes import execution_api_router as _router
+    from cadwyn import HeadVersion as _Head, Version as _Version, VersionBundle as _Bundle
 
-_versions.bundle = _Bundle(_Head(), _Version(_versions.bundle.versions[0].value))
-_router.routes[:] = [r for r in _router.routes if "_CADWYN_DELETED_ROUTE" not in (getattr(r, "tags", None) or [])]
+    _versions.bundle = _Bundle(_Head(), _Version(_versions.bundle.versions[0].value))
+    _router.routes[:] = [r for r in _router.routes if "_CADWYN_DELETED_ROUTE" not in (getattr(r, "tags", None) or [])]
+    print("EXECUTION-API patched: the newest version only (tests/integration/dagrun.py)", flush=True)
 '''
 
 RUNNER = FAST_EXECUTION_API + _PLAN_IN_PROCESS + '''
@@ -113,12 +124,14 @@ print("DAG-RESULT " + json.dumps({"state": str(run.state), "tis": tis, "tries": 
 
 def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, *, timeout: float = 600,
                  answers: dict[str, str] | None = None, plan_in_process: bool = False,
-                 log_file: Path | None = None) -> dict:
+                 log_file: Path | None = None, unpatched: bool = False) -> dict:
     """Run the DAG of ``dag_file`` once with ``dag.test()`` in a subprocess; returns
     ``{"state", "tis": {task_id: state}, "tries": {task_id: try_number}, "xcom": {"task.key": value}, "log"}`` (a
     failed run exits 0 too: assert the state). ``answers``: ``{task_id: option}`` for human-in-the-loop tasks
     (see the module doc; Airflow 3.3+). ``plan_in_process``: no spark-submit (see the module doc). ``log_file``: the
-    run's output (stdout and stderr) goes there as it is written, for a test that watches the run while it runs."""
+    run's output (stdout and stderr) goes there as it is written, for a test that watches the run while it runs.
+    ``unpatched``: Airflow's execution API as installed (:data:`FAST_EXECUTION_API`); the log then says so, checked
+    here."""
     import json
     import subprocess
 
@@ -127,6 +140,8 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
     if plan_in_process:
         env = {**env, "AKR_PLAN_IN_PROCESS": str(Path(__file__).resolve().parent)}
+    if unpatched:
+        env = {**env, "AKR_AIRFLOW_UNPATCHED": "1"}
     argv = [sys.executable, "-c", RUNNER, str(dag_file), json.dumps(conf or {})]
     if log_file is None:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
@@ -139,6 +154,8 @@ def run_dag_file(env: dict[str, str], dag_file: Path, conf: dict | None = None, 
     assert lines, f"no result from the DAG run (exit {proc.returncode}):\n{stdout[-4000:]}\n{stderr[-4000:]}"
     result: dict = json.loads(lines[-1].removeprefix("DAG-RESULT "))
     result["log"] = stdout + stderr
+    if unpatched or env.get("AKR_AIRFLOW_UNPATCHED"):  # what the caller asked is what ran: the runner said it
+        assert "EXECUTION-API unpatched" in result["log"] and "EXECUTION-API patched" not in result["log"]
     if os.environ.get("AKR_DAGRUN_LOG_DIR"):  # keep every run's whole log (where the time goes, what a task said)
         keep = Path(os.environ["AKR_DAGRUN_LOG_DIR"])
         keep.mkdir(parents=True, exist_ok=True)

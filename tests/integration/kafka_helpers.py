@@ -233,23 +233,40 @@ class Traffic:
         assert not lost, f"{len(lost)} acknowledged record(s) missing on read-back, e.g. {sorted(lost)[:5]}"
 
 
+def skip_unless_kafka(version: str, least: tuple[int, ...], why: str) -> None:
+    """Skip a test that needs Kafka ``least`` or newer on a cluster running ``version``, but only on a pinned older line
+    (a compat cell: ``AKR_KAFKA_VERSION`` or ``AKR_MAINTENANCE_KAFKA_VERSION``). On the default Kafka, the newest the
+    sandbox resolves and the one CI runs, it fails instead: a feature test that skips there proves nothing, and the
+    skip would hide it."""
+    import pytest
+
+    from airflow_kafka_reassign.sandbox.maven import parse_version
+
+    if (parse_version(version) or ()) >= least:
+        return
+    wanted = ".".join(map(str, least))
+    pinned = os.environ.get("AKR_KAFKA_VERSION") or os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION")
+    if pinned:
+        pytest.skip(f"{why}: needs Kafka {wanted}+, the cluster runs {version} (pinned by the environment)")
+    pytest.fail(f"{why}: needs Kafka {wanted}+, but the sandbox's default Kafka resolved to {version}: the test would "
+                "prove nothing on CI. The sandbox resolves the newest Apache Kafka on Maven Central (sandbox/maven.py): "
+                "check that it is reachable, or pin a version with AKR_KAFKA_VERSION", pytrace=False)
+
+
 @contextlib.contextmanager
 def cordon_capable_cluster(directory: Path, *, brokers: int = 4, log_dirs: int = 1) -> Iterator[Any]:
     """A KRaft cluster of a test's own, 4 nodes by default (nodes 1-3 combined broker+controller voters, 4 a broker
     only, no racks), Kafka 4.3+ (cordons): the sandbox's default version or ``AKR_MAINTENANCE_KAFKA_VERSION``; the test is
     skipped on an older line. Stopped at the end."""
-    import pytest
 
     from airflow_kafka_reassign.sandbox import Sandbox
-    from airflow_kafka_reassign.sandbox.maven import parse_version
 
     sandbox = Sandbox(directory)
     sandbox.up(brokers=brokers, racks=0, log_dirs=log_dirs,
                kafka_version=os.environ.get("AKR_MAINTENANCE_KAFKA_VERSION") or None,
                timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
     try:
-        if (parse_version(sandbox.kafka_version) or ()) < (4, 3):
-            pytest.skip(f"cordons need Kafka 4.3+, the sandbox runs {sandbox.kafka_version}")
+        skip_unless_kafka(sandbox.kafka_version, (4, 3), "cordons (KIP-1066)")
         yield sandbox
     finally:
         sandbox.down()

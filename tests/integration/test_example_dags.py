@@ -127,7 +127,7 @@ def test_maintenance_window_rebalance_balances_a_skewed_set_of_topics(sandbox, a
         "max_moves_per_broker": 2,
         "window_minutes": 30,
         "require_approval": False,  # nobody answers in dag.test(): the Chromium test approves in a real UI
-    }, plan_in_process=True)
+    }, plan_in_process=True, unpatched=True)
 
     assert_run(result, "success", {"plan": "success", "execute": "success", "wait": "success"})
     out = result["xcom"]["plan.return_value"]
@@ -220,7 +220,7 @@ def test_a_rejected_decommission_changes_nothing_and_takes_its_cordon_back(sandb
     result = run_dag_file(airflow_home, dag_file, {
         "broker_ids": [DECOMMISSIONED], "dry_run": False, "require_approval": True, "throttle_bytes_per_sec": THROTTLE,
         "topic_include": topics_pattern(unique_topic), "partial_drain": True,
-    }, answers={"approve": "Reject"}, plan_in_process=True)
+    }, answers={"approve": "Reject"}, plan_in_process=True, unpatched=True)
 
     assert_run(result, "success", {"plan": "success", "approve": "success", "execute": "skipped",
                                    "wait": "skipped", "verify_drained": "skipped", "restore_cordons": "success"})
@@ -270,7 +270,7 @@ def test_scale_out_moves_a_share_onto_the_new_brokers(sandbox, admin, airflow_ho
         "max_moves_per_broker": 2,
         "topic_include": topics_pattern(unique_topic),
         "require_approval": False,
-    }, plan_in_process=True)
+    }, plan_in_process=True, unpatched=True)
 
     assert_run(result, "success", {"check_new_brokers": "success", "plan": "success", "execute": "success",
                                    "wait": "success"})
@@ -306,7 +306,7 @@ def test_guarded_growth_grows_a_topic_and_refuses_a_batch_with_an_internal_topic
     assert outcome[topic]["status"] == "validated"
     assert partition_count(admin, topic) == 3
 
-    grown = run_dag_file(airflow_home, dag_file, {"new_total_partitions": {topic: 6}, "dry_run": False})
+    grown = run_dag_file(airflow_home, dag_file, {"new_total_partitions": {topic: 6}, "dry_run": False}, unpatched=True)
     assert_run(grown, "success", {"check": "success", "not_a_dry_run": "success", "grow": "success"})
     assert grown["xcom"]["grow.return_value"]["topics"][topic]["status"] == "created"
     wait_until(lambda: partition_count(admin, topic) == 6, what="the topic's 6 partitions")
@@ -333,7 +333,7 @@ def test_heal_restores_the_replication_factor_of_recorded_partitions_only(sandbo
     dag_file = install(airflow_home, "kafka_heal_under_replicated.py")
 
     result = run_dag_file(airflow_home, dag_file, {"heal_targets_path": str(heal_file),
-                                                   "throttle_bytes_per_sec": THROTTLE})
+                                                   "throttle_bytes_per_sec": THROTTLE}, unpatched=True)
 
     assert_run(result, "success", {"plan_heal": "success", "execute": "success", "wait": "success"})
     assert result["xcom"]["plan_heal.return_value"]["moves"] == 2

@@ -27,13 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
 from dagrun import run_dag_file
 from kafka.admin import KafkaAdminClient
-from kafka_helpers import Traffic, delete_topics, make_topic, replicas_of
-
-from airflow_kafka_reassign.sandbox.maven import parse_version
+from kafka_helpers import Traffic, delete_topics, make_topic, replicas_of, skip_unless_kafka
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 DRAINED = 5
@@ -181,9 +178,7 @@ class Perturbations:
 def test_a_decommission_ends_with_the_broker_empty_while_topics_change_and_a_broker_restarts(
         sandbox, idle_admin, airflow_home, unique_topic, tmp_path):
     config = sandbox.client_config()
-    if (parse_version(sandbox.kafka_version) or ()) < (4, 3):
-        pytest.skip(f"the drain's cordon keeps the new partitions off broker {DRAINED} from Kafka 4.3 "
-                    f"(the sandbox runs {sandbox.kafka_version})")
+    skip_unless_kafka(sandbox.kafka_version, (4, 3), f"the drain's cordon keeps the new partitions off broker {DRAINED}")
     names = {suffix: f"{unique_topic}-{suffix}" for suffix in TOPICS}
     for suffix, assignment in TOPICS.items():
         make_topic(config, names[suffix], assignment, megabytes=MB_PER_PARTITION)
