@@ -36,7 +36,7 @@ docs/self-healing-watch.md has the kinds, their dwell and recovery times and the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,9 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
             log_dir_full_ratio=self.log_dir_full_ratio, imbalance_band=self.imbalance_band)
         self._admin: ClusterAdmin | None = None
         self._ledger: WatchLedger | None = None
+        #: the clock and the pause of the loop (tests give their own: no real waiting)
+        self._clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -143,7 +146,7 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
         if self._ledger is None:
             self._ledger = self.make_ledger()
         seen = conditions_of(observe(self._admin, self.settings), self.settings)
-        return self._ledger.advance(seen, now=now or datetime.now(timezone.utc))
+        return self._ledger.advance(seen, now=now or self._clock())
 
     def _drop_admin(self) -> None:
         admin, self._admin = self._admin, None
@@ -170,7 +173,7 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
                 self.log.warning("cluster watch %r: poll failed (%d in a row), next in %g s: %s: %s", s.cluster,
                                  failures, pause, type(e).__name__, e)
                 await asyncio.to_thread(self._drop_admin)
-                await asyncio.sleep(pause)
+                await self._sleep(pause)
                 continue
             if failures:
                 self.log.info("cluster watch %r: polling again after %d failed poll(s)", s.cluster, failures)
@@ -181,7 +184,7 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
                            len(step.state.conditions), len(step.fire))
             for incident in step.fire:
                 yield TriggerEvent(incident.to_payload())
-            await asyncio.sleep(self.poll_interval_s)
+            await self._sleep(self.poll_interval_s)
 
     async def cleanup(self) -> None:
         await asyncio.to_thread(self._drop_admin)
