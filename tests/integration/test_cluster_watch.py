@@ -197,3 +197,36 @@ def test_a_rebuilt_trigger_fires_once_at_the_first_triggers_first_seen_plus_the_
     assert incident.last_seen < started[0] + timedelta(seconds=dwell)
     sandbox.start_broker(DOWN)
     assert DOWN in listed_brokers(sandbox)
+
+
+def test_one_poll_reads_log_dirs_without_partitions_and_folds_every_partition(sandbox, unique_topic):
+    """The watch's requests on the real cluster: DescribeLogDirs with Topics=[] gives every live broker's log dirs
+    with their space and NO replica; the folded Metadata counts what librdkafka's own Metadata (the second
+    observer) lists, and a topic's min.insync.replicas is read from its config."""
+    from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+    from airflow_kafka_reassign.kafka.workload import create_topic
+
+    config = sandbox.client_config()
+    create_topic(config, unique_topic, [[1, 2], [2, 3], [3, 4]], timeout_s=60)
+    client = AdminClient(to_confluent(config, timeout_s=15))
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, unique_topic, incremental_configs=[
+        ConfigEntry("min.insync.replicas", "3", incremental_operation=AlterConfigOpType.SET)])
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    with KafkaClusterAdmin(config, timeout_s=30) as admin:
+        dirs = admin.log_dirs(())
+        health = admin.partition_health()
+    assert sorted(dirs.dirs) == sorted(sandbox.broker_ids) and dirs.sizes == {}
+    assert all(d.total_bytes and d.usable_bytes is not None and d.replicas == () for ds in dirs.dirs.values() for d in ds)
+    assert sorted(dirs.space) == sorted(sandbox.broker_ids)
+    md = client.list_topics(timeout=30)
+    replicas: dict[int, int] = {}
+    for t in md.topics.values():
+        for p in t.partitions.values():
+            for b in p.replicas:
+                replicas[b] = replicas.get(b, 0) + 1
+    assert health.partitions == sum(len(t.partitions) for t in md.topics.values())
+    assert health.replicas == replicas
+    # RF 2 below min.insync.replicas 3: always under it by configuration, counted apart, not an incident
+    assert health.min_isr_above_rf >= 3 and all(tp.topic != unique_topic for tp in health.under_min_isr_sample)
