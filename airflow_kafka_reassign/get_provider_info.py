@@ -71,7 +71,8 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": INTEGRATION_NAME,
-                "python-modules": ["airflow_kafka_reassign.triggers.reassignment"],
+                "python-modules": ["airflow_kafka_reassign.triggers.reassignment",
+                                   "airflow_kafka_reassign.triggers.cluster_watch"],
             }
         ],
         # the "Plan report" extra link and the plugin route that serves the report (Airflow's auth)

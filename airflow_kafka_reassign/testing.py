@@ -33,6 +33,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.execution.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.healing.observation import fold_partitions
 from airflow_kafka_reassign.core.maintenance.cordon import ALL_DIRS, CORDONED_LOG_DIRS, parse_cordon
 from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
@@ -55,6 +56,7 @@ from airflow_kafka_reassign.core.vocabulary.ports import (
     LogDir,
     LogDirs,
     NewPartitions,
+    PartitionHealth,
     PartitionResult,
     QuorumInfo,
     QuorumMember,
@@ -375,6 +377,19 @@ class FakeClusterAdmin:
                 space[b] = DiskSpace.one(total, max(0, total - used[b]))
         return LogDirs(sizes=sizes, space=space, unanswered=tuple(sorted(self.log_dirs_unanswered)),
                        dirs=self._dirs(wanted))
+
+    def partition_health(self, *, min_isr_max_age_s: float = 3600.0) -> PartitionHealth:
+        """As the adapter: every partition's replicas and ISR (a down broker out of it; adding replicas too while
+        :attr:`catching_up`) folded with each topic's ``min.insync.replicas`` (its config, else 1)."""
+        self.calls["partition_health"] = self.calls.get("partition_health", 0) + 1
+        rows = []
+        for tp in sorted(self.replicas):
+            replicas, adding, _ = self._replica_view(tp)
+            isr = tuple(b for b in replicas if b not in self.down and not (self.catching_up and b in adding))
+            leader = self._leader(tp, isr)
+            rows.append((tp.topic, tp.partition, replicas, isr, -1 if leader is None else leader))
+        min_isr = {t: int(c["min.insync.replicas"]) for t, c in self.topic_configs.items() if "min.insync.replicas" in c}
+        return fold_partitions(rows, min_isr)
 
     def _dirs(self, wanted: Collection[TopicPartition]) -> dict[int, tuple[LogDir, ...]]:
         held: dict[tuple[int, str], list[DirReplica]] = {}

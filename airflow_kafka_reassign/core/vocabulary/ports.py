@@ -143,6 +143,35 @@ class LogDirs:
                      if r.future and r.topic == replica.topic and r.partition == replica.partition), None)
 
 
+@dataclass(frozen=True)
+class PartitionHealth:
+    """Every partition's replicas and ISR folded into what the cluster watch needs, from ONE Metadata request
+    (:meth:`ClusterAdmin.partition_health`; folded by
+    :func:`~airflow_kafka_reassign.core.healing.observation.fold_partitions`): a few numbers per broker, never
+    a list of 100k partitions (a plain dataclass: it is rebuilt at every poll)."""
+
+    #: partitions in the cluster (every topic the principal may describe)
+    partitions: int
+    #: replicas each broker holds by the replica lists (a reassignment's adding replicas included); a broker
+    #: that holds none is absent
+    replicas: dict[int, int]
+    #: partitions each broker leads
+    leaders: dict[int, int]
+    #: partitions whose ISR is smaller than their topic's ``min.insync.replicas`` (acks=all producers fail)
+    under_min_isr: int = 0
+    #: the first of them (sorted), for the log and the incident's detail
+    under_min_isr_sample: tuple[TopicPartition, ...] = ()
+    #: for the partitions under min ISR: how many of them each broker is a replica of but out of the ISR
+    out_of_isr: dict[int, int] = field(default_factory=dict)
+    #: partitions without a leader (offline)
+    offline: int = 0
+    #: partitions whose replication factor is below their min.insync.replicas: always under it by configuration,
+    #: which no reassignment heals (counted here, not in :attr:`under_min_isr`)
+    min_isr_above_rf: int = 0
+    #: topics whose ``min.insync.replicas`` could not be read (taken as 1: never under it)
+    min_isr_unknown: tuple[str, ...] = ()
+
+
 class PartitionResult(_Frozen):
     """The outcome for one partition of a batched request; ``error`` is ``None`` on success."""
 
@@ -405,7 +434,18 @@ class ClusterAdmin(Protocol):
 
         :attr:`LogDirs.dirs` lists every answering broker's log dirs (offline or not, cordoned or not)
         with the replicas of ``partitions`` each holds, future replicas of intra-broker moves included;
-        ``None`` asks for every partition (a disk removal: what is on that disk)."""
+        ``None`` asks for every partition (a disk removal: what is on that disk).
+
+        An EMPTY collection asks for no partition at all (DescribeLogDirs with ``Topics=[]``): each live
+        broker's log dirs and their space only, whatever the number of partitions (the cluster watch, each
+        poll)."""
+        ...
+
+    def partition_health(self, *, min_isr_max_age_s: float = 3600.0) -> PartitionHealth:
+        """Every partition's replicas, ISR and leader from ONE Metadata request, folded into
+        :class:`PartitionHealth` (replicas and leaders per broker, partitions under their min ISR). Each topic's
+        ``min.insync.replicas`` (its effective value: the topic's, else the cluster's) is read with DescribeConfigs
+        for a topic not seen before and again for all once ``min_isr_max_age_s`` has passed; kept in between."""
         ...
 
     def alter_reassignments(

@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kafka import errors as kp_errors
+from kafka.protocol.admin import DescribeLogDirsRequest
 
 from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.core.vocabulary.ports import (
@@ -74,6 +75,8 @@ class LogDirsMixin(ClusterMixin):
     def log_dirs(self, partitions: Collection[TopicPartition] | None) -> LogDirs:
         """:meth:`replica_sizes` and each answering broker's disk space and log dirs, from the same requests
         (``partitions=None``: every partition)."""
+        if partitions is not None and not partitions:
+            return self._dirs_only()
         sizes, space, unanswered, responses = self._log_dirs(partitions, with_space=True)
         asked = None if partitions is None else {t: set(ps) for t, ps in _by_topic(partitions).items()}
         return LogDirs(sizes=sizes, space=space, unanswered=tuple(unanswered), dirs=log_dirs_of(responses, asked))
@@ -116,6 +119,46 @@ class LogDirsMixin(ClusterMixin):
         asked = {t: set(ps) for t, ps in request.items()}  # sets: a million partitions are filtered in linear time
         return ({tp: s for tp, s in sizes.items() if tp.partition in asked.get(tp.topic, ())}, space,
                 sorted(unanswered), responses)
+
+    def _dirs_only(self) -> LogDirs:
+        """Each live broker's log dirs and their space, no partition: DescribeLogDirs with ``Topics=[]`` (an empty
+        array, not null, which would ask for every partition), sent to every live broker at once and awaited
+        together. A few hundred bytes per broker whatever it holds: the cluster watch sends it at each poll."""
+        kp = self._kafka_python()
+        manager = kp._manager
+        live = {b.id for b in self.describe_cluster_brokers()[1]}
+        known = {b.node_id for b in manager.cluster.brokers()}
+        nodes = sorted(known & live)
+        timeout_ms = int(self._timeout_s * 1000)
+
+        async def ask() -> tuple[list[dict[str, Any]], dict[int, str]]:
+            futures = {}
+            failed: dict[int, str] = {}
+            for node in nodes:
+                try:
+                    futures[node] = manager.send(DescribeLogDirsRequest(topics=[]), node_id=node,
+                                                 request_timeout_ms=timeout_ms)
+                except kp_errors.KafkaError as e:
+                    failed[node] = f"{type(e).__name__}: {e}"
+            answers = []
+            for node, future in futures.items():
+                try:
+                    response = await manager.wait_for(future, timeout_ms)
+                except kp_errors.KafkaError as e:
+                    failed[node] = f"{type(e).__name__}: {e}"
+                    continue
+                answers.append({"broker": node, "log_dirs": [r.to_dict() for r in response.results]})
+            return answers, failed
+
+        with self._authorized(Refused.on_cluster("DESCRIBE", "DescribeLogDirs")):
+            responses, failed = manager.run(ask)
+        for node, why in failed.items():
+            (log.debug if node in self._sizes_warned else log.warning)(
+                "DescribeLogDirs to broker %s failed (%s); its log dirs are unknown", node, why)
+            self._sizes_warned.add(node)
+        space = self._space_from_log_dirs(responses)
+        return LogDirs(sizes={}, space=space, unanswered=tuple(sorted((live - known) | set(failed))),
+                       dirs=log_dirs_of(responses, {}))
 
     def _space_from_log_dirs(self, responses: Sequence[Mapping[str, Any]]) -> dict[int, DiskSpace]:
         """Each broker's disk space (KIP-827, DescribeLogDirs v4+): the log dirs that answer without error, log

@@ -32,6 +32,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from airflow_kafka_reassign.core.execution.throttle import TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.healing.observation import fold_partitions
 from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
     ClusterSnapshot,
@@ -40,7 +41,7 @@ from airflow_kafka_reassign.core.vocabulary.models import (
     TopicPartition,
     TopicState,
 )
-from airflow_kafka_reassign.core.vocabulary.ports import InFlightReassignment
+from airflow_kafka_reassign.core.vocabulary.ports import InFlightReassignment, PartitionHealth
 from airflow_kafka_reassign.exceptions import ConfigurationError, IncompleteSnapshotError
 from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.admin.client import _error_name
@@ -89,6 +90,11 @@ class _Topic:
     internal: bool
     partitions: dict[int, _Partition]
 
+
+#: The cluster watch reads each topic's min.insync.replicas again after this long (seconds), new topics at once.
+MIN_ISR_MAX_AGE_S = 3600.0
+#: Topics per DescribeConfigs request when the watch reads min.insync.replicas.
+MIN_ISR_BATCH = 1000
 
 #: Topic configs a snapshot keeps (guards and throttles read them).
 #: ``remote.storage.enable``: tiered topics (KIP-405) cost only their local bytes to move.
@@ -292,6 +298,52 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
                             for p in t.partitions},
             )
         return out
+
+    # -- the cluster watch ---------------------------------------------------------------------
+
+    _min_isr: dict[str, int] | None = None
+    _min_isr_unknown: set[str]
+    _min_isr_read_at = 0.0
+
+    def partition_health(self, *, min_isr_max_age_s: float = MIN_ISR_MAX_AGE_S) -> PartitionHealth:
+        """ONE Metadata request of every partition (:meth:`_read_metadata`), folded at once into
+        :class:`~airflow_kafka_reassign.core.vocabulary.ports.PartitionHealth`
+        (:func:`~airflow_kafka_reassign.core.healing.observation.fold_partitions`). Each topic's
+        ``min.insync.replicas`` (DescribeConfigs gives the effective value: the topic's, else the cluster's) is
+        read for topics not seen before, and for every topic again once ``min_isr_max_age_s`` has passed; a topic
+        whose configs cannot be read (no DESCRIBE_CONFIGS on it) is taken as 1 and named in ``min_isr_unknown``."""
+        md = self._read_metadata(None)
+        now = time.monotonic()
+        if self._min_isr is None or now - self._min_isr_read_at >= min_isr_max_age_s:
+            self._min_isr, self._min_isr_unknown, self._min_isr_read_at = {}, set(), now
+        names = [n for n, t in md.items() if t.error is None]
+        unread = [n for n in names if n not in self._min_isr and n not in self._min_isr_unknown]
+        if unread:
+            self._read_min_isr(unread)
+        alive = set(md)
+        self._min_isr = {n: v for n, v in self._min_isr.items() if n in alive}  # deleted topics forgotten
+        self._min_isr_unknown &= alive
+        rows = ((n, pid, p.replicas, p.isrs, p.leader) for n in names for pid, p in md[n].partitions.items())
+        return fold_partitions(rows, self._min_isr, min_isr_unknown=self._min_isr_unknown)
+
+    def _read_min_isr(self, names: Sequence[str]) -> None:
+        """``min.insync.replicas`` of ``names`` into the cache (DescribeConfigs, :data:`MIN_ISR_BATCH` topics per
+        request, all in flight at once)."""
+        assert self._min_isr is not None
+        ck = self._confluent()
+        futures: dict[Any, Future[Any]] = {}
+        for i in range(0, len(names), MIN_ISR_BATCH):
+            futures.update(ck.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, n)
+                                                for n in names[i:i + MIN_ISR_BATCH]], request_timeout=self._timeout_s))
+        for res, fut in futures.items():
+            try:
+                entries = self._answer(fut)
+                value = entries.get("min.insync.replicas")
+                self._min_isr[res.name] = int(value.value) if value is not None and value.value else 1
+            except Exception as e:  # noqa: BLE001 (the watch goes on without it; said once per topic)
+                self._min_isr_unknown.add(res.name)
+                log.warning("min.insync.replicas of topic %s could not be read (%s: %s): the cluster watch takes it "
+                            "as 1 (never under it) until it can", res.name, type(e).__name__, e)
 
     def _unauthorized_topics(self, names: Sequence[str]) -> list[str]:
         """Which of ``names`` (absent from the metadata) exist but are hidden from this principal: Kafka answers

@@ -1,0 +1,291 @@
+"""The cluster watch's state machine: when a condition becomes an incident, and the state that survives the triggerer.
+
+A condition (:class:`~airflow_kafka_reassign.core.healing.observation.Condition`, one per subject: a broker, a log
+dir, the cluster) goes through:
+
+1. **seen**: its first-seen time is recorded;
+2. **fired**: once it has lasted its kind's dwell time (``now - first_seen >= dwell``) it fires ONE
+   :class:`~airflow_kafka_reassign.core.healing.incident.Incident` (its id: cluster, kind, subject, first seen) and
+   never again while it stays;
+3. **cleared**: not seen any more. Before it fired (a rolling restart within the dwell): forgotten, nothing fired.
+   After: it is kept while it stays clear for its kind's recovery time; back within it, it is the same incident,
+   not fired again (a flapping broker is one incident); clear for the whole recovery time, it is over, and a
+   return is a new occurrence (new first seen, new id) that dwells again.
+
+A condition the watch could not see at a poll (:meth:`Seen.is_blind`) keeps its state untouched. A pending
+condition last seen longer than ``max_gap_s`` ago (the watch was away: no triggerer, the cluster unreachable)
+starts its dwell again: the watch cannot tell it lasted.
+
+The state (:class:`WatchState`: first-seen, last-seen, fired ids, cleared-since times) is small JSON kept on the plan
+storage (:class:`WatchLedger`, one object per cluster label), written with the store's compare-and-set
+(``Store.write_if``): a rebuilt trigger (restart, failover, an exception) resumes from it, so a broker down for 8
+of its 10 minutes fires at 10, not at 18, and an incident fired before is not fired again; of two triggerers polling
+at once (a failover), the one whose write loses reads the state again and advances from it, so one incident fires
+once. The write comes BEFORE the event is yielded: a triggerer killed between the two loses that event (at most
+once; the window is the time to hand one event to the triggerer), it never fires it twice.
+
+Pure: imports no Airflow, no Kafka client, no PySpark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from airflow_kafka_reassign.core.healing.incident import INCIDENT_KINDS, Incident, IncidentKind, LogDirRef
+from airflow_kafka_reassign.core.healing.observation import Seen
+from airflow_kafka_reassign.core.records.store import Store
+
+#: How long each kind must last before it fires (seconds); docs/self-healing-watch.md says why each.
+DEFAULT_DWELL_S: dict[str, float] = {
+    "broker_down": 600.0,      # longer than a rolling restart of one broker (minutes, large logs included)
+    "log_dir_offline": 300.0,  # a failed disk stays failed until the broker restarts; 5 min rules out a blip
+    "log_dir_full": 900.0,     # retention deletes every 5 min (log.retention.check.interval.ms): three rounds
+    "under_min_isr": 300.0,    # acks=all producers are failing; a restarted replica rejoins the ISR within minutes
+    "empty_broker": 600.0,     # a scale-out: give whoever started the broker time to start their own rebalance
+    "imbalance": 3600.0,       # slow by nature; a rebalance then waits for its window anyway
+}
+#: How long each kind must stay clear, after it fired, before its return is a new incident (seconds).
+DEFAULT_RECOVERY_S: dict[str, float] = {
+    "broker_down": 600.0,      # a broker flapping for 10 minutes is one incident
+    "log_dir_offline": 600.0,
+    "log_dir_full": 1800.0,    # usage hovering at the threshold is one incident
+    "under_min_isr": 600.0,
+    "empty_broker": 1800.0,
+    "imbalance": 3600.0,
+}
+#: A condition not yet fired and last seen longer ago than this starts its dwell again.
+DEFAULT_MAX_GAP_S = 300.0
+#: The version of the state's shape.
+STATE_VERSION = 1
+#: Compare-and-set attempts before a poll gives up (another writer won each time).
+CAS_ATTEMPTS = 5
+
+
+class WatchStateError(ValueError):
+    """The watch state on the plan storage cannot be used (not JSON, another version, another cluster, or writers
+    that keep winning); the message names the object and the fix."""
+
+
+def _check_kinds(values: Mapping[str, Any] | None, what: str) -> dict[str, float]:
+    out = {}
+    for kind, seconds in (values or {}).items():
+        if kind not in INCIDENT_KINDS:
+            raise ValueError(f"{what}: {kind!r} is not an incident kind; the kinds are {', '.join(INCIDENT_KINDS)}")
+        seconds = float(seconds)
+        if seconds < 0:
+            raise ValueError(f"{what}[{kind!r}] is {seconds}: seconds must be 0 or more")
+        out[kind] = seconds
+    return out
+
+
+class WatchSettings(BaseModel):
+    """Everything the watch decides with, declared once (the trigger's arguments, validated)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: the cluster's label in incidents and in the state's name (the connection id by default; never a secret)
+    cluster: str = Field(min_length=1)
+    #: the kinds watched (others are neither observed nor touched in the state)
+    kinds: tuple[IncidentKind, ...] = INCIDENT_KINDS  # type: ignore[assignment]
+    #: seconds per kind (:data:`DEFAULT_DWELL_S` merged under what is given)
+    dwell_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_DWELL_S))
+    recovery_s: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_RECOVERY_S))
+    #: a log dir whose volume is used at or above this share is full
+    log_dir_full_ratio: float = Field(0.85, gt=0, le=1)
+    #: a broker further than this share of the mean from it (replicas, disk usage) is out of balance
+    imbalance_band: float = Field(0.2, gt=0)
+    max_gap_s: float = Field(DEFAULT_MAX_GAP_S, gt=0)
+
+    @field_validator("kinds", mode="before")
+    @classmethod
+    def _kinds(cls, value: Any) -> Any:
+        if value is None:
+            return INCIDENT_KINDS
+        if isinstance(value, str):
+            value = [value]
+        unknown = [k for k in value if k not in INCIDENT_KINDS]
+        if unknown:
+            raise ValueError(f"kinds: {', '.join(map(repr, unknown))} not incident kinds; the kinds are "
+                             f"{', '.join(INCIDENT_KINDS)}")
+        if not value:
+            raise ValueError("kinds is empty: name at least one kind, or None for all")
+        return tuple(dict.fromkeys(value))
+
+    @field_validator("dwell_s", mode="before")
+    @classmethod
+    def _dwell(cls, value: Any) -> dict[str, float]:
+        return {**DEFAULT_DWELL_S, **_check_kinds(value, "dwell_s")}
+
+    @field_validator("recovery_s", mode="before")
+    @classmethod
+    def _recovery(cls, value: Any) -> dict[str, float]:
+        return {**DEFAULT_RECOVERY_S, **_check_kinds(value, "recovery_s")}
+
+    def dwell(self, kind: str) -> float:
+        return self.dwell_s[kind]
+
+    def recovery(self, kind: str) -> float:
+        return self.recovery_s[kind]
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ValueError(f"{value.isoformat()} has no time zone: the watch keeps UTC times")
+    return None if value is None else value.astimezone(timezone.utc)
+
+
+class ConditionRecord(BaseModel):
+    """One condition in the watch state: when it was first and last seen, the incident it fired (its id), and
+    since when it has been clear after firing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: IncidentKind
+    brokers: tuple[int, ...] = ()
+    dirs: tuple[LogDirRef, ...] = ()
+    first_seen: datetime
+    last_seen: datetime
+    fired: str | None = None
+    fired_at: datetime | None = None
+    cleared_since: datetime | None = None
+
+    _times = field_validator("first_seen", "last_seen", "fired_at", "cleared_since")(_utc)
+
+
+class WatchState(BaseModel):
+    """The watch's state of one cluster: its conditions by key (``<kind>/<subject>``). JSON, a few hundred bytes
+    per condition; empty while the cluster is healthy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = STATE_VERSION
+    cluster: str
+    conditions: dict[str, ConditionRecord] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_version(self) -> WatchState:
+        if self.version != STATE_VERSION:
+            raise ValueError(f"watch state version {self.version} is not {STATE_VERSION}: written by another "
+                             "provider version; run one version, or delete the object to start over")
+        return self
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class WatchStep:
+    """What one poll decided: the new state, the incidents to fire now, and one line per change (for the log)."""
+
+    state: WatchState
+    fire: tuple[Incident, ...] = ()
+    changes: tuple[str, ...] = ()
+
+
+def _s(delta: timedelta) -> str:
+    return f"{delta.total_seconds():.0f} s"
+
+
+def advance(state: WatchState, seen: Seen, *, now: datetime, settings: WatchSettings) -> WatchStep:
+    """The state after the poll at ``now`` that saw ``seen``, and the incidents to fire (see the module docstring).
+    Pure and deterministic: the same state, conditions and time give the same step."""
+    now = _utc(now)  # type: ignore[assignment]
+    records = dict(state.conditions)
+    fire: list[Incident] = []
+    changes: list[str] = []
+    watched = set(settings.kinds)
+    observed = {c.key: c for c in seen.conditions if c.kind in watched}
+    for key, c in observed.items():
+        dwell = settings.dwell(c.kind)
+        rec = records.get(key)
+        if rec is not None and rec.fired is None and (now - rec.last_seen).total_seconds() > settings.max_gap_s:
+            changes.append(f"{key}: last seen {_s(now - rec.last_seen)} ago (the watch was away, longer than "
+                           f"max_gap_s={settings.max_gap_s:g}): its dwell starts again now")
+            rec = None
+        if rec is None:
+            rec = ConditionRecord(kind=c.kind, brokers=c.brokers, dirs=c.dirs, first_seen=now, last_seen=now)
+            changes.append(f"{key}: seen; fires at {(now + timedelta(seconds=dwell)).isoformat()} if it lasts "
+                           f"(dwell {dwell:g} s)")
+        else:
+            if rec.cleared_since is not None:
+                changes.append(f"{key}: back after {_s(now - rec.cleared_since)} clear, within its recovery time "
+                               f"({settings.recovery(c.kind):g} s): still incident {rec.fired}, not fired again")
+            rec = rec.model_copy(update={"last_seen": now, "cleared_since": None})
+        if rec.fired is None and (now - rec.first_seen).total_seconds() >= dwell:
+            incident = Incident.of(c.kind, cluster=settings.cluster, first_seen=rec.first_seen, last_seen=now,
+                                   brokers=c.brokers, dirs=c.dirs, detail=dict(c.detail))
+            rec = rec.model_copy(update={"fired": incident.id, "fired_at": now})
+            fire.append(incident)
+            changes.append(f"{key}: lasted {_s(now - rec.first_seen)} (dwell {dwell:g} s): incident {incident.id} fired")
+        records[key] = rec
+    for key, rec in list(records.items()):
+        if key in observed or rec.kind not in watched or seen.is_blind(rec.kind, rec.dirs):
+            continue
+        if rec.fired is None:
+            del records[key]
+            changes.append(f"{key}: cleared after {_s(rec.last_seen - rec.first_seen)}, within its dwell "
+                           f"({settings.dwell(rec.kind):g} s): nothing fired")
+        elif rec.cleared_since is None:
+            records[key] = rec.model_copy(update={"cleared_since": now})
+            changes.append(f"{key}: cleared; incident {rec.fired} is over once it stays clear for "
+                           f"{settings.recovery(rec.kind):g} s")
+        elif (now - rec.cleared_since).total_seconds() >= settings.recovery(rec.kind):
+            del records[key]
+            changes.append(f"{key}: clear for {_s(now - rec.cleared_since)}: incident {rec.fired} is over; a return "
+                           "is a new incident")
+    new = state if records == state.conditions else state.model_copy(update={"conditions": records})
+    return WatchStep(state=new, fire=tuple(fire), changes=tuple(changes))
+
+
+def state_name(cluster: str) -> str:
+    """The state object's name on the store: ``cluster-watch/<cluster label, made a safe file name>.json``."""
+    return f"cluster-watch/{re.sub(r'[^A-Za-z0-9._-]+', '_', cluster).strip('_.') or '_'}.json"
+
+
+class WatchLedger:
+    """The watch state of one cluster on a :class:`~airflow_kafka_reassign.core.records.store.Store`, advanced with
+    compare-and-set (see the module docstring)."""
+
+    def __init__(self, store: Store, settings: WatchSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self.name = state_name(settings.cluster)
+
+    def read(self) -> tuple[WatchState, str | None]:
+        """The state and its version tag (``None``: none yet, an empty state)."""
+        found = self.store.read_versioned(self.name)
+        if found is None:
+            return WatchState(cluster=self.settings.cluster), None
+        data, version = found
+        where = f"{self.store.uri}/{self.name}"
+        try:
+            state = WatchState.model_validate_json(data)
+        except ValueError as e:
+            raise WatchStateError(f"the cluster watch's state {where} cannot be read ({e}); delete it to start over "
+                                  "(conditions pending then dwell again; incidents fired may fire once more)") from None
+        if state.cluster != self.settings.cluster:
+            raise WatchStateError(f"the cluster watch's state {where} is of cluster {state.cluster!r}, not "
+                                  f"{self.settings.cluster!r}")
+        return state, version
+
+    def advance(self, seen: Seen, *, now: datetime) -> WatchStep:
+        """Read the state, :func:`advance` it with ``seen`` and write it back only if nobody wrote it meanwhile;
+        otherwise read again and advance from what the other writer left (whose incidents are then not fired
+        again here). Nothing is written when nothing changed."""
+        for _ in range(CAS_ATTEMPTS):
+            state, version = self.read()
+            step = advance(state, seen, now=now, settings=self.settings)
+            if step.state == state:
+                return step
+            if self.store.write_if(self.name, step.state.to_json(), version):
+                return step
+        raise WatchStateError(f"the cluster watch's state {self.store.uri}/{self.name} was written by another writer "
+                              f"at each of {CAS_ATTEMPTS} attempts: is more than one watch of cluster "
+                              f"{self.settings.cluster!r} polling it? One watch per cluster and state_uri")
