@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from airflow_kafka_reassign.core.healing.incident import Incident
 from airflow_kafka_reassign.core.healing.ledger import HealingLedger, Outcome, outcome
+from airflow_kafka_reassign.core.healing.observation import IMBALANCE_MIN_REPLICAS
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy
 from airflow_kafka_reassign.core.healing.view import ClusterView
 from airflow_kafka_reassign.core.vocabulary.ports import LogDir
@@ -126,9 +127,11 @@ def stale_reason(incident: Incident, view: ClusterView, policy: HealingPolicy) -
                 still.append(b)
         return (incident.model_copy(update={"brokers": tuple(still)}) if still else None), "; ".join(gone)
     if incident.kind == "imbalance":
-        band = int(incident.detail.get("band", policy.imbalance_band))
-        if view.spread() <= band:
-            return None, f"the replica counts spread by {view.spread()} over the live brokers, within the band {band}"
+        band = float(incident.detail.get("band", policy.imbalance_band))
+        far = view.far_from_mean(band, IMBALANCE_MIN_REPLICAS)
+        if not far and "disk" not in str(incident.detail.get("by", "")):
+            return None, (f"every live broker's replica count is within {band:.0%} of the mean (or "
+                          f"{IMBALANCE_MIN_REPLICAS} replicas) now")
         return incident, ""
     if incident.kind == "under_min_isr":
         if not view.under_min_isr:

@@ -120,9 +120,10 @@ class HealingPolicy(_Settings):
     #: the share of a log dir's volume above which a ``log_dir_full`` incident still holds (when its payload
     #: carries no ``threshold``)
     log_dir_full_ratio: float = Field(0.85, gt=0, le=1)
-    #: the spread of replica counts (max - min over the live brokers) above which an ``imbalance`` still holds
-    #: (when its payload carries no ``band``)
-    imbalance_band: int = Field(10, ge=1)
+    #: a live broker whose replica count is further from the mean than this share of it (and than
+    #: :data:`~airflow_kafka_reassign.core.healing.observation.IMBALANCE_MIN_REPLICAS`) keeps an ``imbalance`` holding
+    #: (when its payload carries no ``band``): the watch's own rule
+    imbalance_band: float = Field(0.2, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> HealingPolicy:

@@ -1,6 +1,6 @@
 """The live cluster as a healing decision reads it: one :class:`ClusterView`, from a few cheap requests.
 
-:func:`observe` asks the :class:`~airflow_kafka_reassign.core.vocabulary.ports.ClusterAdmin` port for:
+:func:`cluster_view` asks the :class:`~airflow_kafka_reassign.core.vocabulary.ports.ClusterAdmin` port for:
 
 * DescribeCluster with fenced brokers (KIP-1073): which brokers are registered, which are fenced (the controller's
   view of "down", not whether this worker can connect);
@@ -69,13 +69,17 @@ class ClusterView:
             out.update((b, d.path) for d in ds if d.cordoned and b not in self.cordoned_brokers())
         return frozenset(out)
 
-    def spread(self) -> int:
-        """max - min of the replica counts over the live brokers (0 with fewer than two)."""
-        counts = [self.holds(b) for b in self.alive]
-        return max(counts) - min(counts) if len(counts) > 1 else 0
+    def far_from_mean(self, band: float, min_replicas: int) -> frozenset[int]:
+        """The live brokers holding replicas whose count is further from the mean than ``band`` of it (and than
+        ``min_replicas``): the watch's imbalance rule (core/healing/observation.py), on replica counts."""
+        counts = {b: self.holds(b) for b in self.alive if self.holds(b)}
+        if len(counts) < 2:
+            return frozenset()
+        mean = sum(counts.values()) / len(counts)
+        return frozenset(b for b, n in counts.items() if abs(n - mean) > max(band * mean, min_replicas))
 
 
-def observe(admin: ClusterAdmin, *, with_dirs: bool = False) -> ClusterView:
+def cluster_view(admin: ClusterAdmin, *, with_dirs: bool = False) -> ClusterView:
     """Read the :class:`ClusterView` (see the module docstring); ``with_dirs``: DescribeLogDirs of every partition."""
     description = admin.describe_cluster(include_fenced=True)
     registered = {b.id: b.fenced for b in description.brokers}

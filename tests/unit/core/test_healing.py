@@ -1,9 +1,9 @@
 """The healing decision on the fake cluster: stale, already handled, the breaker, another writer, a manual cordon,
 the window, the budget, dry run and approval per kind; every decision not to act is an outcome on the ledger.
 
-Each test states the decision that a broken guard would change (the guard removed, the test fails): checked by hand
-for the breaker (``max_brokers`` compared with ``>=`` instead of ``>``: test_the_breaker... fails) and for the
-handled check (the ``check`` call in ``decide`` removed: test_a_second_event... acts twice and fails)."""
+Each guard's test fails when the guard is taken out (checked by hand, the guard's condition replaced by ``False``):
+the breaker (test_the_breaker...), the handled check in ``HealingLedger.check`` (test_a_second_event...), another
+writer (the two writer tests) and the window (test_an_imbalance...)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from airflow_kafka_reassign.core.healing.decide import decide
 from airflow_kafka_reassign.core.healing.incident import Incident, LogDirRef
 from airflow_kafka_reassign.core.healing.ledger import HealingLedger
 from airflow_kafka_reassign.core.healing.policy import Breaker, Budget, HealingPolicy, KindPolicy, Window
-from airflow_kafka_reassign.core.healing.view import observe
+from airflow_kafka_reassign.core.healing.view import cluster_view
 from airflow_kafka_reassign.core.records.store import MemoryStore
 from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.testing import FakeClusterAdmin
@@ -40,7 +40,7 @@ def down(broker: int, at: datetime = T) -> Incident:
 
 
 def run(fake, ledger, incidents, policy=None, run_id="r1", now=NOW, **kwargs):
-    view = observe(fake, with_dirs=any(i.dirs for i in incidents))
+    view = cluster_view(fake, with_dirs=any(i.dirs for i in incidents))
     return decide(incidents, view, policy or HealingPolicy(), ledger, run_id=run_id, now=now,
                   cluster="kafka_default", **kwargs)
 
@@ -136,10 +136,9 @@ def test_healing_never_touches_what_a_manual_run_cordoned(fake, ledger):
 
 
 def test_an_imbalance_is_rebalanced_only_inside_the_window(fake, ledger):
-    fake.replicas[TopicPartition("audit", 0)] = (1, 2)
-    for p in range(5):
-        fake.replicas[TopicPartition("orders", p)] = (1, 2, 3)
-    imbalance = Incident.of("imbalance", cluster="kafka_default", first_seen=T, last_seen=T, detail={"band": 2})
+    fake.create_topic("big", [[1, 2, 3]] * 30)  # brokers 4 and 5 far below the mean
+    imbalance = Incident.of("imbalance", cluster="kafka_default", brokers=[4, 5], first_seen=T, last_seen=T,
+                            detail={"band": 0.2, "by": "replicas"})
     window = Window(cron="0 2 * * 6", duration_s=4 * 3600)  # Saturdays 02:00-06:00 UTC
     policy = HealingPolicy(window=window, kinds={"imbalance": KindPolicy(mode="act")}, max_wait_s=3600)
     wednesday = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
@@ -152,7 +151,7 @@ def test_an_imbalance_is_rebalanced_only_inside_the_window(fake, ledger):
     assert run(fake, ledger, [imbalance], policy, now=saturday, run_id="r2").action == "rebalance"
     # within the band it is stale
     balanced = HealingLedger(MemoryStore())
-    wide = imbalance.model_copy(update={"detail": {"band": 50}})
+    wide = imbalance.model_copy(update={"detail": {"band": 5.0, "by": "replicas"}})
     assert run(fake, balanced, [wide], policy, now=saturday).action == "none"
     assert balanced.outcomes()[0].decision == "stale"
 
