@@ -5,6 +5,7 @@ whole objects written through the :class:`~airflow_kafka_reassign.core.records.s
 
     claims/<kind>/<sha>.json       one per incident: its payload, each run started for it (run id, time, bytes
                                    planned, how it ended) and its status: acting, done or failed
+    waits/<sha>.json               when a run started to wait for another writer or the window
     days/<YYYY-MM-DD>.json         the runs started and the bytes planned that UTC day, all incidents together
     outcomes/<YYYY-MM-DD>/<time>-<sha>.json
                                    one per decision, to act or not (the reason, the incident id, the run, the time):
@@ -277,6 +278,16 @@ class HealingLedger:
         """Mark this run's claim of each incident ``done`` or ``failed`` (a failed one may be taken up again by the
         next event, within the budget); returns the incidents it changed."""
         return [i for i in incident_ids if self._update_run(i, run_id, status=status)]
+
+    def waiting_since(self, run_id: str) -> datetime | None:
+        """When this run started to wait (for another writer, for the window), or ``None``."""
+        data = self.store.read(f"waits/{_sha(run_id)}.json")
+        return None if data is None else datetime.fromisoformat(json.loads(data)["since"])
+
+    def start_wait(self, run_id: str, now: datetime) -> bool:
+        """Note that this run waits from ``now`` on (once: ``False`` when it already did)."""
+        return self.store.write_if(f"waits/{_sha(run_id)}.json",
+                                   json.dumps({"run_id": run_id, "since": now.isoformat()}).encode(), None)
 
     def healing_subjects(self) -> tuple[set[int], set[tuple[int, str]]]:
         """The brokers and log dirs of incidents healing acts or acted on: a cordon there is healing's own, not
