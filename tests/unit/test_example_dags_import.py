@@ -27,6 +27,10 @@ EXPECTED = {
     "kafka_heal_under_replicated",
     "kafka_rack_maintenance",
     "kafka_remove_disk",
+    "kafka_heal_broker_down",
+    "kafka_heal_log_dir",
+    "kafka_heal_empty_broker",
+    "kafka_heal_imbalance",
 }
 
 
