@@ -45,7 +45,8 @@ def test_a_stopped_broker_is_drained_by_the_healing_dag_and_nothing_acknowledged
                            what=f"broker {DOWN} fenced", timeout=120)
             incident = Incident.of("broker_down", cluster="kafka_default", brokers=[DOWN], first_seen=first_seen,
                                    last_seen=datetime.now(timezone.utc))
-            result = run_dag_file(airflow_home, dag_file, {"incidents": [incident.to_payload()]}, plan_in_process=True)
+            result = run_dag_file(airflow_home, dag_file, {"incidents": [incident.to_payload()]}, plan_in_process=True,
+                                  unpatched=True)
             assert result["state"] == "success", result["log"][-6000:]
             for task_id in ("decide", "plan", "budget", "execute", "wait", "verify_drained", "record"):
                 assert result["tis"][task_id] == "success", (task_id, result["tis"], result["log"][-6000:])
