@@ -18,7 +18,12 @@ database, the broker queue, Kafka and the plan storage. Which worker ran each ta
 * Redis restarted while a run is held between two tasks by a sensor: the next task is queued and runs on a worker.
 
 The faults assert the cluster as before: every broker's dynamic configs and the topic's throttle configs identical,
-every partition at its target, the replication factor unchanged, no partition submitted twice.
+every partition at its target, the replication factor unchanged, no partition submitted twice. Each fault runs
+acks=all traffic on the plan's topic through it and reads every acknowledged record back (``Traffic``); "submitted
+once" is judged from the controller too (``controller_listing.Episodes``: ListPartitionReassignments sampled by a
+kafka-python client of the test's own, one in-flight episode per partition), not only from the project's journal;
+and the faults that come mid-plan (a worker, the triggerer, PostgreSQL) read at the fault, from the controller's
+listing and the metadata, that a move was in flight and another not sent yet (``at_the_fault``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kafka_helpers import dynamic_broker_configs, make_topic, put_plan, replicas, throttles
+from confluent_kafka.admin import AdminClient
+from controller_listing import Episodes, admin_client, in_flight
+from kafka_helpers import Traffic, dynamic_broker_configs, make_topic, put_plan, replicas, throttles
 
 from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -273,10 +280,11 @@ def trigger_logs(stack: Stack, run: DeferredWait) -> dict[int, str]:
     return out
 
 
-def deferred_wait(sandbox, stack: Stack, store: ObjectStoreSandbox, topic: str, name: str, tmp_path: Path) -> DeferredWait:
+def deferred_wait(sandbox, stack: Stack, store: ObjectStoreSandbox, name: str,
+                  fault: tuple[ReassignmentPlan, str, str, dict]) -> DeferredWait:
     """Deploy a :func:`wait_dag` of a :func:`fault_plan` as ``akr_stack_<name>``, trigger it, and return once its
     wait has deferred in the triggerer with part of the plan submitted (the rest is the trigger's to submit)."""
-    plan, plan_uri, prefix, before = fault_plan(sandbox, store, topic, name, tmp_path)
+    plan, plan_uri, prefix, before = fault
     dag_id = f"akr_stack_{name.replace('-', '_')}"
     wait_dag(stack, dag_id, plan_uri)
     started = time.monotonic()
@@ -292,12 +300,12 @@ def logged_since(stack: Stack, name: str, offset: int, text: str) -> bool:
         return text.encode() in f.read()
 
 
-def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path,
+def fault_plan(sandbox, object_store, topic: str, name: str, tmp_path: Path, megabytes: float = 4.5,
                ) -> tuple[ReassignmentPlan, str, str, dict]:
-    """Three partitions of about 1.5 MB, each move a few seconds at the throttle: (plan, its URI, its prefix, the
-    cluster's configs before any run of it: :func:`config_dump`)."""
+    """Three partitions of ``megabytes / 3`` each (1.5 MB: about 5 s per move at the throttle): (plan, its URI, its
+    prefix, the cluster's configs before any run of it: :func:`config_dump`)."""
     config = sandbox.client_config()
-    make_topic(config, topic, [[1, 2], [2, 3], [3, 4]], megabytes=4.5)
+    make_topic(config, topic, [[1, 2], [2, 3], [3, 4]], megabytes=megabytes)
     plan = ReassignmentPlan(moves=(
         Move(topic=topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
         Move(topic=topic, partition=1, current_replicas=(2, 3), target_replicas=(4, 3)),
@@ -323,6 +331,35 @@ def assert_plan_done(config: dict, plan: ReassignmentPlan, before: dict) -> None
         assert not [tp for tp in admin.list_reassignments() if tp.topic == topic]
     assert all(len(m.target_replicas) == len(m.current_replicas) for m in plan.moves)
     assert config_dump(config, [topic]) == before
+
+
+def at_the_fault(config: dict, plan: ReassignmentPlan) -> tuple[list, list]:
+    """What the controller and the metadata say at the moment of a fault, read by the test's own clients:
+    ``(in flight, pending)``: the plan's partitions the controller lists as being reassigned, and those still on their
+    current replicas with nothing in flight (not sent yet)."""
+    client = admin_client(config)
+    try:
+        flying = in_flight(client, plan.partitions)
+    finally:
+        client.close()
+    topic = plan.moves[0].topic
+    metadata = AdminClient(dict(config)).list_topics(topic, timeout=20).topics[topic].partitions
+    pending = [m.tp for m in plan.moves if (m.topic, m.partition) not in flying
+               and tuple(metadata[m.partition].replicas) == m.current_replicas]
+    return sorted(flying), pending
+
+
+def observed(config: dict, plan: ReassignmentPlan) -> tuple[Traffic, Episodes]:
+    """The second observers of a fault: acks=all traffic on the plan's topic (every acknowledged record read back
+    after), and the controller's listing sampled (each partition's in-flight episodes)."""
+    return (Traffic(config, plan.moves[0].topic, partitions=len(plan.moves)),
+            Episodes(config, [(m.topic, m.partition) for m in plan.moves]))
+
+
+def assert_sent_once(episodes: Episodes, plan: ReassignmentPlan) -> None:
+    """No partition submitted twice, judged from the controller: one in-flight episode per move, to its target."""
+    assert episodes.targets() == {(m.topic, m.partition): [m.target_replicas] for m in plan.moves}, (
+        episodes.targets(), episodes.samples, episodes.failed_samples)
 
 
 def kill_worker_running(stack: Stack, dag_id: str, run_id: str, store: ObjectStoreSandbox, prefix: str) -> str:
@@ -457,15 +494,21 @@ def test_a_worker_killed_mid_batch_is_retried_on_the_other_worker_which_finishes
     plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "killed-worker", tmp_path)
     dag_id = "akr_stack_killed_worker"
     execute_dag(stack, dag_id, plan_uri, retries=1)
-    started = time.monotonic()
-    run_id = trigger(stack, dag_id)
-    killed = kill_worker_running(stack, dag_id, run_id, object_store, prefix)
-    # the killed worker comes back only once the retry runs (else the retry may land on it again)
-    wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and try_number=2 and "
-                                   "state in ('running', 'success')", dag_id, run_id), "the retry to run", 300, 1)
-    restart = restart_in_background(stack, killed)
-    state = wait_run(stack, dag_id, run_id, 600)
-    elapsed = time.monotonic() - started
+    traffic, episodes = observed(config, plan)
+    with traffic, episodes:
+        started = time.monotonic()
+        run_id = trigger(stack, dag_id)
+        killed = kill_worker_running(stack, dag_id, run_id, object_store, prefix)
+        flying, pending = at_the_fault(config, plan)
+        assert flying and pending, (flying, pending)  # the kill came mid-plan: a move in flight, others not sent
+        # the killed worker comes back only once the retry runs (else the retry may land on it again)
+        wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and try_number=2 "
+                                       "and state in ('running', 'success')", dag_id, run_id), "the retry to run", 300, 1)
+        restart = restart_in_background(stack, killed)
+        state = wait_run(stack, dag_id, run_id, 600)
+        elapsed = time.monotonic() - started
+    traffic.check()  # nothing acknowledged was lost through the kill
+    assert_sent_once(episodes, plan)  # the controller's listing: each partition one episode, to its target
     assert state == "success", logs_of(stack, dag_id, run_id)[-8000:]
     ran = tries(stack, dag_id, run_id)
     other = next(w for w in stack.workers if w != killed)
@@ -485,26 +528,32 @@ def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_o
     plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "takeover", tmp_path)
     dag_id = "akr_stack_takeover"
     execute_dag(stack, dag_id, plan_uri, retries=0)
-    dead = trigger(stack, dag_id, prefix="dead")
-    killed = kill_worker_running(stack, dag_id, dead, object_store, prefix)
-    restart = restart_in_background(stack, killed)
-    assert config_dump(config, [unique_topic]) != before  # the dead run's throttles are on the cluster
-    # the next run of the plan is refused at once, told which run holds the lease and how to take over
-    refused = trigger(stack, dag_id, prefix="refused")
-    assert wait_run(stack, dag_id, refused, 300) == "failed"
-    log = task_log(stack, dag_id, refused, "execute", marker="is held by DAG run")
-    line = next((ln for ln in log.splitlines() if "is held by DAG run" in ln), None)
-    assert line is not None, log[-4000:]
-    assert f"is held by DAG run '{dead}'" in line and f"take_over_from='{dead}'" in line and "until " in line
-    assert "submitting" not in log
-    # the operator confirms the dead run is dead (Airflow failed its task: no heartbeat, no retry), then takes over
-    assert wait_run(stack, dag_id, dead, 300) == "failed"
-    assert [t["state"] for t in tries(stack, dag_id, dead)] == ["failed"]
-    joined(restart)
-    started = time.monotonic()
-    takeover = trigger(stack, dag_id, {"take_over_from": dead}, prefix="takeover")
-    assert wait_run(stack, dag_id, takeover, 600) == "success", logs_of(stack, dag_id, takeover)[-6000:]
-    elapsed = time.monotonic() - started
+    traffic, episodes = observed(config, plan)
+    with traffic, episodes:
+        dead = trigger(stack, dag_id, prefix="dead")
+        killed = kill_worker_running(stack, dag_id, dead, object_store, prefix)
+        flying, pending = at_the_fault(config, plan)
+        assert flying and pending, (flying, pending)  # the kill came mid-plan
+        restart = restart_in_background(stack, killed)
+        assert config_dump(config, [unique_topic]) != before  # the dead run's throttles are on the cluster
+        # the next run of the plan is refused at once, told which run holds the lease and how to take over
+        refused = trigger(stack, dag_id, prefix="refused")
+        assert wait_run(stack, dag_id, refused, 300) == "failed"
+        log = task_log(stack, dag_id, refused, "execute", marker="is held by DAG run")
+        line = next((ln for ln in log.splitlines() if "is held by DAG run" in ln), None)
+        assert line is not None, log[-4000:]
+        assert f"is held by DAG run '{dead}'" in line and f"take_over_from='{dead}'" in line and "until " in line
+        assert "submitting" not in log
+        # the operator confirms the dead run is dead (Airflow failed its task: no heartbeat, no retry), then takes over
+        assert wait_run(stack, dag_id, dead, 300) == "failed"
+        assert [t["state"] for t in tries(stack, dag_id, dead)] == ["failed"]
+        joined(restart)
+        started = time.monotonic()
+        takeover = trigger(stack, dag_id, {"take_over_from": dead}, prefix="takeover")
+        assert wait_run(stack, dag_id, takeover, 600) == "success", logs_of(stack, dag_id, takeover)[-6000:]
+        elapsed = time.monotonic() - started
+    traffic.check()  # nothing acknowledged was lost
+    assert_sent_once(episodes, plan)  # the controller's listing: the takeover sent nothing the dead run had sent
     assert "took over the plan's lease at once from DAG run" in task_log(stack, dag_id, takeover, "execute",
                                                                          marker="took over the plan's lease")
     assert_plan_done(config, plan, before)  # the dead run's throttles restored exactly
@@ -516,24 +565,33 @@ def test_the_triggerer_sigkilled_during_a_deferrable_wait_is_restarted_and_the_w
         sandbox, stack, object_store, unique_topic, tmp_path):
     """Also the proof test_wait_sensor_deferrable.py gave on a SQLite deployment (moved here, every assertion kept):
     the task stays deferred through the kill, the trigger is taken by another triggerer job, and both jobs logged
-    the wait's progress into the task's trigger logs."""
-    run = deferred_wait(sandbox, stack, object_store, unique_topic, "killed-triggerer", tmp_path)
-    trigger_id, first_job = stack.query(
-        "select t.id, t.triggerer_id from trigger t join task_instance ti on ti.trigger_id = t.id "
-        "where ti.dag_id=%s and ti.run_id=%s", run.dag_id, run.run_id)[0]
-    # the first triggerer polled the plan (a progress line in its trigger log) before the kill: the restarted one
-    # takes over a wait under way, not one that never started
-    wait_until(lambda: "| moves " in trigger_logs(stack, run).get(first_job, ""), "the first triggerer's progress line",
-               120, 0.5)
-    killed_at = run.since()
-    killed = stack.kill("triggerer", signal.SIGKILL)  # its trigger runner too: no clean shutdown
-    assert ti_state(stack, run) == "deferred", "the task should still be deferred after the kill"
-    stack.start("triggerer")  # ready once it heartbeats; it takes the dead one's trigger (no heartbeat for 10 s)
-    restarted = run.since()
-    wait_until(lambda: (stack.query("select triggerer_id from trigger where id=%s", trigger_id) or [(None,)])[0][0]
-               not in (None, first_job) or ti_state(stack, run) != "deferred", "another triggerer job to take the "
-               "trigger", 120, 0.5)
-    elapsed = run.assert_finished()  # the rest of the plan submitted after the kill, by the restarted triggerer
+    the wait's progress into the task's trigger logs. At the kill, the controller lists a move in flight and the
+    metadata shows a move not sent yet (9 MB: about 10 s per move): the restarted triggerer finished a plan under way."""
+    config = sandbox.client_config()
+    fault = fault_plan(sandbox, object_store, unique_topic, "killed-triggerer", tmp_path, megabytes=9)
+    traffic, episodes = observed(config, fault[0])
+    with traffic, episodes:
+        run = deferred_wait(sandbox, stack, object_store, "killed-triggerer", fault)
+        trigger_id, first_job = stack.query(
+            "select t.id, t.triggerer_id from trigger t join task_instance ti on ti.trigger_id = t.id "
+            "where ti.dag_id=%s and ti.run_id=%s", run.dag_id, run.run_id)[0]
+        # the first triggerer polled the plan (a progress line in its trigger log) before the kill: the restarted one
+        # takes over a wait under way, not one that never started
+        wait_until(lambda: "| moves " in trigger_logs(stack, run).get(first_job, ""),
+                   "the first triggerer's progress line", 120, 0.5)
+        killed_at = run.since()
+        killed = stack.kill("triggerer", signal.SIGKILL)  # its trigger runner too: no clean shutdown
+        flying, pending = at_the_fault(config, run.plan)
+        assert flying and pending, (flying, pending)  # judged by the controller and the metadata, not the journal
+        assert ti_state(stack, run) == "deferred", "the task should still be deferred after the kill"
+        stack.start("triggerer")  # ready once it heartbeats; it takes the dead one's trigger (no heartbeat for 10 s)
+        restarted = run.since()
+        wait_until(lambda: (stack.query("select triggerer_id from trigger where id=%s", trigger_id) or [(None,)])[0][0]
+                   not in (None, first_job) or ti_state(stack, run) != "deferred", "another triggerer job to take the "
+                   "trigger", 120, 0.5)
+        elapsed = run.assert_finished()  # the rest of the plan submitted after the kill, by the restarted triggerer
+    traffic.check()
+    assert_sent_once(episodes, run.plan)
     summary = xcom(stack, run.dag_id, run.run_id, "wait")
     assert summary["status"] == "complete" and summary["finish"]["throttles_restored"] == "yes", summary
     logs = trigger_logs(stack, run)
@@ -541,26 +599,39 @@ def test_the_triggerer_sigkilled_during_a_deferrable_wait_is_restarted_and_the_w
     assert all("| moves " in text for text in logs.values()), {job: text[-500:] for job, text in logs.items()}
     done = f"{len(run.plan.moves)}/{len(run.plan.moves)} done"
     assert any(done in text for job, text in logs.items() if job != first_job), done
-    print(f"\nthe triggerer SIGKILLed ({len(killed)} process(es)) with {len(run.submitted)}/{len(run.plan.moves)} "
-          f"moves submitted, at {killed_at:.0f} s, restarted at {restarted:.0f} s; the run ended at {elapsed:.0f} s")
+    print(f"\nthe triggerer SIGKILLed ({len(killed)} process(es)) with {flying} in flight and {pending} pending, at "
+          f"{killed_at:.0f} s, restarted at {restarted:.0f} s; the run ended at {elapsed:.0f} s")
 
 
 def test_postgresql_restarted_during_a_deferrable_wait_the_components_revived_finish_the_run(
         sandbox, stack, object_store, unique_topic, tmp_path):
-    run = deferred_wait(sandbox, stack, object_store, unique_topic, "postgres-restart", tmp_path)
-    stopped_at = run.since()
-    # down until the scheduler and the triggerer have exited (seconds; the triggerer 30 s): an outage, not a blip
-    down = stack.restart("postgres", while_down=lambda: wait_until(
-        lambda: not stack.alive("scheduler") and not stack.alive("triggerer"),
-        "the scheduler and the triggerer to exit without the database", 60, 0.5))
-    assert stack.alive("api-server") and all(stack.alive(w) for w in stack.workers)  # these reconnect
-    # what a process supervisor does (systemd's Restart=always, Kubernetes): start what exited
-    revived = stack.revive()
-    assert {"scheduler", "triggerer"} <= set(revived) <= {"scheduler", "triggerer", "dag-processor"}, revived
-    back = run.since()
-    elapsed = run.assert_finished()
-    print(f"\nPostgreSQL down {down:.1f} s from {stopped_at:.0f} s with {len(run.submitted)}/{len(run.plan.moves)} "
-          f"moves submitted; {sorted(revived)} revived by {back:.0f} s; the run ended at {elapsed:.0f} s")
+    config = sandbox.client_config()
+    fault = fault_plan(sandbox, object_store, unique_topic, "postgres-restart", tmp_path, megabytes=9)
+    traffic, episodes = observed(config, fault[0])
+    with traffic, episodes:
+        run = deferred_wait(sandbox, stack, object_store, "postgres-restart", fault)
+        stopped_at = run.since()
+        seen: dict[str, list] = {}
+
+        def while_down() -> None:
+            # judged at the outage, by the controller and the metadata: a move in flight, another not sent yet
+            seen["in flight"], seen["pending"] = at_the_fault(config, run.plan)
+            # down until the scheduler and the triggerer have exited (seconds; the triggerer 30 s): an outage, not a blip
+            wait_until(lambda: not stack.alive("scheduler") and not stack.alive("triggerer"),
+                       "the scheduler and the triggerer to exit without the database", 60, 0.5)
+
+        down = stack.restart("postgres", while_down=while_down)
+        assert seen["in flight"] and seen["pending"], seen
+        assert stack.alive("api-server") and all(stack.alive(w) for w in stack.workers)  # these reconnect
+        # what a process supervisor does (systemd's Restart=always, Kubernetes): start what exited
+        revived = stack.revive()
+        assert {"scheduler", "triggerer"} <= set(revived) <= {"scheduler", "triggerer", "dag-processor"}, revived
+        back = run.since()
+        elapsed = run.assert_finished()
+    traffic.check()
+    assert_sent_once(episodes, run.plan)
+    print(f"\nPostgreSQL down {down:.1f} s from {stopped_at:.0f} s with {seen}; {sorted(revived)} revived by "
+          f"{back:.0f} s; the run ended at {elapsed:.0f} s")
 
 
 def test_redis_restarted_between_tasks_the_next_task_is_queued_and_runs_on_a_worker(
@@ -569,20 +640,26 @@ def test_redis_restarted_between_tasks_the_next_task_is_queued_and_runs_on_a_wor
     plan, plan_uri, prefix, before = fault_plan(sandbox, object_store, unique_topic, "redis-restart", tmp_path)
     dag_id = "akr_stack_redis_restart"
     execute_dag(stack, dag_id, plan_uri, retries=0, gate=True)
-    started = time.monotonic()
-    run_id = trigger(stack, dag_id)
-    wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and task_id='gate' "
-                                   "and state='running'", dag_id, run_id), "the gate to run on a worker", 300, 0.5)
-    gated = time.monotonic() - started
-    offsets = {w: stack.log_path(w).stat().st_size for w in stack.workers}
-    # down until both workers have lost the broker (the queue comes back empty: nothing was queued)
-    down = stack.restart("redis", while_down=lambda: wait_until(
-        lambda: all(logged_since(stack, w, offsets[w], "Cannot connect to redis") for w in stack.workers),
-        "the workers to lose the broker", 60, 0.2))
-    assert not journal_submitted(object_store, prefix)  # the run is between its tasks
-    open_gate(stack, run_id)
-    state = wait_run(stack, dag_id, run_id, 300)
-    elapsed = time.monotonic() - started
+    traffic, episodes = observed(config, plan)
+    with traffic, episodes:
+        started = time.monotonic()
+        run_id = trigger(stack, dag_id)
+        wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and task_id='gate' "
+                                       "and state='running'", dag_id, run_id), "the gate to run on a worker", 300, 0.5)
+        gated = time.monotonic() - started
+        offsets = {w: stack.log_path(w).stat().st_size for w in stack.workers}
+        # down until both workers have lost the broker (the queue comes back empty: nothing was queued)
+        down = stack.restart("redis", while_down=lambda: wait_until(
+            lambda: all(logged_since(stack, w, offsets[w], "Cannot connect to redis") for w in stack.workers),
+            "the workers to lose the broker", 60, 0.2))
+        # the run is between its tasks: nothing sent, by the journal and by the controller
+        assert not journal_submitted(object_store, prefix)
+        assert at_the_fault(config, plan) == ([], [m.tp for m in plan.moves])
+        open_gate(stack, run_id)
+        state = wait_run(stack, dag_id, run_id, 300)
+        elapsed = time.monotonic() - started
+    traffic.check()
+    assert_sent_once(episodes, plan)
     assert state == "success", logs_of(stack, dag_id, run_id)[-6000:] + stack.tail("scheduler")
     ran = tries(stack, dag_id, run_id)
     assert [(t["task_id"], t["try"], t["state"]) for t in ran] == [("execute", 1, "success"), ("gate", 1, "success")]
