@@ -32,7 +32,7 @@ from airflow_kafka_reassign.core.execution.progress import (
     final_message,
 )
 from airflow_kafka_reassign.core.execution.run_state import cluster_events, executed_digest, health_stop, try_key
-from airflow_kafka_reassign.core.maintenance.drain import read_drain
+from airflow_kafka_reassign.core.maintenance.rounds import read_goal
 from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseKeeper
 from airflow_kafka_reassign.core.records.plan_io import read_plan, read_plan_with_digest, read_rollback
 from airflow_kafka_reassign.core.records.store import Store, StoreError
@@ -162,7 +162,7 @@ class WaitSpec:
                                        holder=try_key(self.lease_holder), lease=lambda: self.take_lease(log),
                                        deadline=self.deadline(), measure=self.measure_bytes, log=log,
                                        poll_interval_s=self.poll_interval_s, min_poll_interval_s=MIN_POLL_S,
-                                       drain=read_drain(self.plan_store) if self.which == "plan" else None)
+                                       goal=read_goal(self.plan_store) if self.which == "plan" else None)
 
     def submitter(self, plan: ReassignmentPlan) -> Submitter | None:
         """Ticks the plan's session once per poke (with ``submit_pending``); see :func:`poke_outcome`."""
@@ -233,8 +233,9 @@ def poke_outcome(session: ExecutionSession, *, measure_bytes: bool) -> SubmitOut
         if covered else None
     notes = [f"adaptive limits: {why}" for why in tick.adaptations]
     if tick.drained_later:
-        notes.append(f"drain round {session.drain_rounds}: {len(tick.drained_later)} partition(s) that arrived on the "
-                     f"drained brokers meanwhile are moved off in this run")
+        what = session.goal.what if session.goal is not None else "the goal"
+        notes.append(f"round {session.drain_rounds}: {len(tick.drained_later)} partition(s) that arrived on {what} "
+                     "meanwhile are moved off in this run")
     return SubmitOutcome(submitted=len(status.submitted), refused=refused, blocked=tick.health_stop or status.blocked,
                          notes=tuple(notes), closed=tick.past_deadline, observed=observed, plan=plan,
                          next_poll_s=tick.next_poll_s, gone=dict(status.gone), waiting=dict(status.waiting))

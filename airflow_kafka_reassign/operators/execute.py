@@ -49,7 +49,7 @@ from airflow_kafka_reassign.core.execution.progress import ReassignmentWatch
 from airflow_kafka_reassign.core.execution.run_state import PLAN_EXECUTED, try_key
 from airflow_kafka_reassign.core.guards.adaptive import DEFAULT_MIN_POLL_S
 from airflow_kafka_reassign.core.guards.approval import ApprovalRecord, check_approval, check_snapshot_age
-from airflow_kafka_reassign.core.maintenance.drain import read_drain
+from airflow_kafka_reassign.core.maintenance.rounds import read_goal
 from airflow_kafka_reassign.core.records.journal import journal
 from airflow_kafka_reassign.core.records.lease import DEFAULT_TTL_S, LeaseLostError
 from airflow_kafka_reassign.core.records.plan_io import read_plan_with_digest
@@ -210,7 +210,7 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
                 min_poll_interval_s=float(self.min_poll_interval),
                 progress=self._progress_logger(plan),
                 default_disk_reserve=self.default_disk_reserve(),
-                drain=read_drain(store),
+                goal=read_goal(store),
             )
         except (GuardRefusedError, LeaseLostError, ClusterAccessError) as e:  # the same again on a retry
             raise AirflowFailException(f"task {self.task_id}: {e}") from e
@@ -260,7 +260,7 @@ class ExecuteReassignmentOperator(ExecutionTask, BaseOperator):
         if status.blocked:
             problem = f"the plan was refused: {status.blocked}"
         elif result.drain_short:
-            problem = f"the drain did not end empty: {result.drain_short}"
+            problem = f"the run did not reach its goal: {result.drain_short}"
         elif status.stale or status.failed:
             problem = (
                 f"{len(status.stale)} stale and {len(status.failed)} refused or failed move(s) were not executed "

@@ -66,8 +66,9 @@ from airflow_kafka_reassign.core.execution.run_state import (
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.execution.throttle import NOT_RESTORED, backup_path
 from airflow_kafka_reassign.core.guards.adaptive import DEFAULT_MIN_POLL_S, AdaptiveBounds, next_poll_s
-from airflow_kafka_reassign.core.maintenance.cordon import cordon_refusal, cordoned_brokers
-from airflow_kafka_reassign.core.maintenance.drain import DrainSpec, drain_moves, leftovers, merge
+from airflow_kafka_reassign.core.maintenance.cordon import cordon_refusal
+from airflow_kafka_reassign.core.maintenance.drain import DrainSpec, merge
+from airflow_kafka_reassign.core.maintenance.rounds import DrainGoal, GoalRounds
 from airflow_kafka_reassign.core.records.journal import StateLocation, journal
 from airflow_kafka_reassign.core.records.lease import LeaseKeeper, LeaseLostError
 from airflow_kafka_reassign.core.vocabulary.models import ReassignmentPlan, TopicPartition
@@ -106,7 +107,7 @@ class Tick:
     eta_s: float | None = None
     #: when to tick again: soon when a move in flight is about to finish, rarely when far (core/guards/adaptive.py)
     next_poll_s: float = 0.0
-    #: a drain round planned at this tick: the partitions that arrived on the drained brokers (core/maintenance/drain.py)
+    #: a goal's round planned at this tick: the partitions that broke the goal meanwhile (core/maintenance/rounds.py)
     drained_later: list[TopicPartition] = field(default_factory=list)
     #: what the cluster did under the plan that this tick saw first, and what the run did about it (one line each)
     events: list[str] = field(default_factory=list)
@@ -135,9 +136,12 @@ class ExecutionSession:
     :param deadline: no move is submitted at or after it (aware datetime); ``on_deadline="cancel"`` cancels the
         moves in flight when it passes, ``"finish"`` lets them finish.
     :param measure: read the plan's sizes at each tick (the progress line's bytes; one DescribeLogDirs).
-    :param drain: a decommission's drain (core/maintenance/drain.py): once the plan's moves are done, the partitions that arrived
-        on the drained brokers meanwhile are planned and moved in the same run, round after round (each round kept
-        on the run state before its moves go out), until the brokers are empty or ``drain.max_rounds``.
+    :param goal: the end state the run is for (core/maintenance/rounds.py: a decommission's drain, a disk removal):
+        once the plan's moves are done, what still breaks the goal (partitions that arrived on the drained brokers
+        or in the removed dirs meanwhile, re-created topics, partitions moved back) is planned and moved in the same
+        run, round after round (each round kept on the run state before its moves go out), until the goal is met or
+        ``goal.max_rounds``.
+    :param drain: a decommission's drain: the same as ``goal=DrainGoal(drain)``.
     """
 
     def __init__(self, admin: ClusterAdmin, plan: ReassignmentPlan, config: ExecutionConfig | None = None, *,
@@ -149,6 +153,7 @@ class ExecutionSession:
                  should_stop: Callable[[], bool] = lambda: False,
                  now: Callable[[], datetime] = lambda: datetime.now(timezone.utc), clock_s: Callable[[], float] | None = None,
                  default_disk_reserve: str | None = None, drain: DrainSpec | None = None,
+                 goal: GoalRounds | None = None,
                  _parts: tuple[ExecutionLimits, ExecutionOptions, AdaptiveBounds | None] | None = None) -> None:
         if _parts is None:
             config = config or ExecutionConfig()
@@ -189,11 +194,15 @@ class ExecutionSession:
         self._done_before: int | None = None
         self._poll: float | None = None
         self._saved: list[str] = []
-        self.drain = drain
-        #: drain rounds planned so far (this session's and, resumed, earlier processes'), and what each brought
+        if goal is None and drain is not None:
+            goal = DrainGoal(drain)
+        self.goal = goal
+        #: a decommission's drain (its stale moves off the drained brokers are dropped at each tick)
+        self.drain = goal.spec if isinstance(goal, DrainGoal) else None
+        #: the goal's rounds planned so far (this session's and, resumed, earlier processes'), and what each brought
         self.drain_rounds = 0
         self.drained_later: list[TopicPartition] = []
-        #: why the drain could not empty the brokers (rounds spent, partitions that cannot be placed)
+        #: why the run could not reach its goal (rounds spent, partitions that cannot be placed)
         self.drain_short: str | None = None
         self._last_round: list[TopicPartition] = []
         #: since when (``clock_s``) each thing that holds moves has held them: ``"broker 2"``, ``"the reassignment
@@ -272,8 +281,8 @@ class ExecutionSession:
         self._drop_what_the_drain_needs_no_more(status)
         new_events = self._note(status)
         self._time_waits(status)
-        if status.complete and self.drain is not None and not past and submit and self.health_stop is None \
-                and not options.dry_run and self._drain_round():
+        if status.complete and self.goal is not None and not past and submit and self.health_stop is None \
+                and not options.dry_run and self._goal_round():
             again = self.tick(submit=submit)  # the round's first batch, at once
             again.drained_later = self.drained_later[-len(self._last_round):] if self._last_round else []
             again.events = new_events + again.events
@@ -413,37 +422,33 @@ class ExecutionSession:
             self._event(f"{key}: {len(tps)} move(s) refused after waiting {format_duration(now - since)} "
                         f"({setting}={bound:g})", out)
 
-    def _drain_round(self) -> bool:
-        """Judge the drain's goal again once the plan's moves are over: the partitions that still hold a replica on
-        the drained brokers (arrived meanwhile, re-created, moved elsewhere by someone else) are planned from a fresh
-        snapshot as a new round (stale moves off the drained brokers were dropped at their tick:
+    def _goal_round(self) -> bool:
+        """Judge the goal again once the plan's moves are over (core/maintenance/rounds.py): what still breaks it
+        (partitions that arrived on the drained brokers or in the removed dirs, re-created, moved back by someone
+        else) is planned from a fresh look at the cluster as a new round, recorded on the run state before its moves
+        go out (a drain's stale moves off its brokers were dropped at their tick:
         :meth:`_drop_what_the_drain_needs_no_more`). ``True``: a round was planned."""
-        spec = self.drain
-        assert spec is not None
+        goal = self.goal
+        assert goal is not None
         self._last_round = []
-        snap = self.admin.snapshot()
-        left = leftovers(snap, spec)
+        left, extra, refused = goal.round(self.admin, self.known_failed)
         if not left:
             return False
-        if self.drain_rounds >= spec.max_rounds:
+        if self.drain_rounds >= goal.max_rounds:
             self.drain_short = (
-                f"{len(left)} partition(s) still have a replica on the drained broker(s) {list(spec.brokers)} after "
-                f"{self.drain_rounds} drain round(s) (max_rounds={spec.max_rounds}): {_tps(p.tp for p in left)}. "
-                "Something keeps creating partitions there: cordon the brokers (Kafka 4.3+, KIP-1066), or stop what "
-                "creates topics, then run the drain again")
+                f"{len(left)} partition(s) still have a replica on {goal.what} after {self.drain_rounds} {goal.kind} "
+                f"round(s) "
+                f"(max_rounds={goal.max_rounds}): {_tps(left)}. {goal.advice}")
             self.log.error("%s", self.drain_short)
             return False
-        extra, refused = drain_moves(snap, spec, cordoned=cordoned_brokers(self.admin, snap.broker_ids),
-                                     skip=self.known_failed)
-        skipped = {p.tp: self.known_failed[p.tp] for p in left if p.tp in self.known_failed}
+        skipped = {tp: self.known_failed[tp] for tp in left if tp in self.known_failed}
         if skipped and not extra.moves:
-            self.drain_short = (f"{len(skipped)} partition(s) still have a replica on the drained broker(s) "
-                                f"{list(spec.brokers)} and their moves were refused: "
-                                + "; ".join(f"{tp}: {why}" for tp, why in sorted(skipped.items())[:10]))
+            self.drain_short = (f"{len(skipped)} partition(s) still have a replica on {goal.what} and their moves "
+                                "were refused: " + "; ".join(f"{tp}: {why}" for tp, why in sorted(skipped.items())[:10]))
             self.log.error("%s", self.drain_short)
         if refused:
-            self.drain_short = ("the drain cannot place " + "; ".join(f"{tp}: {why}" for tp, why in
-                                                                        sorted(refused.items())[:10]))
+            self.drain_short = (f"the round cannot move off {goal.what}: "
+                                + "; ".join(f"{tp}: {why}" for tp, why in sorted(refused.items())[:10]))
             self.log.error("%s", self.drain_short)
         if not extra.moves:
             return False
@@ -457,14 +462,13 @@ class ExecutionSession:
         self._last_round = [m.tp for m in extra.moves]
         self.drained_later.extend(self._last_round)
         self.plan = merge(self.plan, extra)
-        self._event(f"round {self.drain_rounds} of at most {spec.max_rounds}: {len(extra.moves)} move(s) planned from "
+        self._event(f"round {self.drain_rounds} of at most {goal.max_rounds}: {len(extra.moves)} move(s) planned from "
                     f"a fresh snapshot ({_tps(self._last_round, 5)})", [])
         self.log.warning(
-            "%d partition(s) still hold a replica on the drained broker(s) %s once the plan's moves were over (%s: "
-            "arrived meanwhile, re-created, or moved by someone else): drained in this run, round %d of at most %d, "
-            "within the same limits. Cordoning the brokers before the plan (Kafka 4.3+, KIP-1066) keeps new "
-            "partitions off them", len(extra.moves), list(spec.brokers), _tps(self._last_round), self.drain_rounds,
-            spec.max_rounds)
+            "%d partition(s) still hold a replica on %s once the plan's moves were over (%s: arrived meanwhile, "
+            "re-created, or moved by someone else): moved in this run, %s round %d of at most %d, within the same "
+            "limits. %s", len(extra.moves), goal.what, _tps(self._last_round), goal.kind, self.drain_rounds,
+            goal.max_rounds, goal.keep_out)
         return True
 
     def _cancel(self) -> CancelResult:
@@ -513,8 +517,8 @@ class ExecutionSession:
         return session
 
     def resume_drain(self) -> None:
-        """Take the drain rounds an earlier process planned on this run state into the plan."""
-        if self.drain is None or self.state_dir is None:
+        """Take the goal's rounds an earlier process planned on this run state into the plan."""
+        if self.goal is None or self.state_dir is None:
             return
         for text in read_drain_rounds(self.state_dir):
             extra = ReassignmentPlan.model_validate_json(text)
@@ -613,6 +617,7 @@ def run(
     default_disk_reserve: str | None = None,
     holder: str | None = None,
     drain: DrainSpec | None = None,
+    goal: GoalRounds | None = None,
 ) -> RunResult:
     """Execute ``plan`` to the end (or the deadline) by ticking one :class:`ExecutionSession`.
 
@@ -648,7 +653,7 @@ def run(
                                deadline=deadline, on_deadline=on_deadline, poll_interval_s=poll_interval_s,
                                min_poll_interval_s=min_poll_interval_s, measure=progress is not None, log=log,
                                settle_s=settle_s, sleep=sleep, should_stop=should_stop, now=now, clock_s=clock,
-                               drain=drain)
+                               drain=drain, goal=goal)
     session.resume_drain()
     log = session.log
     options = session.options

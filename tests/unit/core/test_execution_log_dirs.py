@@ -393,3 +393,72 @@ def test_a_topic_re_created_while_its_log_dir_move_is_in_flight_is_dropped_and_t
     assert tick.status.ok and set(tick.status.gone) == {TopicPartition("u", 0), TopicPartition("u", 1)}
     assert not in_d2(f) and f.replica_dirs[R("u", 0, 1)] == D1 and len(f.dir_requests) == 5  # u's new one: not moved
     assert any("topic u re-created (new topic id): dropped 2 move(s)" in e for e in s.events)
+
+
+# -- a disk removal's rounds (issue 36): what lands in the removed dir meanwhile is moved off in the same run --------
+
+
+def removal_goal(max_rounds: int = 5):
+    from airflow_kafka_reassign.core.maintenance.rounds import DiskRemovalGoal, DiskRemovalSpec
+
+    return DiskRemovalGoal(DiskRemovalSpec(request=PlanRequest(goal="remove-disks", log_dirs=[f"1:{D2}"]),
+                                           max_rounds=max_rounds))
+
+
+def uncordoned_run(goal):
+    """The disk removal on a cluster without cordons (Kafka before 4.3): the controller may place a new replica in
+    the dir being emptied. One move per dir."""
+    f = cluster(2)
+    plan = removal(f)
+    state = MemoryStore()
+    s = ExecutionSession(f, plan, ExecutionConfig(), state_dir=state, settle_s=0, sleep=lambda s: None, goal=goal)
+    return f, plan, state, s
+
+
+def test_a_replica_placed_in_the_removed_dir_during_the_run_is_moved_off_in_a_round_and_the_dir_ends_empty():
+    f, plan, state, s = uncordoned_run(removal_goal())
+    s.tick()
+    f.create_topic("v", [[1, 3]])
+    f.replica_dirs[R("v", 0, 1)] = D2  # Kafka placed it in the dir being emptied (no cordon before 4.3)
+    tick = until_complete(f, s)
+    assert tick.status.ok and not in_d2(f), in_d2(f)  # the dir is empty, v-0 included
+    assert s.drain_rounds == 1 and s.drained_later == [TopicPartition("v", 0)] and s.drain_short is None
+    assert any("round 1 of at most 5: 1 move(s)" in e for e in s.events)
+    assert f.replica_dirs[R("v", 0, 1)] == D1  # moved within its broker: no data crossed the network
+    assert f.replicas[TopicPartition("v", 0)] == (1, 3)
+
+
+def test_without_a_goal_the_same_run_ends_with_the_replica_left_in_the_dir():
+    """What the rounds change: the plan alone completes and leaves v-0 in the dir being removed."""
+    f, plan, state, s = uncordoned_run(None)
+    s.tick()
+    f.create_topic("v", [[1, 3]])
+    f.replica_dirs[R("v", 0, 1)] = D2
+    until_complete(f, s)
+    assert [(x.topic, x.partition) for x in in_d2(f)] == [("v", 0)]
+
+
+def test_the_rounds_are_bounded_and_the_run_names_what_is_left_and_what_to_do():
+    f, plan, state, s = uncordoned_run(removal_goal(max_rounds=0))
+    s.tick()
+    f.create_topic("v", [[1, 3]])
+    f.replica_dirs[R("v", 0, 1)] = D2
+    until_complete(f, s)
+    assert s.drain_rounds == 0 and s.drain_short is not None
+    assert "1 partition(s) still have a replica on the removed log dir(s) 1:/kafka/1/data-2 after 0 disk-removal round(s)" \
+        in s.drain_short and "v-0" in s.drain_short and "cordon the dirs" in s.drain_short
+
+
+def test_a_resumed_session_takes_the_round_an_earlier_process_recorded():
+    f, plan, state, s = uncordoned_run(removal_goal())
+    s.tick()
+    f.create_topic("v", [[1, 3]])
+    f.replica_dirs[R("v", 0, 1)] = D2
+    for _ in range(20):
+        if s.tick().status.complete or s.drain_rounds:
+            break
+        f.complete_log_dir_moves()
+    assert s.drain_rounds == 1
+    again = ExecutionSession.resume(f, plan, ExecutionConfig(), state_dir=state, holder=None, settle_s=0,
+                                    sleep=lambda s: None, goal=removal_goal())
+    assert again.drain_rounds == 1 and TopicPartition("v", 0) in again.plan.partitions
