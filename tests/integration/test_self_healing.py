@@ -70,37 +70,3 @@ def test_a_stopped_broker_is_drained_by_the_healing_dag_and_nothing_acknowledged
         assert [o["decision"] for o in outcomes if o["incident_id"] == incident.id][-1] == "handled"
     finally:
         sandbox.start_broker(DOWN)
-
-
-def test_a_stale_incident_of_the_other_healing_dags_is_a_no_op_that_says_why(sandbox, idle_admin, airflow_home):
-    """``kafka_heal_empty_broker`` and ``kafka_heal_log_dir``, unchanged, on Airflow as installed, given incidents that
-    no longer hold on the live cluster (broker 5 holds replicas; broker 1's dir is far from full): each run decides
-    ``stale``, says why in its log and in the outcome, and sends nothing (the controller lists no reassignment, read by
-    a client of the test's own). (``kafka_heal_imbalance`` waits for its weekly window: its decision is unit-tested.)"""
-    from kafka.admin import KafkaAdminClient
-
-    from airflow_kafka_reassign.core.healing.incident import LogDirRef
-
-    config = sandbox.client_config()
-    now = datetime.now(timezone.utc)
-    ledger_dir = Path(airflow_home["AKR_OUTPUT_DIR"]) / "healing" / "kafka_default"
-    cases = {
-        "kafka_heal_empty_broker": Incident.of("empty_broker", cluster="kafka_default", brokers=[DOWN],
-                                               first_seen=now, last_seen=now),
-        "kafka_heal_log_dir": Incident.of("log_dir_full", cluster="kafka_default", first_seen=now, last_seen=now,
-                                          dirs=[LogDirRef(broker=1, path=sandbox.log_dirs(1)[0])]),
-    }
-    controller = KafkaAdminClient(bootstrap_servers=config["bootstrap.servers"].split(","))
-    try:
-        for name, incident in cases.items():
-            dag_file = Path(airflow_home["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{name}.py"
-            shutil.copyfile(EXAMPLES / dag_file.name, dag_file)
-            result = run_dag_file(airflow_home, dag_file, {"incidents": [incident.to_payload()]}, unpatched=True)
-            assert result["state"] == "success", result["log"][-6000:]
-            assert result["tis"]["decide"] == "skipped" and result["tis"]["plan"] == "skipped", (name, result["tis"])
-            assert "the condition no longer holds" in result["log"], result["log"][-4000:]
-            outcomes = [json.loads(f.read_text()) for f in sorted((ledger_dir / "outcomes").rglob("*.json"))]
-            assert [o["decision"] for o in outcomes if o["incident_id"] == incident.id] == ["stale"], outcomes
-            assert controller.list_partition_reassignments() == {}
-    finally:
-        controller.close()
