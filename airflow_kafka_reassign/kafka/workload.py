@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
 
 from airflow_kafka_reassign.kafka.admin import SafeKafkaAdminClient
 from airflow_kafka_reassign.kafka.config import to_confluent, to_kafka_python
@@ -34,6 +35,12 @@ def create_topic(
                       topic_configs=dict(configs or {}))],
             timeout_ms=int(timeout_s * 1000),
         )
+    except TopicAlreadyExistsError:
+        # kafka-python sends the request again after NOT_CONTROLLER, and the first one may have created the topic
+        # (seen in CI under load): the topic is there; one with another layout is refused by name
+        found = kp.describe_topics([name])[0]
+        if len(found.get("partitions") or ()) != len(assignment):
+            raise
     finally:
         kp.close()
 
