@@ -57,6 +57,9 @@ CONTROLLER_RELEARN_S = 0.2
 #: How long a request waiting for an answer may spend re-learning a live "controller" after a broker connection
 #: failed (:meth:`AdminClients._answer`).
 CONTROLLER_REROUTE_S = 5.0
+#: A request unanswered this long makes the adapter check that librdkafka's "controller" is a live broker (a
+#: killed one is named by the metadata until the cluster fences it), and again as often while it waits.
+CONTROLLER_CHECK_S = 3.0
 
 
 class _NoClientConfigRecords(logging.Filter):
@@ -441,12 +444,15 @@ class AdminClients:
         servers (both through :meth:`_translate`). ``needs`` names the ACL the request needs, for an
         authorization failure's message.
 
-        A broker connection that fails meanwhile (librdkafka's ``error_cb``: "Connect to ... failed") may be the
-        broker librdkafka waits for as "controller": on a client the cluster answered before, the metadata is read
-        again until it names a live one (:meth:`_live_controller`), which wakes the waiting request towards it,
-        instead of it waiting for the dead broker until it times out."""
+        The broker librdkafka waits for as "controller" may be dead (killed, and still named by the metadata
+        until the cluster fences it): on a client the cluster answered before, when a broker connection fails
+        meanwhile (librdkafka's ``error_cb``: "Connect to ... failed"), and every :data:`CONTROLLER_CHECK_S` of
+        waiting, the metadata is read again until it names a live broker (:meth:`_live_controller`), which wakes
+        a request waiting for its controller towards that one, instead of waiting for the dead broker until it
+        times out. A request already sent is not touched."""
         deadline = time.monotonic() + (self._timeout_s + 5 if timeout_s is None else timeout_s)
         seen = len(self._ck_errors)
+        check_at = time.monotonic() + CONTROLLER_CHECK_S
         try:
             while True:
                 refused = self._refused()
@@ -462,10 +468,13 @@ class AdminClients:
                         raise
                 failed = [e for e in self._ck_errors[seen:] if e.code() == KafkaError._TRANSPORT]
                 seen = len(self._ck_errors)
-                if failed and self._answered:
-                    log.info("a broker connection failed while waiting (%s); routing to a live broker", failed[-1].str())
+                if self._answered and (failed or time.monotonic() >= check_at):
+                    if failed:
+                        log.info("a broker connection failed while waiting (%s); making sure requests are routed to "
+                                 "a live broker", failed[-1].str())
                     with contextlib.suppress(KafkaException):  # the request's own answer or timeout says the rest
                         self._live_controller(min(deadline, time.monotonic() + CONTROLLER_REROUTE_S))
+                    check_at = time.monotonic() + CONTROLLER_CHECK_S
         except FutureTimeoutError as e:
             raise self._unreachable(e) from None
         except KafkaException as e:
@@ -588,15 +597,18 @@ class AdminClients:
         with "Broker transport failure", the next ones wait for it until they time out ("waiting for controller"),
         and it learns another only from a new Metadata response. So the adapter reads the metadata again until it
         names a broker that accepts connections (:meth:`_live_controller`; a dead broker is named until the
-        cluster fences it, ``broker.session.timeout.ms``) and asks again, until ``timeout_s`` after the first try
-        (a try begun before then may take its own timeout). A client that never had an answer fails at once: the
-        cluster was never reached."""
-        deadline = time.monotonic() + self._timeout_s
+        cluster fences it, ``broker.session.timeout.ms``) and asks again, for up to ``timeout_s`` after the first
+        such failure (a try begun before then may take its own timeout). A client that never had an answer fails
+        at once: the cluster was never reached."""
+        deadline: float | None = None
         while True:
             try:
                 return call()
             except ClusterUnreachableError as e:
-                if not e.broker_lost or not self._answered or time.monotonic() >= deadline:
+                if not e.broker_lost or not self._answered:
+                    raise
+                deadline = deadline or time.monotonic() + self._timeout_s
+                if time.monotonic() >= deadline:
                     raise
                 log.info("the broker the admin client routed a request to is gone; asking again through a live one")
                 if self._live_controller(deadline) is None:

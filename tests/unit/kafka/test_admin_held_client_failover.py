@@ -140,3 +140,33 @@ def test_a_request_waiting_for_a_dead_controller_is_rerouted_when_a_broker_conne
     adapter._ck = ck  # noqa: SLF001
     assert adapter._answer(future) == "described"  # noqa: SLF001
     assert ck.listed == 2
+
+
+def test_a_request_waiting_long_makes_sure_its_controller_is_live(admin, monkeypatch):
+    """No error reported (librdkafka reports a failed connection once, then suppresses the identical ones), the
+    request waits: every CONTROLLER_CHECK_S the metadata is read again until it names a live broker."""
+    adapter, _ = admin
+    monkeypatch.setattr(admin_module, "CONTROLLER_CHECK_S", 0.05)
+    future: Future = Future()
+    ck = Librdkafka([DEAD, 4])
+
+    def listed(timeout: float) -> SimpleNamespace:
+        md = Librdkafka.list_topics(ck, timeout)
+        if md.controller_id != DEAD:
+            future.set_result("described")
+        return md
+
+    ck.list_topics = listed  # type: ignore[method-assign]
+    adapter._ck = ck  # noqa: SLF001
+    assert adapter._answer(future) == "described"  # noqa: SLF001
+    assert ck.listed == 2
+
+
+def test_a_client_never_answered_waits_without_rerouting(admin, monkeypatch):
+    adapter, _ = admin
+    adapter._answered = False  # noqa: SLF001
+    monkeypatch.setattr(admin_module, "CONTROLLER_CHECK_S", 0.01)
+    future: Future = Future()
+    adapter._ck = ck = Librdkafka([])  # noqa: SLF001
+    threading.Timer(0.3, future.set_result, ["described"]).start()
+    assert adapter._answer(future) == "described" and ck.listed == 0  # noqa: SLF001
