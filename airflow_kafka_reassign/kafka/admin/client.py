@@ -3,8 +3,9 @@
 
 :class:`AdminClients` holds the two clients made from one librdkafka config dict: confluent-kafka's
 ``AdminClient`` (librdkafka) and kafka-python's ``KafkaAdminClient`` (the calls librdkafka lacks), each
-made when first needed; the waits on their answers under the adapter's timeout; the retries on a
-fresh client when the broker they routed to as "controller" stopped; and the translation of their
+made when first needed; the waits on their answers under the adapter's timeout; the fail-over to a
+live broker when the one they routed a request to as "controller" stopped (a broker killed under a held
+client: :meth:`AdminClients._on_fresh_controller`); and the translation of their
 errors into the project's own (:mod:`airflow_kafka_reassign.exceptions`). It also quiets the two
 libraries' logs (one error that names the cause instead of a line per broker and retry; no secret).
 """
