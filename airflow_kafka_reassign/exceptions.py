@@ -15,7 +15,13 @@ class ConfigurationError(KafkaReassignError, ValueError):
 
 
 class ClusterUnreachableError(KafkaReassignError):
-    """The cluster did not answer within the configured timeout."""
+    """The cluster did not answer within the configured timeout. ``broker_lost``: the client library said the broker
+    it had routed the request to is gone (its connection failed, or it never came up as the "controller"), which
+    the adapter answers by routing the request to a live broker, not by giving up."""
+
+    def __init__(self, message: str, *, broker_lost: bool = False) -> None:
+        super().__init__(message)
+        self.broker_lost = broker_lost
 
 
 class ClusterAccessError(ConfigurationError):

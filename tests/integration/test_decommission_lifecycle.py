@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from dagrun import run_dag_file
 from kafka_helpers import cordon_capable_cluster, make_topic
+from observers import admin_client, cordons
 
 from airflow_kafka_reassign.core.execution.throttle import FOLLOWER_RATE, LEADER_RATE
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -55,6 +56,7 @@ def test_cordon_drain_shut_down_and_unregister_a_broker_while_the_cluster_lives_
             if stop.is_set():
                 return
             seen["cordon_during"] = admin.describe_cordons([DRAINED])[DRAINED]
+            seen["cordon_during_observed"] = cordons(admin_client(config), [DRAINED])[DRAINED]  # a second observer
             for f in client.create_topics([NewTopic("created", num_partitions=12, replication_factor=2)]).values():
                 f.result()
             for f in client.create_partitions([NewPartitions("grown", 11)]).values():
@@ -79,6 +81,7 @@ def test_cordon_drain_shut_down_and_unregister_a_broker_while_the_cluster_lives_
             if stop.is_set():
                 return
             seen["cordon_at_end"] = admin.describe_cordons([DRAINED])[DRAINED]
+            seen["cordon_at_end_observed"] = cordons(admin_client(config), [DRAINED])[DRAINED]
         cluster.stop_broker(DRAINED)
         seen["stopped"] = True
 
@@ -99,6 +102,7 @@ def test_cordon_drain_shut_down_and_unregister_a_broker_while_the_cluster_lives_
         assert result["tis"].get(task) == "success", (task, result["tis"])
     assert "cordoned.log.dirs set" in result["log"]
     assert seen.get("cordon_during") == "*" and seen.get("cordon_at_end") == "*" and seen.get("stopped")
+    assert seen.get("cordon_during_observed") == "*" and seen.get("cordon_at_end_observed") == "*"
     assert seen["new_on_drained"] == []  # cordoned: the controller placed none of the 22 new partitions there
     assert result["xcom"]["unregister.return_value"]["unregistered"] == [DRAINED]
     assert result["xcom"]["restore_cordons.return_value"]["outcome"] == "kept"  # the drain ran: it owns the cordon

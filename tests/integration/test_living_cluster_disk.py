@@ -12,14 +12,14 @@ Every verdict comes from a second observer that shares no code with the product:
 ``<topic>-<partition>``, a move between log dirs in flight is ``<topic>-<partition>.<id>-future`` in its target dir),
 sampled while the run goes (never more future replicas in a dir than ``max_moves_per_dir``); the throttle configs
 read with confluent-kafka's own AdminClient (``describe_configs``) before and after; the records read back by a
-consumer of the test's own. The perturbations wait for what they need to see on disk, never for a fixed time.
+consumer of the test's own (the disk and config readers: observers.py). The perturbations wait for what they need to
+see on disk, never for a fixed time.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import threading
@@ -31,6 +31,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 from dagrun import copy_migrated_db, run_dag_file
 from kafka_helpers import Traffic, cordon_capable_cluster, delete_topics
+from observers import on_disk, throttle_configs
 
 from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -41,44 +42,12 @@ BROKER = 2
 MAX_MOVES_PER_DIR = 1
 RATE = 500_000  # bytes/s of the log-dir throttle: a 0.7 MB replica takes over a second to copy: seen on disk
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_dags" / "kafka_remove_disk.py"
-PARTITION = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-FUTURE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.[0-9a-f]+-future$")
-BROKER_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
-               "replica.alter.log.dirs.io.max.bytes.per.second")
-TOPIC_KEYS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     with cordon_capable_cluster(tmp_path_factory.mktemp("living-disk-sandbox"), brokers=3, log_dirs=2) as sandbox:
         yield sandbox
-
-
-def on_disk(path: str) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
-    """``(partitions, future replicas)`` in a log dir, from its directory listing alone."""
-    partitions, futures = set(), set()
-    for entry in os.scandir(path):
-        if not entry.is_dir():
-            continue
-        if m := FUTURE.match(entry.name):
-            futures.add((m["topic"], int(m["partition"])))
-        elif (m := PARTITION.match(entry.name)) and "." not in entry.name:  # not a -delete / -stray dir
-            partitions.add((m["topic"], int(m["partition"])))
-    return partitions, futures
-
-
-def throttle_configs(client: AdminClient, brokers: list[int], topics: list[str]) -> dict[str, dict]:
-    """Every throttle config of ``brokers`` and ``topics`` (value and source), as the brokers report them."""
-    calls = [[ConfigResource(ConfigResource.Type.BROKER, str(b))] for b in brokers]  # one broker per call (librdkafka)
-    calls.append([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
-    futures = {r: f for call in calls for r, f in client.describe_configs(call, request_timeout=30).items()}
-    out: dict[str, dict] = {}
-    for resource, future in futures.items():
-        keys = BROKER_KEYS if resource.restype == ConfigResource.Type.BROKER else TOPIC_KEYS
-        entries = future.result(60)
-        out[f"{resource.restype.name.lower()} {resource.name}"] = {
-            k: (entries[k].value, str(entries[k].source)) if k in entries else None for k in keys}
-    return out
 
 
 class DiskWatch:

@@ -3,7 +3,9 @@ voters, 4 a broker only), 2 log dirs each (``--log-dirs 2``), Kafka 4.3+ (the sa
 ``AKR_MAINTENANCE_KAFKA_VERSION``; checked on 4.3.0, 4.3.1 and 4.4.0).
 
 The tests share the cluster and run in file order: the last one stops broker 4 and unregisters it.
-No fixed sleeps: every wait polls with a bound.
+No fixed sleeps: every wait polls with a bound. Log dirs, cordons and the log-dir throttle are judged through the
+project's adapter and through a second observer sharing no code with it (observers.py: the brokers' directories on
+disk, DescribeConfigs with a client of the test's own).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 from kafka_helpers import cordon_capable_cluster, delete_topics, plan_tasks_in_process, replicas_of
+from observers import admin_client, broker_dirs, cordons, dir_of, futures_by_dir, log_dir_rate, replicas_by_dir
 
 from airflow_kafka_reassign.core.execution.throttle import LOG_DIR_RATE, restore_throttles, sync_log_dir_throttle
 from airflow_kafka_reassign.core.execution.throttle import read_backup as read_throttle_backup
@@ -69,6 +72,7 @@ def placed(config: dict[str, Any], topic: str) -> dict[int, tuple[int, ...]]:
 def test_the_cluster_has_two_log_dirs_per_broker_and_the_metadata_log_in_the_first(cluster, admin):
     dirs = admin.log_dirs(None).dirs
     assert {b: [d.path for d in ds] for b, ds in dirs.items()} == {b: cluster.log_dirs(b) for b in (1, 2, 3, 4)}
+    assert {b: [d.path for d in ds] for b, ds in dirs.items()} == {b: broker_dirs(cluster.dir, b) for b in (1, 2, 3, 4)}
     for b in (1, 2, 3, 4):
         first, second = cluster.log_dirs(b)
         assert (os.path.isdir(os.path.join(first, "__cluster_metadata-0"))
@@ -99,6 +103,8 @@ def test_a_cordoned_broker_gets_no_new_replica_and_the_restore_is_exact(cluster,
     admin.set_cordons({3: theirs})
     wait_until(lambda: admin.describe_cordons([3])[3] == theirs, "broker 3 to show its cordon", timeout=30)
     before = admin.describe_cordons([1, 2, 3, 4])
+    observer = admin_client(config)
+    assert cordons(observer, [1, 2, 3, 4]) == before == {1: None, 2: None, 3: theirs, 4: None}
     grown, created = name("cordon-grown"), name("cordon-created")
     create_topic(config, grown, [[1, 2], [2, 3]])
     try:
@@ -106,6 +112,7 @@ def test_a_cordoned_broker_gets_no_new_replica_and_the_restore_is_exact(cluster,
         assert read_backup(store).brokers == {DECOMMISSIONED: None}
         wait_until(lambda: all(d.cordoned for d in admin.log_dirs(None).dirs[DECOMMISSIONED]),
                    "broker 4's log dirs to report cordoned", timeout=30)
+        assert cordons(observer, [1, 2, 3, 4]) == {**before, DECOMMISSIONED: "*"}
 
         # the controller learns the cordon from the broker's next heartbeat: probe until its placement avoids 4
         def placement_avoids_4() -> bool:
@@ -125,6 +132,14 @@ def test_a_cordoned_broker_gets_no_new_replica_and_the_restore_is_exact(cluster,
         # broker 3's cordoned dir got none of the new replicas either
         dirs3 = {d.path: d for d in admin.log_dirs([TopicPartition(created, p) for p in range(12)]).dirs[3]}
         assert not dirs3[theirs].replicas and dirs3[theirs].cordoned
+        # the second observer, the directories on disk, sees the same placement in each of broker 3's dirs (a
+        # replica's directory may be made a moment after the metadata names it: the two views are read until equal)
+        def by_dir_on_both() -> dict[str, set[tuple[str, int]]] | None:
+            adapter = {d.path: {(r.topic, r.partition) for r in d.replicas}
+                       for d in admin.log_dirs([TopicPartition(created, p) for p in range(12)]).dirs[3]}
+            on_disk = replicas_by_dir(broker_dirs(cluster.dir, 3), [created])
+            return on_disk if adapter == on_disk else None
+        assert not wait_until(by_dir_on_both, "DescribeLogDirs and the disk to agree on broker 3", timeout=30)[theirs]
 
         # an explicit assignment onto the cordoned broker: the project's own check refuses it before sending ...
         view = CordonView.from_log_dirs(admin.log_dirs(None).dirs)
@@ -143,6 +158,7 @@ def test_a_cordoned_broker_gets_no_new_replica_and_the_restore_is_exact(cluster,
 
         assert restore_cordons(admin, store)
         assert admin.describe_cordons([1, 2, 3, 4]) == before  # exactly: broker 3's cordon kept, 4's unset
+        assert cordons(observer, [1, 2, 3, 4]) == before
         assert read_backup(store) is None
         wait_until(lambda: not any(d.cordoned for d in admin.log_dirs(None).dirs[DECOMMISSIONED]),
                    "broker 4's log dirs to report uncordoned", timeout=30)
@@ -196,11 +212,15 @@ def test_a_throttled_log_dir_move_shows_its_future_replica_and_the_throttle_is_r
         produce(config, topic, partition=0, megabytes=2)
         replica = TopicPartitionReplica(topic, 0, broker)
         src = wait_until(lambda: admin.log_dirs([replica.tp]).dir_of(replica), f"{replica} in a log dir", timeout=30)
+        disks = broker_dirs(cluster.dir, broker)
+        assert dir_of(disks, topic, 0) == src  # the second observer: the directories on disk
         dst = next(d for d in cluster.log_dirs(broker) if d != src)
+        observer = admin_client(config)
         # onto a cordoned dir: the broker refuses the intra-broker move
         admin.set_cordons({broker: dst})
         wait_until(lambda: any(d.path == dst and d.cordoned for d in admin.log_dirs(None).dirs[broker]),
                    "the target dir to report cordoned", timeout=30)
+        assert cordons(observer, [broker]) == {broker: dst}
         (refused,) = admin.alter_replica_log_dirs({replica: dst})
         assert refused.error_code == "INVALID_REPLICATION_ASSIGNMENT"
         admin.set_cordons({broker: None})
@@ -211,16 +231,19 @@ def test_a_throttled_log_dir_move_shows_its_future_replica_and_the_throttle_is_r
         # a broker shows a dynamic config once it applied it from the metadata log: a moment later
         wait_until(lambda: admin.describe_throttles([broker], [], broker_keys=[LOG_DIR_RATE]).brokers[broker] == {
             LOG_DIR_RATE: "20000"}, "the log-dir throttle to show", timeout=30)
+        assert log_dir_rate(observer, broker) == "20000"
         (accepted,) = admin.alter_replica_log_dirs({replica: dst})
         assert accepted.ok, accepted
         path, future = wait_until(lambda: admin.log_dirs([replica.tp]).future_of(replica),
                                   "the future replica to show", timeout=30)
         assert path == dst and future.future and admin.log_dirs([replica.tp]).dir_of(replica) == src
+        assert futures_by_dir(disks, [topic]) == {src: set(), dst: {(topic, 0)}}  # its -future dir, on disk
 
         assert restore_throttles(admin, store)
         assert read_throttle_backup(store) is None
         wait_until(lambda: admin.describe_throttles([broker], [], broker_keys=[LOG_DIR_RATE]).brokers[broker] == {
             LOG_DIR_RATE: None}, "the log-dir throttle to be unset again", timeout=30)
+        assert log_dir_rate(observer, broker) is None
         # the broker swaps the future log in for the current one in two steps (the future's entry goes, then the
         # current one is replaced): a DescribeLogDirs between them shows no future and the old dir for a moment
         # (CI, both cores busy). The end state is waited for; a move that was dropped never reaches it.

@@ -5,6 +5,10 @@ What the planning task does (core/maintenance/disk_removal.py: checked, then cor
 planner), then the one execution engine (``run``), as ExecuteReassignment runs it; with an acks=all producer
 writing to the partitions while they move, every acknowledged record read back at the end. While it moves, a
 second client samples DescribeLogDirs (the future replicas per log dir) and the log-dir throttle. No fixed sleeps.
+
+Every verdict on disks, cordons and the log-dir throttle is read twice: through the project's adapter, and through a
+second observer sharing no code with it (observers.py: the brokers' directories on disk, DescribeConfigs with a client
+of the test's own), so a parsing mistake in the adapter cannot pass for the truth.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 import pytest
 from dagrun import copy_migrated_db, run_dag_file
 from kafka_helpers import Traffic, cordon_capable_cluster, delete_topics
+from observers import admin_client, broker_dirs, cordons, dir_of, futures_by_dir, log_dir_rate, replicas_by_dir
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, ExecutionSession, run
 from airflow_kafka_reassign.core.execution.log_dirs import cancel_log_dir_moves
@@ -60,6 +65,17 @@ def in_dir(admin: KafkaClusterAdmin, topic: str, partitions: int, path: str) -> 
     return all(dirs.dir_of(r) == path and dirs.future_of(r) is None for r in replicas)
 
 
+def on_disk_in(cluster: Sandbox, broker: int, topic: str) -> dict[str, set[tuple[str, int]]]:
+    """The second observer's view: ``topic``'s replicas in each of ``broker``'s log dirs, from the directories."""
+    return replicas_by_dir(broker_dirs(cluster.dir, broker), [topic])
+
+
+def adapter_in(admin: KafkaClusterAdmin, broker: int, topic: str) -> dict[str, set[tuple[str, int]]]:
+    """The adapter's view of the same (DescribeLogDirs, current replicas only)."""
+    return {d.path: {(r.topic, r.partition) for r in d.replicas if r.topic == topic and not r.future}
+            for d in admin.log_dirs(None).dirs[broker]}
+
+
 def test_bad_input_is_refused_by_name_before_anything_is_sent(cluster, admin, tmp_path):
     first, second = cluster.log_dirs(BROKER)
     other = cluster.log_dirs(2)[1]
@@ -81,6 +97,7 @@ def test_bad_input_is_refused_by_name_before_anything_is_sent(cluster, admin, tm
             with pytest.raises(ConfigurationError, match=f"{message}.*Nothing was sent"):
                 cordon_for_removal(admin, PlanRequest(goal="remove-disks", log_dirs=log_dirs), state_dir=state)
         assert admin.describe_cordons(everyone) == before and read_cordon_backup(state) is None
+        assert cordons(admin_client(cluster.client_config()), everyone) == before  # second observer
     finally:
         delete_topics(cluster.client_config(), [topic])
 
@@ -88,6 +105,8 @@ def test_bad_input_is_refused_by_name_before_anything_is_sent(cluster, admin, tm
 def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
     config = cluster.client_config()
     first, second = cluster.log_dirs(BROKER)
+    assert broker_dirs(cluster.dir, BROKER) == [first, second]  # the dirs on disk
+    observer = admin_client(config)
     topic, partitions = f"disk-{secrets.token_hex(3)}", 3
     create_topic(config, topic, [[1, 2], [2, 1], [1, 3]])
     state = LocalStore(tmp_path / "plan" / "run")
@@ -99,10 +118,14 @@ def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
                                                 for p in range(partitions)})
         assert all(r.ok for r in results), results
         wait_until(lambda: in_dir(admin, topic, partitions, second), f"{topic} in {second}", timeout=30)
+        everything = {(topic, p) for p in range(partitions)}
+        wait_until(lambda: on_disk_in(cluster, BROKER, topic) == {first: set(), second: everything},
+                   f"{topic} in {second}, on disk", timeout=30)
         for p in range(partitions):
             produce(config, topic, partition=p, megabytes=1.5)
 
         samples: list[tuple[dict[str, int], str | None]] = []
+        disk: list[tuple[dict[str, int], str | None]] = []  # the second observer's samples: directories, DescribeConfigs
         stop = threading.Event()
 
         def sample() -> None:  # a second client: what DescribeLogDirs and DescribeConfigs show while it moves
@@ -112,6 +135,8 @@ def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
                                for d in watcher.log_dirs(None).dirs[BROKER]}
                     rate = watcher.describe_throttles([BROKER], [], broker_keys=[LOG_DIR_RATE]).brokers[BROKER]
                     samples.append((futures, rate.get(LOG_DIR_RATE)))
+                    disk.append(({d: len(f) for d, f in futures_by_dir([first, second], [topic]).items()},
+                                 log_dir_rate(observer, BROKER)))
 
         with Traffic(config, topic, partitions=partitions) as traffic:
             # what PlanReassignmentOperator does: check and cordon, then the snapshot and the log dirs, then plan
@@ -143,10 +168,21 @@ def test_remove_a_disk_with_traffic_on_it(cluster, admin, tmp_path):
         assert any(rate == str(RATE) for _, rate in moving)  # throttled while moving ...
         assert admin.describe_throttles([BROKER], [], broker_keys=[LOG_DIR_RATE]).brokers[BROKER] == {
             LOG_DIR_RATE: None}  # ... and restored after
+        # the second observer saw the same: a future replica on disk, one per dir at most, throttled meanwhile
+        on_disk_moving = [(futures, rate) for futures, rate in disk if any(futures.values())]
+        print(f"on disk: {len(disk)} samples, {len(on_disk_moving)} with a -future dir; rates seen meanwhile "
+              f"{sorted({str(r) for _, r in on_disk_moving})}")
+        assert on_disk_moving and all(max(futures.values()) <= 1 for futures, _ in disk)
+        assert any(rate == str(RATE) for _, rate in on_disk_moving) and log_dir_rate(observer, BROKER) is None
         dirs = {d.path: d for d in admin.log_dirs(None).dirs[BROKER]}
         assert not dirs[second].replicas, f"{second} still holds {dirs[second].replicas}"  # empty
         assert in_dir(admin, topic, partitions, first)
+        # on disk: every replica in the first dir (its old log renamed for deletion just after the swap: waited for)
+        wait_until(lambda: on_disk_in(cluster, BROKER, topic) == {first: everything, second: set()},
+                   f"{second} empty on disk", timeout=30)
+        assert adapter_in(admin, BROKER, topic) == on_disk_in(cluster, BROKER, topic)
         assert dirs[second].cordoned and admin.describe_cordons([BROKER])[BROKER] == second  # still cordoned
+        assert cordons(observer, [BROKER]) == {BROKER: second}
         assert read_cordon_backup(state).brokers == {BROKER: None}  # for a cancel or rollback to restore
     finally:
         admin.set_cordons({BROKER: None})
@@ -165,17 +201,24 @@ def test_a_move_between_log_dirs_in_flight_is_cancelled(cluster, admin, tmp_path
     state = LocalStore(tmp_path / "run")
     try:
         src = wait_until(lambda: admin.log_dirs([replica.tp]).dir_of(replica), f"{replica} in a log dir", timeout=30)
+        assert dir_of([first, second], topic, 0) == src  # on disk too
         dst = first if src == second else second
         produce(config, topic, partition=0, megabytes=1)
         plan = pin(replica, dst)
         session = ExecutionSession(admin, plan, ExecutionConfig(log_dir_throttle_bytes_per_sec=20_000), state_dir=state)
         session.tick()
         wait_until(lambda: admin.log_dirs([replica.tp]).future_of(replica), "the future replica", timeout=30)
+        assert futures_by_dir([dst], [topic]) == {dst: {(topic, 0)}}  # its -future dir on disk, in the target dir
         assert cancel_log_dir_moves(admin, plan) == {replica: None}
         wait_until(lambda: (ld := admin.log_dirs([replica.tp])).future_of(replica) is None and ld.dir_of(replica) == src,
                    "the future replica to be dropped", timeout=30)
+        # the second observer: the -future dir gone from disk, the replica where it was
+        wait_until(lambda: futures_by_dir([first, second], [topic]) == {first: set(), second: set()},
+                   "the -future dir gone from disk", timeout=30)
+        assert dir_of([first, second], topic, 0) == src
         assert session.finish()["throttles_restored"] == "yes"
         assert admin.describe_throttles([3], [], broker_keys=[LOG_DIR_RATE]).brokers[3] == {LOG_DIR_RATE: None}
+        assert log_dir_rate(admin_client(config), 3) is None
     finally:
         admin.set_throttles({3: {LOG_DIR_RATE: None}}, {})
         delete_topics(config, [topic])
@@ -225,6 +268,12 @@ def test_the_example_dag_removes_a_disk(cluster, admin, tmp_path, migrated_airfl
         assert not dirs[second].replicas and dirs[second].cordoned and dirs[first].replicas  # emptied, still cordoned
         assert admin.describe_cordons([2])[2] == second
         assert admin.describe_throttles([2], [], broker_keys=[LOG_DIR_RATE]).brokers[2] == {LOG_DIR_RATE: None}
+        # the second observer: the dir empty on disk (old logs renamed for deletion after the swap: waited for), the
+        # cordon and the throttle as the broker reports them to a client of the test's own
+        wait_until(lambda: on_disk_in(cluster, 2, topic) == {first: {(topic, 0), (topic, 1)}, second: set()},
+                   f"{topic} out of {second}, on disk", timeout=30)
+        observer = admin_client(config)
+        assert cordons(observer, [2]) == {2: second} and log_dir_rate(observer, 2) is None
     finally:
         admin.set_cordons({2: None})
         delete_topics(config, [topic])

@@ -97,3 +97,11 @@ def test_the_core_asks_the_port_not_the_adapter(path):
     api key is spelled in the core."""
     text = path.read_text()
     assert "getattr(admin" not in text and "api_version(" not in text and "_KEY = " not in text
+
+
+def test_the_second_observer_shares_no_code_with_the_product():
+    """tests/integration/observers.py reads disks and broker configs apart from the adapter (issue 38): a parsing
+    mistake in ``KafkaClusterAdmin`` must not be shared by the test that judges it, nor can the project's other
+    test helpers (which import it) be its base."""
+    observers = Path(__file__).resolve().parents[1] / "integration" / "observers.py"
+    assert not imported_roots(observers) & {"airflow_kafka_reassign", "kafka_helpers", "dagrun"}

@@ -3,8 +3,9 @@
 
 :class:`AdminClients` holds the two clients made from one librdkafka config dict: confluent-kafka's
 ``AdminClient`` (librdkafka) and kafka-python's ``KafkaAdminClient`` (the calls librdkafka lacks), each
-made when first needed; the waits on their answers under the adapter's timeout; the retries on a
-fresh client when the broker they routed to as "controller" stopped; and the translation of their
+made when first needed; the waits on their answers under the adapter's timeout; the fail-over to a
+live broker when the one they routed a request to as "controller" stopped (a broker killed under a held
+client: :meth:`AdminClients._on_fresh_controller`); and the translation of their
 errors into the project's own (:mod:`airflow_kafka_reassign.exceptions`). It also quiets the two
 libraries' logs (one error that names the cause instead of a line per broker and retry; no secret).
 """
@@ -15,6 +16,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -48,6 +50,17 @@ _Self = TypeVar("_Self", bound="AdminClients")
 _STALE_NODE_ERRORS = (kp_errors.UnknownBrokerIdError, kp_errors.NodeNotReadyError, kp_errors.KafkaConnectionError)
 #: Tries of a call routed to kafka-python's "controller" with a fresh client each (about 5 s in all).
 FRESH_CONTROLLER_ATTEMPTS = 5
+#: How long the broker a client names as its "controller" may take to accept a TCP connection before the adapter
+#: asks the cluster for another one (:meth:`AdminClients._live_controller`): a killed broker refuses at once.
+CONTROLLER_PROBE_S = 1.0
+#: Pause between two metadata reads while every broker named as "controller" was found gone.
+CONTROLLER_RELEARN_S = 0.2
+#: How long a request waiting for an answer may spend re-learning a live "controller" after a broker connection
+#: failed (:meth:`AdminClients._answer`).
+CONTROLLER_REROUTE_S = 5.0
+#: A request unanswered this long makes the adapter check that librdkafka's "controller" is a live broker (a
+#: killed one is named by the metadata until the cluster fences it), and again as often while it waits.
+CONTROLLER_CHECK_S = 3.0
 
 
 class _NoClientConfigRecords(logging.Filter):
@@ -134,6 +147,25 @@ _ACCESS_CODES = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: "authorization",
 }
 
+
+
+def accepts_connections(host: str, port: int, timeout_s: float = CONTROLLER_PROBE_S) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within ``timeout_s`` (closed at once, nothing sent): a broker
+    killed or stopped refuses, a live one's kernel accepts even while its JVM is busy."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _broker_lost(e: BaseException) -> bool:
+    """librdkafka's two ways of saying the broker it routed a request to is gone: the request failed on that
+    broker's connection (``_TRANSPORT``, "Broker transport failure"), or it timed out "waiting for controller"
+    (the broker it keeps as "controller" never came up again)."""
+    err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    return isinstance(err, KafkaError) and (err.code() == KafkaError._TRANSPORT
+                                             or "waiting for controller" in err.str())
 
 
 def _error_name(err: Any) -> str:
@@ -337,12 +369,16 @@ class AdminClients:
 
         In KRaft the metadata names a random live broker as "controller": one that was just killed
         stays listed until its session times out, so a fresh client may pick it again. Up to
-        :data:`FRESH_CONTROLLER_ATTEMPTS` tries, 0, 0.5, 1, 1.5 s apart, reach another one; the
-        last try's error is raised as it is."""
+        :data:`FRESH_CONTROLLER_ATTEMPTS` tries, 0, 0.5, 1, 1.5 s apart, reach another one, each fresh client
+        routed to a "controller" that accepts connections (:meth:`_pin_live_controller`); the last try's error is
+        raised as it is."""
         tried: list[KafkaAdminClient] = []
 
         def attempt() -> _T:
+            retry = bool(tried)
             tried.append(client := self._kafka_python())
+            if retry:
+                self._pin_live_controller(client)
             return call(client)
 
         def drop_client(state: RetryCallState) -> None:
@@ -365,6 +401,21 @@ class AdminClients:
         )
         return retrying(attempt)
 
+    def _pin_live_controller(self, kp: KafkaAdminClient) -> None:
+        """kafka-python's "controller" of the fresh client ``kp`` (which it would learn from the first Metadata
+        answer: in KRaft a random live broker, possibly one just killed and not fenced yet), asked again until the
+        broker named accepts a TCP connection (:func:`accepts_connections`), up to
+        :data:`FRESH_CONTROLLER_ATTEMPTS` times; the last one named is kept either way."""
+        timeout_ms = int(self._timeout_s * 1000)
+        for n in range(FRESH_CONTROLLER_ATTEMPTS):
+            controller = kp._manager.run(kp._refresh_controller_id, timeout_ms)
+            kp._controller_id = controller
+            broker = kp._manager.cluster.broker_metadata(controller)
+            if broker is not None and accepts_connections(broker.host, broker.port):
+                return
+            if n + 1 < FRESH_CONTROLLER_ATTEMPTS:
+                time.sleep(CONTROLLER_RELEARN_S)
+
     @contextlib.contextmanager
     def _authorized(self, refused: Refused) -> Iterator[None]:
         """kafka-python's authorization errors (the broker's answer to a request the principal has no ACL
@@ -381,7 +432,8 @@ class AdminClients:
         return ClusterUnreachableError(
             f"Kafka cluster at bootstrap.servers={self._bootstrap} did not answer within "
             f"{self._timeout_s:g} s ({type(e).__name__}: {e}{seen}); check the address (host:port of the "
-            "brokers' listener), the listener's security.protocol, and that the brokers are up"
+            "brokers' listener), the listener's security.protocol, and that the brokers are up",
+            broker_lost=_broker_lost(e),
         )
 
     def _answer(self, future: Future[Any], *, timeout_s: float | None = None, needs: Refused | None = None) -> Any:
@@ -391,8 +443,17 @@ class AdminClients:
         failure raises :class:`~airflow_kafka_reassign.exceptions.ClusterAccessError` at once, naming the
         cause; no answer within the timeout raises :class:`ClusterUnreachableError` naming the bootstrap
         servers (both through :meth:`_translate`). ``needs`` names the ACL the request needs, for an
-        authorization failure's message."""
+        authorization failure's message.
+
+        The broker librdkafka waits for as "controller" may be dead (killed, and still named by the metadata
+        until the cluster fences it): on a client the cluster answered before, when a broker connection fails
+        meanwhile (librdkafka's ``error_cb``: "Connect to ... failed"), and every :data:`CONTROLLER_CHECK_S` of
+        waiting, the metadata is read again until it names a live broker (:meth:`_live_controller`), which wakes
+        a request waiting for its controller towards that one, instead of waiting for the dead broker until it
+        times out. A request already sent is not touched."""
         deadline = time.monotonic() + (self._timeout_s + 5 if timeout_s is None else timeout_s)
+        seen = len(self._ck_errors)
+        check_at = time.monotonic() + CONTROLLER_CHECK_S
         try:
             while True:
                 refused = self._refused()
@@ -406,6 +467,15 @@ class AdminClients:
                 except FutureTimeoutError:  # not the built-in TimeoutError on Python 3.10 (an alias since 3.11)
                     if time.monotonic() >= deadline:
                         raise
+                failed = [e for e in self._ck_errors[seen:] if e.code() == KafkaError._TRANSPORT]
+                seen = len(self._ck_errors)
+                if self._answered and (failed or time.monotonic() >= check_at):
+                    if failed:
+                        log.info("a broker connection failed while waiting (%s); making sure requests are routed to "
+                                 "a live broker", failed[-1].str())
+                    with contextlib.suppress(KafkaException):  # the request's own answer or timeout says the rest
+                        self._live_controller(min(deadline, time.monotonic() + CONTROLLER_REROUTE_S))
+                    check_at = time.monotonic() + CONTROLLER_CHECK_S
         except FutureTimeoutError as e:
             raise self._unreachable(e) from None
         except KafkaException as e:
@@ -518,15 +588,44 @@ class AdminClients:
         return error
 
     def _on_fresh_controller(self, call: Callable[[], _T]) -> _T:
-        """``call()``, made once more on a new confluent-kafka client when librdkafka's "controller" (in
-        KRaft a broker it picked from the metadata, to which it sends config and topic requests) has
-        stopped: a broker killed mid-run. The calls given here are idempotent."""
-        try:
-            return call()
-        except ClusterUnreachableError as e:
-            # only a cluster that answered this client before: one never reached fails once, within its timeout
-            if "waiting for controller" not in str(e) or not self._answered:
-                raise
-            log.info("the broker the admin client routed to as controller is gone; asking again with fresh metadata")
-            self._ck = None
-            return call()
+        """``call()``, made again on the same client, routed to a live broker, when librdkafka says the broker it
+        routed a request to is gone (:attr:`ClusterUnreachableError.broker_lost`): a broker killed or stopped under
+        a held client. The calls given here are idempotent.
+
+        librdkafka sends DescribeCluster, DescribeConfigs, IncrementalAlterConfigs, CreatePartitions and
+        ElectLeaders to the broker it keeps as "controller", learnt from the last Metadata response (in KRaft a
+        random live broker each broker names). When that broker dies, librdkafka keeps it: a request in flight fails
+        with "Broker transport failure", the next ones wait for it until they time out ("waiting for controller"),
+        and it learns another only from a new Metadata response. So the adapter reads the metadata again until it
+        names a broker that accepts connections (:meth:`_live_controller`; a dead broker is named until the
+        cluster fences it, ``broker.session.timeout.ms``) and asks again, for up to ``timeout_s`` after the first
+        such failure (a try begun before then may take its own timeout). A client that never had an answer fails
+        at once: the cluster was never reached."""
+        deadline: float | None = None
+        while True:
+            try:
+                return call()
+            except ClusterUnreachableError as e:
+                if not e.broker_lost or not self._answered:
+                    raise
+                deadline = deadline or time.monotonic() + self._timeout_s
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("the broker the admin client routed a request to is gone; asking again through a live one")
+                if self._live_controller(deadline) is None:
+                    raise
+
+    def _live_controller(self, deadline: float) -> int | None:
+        """The broker librdkafka routes controller requests to once it is live: the metadata is read again (each
+        answer names a random live broker; librdkafka takes it and wakes the requests waiting for a controller)
+        until the broker it names accepts a TCP connection (:func:`accepts_connections`), or ``deadline`` passes
+        (``None``)."""
+        ck = self._confluent()
+        while True:
+            md = ck.list_topics(timeout=max(1.0, min(self._timeout_s, deadline - time.monotonic())))
+            broker = md.brokers.get(md.controller_id)
+            if broker is not None and accepts_connections(broker.host, broker.port):
+                return int(md.controller_id)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(CONTROLLER_RELEARN_S)
