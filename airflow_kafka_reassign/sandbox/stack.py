@@ -310,6 +310,8 @@ class Stack:
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "PYTHONUNBUFFERED": "1",
         }
+        # the deployment's own settings (``up(env=...)``): what an operator puts in every component's environment
+        env.update(state.get("env") or {})
         # the sandbox brokers share this machine's disk, whose free space is not the stack's business
         env.setdefault("AKR_DISK_RESERVE", "64MiB")
         if component and (component.startswith(WORKER_PREFIX) or component == "triggerer"):
@@ -501,12 +503,15 @@ class Stack:
     def up(self, *, workers: int = 2, kafka_dir: str | os.PathLike[str] | None = None,
            object_store_dir: str | os.PathLike[str] | None = None, brokers: int = 5, racks: int = 3,
            api_port: int | None = None, dags: str | os.PathLike[str] | None = EXAMPLE_DAGS,
-           heartbeat_timeout_s: int = 30, timeout: float = 300.0) -> dict[str, Any]:
+           heartbeat_timeout_s: int = 30, env: Mapping[str, str] | None = None,
+           timeout: float = 300.0) -> dict[str, Any]:
         """Start everything (see the module docstring); return :meth:`info` once every part is ready.
 
         ``kafka_dir`` / ``object_store_dir``: use the Kafka sandbox / S3Proxy already running there (left running by
         :meth:`down`); otherwise the stack starts its own in ``DIR/kafka`` and ``DIR/objectstore``. ``dags``: the
-        folder whose ``*.py`` files are deployed (the example DAGs; ``None``: none)."""
+        folder whose ``*.py`` files are deployed (the example DAGs; ``None``: none). ``env``: the deployment's own
+        environment variables, in every component's environment (e.g. ``AKR_WATCH_DWELL_S`` for the healing DAGs'
+        watch; kept in ``stack.json``: no secrets)."""
         if self.state_path.exists() and any(_group_alive(p) for p in self.state.get("pids", {}).values()):
             raise SandboxError(f"a stack already runs in {self.dir}: `stack down` first")
         started = time.monotonic()
@@ -525,7 +530,7 @@ class Stack:
             "own_kafka": kafka_dir is None,
             "object_store_dir": str(Path(object_store_dir).resolve()) if object_store_dir else str(self.dir / "objectstore"),
             "own_object_store": object_store_dir is None,
-            "postgres_dir": None, "workers": names,
+            "postgres_dir": None, "workers": names, "env": dict(env or {}),
         }
         self._save(state)
         (self.dir / "logs").mkdir()
