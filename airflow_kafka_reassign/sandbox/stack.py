@@ -283,6 +283,10 @@ class Stack:
             "AIRFLOW__API__BASE_URL": api,
             "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt"],
             "AIRFLOW__API__SECRET_KEY": s["api"],
+            # ONE Fernet key for every component: trigger kwargs (an AssetWatcher's, a deferred task's) are encrypted
+            # by the DAG processor or the API server and decrypted by the triggerer; without it each AIRFLOW_HOME
+            # generates its own key and the triggerer's runner dies on InvalidToken (seen on this stack)
+            **({"AIRFLOW__CORE__FERNET_KEY": s["fernet"]} if s.get("fernet") else {}),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
@@ -518,8 +522,11 @@ class Stack:
         self.dir.mkdir(parents=True, exist_ok=True)
         for old in ("logs", "dags", "airflow", "redis", "triggerer", *(f"{WORKER_PREFIX}{i}" for i in range(1, 10))):
             shutil.rmtree(self.dir / old, ignore_errors=True)
-        write_private(self.dir / SECRETS_FILE, json.dumps({k: secrets.token_urlsafe(24) for k in
-                                                            ("postgres", "redis", "jwt", "api")}) + "\n")
+        from cryptography.fernet import Fernet
+
+        write_private(self.dir / SECRETS_FILE, json.dumps({**{k: secrets.token_urlsafe(24) for k in
+                                                              ("postgres", "redis", "jwt", "api")},
+                                                           "fernet": Fernet.generate_key().decode()}) + "\n")
         pg_port, redis_port, free_api, trigger_logs, worker_logs = free_ports(5)
         names = [f"{WORKER_PREFIX}{i}" for i in range(1, workers + 1)]
         state: dict[str, Any] = {

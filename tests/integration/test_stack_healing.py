@@ -79,6 +79,7 @@ def healing(stack: Stack) -> Stack:
                f"the DAG processor to parse {DAG_ID}", 180, 1)
     stack.cli("dags", "unpause", DAG_ID)
     wait_until(lambda: watch_trigger(stack)[1] is not None, "the triggerer to run the watch", 180, 1)
+    assert stack.alive("triggerer"), stack.tail("triggerer")
     return stack
 
 
