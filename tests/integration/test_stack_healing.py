@@ -198,8 +198,10 @@ def test_a_broker_down_past_its_dwell_is_drained_once_across_a_triggerer_kill(sa
     try:
         with Traffic(config, unique_topic, partitions=len(assignment)) as traffic:
             sandbox.stop_broker(5)
-            record = wait_until(lambda: watch_state(stack).get("broker_down/b5"), "the watch to see broker 5 down",
-                                120, 0.5)
+            # the middle of the dwell, by the watch's own clock: it has tracked broker 5 down for a third of it
+            record = wait_until(lambda: (r := watch_state(stack).get("broker_down/b5")) and datetime.fromisoformat(
+                r["last_seen"]) - datetime.fromisoformat(r["first_seen"]) >= timedelta(seconds=DWELL_S / 3) and r,
+                "the watch to track broker 5 down for a third of its dwell", DWELL_S, 0.5)
             first_seen = datetime.fromisoformat(record["first_seen"])
             trigger_id, first_job = watch_trigger(stack)
             # the triggerer SIGKILLed in the middle of the dwell, and started again (a supervisor's restart)
@@ -249,9 +251,9 @@ def test_a_broker_down_past_its_dwell_is_drained_once_across_a_triggerer_kill(sa
     wait_until(lambda: "broker_down/b5" not in watch_state(stack), "the broker_down/b5 incident to be over",
                RECOVERY_S + 180, 1)
     assert len(asset_events(stack)) == 1 and len(dag_runs(stack)) == 1, (asset_events(stack), dag_runs(stack))
-    print(f"\nbroker 5 down at 0 s; the triggerer SIGKILLed at {killed_at - first_seen} after first seen, restarted "
-          f"at {restarted_at - first_seen}; the incident fired at {fired_at:.0f} s (dwell {DWELL_S} s), the healing "
-          f"run ended at {ran_at:.0f} s")
+    print(f"\nbroker 5 stopped at 0 s; the triggerer SIGKILLed {(killed_at - first_seen).total_seconds():.0f} s after "
+          f"the watch first saw it, restarted at {(restarted_at - first_seen).total_seconds():.0f} s; the incident "
+          f"fired at {fired_at:.0f} s (dwell {DWELL_S} s), the healing run ended at {ran_at:.0f} s")
 
 
 def test_two_brokers_down_at_once_trip_the_breaker_and_nothing_moves(sandbox, healing, unique_topic):
@@ -279,6 +281,8 @@ def test_two_brokers_down_at_once_trip_the_breaker_and_nothing_moves(sandbox, he
         mine = [o for o in outcomes(stack) if o["incident_id"] in ids]
         assert {o["decision"] for o in mine} == {"breaker"}, mine
         assert all("mass-failure breaker" in o["reason"] and "max_brokers=1" in o["reason"] for o in mine), mine
+        print(f"\n{len(events)} incident(s) of brokers 3 and 4, {len(runs)} healing run(s): "
+              f"{[(o['incident_id'], o['decision']) for o in mine]}")
         after = {tp: r for tp, (r, _) in partitions(config).items()}
         assert {tp: r for tp, r in after.items() if tp in replicas_before} == {
             tp: r for tp, r in replicas_before.items() if tp in after}, "a replica moved"
