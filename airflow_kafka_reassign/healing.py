@@ -22,7 +22,9 @@ See docs/self-healing.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,13 +59,55 @@ GOAL: dict[str, str] = {"drain": "remove-brokers", "remove_disks": "remove-disks
                         "rebalance": "rebalance"}
 
 
-def incident_asset(kinds: Sequence[str], *, kafka_conn_id: str = "kafka_default", state_uri: str,
+#: The environment variables a deployment sets (where the DAG files are parsed: the DAG processor) to tune every
+#: healing DAG's watch without editing its file: ``{variable: (trigger argument, parser)}``. The dwell and recovery
+#: times are JSON objects of seconds per kind, merged over the DAG file's (``{"broker_down": 1800}``: rolling
+#: restarts of this cluster take 20 minutes).
+WATCH_ENV: dict[str, tuple[str, Any]] = {
+    "AKR_WATCH_STATE_URI": ("state_uri", str),
+    "AKR_WATCH_STORAGE_CONN_ID": ("storage_conn_id", str),
+    "AKR_WATCH_DWELL_S": ("dwell_s", json.loads),
+    "AKR_WATCH_RECOVERY_S": ("recovery_s", json.loads),
+    "AKR_WATCH_POLL_INTERVAL_S": ("poll_interval_s", float),
+}
+
+
+def watch_settings_from_env(watch: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``watch`` (the trigger's arguments in a DAG file) with the deployment's :data:`WATCH_ENV` over them: the
+    ``dwell_s`` / ``recovery_s`` objects merged per kind, the others replaced. A value that does not parse fails the
+    DAG's import, naming the variable."""
+    env = os.environ if environ is None else environ
+    out = dict(watch)
+    for variable, (argument, parse) in WATCH_ENV.items():
+        raw = (env.get(variable) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = parse(raw)
+        except ValueError as e:
+            raise ValueError(f"the environment variable {variable}={raw!r} does not parse ({e}): "
+                             + ("a JSON object of seconds per incident kind, e.g. {\"broker_down\": 1800}"
+                                if parse is json.loads else "a number of seconds" if parse is float else "")) from None
+        if parse is json.loads:
+            if not isinstance(value, dict):
+                raise ValueError(f"the environment variable {variable}={raw!r} is not a JSON object of seconds per "
+                                 "incident kind, e.g. {\"broker_down\": 1800}")
+            value = {**(out.get(argument) or {}), **value}
+        out[argument] = value
+    return out
+
+
+def incident_asset(kinds: Sequence[str], *, kafka_conn_id: str = "kafka_default", state_uri: str | None = None,
                    name: str | None = None, **watch: Any) -> Asset:
     """An incident asset ``kafka_reassign.<conn>.incidents.<kinds>`` watched by one
     :class:`~airflow_kafka_reassign.triggers.cluster_watch.KafkaClusterWatchTrigger` of these kinds. ``state_uri``
-    must be a real location (the triggerer renders no template): object storage in production. ``watch``: the
-    trigger's other arguments (``dwell_s``, ``recovery_s``, ``poll_interval_s``, ``storage_conn_id`` ...)."""
+    (``None``: the plan storage of the Variables ``akr_plan_storage`` / ``akr_storage_conn_id``, read by the
+    triggerer, as the healing tasks read it) must be a real location, not a template: the triggerer renders none.
+    ``watch``: the trigger's other arguments (``dwell_s``, ``recovery_s``, ``poll_interval_s``, ``storage_conn_id``
+    ...); :func:`watch_settings_from_env` merges the deployment's own over them."""
     label = name or f"kafka_reassign.{kafka_conn_id}.incidents.{'+'.join(kinds)}"
+    watch = watch_settings_from_env(watch)
+    state_uri = watch.pop("state_uri", None) or state_uri
     trigger = KafkaClusterWatchTrigger(kafka_conn_id=kafka_conn_id, state_uri=state_uri, kinds=list(kinds), **watch)
     return Asset(label, watchers=[AssetWatcher(name=label.replace(".", "_").replace("+", "_"), trigger=trigger)])
 

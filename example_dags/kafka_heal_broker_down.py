@@ -22,23 +22,19 @@ Replay an incident by hand (a lost event, a test)::
 
 from __future__ import annotations
 
-import os
-
 from airflow_kafka_reassign.core.healing.policy import Breaker, Budget, HealingPolicy
 from airflow_kafka_reassign.healing import healing_dag, incident_asset
-from airflow_kafka_reassign.plan_storage import default_output_root
 
 KAFKA_CONN_ID = "kafka_default"
-#: The watch state: a location the triggerer reads (object storage in production, ``s3://kafka-plans/airflow``).
-WATCH_STATE_URI = os.environ.get("AKR_WATCH_STATE_URI") or str(default_output_root())
 
 # [START heal_broker_down]
 POLICY = HealingPolicy(
     breaker=Breaker(max_brokers=1, max_share=0.2),  # two brokers down at once: alert, move nothing
     budget=Budget(runs_per_incident=2, runs_per_day=6, bytes_per_incident=2 * 1024**4),
 )
-BROKER_DOWN = incident_asset(["broker_down"], kafka_conn_id=KAFKA_CONN_ID, state_uri=WATCH_STATE_URI,
-                             dwell_s={"broker_down": 600})
+# the watch state goes where the plans and the healing ledger go (the Variable akr_plan_storage); the deployment may
+# set the dwell and recovery times for its own rolling restarts: AKR_WATCH_DWELL_S='{"broker_down": 1800}'
+BROKER_DOWN = incident_asset(["broker_down"], kafka_conn_id=KAFKA_CONN_ID, dwell_s={"broker_down": 600})
 
 dag = healing_dag("kafka_heal_broker_down", action="drain", kinds=["broker_down"], assets=[BROKER_DOWN],
                   policy=POLICY, kafka_conn_id=KAFKA_CONN_ID, doc_md=__doc__)

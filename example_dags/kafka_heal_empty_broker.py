@@ -9,18 +9,14 @@ give it its share, per topic, rack-aware), executed under a throttle.
 
 from __future__ import annotations
 
-import os
-
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy, KindPolicy
 from airflow_kafka_reassign.healing import healing_dag, incident_asset
-from airflow_kafka_reassign.plan_storage import default_output_root
 
 KAFKA_CONN_ID = "kafka_default"
-WATCH_STATE_URI = os.environ.get("AKR_WATCH_STATE_URI") or str(default_output_root())
 
 # [START heal_empty_broker]
 POLICY = HealingPolicy(kinds={"empty_broker": KindPolicy(mode="act")})
-EMPTY_BROKER = incident_asset(["empty_broker"], kafka_conn_id=KAFKA_CONN_ID, state_uri=WATCH_STATE_URI)
+EMPTY_BROKER = incident_asset(["empty_broker"], kafka_conn_id=KAFKA_CONN_ID)
 
 dag = healing_dag("kafka_heal_empty_broker", action="scale_out", kinds=["empty_broker"], assets=[EMPTY_BROKER],
                   policy=POLICY, kafka_conn_id=KAFKA_CONN_ID, doc_md=__doc__)

@@ -9,14 +9,10 @@ left unanswered is a rejection (``on_timeout="reject"``): a rebalance is never u
 
 from __future__ import annotations
 
-import os
-
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy, KindPolicy, Window
 from airflow_kafka_reassign.healing import healing_dag, incident_asset
-from airflow_kafka_reassign.plan_storage import default_output_root
 
 KAFKA_CONN_ID = "kafka_default"
-WATCH_STATE_URI = os.environ.get("AKR_WATCH_STATE_URI") or str(default_output_root())
 
 # [START heal_imbalance]
 POLICY = HealingPolicy(
@@ -25,8 +21,7 @@ POLICY = HealingPolicy(
     max_wait_s=24 * 3600,
     imbalance_band=0.2,
 )
-IMBALANCE = incident_asset(["imbalance"], kafka_conn_id=KAFKA_CONN_ID, state_uri=WATCH_STATE_URI,
-                           imbalance_band=0.2)
+IMBALANCE = incident_asset(["imbalance"], kafka_conn_id=KAFKA_CONN_ID, imbalance_band=0.2)
 
 dag = healing_dag("kafka_heal_imbalance", action="rebalance", kinds=["imbalance"], assets=[IMBALANCE],
                   policy=POLICY, kafka_conn_id=KAFKA_CONN_ID, doc_md=__doc__)

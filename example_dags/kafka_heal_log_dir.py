@@ -11,22 +11,17 @@ or drain the broker with kafka_decommission_brokers).
 
 from __future__ import annotations
 
-import os
-
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy, KindPolicy
 from airflow_kafka_reassign.healing import healing_dag, incident_asset
-from airflow_kafka_reassign.plan_storage import default_output_root
 
 KAFKA_CONN_ID = "kafka_default"
-WATCH_STATE_URI = os.environ.get("AKR_WATCH_STATE_URI") or str(default_output_root())
 
 # [START heal_log_dir]
 POLICY = HealingPolicy(kinds={
     "log_dir_full": KindPolicy(mode="approve", approval_timeout_s=1800, on_timeout="approve"),
     "log_dir_offline": KindPolicy(mode="alert"),
 })
-LOG_DIRS = incident_asset(["log_dir_full", "log_dir_offline"], kafka_conn_id=KAFKA_CONN_ID,
-                          state_uri=WATCH_STATE_URI, log_dir_full_ratio=0.85)
+LOG_DIRS = incident_asset(["log_dir_full", "log_dir_offline"], kafka_conn_id=KAFKA_CONN_ID, log_dir_full_ratio=0.85)
 
 dag = healing_dag("kafka_heal_log_dir", action="remove_disks", kinds=["log_dir_full", "log_dir_offline"],
                   assets=[LOG_DIRS], policy=POLICY, kafka_conn_id=KAFKA_CONN_ID, doc_md=__doc__)

@@ -283,6 +283,10 @@ class Stack:
             "AIRFLOW__API__BASE_URL": api,
             "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt"],
             "AIRFLOW__API__SECRET_KEY": s["api"],
+            # ONE Fernet key for every component: trigger kwargs (an AssetWatcher's, a deferred task's) are encrypted
+            # by the DAG processor or the API server and decrypted by the triggerer; without it each AIRFLOW_HOME
+            # generates its own key and the triggerer's runner dies on InvalidToken (seen on this stack)
+            **({"AIRFLOW__CORE__FERNET_KEY": s["fernet"]} if s.get("fernet") else {}),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
@@ -310,6 +314,8 @@ class Stack:
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "PYTHONUNBUFFERED": "1",
         }
+        # the deployment's own settings (``up(env=...)``): what an operator puts in every component's environment
+        env.update(state.get("env") or {})
         # the sandbox brokers share this machine's disk, whose free space is not the stack's business
         env.setdefault("AKR_DISK_RESERVE", "64MiB")
         if component and (component.startswith(WORKER_PREFIX) or component == "triggerer"):
@@ -501,20 +507,26 @@ class Stack:
     def up(self, *, workers: int = 2, kafka_dir: str | os.PathLike[str] | None = None,
            object_store_dir: str | os.PathLike[str] | None = None, brokers: int = 5, racks: int = 3,
            api_port: int | None = None, dags: str | os.PathLike[str] | None = EXAMPLE_DAGS,
-           heartbeat_timeout_s: int = 30, timeout: float = 300.0) -> dict[str, Any]:
+           heartbeat_timeout_s: int = 30, env: Mapping[str, str] | None = None,
+           timeout: float = 300.0) -> dict[str, Any]:
         """Start everything (see the module docstring); return :meth:`info` once every part is ready.
 
         ``kafka_dir`` / ``object_store_dir``: use the Kafka sandbox / S3Proxy already running there (left running by
         :meth:`down`); otherwise the stack starts its own in ``DIR/kafka`` and ``DIR/objectstore``. ``dags``: the
-        folder whose ``*.py`` files are deployed (the example DAGs; ``None``: none)."""
+        folder whose ``*.py`` files are deployed (the example DAGs; ``None``: none). ``env``: the deployment's own
+        environment variables, in every component's environment (e.g. ``AKR_WATCH_DWELL_S`` for the healing DAGs'
+        watch; kept in ``stack.json``: no secrets)."""
         if self.state_path.exists() and any(_group_alive(p) for p in self.state.get("pids", {}).values()):
             raise SandboxError(f"a stack already runs in {self.dir}: `stack down` first")
         started = time.monotonic()
         self.dir.mkdir(parents=True, exist_ok=True)
         for old in ("logs", "dags", "airflow", "redis", "triggerer", *(f"{WORKER_PREFIX}{i}" for i in range(1, 10))):
             shutil.rmtree(self.dir / old, ignore_errors=True)
-        write_private(self.dir / SECRETS_FILE, json.dumps({k: secrets.token_urlsafe(24) for k in
-                                                            ("postgres", "redis", "jwt", "api")}) + "\n")
+        from cryptography.fernet import Fernet
+
+        write_private(self.dir / SECRETS_FILE, json.dumps({**{k: secrets.token_urlsafe(24) for k in
+                                                              ("postgres", "redis", "jwt", "api")},
+                                                           "fernet": Fernet.generate_key().decode()}) + "\n")
         pg_port, redis_port, free_api, trigger_logs, worker_logs = free_ports(5)
         names = [f"{WORKER_PREFIX}{i}" for i in range(1, workers + 1)]
         state: dict[str, Any] = {
@@ -525,7 +537,7 @@ class Stack:
             "own_kafka": kafka_dir is None,
             "object_store_dir": str(Path(object_store_dir).resolve()) if object_store_dir else str(self.dir / "objectstore"),
             "own_object_store": object_store_dir is None,
-            "postgres_dir": None, "workers": names,
+            "postgres_dir": None, "workers": names, "env": dict(env or {}),
         }
         self._save(state)
         (self.dir / "logs").mkdir()

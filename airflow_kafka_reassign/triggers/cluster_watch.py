@@ -44,11 +44,15 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_kafka_reassign.core.healing.observation import conditions_of, observe
 from airflow_kafka_reassign.core.healing.watch import WatchLedger, WatchSettings, WatchStep
-from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, open_store
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, default_output_root, open_store
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
+#: The Airflow Variables of the plan storage and its connection: the healing DAGs' (airflow_kafka_reassign.healing),
+#: and the watch's when it is given no ``state_uri``.
+PLAN_STORAGE_VARIABLE = "akr_plan_storage"
+STORAGE_CONN_VARIABLE = "akr_storage_conn_id"
 #: The longest pause between two polls after failures (seconds): a failing watch backs off to one poll per 10 minutes.
 MAX_BACKOFF_S = 600.0
 
@@ -66,7 +70,10 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
 
     :param kafka_conn_id: the ``kafka`` connection (librdkafka config dict in its extra).
     :param state_uri: where the watch state lives (a folder: a path, or ``s3://bucket/prefix``); the state is the
-        object ``cluster-watch/<cluster>.json`` in it. One watch per cluster and ``state_uri``.
+        object ``cluster-watch/<cluster>.json`` in it. One watch per cluster and ``state_uri``. ``None`` (the
+        default): the plan storage the healing DAGs use, the Airflow Variables ``akr_plan_storage`` and
+        ``akr_storage_conn_id`` read in the triggerer when the watch starts (:meth:`storage`); unset, the
+        triggerer's ``$AKR_OUTPUT_DIR`` (one machine only).
     :param cluster: the cluster's label in incidents and in the state's name (default: ``kafka_conn_id``).
     :param kinds: the incident kinds watched (default: all of
         :data:`~airflow_kafka_reassign.core.healing.incident.INCIDENT_KINDS`).
@@ -78,25 +85,23 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
     :param log_dir_full_ratio: a log dir whose volume is used at or above this share is full.
     :param imbalance_band: a broker further than this share of the mean (replicas, disk usage) is out of balance.
     :param kafka_timeout_s: bound on each request to the cluster.
-    :param storage_conn_id: the Airflow connection of the storage of ``state_uri`` (S3: an ``aws`` connection).
+    :param storage_conn_id: the Airflow connection of the storage of ``state_uri`` (S3: an ``aws`` connection);
+        with ``state_uri=None``, the Variable ``akr_storage_conn_id`` unless given.
     :param storage_timeout_s: bound on each request to that storage.
     """
 
     def __init__(
-        self, *, kafka_conn_id: str = "kafka_default", state_uri: str, cluster: str | None = None,
+        self, *, kafka_conn_id: str = "kafka_default", state_uri: str | None = None, cluster: str | None = None,
         kinds: list[str] | None = None, dwell_s: dict[str, float] | None = None,
         recovery_s: dict[str, float] | None = None, poll_interval_s: float = 30.0, log_dir_full_ratio: float = 0.85,
         imbalance_band: float = 0.2, kafka_timeout_s: float = 30.0, storage_conn_id: str | None = None,
         storage_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__()
-        if not state_uri:
-            raise ValueError("state_uri is required: a folder on the plan storage (a path, or s3://bucket/prefix) "
-                             "where the watch keeps what must survive the triggerer")
         if float(poll_interval_s) <= 0:
             raise ValueError(f"poll_interval_s is {poll_interval_s}: it must be more than 0 seconds")
         self.kafka_conn_id = kafka_conn_id
-        self.state_uri = str(state_uri)
+        self.state_uri = str(state_uri) if state_uri else None
         self.cluster = cluster
         self.kinds = list(kinds) if kinds is not None else None
         self.dwell_s = dict(dwell_s) if dwell_s is not None else None
@@ -135,9 +140,29 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
 
         return KafkaReassignHook(kafka_config_id=self.kafka_conn_id, timeout_s=self.kafka_timeout_s).get_admin()
 
+    def storage(self) -> tuple[str, str | None]:
+        """Where the watch state lives and the storage's connection: ``state_uri`` and ``storage_conn_id`` when
+        given; else the healing DAGs' plan storage, the Airflow Variables ``akr_plan_storage`` and
+        ``akr_storage_conn_id`` (read in the triggerer: the environment's ``AIRFLOW_VAR_*``, a secrets backend, or
+        the metadata database), so that the watch, the healing ledger and the plans share one setting; unset, the
+        triggerer's ``$AKR_OUTPUT_DIR`` (one machine only). Blocking: call it in a thread."""
+        if self.state_uri:
+            return self.state_uri, self.storage_conn_id
+        from airflow.sdk import Variable
+
+        base = (Variable.get(PLAN_STORAGE_VARIABLE, default=None) or "").strip()
+        conn_id = self.storage_conn_id or (Variable.get(STORAGE_CONN_VARIABLE, default=None) or "").strip() or None
+        if not base:
+            self.log.warning("cluster watch: the Airflow Variable %s is not set: the watch state stays on this "
+                             "triggerer's disk (%s), which another triggerer does not see; set it (and %s) to the "
+                             "plan storage, e.g. s3://kafka-plans/airflow", PLAN_STORAGE_VARIABLE,
+                             default_output_root(), STORAGE_CONN_VARIABLE)
+            return str(default_output_root()), conn_id
+        return base, conn_id
+
     def make_ledger(self) -> WatchLedger:
-        return WatchLedger(open_store(self.state_uri, conn_id=self.storage_conn_id, timeout_s=self.storage_timeout_s),
-                           self.settings)
+        uri, conn_id = self.storage()
+        return WatchLedger(open_store(uri, conn_id=conn_id, timeout_s=self.storage_timeout_s), self.settings)
 
     def poll(self, now: datetime | None = None) -> WatchStep:
         """One poll (blocking: run it in a thread): observe, find the conditions, advance the state."""
@@ -162,7 +187,7 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
         s = self.settings
         self.log.info("watching cluster %r (connection %r) for %s every %g s; state in %s", s.cluster,
                       self.kafka_conn_id, ", ".join(f"{k} (dwell {s.dwell(k):g} s)" for k in s.kinds),
-                      self.poll_interval_s, self.state_uri)
+                      self.poll_interval_s, self.state_uri or f"the plan storage (Variable {PLAN_STORAGE_VARIABLE})")
         failures = 0
         while True:
             try:

@@ -85,8 +85,35 @@ def test_wrong_arguments_fail_at_the_dags_import_naming_them():
         KafkaClusterWatchTrigger(state_uri="/tmp/w", dwell_s={"broker_gone": 1})
     with pytest.raises(ValueError, match="log_dir_full_ratio"):
         KafkaClusterWatchTrigger(state_uri="/tmp/w", log_dir_full_ratio=1.5)
-    with pytest.raises(ValueError, match="state_uri is required"):
-        KafkaClusterWatchTrigger(state_uri="")
+
+
+def test_without_state_uri_the_watch_keeps_its_state_where_the_healing_dags_keep_theirs(tmp_path, monkeypatch):
+    """No ``state_uri``: the Variables ``akr_plan_storage`` / ``akr_storage_conn_id`` (the healing tasks' and the plans'
+    storage), read when the watch starts, not at the DAG's import; an explicit ``storage_conn_id`` wins."""
+    trigger = KafkaClusterWatchTrigger(kinds=["broker_down"])
+    assert trigger.serialize()[1]["state_uri"] is None and trigger.serialize()[1]["storage_conn_id"] is None
+    monkeypatch.setenv("AIRFLOW_VAR_AKR_PLAN_STORAGE", "s3://kafka-plans/airflow")
+    monkeypatch.setenv("AIRFLOW_VAR_AKR_STORAGE_CONN_ID", "aws_plans")
+    assert trigger.storage() == ("s3://kafka-plans/airflow", "aws_plans")
+    assert KafkaClusterWatchTrigger(storage_conn_id="mine").storage() == ("s3://kafka-plans/airflow", "mine")
+    assert KafkaClusterWatchTrigger(state_uri=str(tmp_path)).storage() == (str(tmp_path), None)
+    monkeypatch.setenv("AIRFLOW_VAR_AKR_PLAN_STORAGE", str(tmp_path / "plans"))
+    monkeypatch.delenv("AIRFLOW_VAR_AKR_STORAGE_CONN_ID")
+    admin = fake()
+    admin.down.add(3)
+    events = run(KafkaClusterWatchTrigger(kafka_conn_id="kafka_prod", kinds=["broker_down"]), admin, Clock(polls=40))
+    assert len(events) == 1
+    assert (tmp_path / "plans" / "cluster-watch" / "kafka_prod.json").is_file()
+
+
+def test_without_the_variable_the_state_stays_on_the_triggerers_disk_and_says_so(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("AIRFLOW_VAR_AKR_PLAN_STORAGE", raising=False)
+    monkeypatch.setenv("AKR_OUTPUT_DIR", str(tmp_path / "local"))
+    trigger = KafkaClusterWatchTrigger(kinds=["broker_down"])
+    trigger._log = logging.getLogger("test.cluster_watch")
+    caplog.set_level(logging.WARNING)
+    assert trigger.storage() == (str(tmp_path / "local"), None)
+    assert "akr_plan_storage is not set" in caplog.text and "another triggerer does not see" in caplog.text
 
 
 def test_the_trigger_is_listed_in_the_provider_info():

@@ -1,0 +1,292 @@
+"""Self-healing on the production stack: the example DAG ``kafka_heal_broker_down`` deployed as a user would, its
+``AssetWatcher`` run by the stack's own triggerer, the healing run on the Celery workers, plans and state on S3.
+
+One stack for the module (:mod:`airflow_kafka_reassign.sandbox.stack`: PostgreSQL, Redis, CeleryExecutor with two
+workers, scheduler, DAG processor, triggerer, API server) on the session's Kafka sandbox and S3 store. The example
+file is deployed unchanged; the deployment shortens the watch's times through the example's documented knobs
+(``AKR_WATCH_DWELL_S``, ``AKR_WATCH_RECOVERY_S``, ``AKR_WATCH_POLL_INTERVAL_S``: docs/self-healing.md) and keeps its
+plans, its healing ledger and the watch state on S3 through the Variables ``akr_plan_storage`` /
+``akr_storage_conn_id`` (the stack sets them, as a deployment does). In order, on one stack:
+
+1. a rolling restart of broker 4 within the dwell: the watch saw it and forgot it; no asset event, no DAG run;
+2. broker 5 stopped for longer than its dwell, the triggerer SIGKILLed and restarted in the middle of the dwell:
+   exactly one asset event for the incident asset (the metadata DB), whose incident keeps the first-seen time of
+   before the kill; exactly one healing run, which drains broker 5; read by a confluent-kafka client of the test's
+   own, every partition has its replication factor again, off broker 5; acks=all traffic runs throughout and every
+   acknowledged record is read back. Broker 5 is started again; still one event, one run;
+3. brokers 3 and 4 stopped at once (the example's breaker allows one): no move (every partition as before, no plan),
+   each incident's outcome on the S3 store is ``breaker``, naming it.
+
+The watch's state and the ledger's outcomes are read from the S3 store's data directory (S3Proxy's filesystem
+backend), not through the product's code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka_helpers import Traffic, make_topic
+
+from airflow_kafka_reassign.sandbox import wait_until
+from airflow_kafka_reassign.sandbox.stack import Stack
+
+#: the stack's start-up, three scenarios with their dwell times, and a drain with Spark planning
+pytestmark = pytest.mark.timeout(2400)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+DAG_ID = "kafka_heal_broker_down"
+ASSET = "kafka_reassign.kafka_default.incidents.broker_down"
+CLUSTER = "kafka_default"
+#: the broker's dwell: longer than the sandbox's rolling restart of one broker (about 20 s) and than a triggerer's
+#: restart (30-60 s on a busy machine); recovery: short, so that a return after the drain is over quickly
+DWELL_S = 120
+RECOVERY_S = 30
+POLL_S = 3
+
+
+@pytest.fixture(scope="module")
+def stack(sandbox, object_store, tmp_path_factory) -> Iterator[Stack]:
+    started = time.monotonic()
+    st = Stack(tmp_path_factory.mktemp("stack-healing"))
+    info = st.up(kafka_dir=sandbox.dir, object_store_dir=object_store.dir, dags=None, heartbeat_timeout_s=20, env={
+        "AKR_WATCH_DWELL_S": json.dumps({"broker_down": DWELL_S}),
+        "AKR_WATCH_RECOVERY_S": json.dumps({"broker_down": RECOVERY_S}),
+        "AKR_WATCH_POLL_INTERVAL_S": str(POLL_S),
+    })
+    print(f"\nthe stack started in {time.monotonic() - started:.1f} s: {info['took_s']}")
+    try:
+        yield st
+    finally:
+        pids = dict(st.state["pids"])
+        stopped = st.down()
+        print(f"\nthe stack stopped: {stopped}")
+        running = {n: pid for n, pid in pids.items() if st.process_running(pid)}
+        assert not running, f"processes of the stack left running: {running}"
+
+
+@pytest.fixture(scope="module")
+def healing(stack: Stack) -> Stack:
+    """The example deployed, parsed and unpaused, its watch running in the triggerer."""
+    stack.add_dag(EXAMPLES / f"{DAG_ID}.py")
+    wait_until(lambda: stack.query("select 1 from serialized_dag where dag_id=%s", DAG_ID),
+               f"the DAG processor to parse {DAG_ID}", 180, 1)
+    stack.cli("dags", "unpause", DAG_ID)
+    wait_until(lambda: watch_trigger(stack)[1] is not None, "the triggerer to run the watch", 180, 1)
+    assert stack.alive("triggerer"), stack.tail("triggerer")
+    return stack
+
+
+# -- second observers: the metadata DB, the S3 store's files, the test's own Kafka client ----------------------------
+
+def watch_trigger(stack: Stack) -> tuple[int | None, int | None]:
+    """The watcher's trigger row: its id and the triggerer job running it (``None``: none yet)."""
+    rows = stack.query("select t.id, t.triggerer_id from trigger t join asset_watcher w on w.trigger_id = t.id "
+                       "join asset a on a.id = w.asset_id where a.name = %s", ASSET)
+    return rows[0] if rows else (None, None)
+
+
+def asset_events(stack: Stack) -> list[dict]:
+    rows = stack.query("select e.id, e.timestamp, e.extra from asset_event e join asset a on a.id = e.asset_id "
+                       "where a.name = %s order by e.id", ASSET)
+    return [{"id": i, "at": at, "payload": (x if isinstance(x, dict) else json.loads(x or "{}")).get("payload") or {}}
+            for i, at, x in rows]
+
+
+def dag_runs(stack: Stack) -> list[dict]:
+    rows = stack.query("select run_id, run_type, state from dag_run where dag_id=%s order by id", DAG_ID)
+    return [dict(zip(("run_id", "run_type", "state"), r, strict=True)) for r in rows]
+
+
+def task_states(stack: Stack, run_id: str) -> dict[str, str]:
+    return dict(stack.query("select task_id, state from task_instance where dag_id=%s and run_id=%s", DAG_ID, run_id))
+
+
+def xcom(stack: Stack, run_id: str, task_id: str) -> dict | None:
+    rows = stack.query("select value from xcom where dag_id=%s and run_id=%s and task_id=%s and key='return_value'",
+                       DAG_ID, run_id, task_id)
+    if not rows:
+        return None
+    return rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
+
+
+def store_root(stack: Stack) -> Path:
+    store = stack.object_store
+    return Path(store.state["data_dir"]) / store.bucket / "airflow"
+
+
+def watch_state(stack: Stack) -> dict:
+    """The watch's conditions by key, as it wrote them on S3 (``{}``: none, or no state yet)."""
+    path = store_root(stack) / "cluster-watch" / f"{CLUSTER}.json"
+    try:
+        return dict(json.loads(path.read_text()).get("conditions") or {})
+    except (FileNotFoundError, ValueError):  # not written yet, or caught mid-write
+        return {}
+
+
+def outcomes(stack: Stack) -> list[dict]:
+    folder = store_root(stack) / "healing" / CLUSTER / "outcomes"
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("*.json"))] if folder.is_dir() else []
+
+
+def wait_run_end(stack: Stack, run_id: str, timeout: float = 900) -> str:
+    try:
+        return wait_until(lambda: (s := next((r["state"] for r in dag_runs(stack) if r["run_id"] == run_id), None))
+                          in ("success", "failed") and s, f"the healing run {run_id} to end", timeout, 2)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: {task_states(stack, run_id)}\n--- scheduler\n{stack.tail('scheduler')}\n"
+                             f"--- triggerer\n{stack.tail('triggerer')}") from None
+
+
+def logs_of(stack: Stack, run_id: str) -> str:
+    store = stack.object_store
+    root = Path(store.state["data_dir"]) / store.bucket / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    return "\n".join(f"--- {p.relative_to(root)}\n" + p.read_text(errors="replace")[-3000:]
+                     for p in sorted(root.rglob("*.log"))) if root.exists() else ""
+
+
+def partitions(config: dict) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    """Every partition's (replicas, ISR), by the test's own confluent-kafka client."""
+    topics = AdminClient(dict(config)).list_topics(timeout=30).topics
+    return {(t, p.id): (list(p.replicas), list(p.isrs)) for t, md in topics.items() for p in md.partitions.values()}
+
+
+def fenced(config: dict) -> set[int]:
+    """Brokers the controller lists fenced (the test's own kafka-python request)."""
+    from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
+
+    with KafkaClusterAdmin(config) as admin:
+        return {b.id for b in admin.describe_cluster().brokers if b.fenced}
+
+
+def all_in_sync(config: dict, brokers: set[int]) -> bool:
+    """``brokers`` are not fenced and every partition's ISR is its whole replica set."""
+    return not (fenced(config) & brokers) and all(sorted(r) == sorted(i) for r, i in partitions(config).values())
+
+
+# -- the scenarios, in order on one stack -------------------------------------------------------------------------
+
+def test_a_rolling_restart_within_the_dwell_starts_nothing(sandbox, healing):
+    stack = healing
+    sandbox.stop_broker(4)
+    try:
+        seen = wait_until(lambda: watch_state(stack).get("broker_down/b4"), "the watch to see broker 4 down", 120, 0.5)
+    finally:
+        sandbox.start_broker(4)
+    wait_until(lambda: "broker_down/b4" not in watch_state(stack), "the watch to forget broker 4", 120, 0.5)
+    assert seen["fired"] is None, seen
+    assert asset_events(stack) == [], asset_events(stack)
+    assert dag_runs(stack) == [], dag_runs(stack)
+    assert outcomes(stack) == []
+    wait_until(lambda: all_in_sync(sandbox.client_config(), {4}), "broker 4 back in every ISR", 180, 1)
+
+
+def test_a_broker_down_past_its_dwell_is_drained_once_across_a_triggerer_kill(sandbox, healing, unique_topic):
+    stack = healing
+    config = sandbox.client_config()
+    assignment = [[5, 1, 2], [1, 5, 3], [2, 3, 5], [3, 4, 1], [4, 5, 2], [5, 3, 4]]
+    make_topic(config, unique_topic, assignment, megabytes=0.2, configs={"min.insync.replicas": "2"})
+    wait_until(lambda: all_in_sync(config, {1, 2, 3, 4, 5}), "every ISR full before the stop", 180, 1)
+    before = {tp: len(r) for tp, (r, _) in partitions(config).items()}
+    started = time.monotonic()
+    try:
+        with Traffic(config, unique_topic, partitions=len(assignment)) as traffic:
+            sandbox.stop_broker(5)
+            # the middle of the dwell, by the watch's own clock: it has tracked broker 5 down for a third of it
+            record = wait_until(lambda: (r := watch_state(stack).get("broker_down/b5")) and datetime.fromisoformat(
+                r["last_seen"]) - datetime.fromisoformat(r["first_seen"]) >= timedelta(seconds=DWELL_S / 3) and r,
+                "the watch to track broker 5 down for a third of its dwell", DWELL_S, 0.5)
+            first_seen = datetime.fromisoformat(record["first_seen"])
+            trigger_id, first_job = watch_trigger(stack)
+            # the triggerer SIGKILLed in the middle of the dwell, and started again (a supervisor's restart)
+            killed_at = datetime.now(timezone.utc)
+            assert killed_at < first_seen + timedelta(seconds=DWELL_S) and record["fired"] is None, record
+            stack.kill("triggerer")
+            stack.start("triggerer")
+            restarted_at = datetime.now(timezone.utc)
+            events = wait_until(lambda: asset_events(stack), "the broker_down incident", DWELL_S + 300, 1)
+            fired_at = time.monotonic() - started
+            # the watcher's trigger runs in the new triggerer job
+            assert watch_trigger(stack)[0] == trigger_id and watch_trigger(stack)[1] not in (None, first_job)
+            run = wait_until(lambda: next((r for r in dag_runs(stack) if r["run_type"] == "asset_triggered"), None),
+                             "the healing run", 300, 1)
+            state = wait_run_end(stack, run["run_id"])
+            assert state == "success", (task_states(stack, run["run_id"]), logs_of(stack, run["run_id"])[-8000:])
+            ran_at = time.monotonic() - started
+        traffic.check()  # acks=all throughout: every acknowledged record read back
+
+        # one incident, fired once: its first-seen time is the one the watch recorded before the kill
+        assert len(events) == 1, events
+        payload = events[0]["payload"]
+        assert payload["kind"] == "broker_down" and payload["brokers"] == [5], payload
+        assert datetime.fromisoformat(payload["first_seen"]) == first_seen < killed_at, (payload, killed_at)
+        assert events[0]["at"] >= first_seen + timedelta(seconds=DWELL_S), (events[0]["at"], first_seen)
+        # one run, which drained broker 5
+        assert [r["run_type"] for r in dag_runs(stack)] == ["asset_triggered"], dag_runs(stack)
+        decision = xcom(stack, run["run_id"], "decide")
+        assert decision["action"] == "drain" and decision["brokers"] == [5] and decision["incidents"] == [
+            payload["id"]], decision
+        assert xcom(stack, run["run_id"], "verify_drained") == {"drained": [5]}
+        mine = [o["decision"] for o in outcomes(stack) if o["incident_id"] == payload["id"]]
+        assert mine == ["act", "done"], outcomes(stack)
+        # the test's own client: no replica on broker 5, every partition its replication factor again, in sync
+        wait_until(lambda: all(sorted(r) == sorted(i) for r, i in partitions(config).values()),
+                   "every ISR to be the whole replica set", 120, 1)
+        after = partitions(config)
+        on_5 = sorted(tp for tp, (r, _) in after.items() if 5 in r)
+        assert not on_5, on_5
+        short = {tp: (n, after[tp]) for tp, n in before.items() if tp in after and len(after[tp][0]) != n}
+        assert not short, short
+        assert all(len(after[(unique_topic, p)][0]) == 3 for p in range(len(assignment)))
+    finally:
+        sandbox.start_broker(5)
+
+    # back, clear for its recovery time: the incident is over; nothing fired again, no second run
+    wait_until(lambda: "broker_down/b5" not in watch_state(stack), "the broker_down/b5 incident to be over",
+               RECOVERY_S + 180, 1)
+    assert len(asset_events(stack)) == 1 and len(dag_runs(stack)) == 1, (asset_events(stack), dag_runs(stack))
+    print(f"\nbroker 5 stopped at 0 s; the triggerer SIGKILLed {(killed_at - first_seen).total_seconds():.0f} s after "
+          f"the watch first saw it, restarted at {(restarted_at - first_seen).total_seconds():.0f} s; the incident "
+          f"fired at {fired_at:.0f} s (dwell {DWELL_S} s), the healing run ended at {ran_at:.0f} s")
+
+
+def test_two_brokers_down_at_once_trip_the_breaker_and_nothing_moves(sandbox, healing, unique_topic):
+    stack = healing
+    config = sandbox.client_config()
+    make_topic(config, unique_topic, [[3, 4, 1], [4, 3, 2], [1, 2, 3]], megabytes=0.1)
+    wait_until(lambda: all_in_sync(config, {1, 2, 3, 4, 5}), "every ISR full before the stops", 180, 1)
+    events_before = len(asset_events(stack))
+    runs_before = {r["run_id"] for r in dag_runs(stack)}
+    replicas_before = {tp: r for tp, (r, _) in partitions(config).items()}
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(sandbox.stop_broker, (3, 4)))
+        events = wait_until(lambda: (e := asset_events(stack)[events_before:]) and len(
+            {b for x in e for b in x["payload"]["brokers"]}) == 2 and e, "the incidents of brokers 3 and 4",
+            DWELL_S + 300, 1)
+        ids = {e["payload"]["id"] for e in events}
+        runs = wait_until(lambda: (new := [r for r in dag_runs(stack) if r["run_id"] not in runs_before]) and all(
+            r["state"] in ("success", "failed") for r in new) and {o["incident_id"] for o in outcomes(stack)} >= ids
+            and new, "the healing runs to end with an outcome per incident", 600, 2)
+        for r in runs:
+            states = task_states(stack, r["run_id"])
+            assert states.get("decide") == "skipped" and states.get("plan") == "skipped", (states, logs_of(
+                stack, r["run_id"])[-6000:])
+        mine = [o for o in outcomes(stack) if o["incident_id"] in ids]
+        assert {o["decision"] for o in mine} == {"breaker"}, mine
+        assert all("mass-failure breaker" in o["reason"] and "max_brokers=1" in o["reason"] for o in mine), mine
+        print(f"\n{len(events)} incident(s) of brokers 3 and 4, {len(runs)} healing run(s): "
+              f"{[(o['incident_id'], o['decision']) for o in mine]}")
+        after = {tp: r for tp, (r, _) in partitions(config).items()}
+        assert {tp: r for tp, r in after.items() if tp in replicas_before} == {
+            tp: r for tp, r in replicas_before.items() if tp in after}, "a replica moved"
+    finally:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(sandbox.start_broker, (3, 4)))
+    wait_until(lambda: all_in_sync(config, {3, 4}), "brokers 3 and 4 back in every ISR", 300, 1)
