@@ -214,10 +214,14 @@ class PlanApprovalOperator(ApprovalOperator):  # type: ignore[misc,valid-type]
         if HITL_AVAILABLE:
             super().__init__(subject=subject, body="(the plan summary is filled in when the task runs)", **kwargs)
         else:
+            # the HITL arguments (Airflow 3.1+) kept, not passed to BaseOperator: a DAG written for 3.1+ still
+            # imports on 3.0, and a required approval fails at run time naming the version (execute)
             response_timeout = kwargs.pop("response_timeout", None)
+            defaults = kwargs.pop("defaults", None)
             super().__init__(**kwargs)
             self.subject = subject
             self.response_timeout = response_timeout
+            self.defaults = defaults
         self.plan = plan
         self.plan_task_id = plan_task_id
         self.required = required
