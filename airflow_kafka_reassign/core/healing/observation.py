@@ -53,7 +53,7 @@ from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
 from airflow_kafka_reassign.core.vocabulary.ports import ClusterDescription, DiskSpace, LogDirs, PartitionHealth
 
 if TYPE_CHECKING:
-    from airflow_kafka_reassign.core.healing.watch import WatchSettings
+    from airflow_kafka_reassign.core.healing.settings import WatchSettings
     from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
 
 #: Partitions under min ISR named in a :class:`PartitionHealth` (and an incident's detail).
