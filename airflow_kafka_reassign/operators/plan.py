@@ -58,7 +58,7 @@ from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S
 from airflow_kafka_reassign.core.maintenance.cordon import apply_cordons, cordoned_brokers, decommission_cordons
 from airflow_kafka_reassign.core.maintenance.drain import DEFAULT_MAX_ROUNDS, DRAIN_FILE, DrainSpec
 from airflow_kafka_reassign.core.maintenance.quorum import check_voters
-from airflow_kafka_reassign.core.maintenance.rounds import DISK_REMOVAL_FILE, DiskRemovalSpec
+from airflow_kafka_reassign.core.maintenance.rounds import goal_spec
 from airflow_kafka_reassign.core.planner import PlanRequest
 from airflow_kafka_reassign.core.planner.goals import LOG_DIR_GOALS
 from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable
@@ -174,8 +174,10 @@ class PlanReassignmentOperator(BaseOperator):
         (``drain.json``: what is drained; ``disk-removal.json``: the disk removal's request), and the execution that
         runs it, once the plan's moves are done, moves the partitions that arrived on the drained brokers or in the
         removed dirs meanwhile (topics created, grown or re-created while it ran, placed there by the controller) in
-        the same run, within the same limits, up to this many rounds (0: none). See docs/decommission.md and
-        docs/remove-disks.md.
+        the same run, within the same limits, up to this many rounds (0: none). Goals ``rebalance``,
+        ``add-brokers`` and ``offload`` (``balance.json``: the request): the topics whose moves the cluster
+        invalidated during the run (re-created, moved by someone else) are planned again toward the same balance,
+        up to this many rounds. See docs/decommission.md, docs/remove-disks.md and docs/execute.md.
     :param request: extra :class:`~airflow_kafka_reassign.core.planner.PlanRequest` fields.
     :param output_uri: where the snapshot and plan go: a path or an object-storage URI (templated;
         see the module doc).
@@ -565,13 +567,14 @@ class PlanReassignmentOperator(BaseOperator):
             raise AirflowFailException(f"task {self.task_id}: {e}") from None
 
     def _write_drain(self, request: PlanRequest, plan_uri: str) -> None:
-        """A goal-driven plan directory says its goal: a decommission what is drained (drain.json), a disk removal the
-        request it was planned from (disk-removal.json). The execution that runs it plans again, in the same run,
-        what breaks the goal meanwhile (core/maintenance/rounds.py), up to ``drain_rounds`` rounds."""
-        if request.goal == "remove-disks":
-            removal = DiskRemovalSpec(request=request, max_rounds=int(self.drain_rounds))
+        """A goal-driven plan directory says its goal: a decommission what is drained (drain.json), a disk removal or a
+        balancing plan the request it was planned from (disk-removal.json, balance.json). The execution that runs it
+        plans again, in the same run, what breaks the goal meanwhile (core/maintenance/rounds.py), up to
+        ``drain_rounds`` rounds."""
+        goal = goal_spec(request, int(self.drain_rounds))
+        if goal is not None:
             open_store(plan_uri, conn_id=self.storage_conn_id or None, timeout_s=float(self.storage_timeout_s)).write(
-                DISK_REMOVAL_FILE, removal.model_dump_json().encode())
+                goal[0], goal[1].encode())
             return
         if request.goal != "remove-brokers" or not request.brokers:
             return

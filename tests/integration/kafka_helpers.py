@@ -130,10 +130,14 @@ def delete_topics(config, names: list[str]) -> None:
             fut.result(60)
 
 
-def put_plan(object_store: Any, prefix: str, plan: ReassignmentPlan, tmp: Path, conn_id: str = "akr_plans") -> str:
-    """``plan`` (and its rollback) uploaded as a plan folder to the sandbox store under ``prefix``; its URI."""
+def put_plan(object_store: Any, prefix: str, plan: ReassignmentPlan, tmp: Path, conn_id: str = "akr_plans",
+             extra: dict[str, str] | None = None) -> str:
+    """``plan`` (and its rollback) uploaded as a plan folder to the sandbox store under ``prefix``; its URI.
+    ``extra``: more files of the folder (name -> text), for example a goal's ``balance.json``."""
     local = tmp / "plan-src"
     local.mkdir()
+    for name, text in (extra or {}).items():
+        (local / name).write_text(text)
     (local / "plan.json").write_text(plan.model_dump_json())
     (local / "rollback.json").write_text(plan.rollback().model_dump_json())
     (local / "metrics.json").write_text(json.dumps({"format_version": 1}))

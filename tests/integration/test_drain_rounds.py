@@ -1,18 +1,31 @@
-"""A drain that ends empty on a real cluster without cordons: topics created and grown while the plan's moves run
-land on the drained broker (the controller places them there), and the same run drains them (core/maintenance/drain.py).
+"""Goal rounds on a real cluster (core/maintenance/rounds.py).
 
-The drain is partial (this test's topics only: the cluster is shared with other tests); a whole decommission
-covers every topic the same way."""
+A drain that ends empty without cordons: topics created and grown while the plan's moves run land on the drained
+broker (the controller places them there), and the same run drains them (core/maintenance/drain.py). The drain is
+partial (this test's topics only: the cluster is shared with other tests); a whole decommission covers every topic
+the same way.
+
+A rebalance that ends balanced: while its first moves are in flight, another tool reassigns a planned partition and
+a planned topic is deleted and re-created; the same run plans both again toward the plan's own request
+(``balance.json``), judged with the test's own confluent client."""
 
 from __future__ import annotations
 
 import logging
+import re
+from collections import Counter
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from kafka_helpers import make_topic, throttles, wait_until
+from kafka_helpers import make_topic, replicas_of, throttles, wait_until
+from observers import admin_client, throttle_configs
 
 from airflow_kafka_reassign.core.execution import ExecutionConfig, run
 from airflow_kafka_reassign.core.maintenance.drain import DrainSpec
+from airflow_kafka_reassign.core.maintenance.rounds import goal_spec, read_goal
+from airflow_kafka_reassign.core.planner.goals import PlanRequest
+from airflow_kafka_reassign.core.planner.pipeline import plan_reassignment
+from airflow_kafka_reassign.core.records.store import MemoryStore
 from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 
@@ -54,7 +67,7 @@ def test_partitions_created_and_grown_during_the_drain_are_drained_in_the_same_r
         assert result.status.ok and result.drain_short is None, result.summary()
         assert result.drained_later, "the controller put none of 22 new partitions on the drained broker"
         assert set(result.drained_later) <= set(landed)
-        assert "still hold a replica on the drained broker(s) [5]" in caplog.text and "KIP-1066" in caplog.text
+        assert "still have a replica on the drained broker(s) [5] once the plan" in caplog.text and "KIP-1066" in caplog.text
 
         def settled() -> bool:
             parts = [p for t in (unique_topic, created, grown) for p in admin.snapshot(topics=[t]).partitions]
@@ -63,3 +76,77 @@ def test_partitions_created_and_grown_during_the_drain_are_drained_in_the_same_r
         wait_until(settled, "every partition of the test's topics off broker 5, fully replicated, RF 2", timeout=60)
         assert throttles(admin, [unique_topic, grown]) == before  # restored exactly, the rounds' throttles too
         assert all(v is None for v in throttles(admin, [created])["topics"].get(created, {}).values())
+
+
+RACK = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}  # the session sandbox's racks
+SKEWED = [[1, 2], [2, 3], [3, 1], [1, 2], [2, 3], [3, 1]]  # every replica on brokers 1-3: 4 and 5 hold none
+
+
+def test_a_rebalance_whose_moves_the_cluster_invalidated_ends_balanced_in_the_same_run(sandbox, unique_topic,
+                                                                                        tmp_path, caplog):
+    config = sandbox.client_config()
+    names = [f"{unique_topic}-{x}" for x in "abc"]
+    a, b, c = names
+    for t in names:
+        make_topic(config, t, SKEWED, megabytes=0.5)
+    client = AdminClient({"bootstrap.servers": config["bootstrap.servers"]})
+    observer = admin_client(config)
+    request = PlanRequest(goal="rebalance", topic_include=(re.escape(unique_topic) + "-.*",))
+    store = MemoryStore()  # the plan directory, as PlanReassignment writes it: plan.json's goal beside it
+    name, text = goal_spec(request, 5)
+    store.write(name, text.encode())
+    with KafkaClusterAdmin(config, timeout_s=20) as admin, KafkaClusterAdmin(config, timeout_s=20) as other:
+        plan = plan_reassignment(admin.snapshot(), request).plan
+        by_topic = Counter(m.topic for m in plan.moves)
+        assert by_topic[b] >= 2 and by_topic[c] >= 1, plan.moves
+        victim = [m for m in plan.moves if m.topic == b][-1]  # planned last of b: still pending at the first poll
+        before = throttle_configs(observer, [1, 2, 3, 4, 5], [a, b])
+        lived: list[str] = []
+
+        def the_cluster_lives_on(status) -> None:
+            """While the first moves are in flight: another tool moves b's last planned partition (onto brokers the
+            plan did not choose), and c is deleted and re-created as it was."""
+            if lived or not status.in_flight or victim.tp not in status.pending:
+                return
+            lived.append("changed")
+            elsewhere = [x for x in (4, 5) if x not in victim.target_replicas] or [4]
+            other.alter_reassignments({victim.tp: [victim.current_replicas[0], elsewhere[0]]})
+            wait_until(lambda: victim.tp not in other.list_reassignments(), "the other tool's move to finish",
+                       timeout=60)
+            for f in client.delete_topics([c]).values():
+                f.result()
+            wait_until(lambda: not replicas_of(config, c), f"{c} to be gone", timeout=60)
+
+            def created() -> bool:
+                try:
+                    for f in client.create_topics([NewTopic(c, len(SKEWED), replica_assignment=SKEWED)]).values():
+                        f.result()
+                    return True
+                except KafkaException as e:  # the deletion may still be under way on a broker: try again
+                    if "exist" in str(e).lower() or "deletion" in str(e).lower():
+                        return False
+                    raise
+
+            wait_until(created, f"{c} to be created again", timeout=60)
+
+        with caplog.at_level(logging.WARNING):
+            result = run(admin, plan, ExecutionConfig(max_moves_per_broker=1, throttle_bytes_per_sec=300_000),
+                         state_dir=tmp_path / "run", poll_interval_s=1.0, progress=the_cluster_lives_on,
+                         goal=read_goal(store))
+        assert lived, "the moves finished before the cluster could live on: make them slower"
+        assert result.status.ok and result.drain_short is None, result.summary()
+        assert victim.tp in result.drained_later, result.cluster_events
+        assert {tp.topic for tp in result.drained_later} >= {b, c}
+        assert any(e.startswith(f"topic {c} re-created") for e in result.cluster_events), result.cluster_events
+        assert any(e.startswith("round 1 of at most 5") for e in result.cluster_events), result.cluster_events
+
+    # judged by the test's own client: each topic spread over the five brokers, RF 2 on two racks, no throttle left
+    for t in names:
+        layout = replicas_of(config, t)
+        assert len(layout) == len(SKEWED) and all(len(r) == 2 and RACK[r[0]] != RACK[r[1]] for r in layout.values())
+        per = Counter(x for r in layout.values() for x in r)
+        assert per[4] and per[5], (t, layout)  # the brokers the skew left empty took their share of every topic
+        assert max(per[x] for x in RACK) - min(per[x] for x in RACK) <= 2, (t, layout)
+    assert throttle_configs(observer, [1, 2, 3, 4, 5], [a, b]) == before  # restored exactly, the round's too
+    recreated = throttle_configs(observer, [], [c])[f"topic {c}"]
+    assert all(v is None or not v[0] for v in recreated.values()), recreated

@@ -282,7 +282,7 @@ class ExecutionSession:
         new_events = self._note(status)
         self._time_waits(status)
         if status.complete and self.goal is not None and not past and submit and self.health_stop is None \
-                and not options.dry_run and self._goal_round():
+                and not options.dry_run and self._goal_round(status):
             again = self.tick(submit=submit)  # the round's first batch, at once
             again.drained_later = self.drained_later[-len(self._last_round):] if self._last_round else []
             again.events = new_events + again.events
@@ -422,7 +422,7 @@ class ExecutionSession:
             self._event(f"{key}: {len(tps)} move(s) refused after waiting {format_duration(now - since)} "
                         f"({setting}={bound:g})", out)
 
-    def _goal_round(self) -> bool:
+    def _goal_round(self, status: ExecutionStatus) -> bool:
         """Judge the goal again once the plan's moves are over (core/maintenance/rounds.py): what still breaks it
         (partitions that arrived on the drained brokers or in the removed dirs, re-created, moved back by someone
         else) is planned from a fresh look at the cluster as a new round, recorded on the run state before its moves
@@ -431,23 +431,25 @@ class ExecutionSession:
         goal = self.goal
         assert goal is not None
         self._last_round = []
-        left, extra, refused = goal.round(self.admin, self.known_failed)
+        # what the cluster invalidated under the run and no round has planned since (a balancing goal re-plans it)
+        touched = (set(self.gone) - set(self.drained_later)) | set(status.stale)
+        left, extra, refused = goal.round(self.admin, self.known_failed, touched)
         if not left:
             return False
         if self.drain_rounds >= goal.max_rounds:
             self.drain_short = (
-                f"{len(left)} partition(s) still have a replica on {goal.what} after {self.drain_rounds} {goal.kind} "
+                f"{len(left)} partition(s) {goal.breaks} after {self.drain_rounds} {goal.kind} "
                 f"round(s) "
                 f"(max_rounds={goal.max_rounds}): {_tps(left)}. {goal.advice}")
             self.log.error("%s", self.drain_short)
             return False
         skipped = {tp: self.known_failed[tp] for tp in left if tp in self.known_failed}
         if skipped and not extra.moves:
-            self.drain_short = (f"{len(skipped)} partition(s) still have a replica on {goal.what} and their moves "
+            self.drain_short = (f"{len(skipped)} partition(s) {goal.breaks} and their moves "
                                 "were refused: " + "; ".join(f"{tp}: {why}" for tp, why in sorted(skipped.items())[:10]))
             self.log.error("%s", self.drain_short)
         if refused:
-            self.drain_short = (f"the round cannot move off {goal.what}: "
+            self.drain_short = (f"the {goal.kind} round cannot plan {len(refused)} partition(s) toward {goal.what}: "
                                 + "; ".join(f"{tp}: {why}" for tp, why in sorted(refused.items())[:10]))
             self.log.error("%s", self.drain_short)
         if not extra.moves:
@@ -465,10 +467,10 @@ class ExecutionSession:
         self._event(f"round {self.drain_rounds} of at most {goal.max_rounds}: {len(extra.moves)} move(s) planned from "
                     f"a fresh snapshot ({_tps(self._last_round, 5)})", [])
         self.log.warning(
-            "%d partition(s) still hold a replica on %s once the plan's moves were over (%s: arrived meanwhile, "
-            "re-created, or moved by someone else): moved in this run, %s round %d of at most %d, within the same "
-            "limits. %s", len(extra.moves), goal.what, _tps(self._last_round), goal.kind, self.drain_rounds,
-            goal.max_rounds, goal.keep_out)
+            "%d partition(s) %s once the plan's moves were over (%s: arrived meanwhile, re-created, or moved by "
+            "someone else): planned again in this run, %s round %d of at most %d, within the same limits. %s",
+            len(extra.moves), goal.breaks, _tps(self._last_round), goal.kind, self.drain_rounds, goal.max_rounds,
+            goal.keep_out)
         return True
 
     def _cancel(self) -> CancelResult:

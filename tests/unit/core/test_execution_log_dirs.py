@@ -445,7 +445,7 @@ def test_the_rounds_are_bounded_and_the_run_names_what_is_left_and_what_to_do():
     f.replica_dirs[R("v", 0, 1)] = D2
     until_complete(f, s)
     assert s.drain_rounds == 0 and s.drain_short is not None
-    assert "1 partition(s) still have a replica on the removed log dir(s) 1:/kafka/1/data-2 after 0 disk-removal round(s)" \
+    assert "1 partition(s) still have a replica in the removed log dir(s) 1:/kafka/1/data-2 after 0 disk-removal round(s)" \
         in s.drain_short and "v-0" in s.drain_short and "cordon the dirs" in s.drain_short
 
 
