@@ -29,6 +29,7 @@ listing and the metadata, that a move was in flight and another not sent yet (``
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import signal
 import textwrap
@@ -43,6 +44,7 @@ from confluent_kafka.admin import AdminClient
 from controller_listing import Episodes, admin_client, in_flight
 from kafka_helpers import Traffic, dynamic_broker_configs, make_topic, put_plan, replicas, throttles
 
+from airflow_kafka_reassign.core.execution.run_state import DRAIN_ROUND
 from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
 from airflow_kafka_reassign.sandbox import wait_until
@@ -520,6 +522,78 @@ def test_a_worker_killed_mid_batch_is_retried_on_the_other_worker_which_finishes
     assert journal_submitted(object_store, prefix) == sorted(m.tp for m in plan.moves)  # none submitted twice
     joined(restart)
     print(f"\na worker SIGKILLed mid-batch, the retry on {other}: {elapsed:.1f} s from trigger to end")
+
+
+def journal_events(store: ObjectStoreSandbox, prefix: str, event: str) -> list[dict]:
+    """The plan's journal entries of one kind (``drain-round``: a goal's round, recorded before its moves go out)."""
+    data = Path(store.state["data_dir"]) / store.bucket / prefix / "plan" / "run" / "journal"
+    entries = [json.loads(p.read_text()) for p in sorted(data.iterdir())] if data.is_dir() else []
+    return [e for e in entries if e.get("event") == event]
+
+
+def test_a_worker_killed_during_a_re_plan_round_is_resumed_by_the_retry_without_sending_anything_twice(
+        sandbox, stack, object_store, unique_topic, tmp_path):
+    """Issue 36: a balancing plan (``balance.json`` beside plan.json) whose last move another tool invalidated before
+    the run (partition 2 put on brokers 1 and 4, one rack): once the plan's other moves are done, the run plans a round
+    toward the plan's own request, records it on the run state, and sends it. The worker is SIGKILLed while the round's
+    move is in flight (the controller lists it); Airflow's retry, on the other worker, takes the recorded round up,
+    plans no second one, and finishes. Judged by the controller's listing (one episode per partition), the test's own
+    metadata read (partition 2 on two racks), traffic read back and the configs as before."""
+    from airflow_kafka_reassign.core.maintenance.rounds import goal_spec
+    from airflow_kafka_reassign.core.planner.goals import PlanRequest
+
+    config = sandbox.client_config()
+    topic = unique_topic
+    make_topic(config, topic, [[1, 2], [2, 3], [3, 4]], megabytes=6)  # 2 MB per partition: about 7 s per move
+    plan = ReassignmentPlan(moves=(
+        Move(topic=topic, partition=0, current_replicas=(1, 2), target_replicas=(3, 2)),
+        Move(topic=topic, partition=1, current_replicas=(2, 3), target_replicas=(5, 3)),
+        Move(topic=topic, partition=2, current_replicas=(3, 4), target_replicas=(5, 4)),
+    ))
+    name, text = goal_spec(PlanRequest(goal="rebalance", topic_include=(re.escape(topic),)), 5)
+    prefix = f"round-{topic}"
+    plan_uri = put_plan(object_store, prefix, plan, tmp_path, extra={name: text})
+    with KafkaClusterAdmin(config, timeout_s=30) as other:  # another tool, before the run: one rack for partition 2
+        other.alter_reassignments({plan.moves[2].tp: [1, 4]})
+        wait_until(lambda: not [tp for tp in other.list_reassignments() if tp.topic == topic],
+                   "the other tool's move to finish", 120, 0.5)
+    before = config_dump(config, [topic])
+    dag_id = "akr_stack_round_killed"
+    execute_dag(stack, dag_id, plan_uri, retries=1)
+    rack = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
+    traffic, episodes = observed(config, plan)
+    with traffic, episodes:
+        run_id = trigger(stack, dag_id)
+        wait_until(lambda: journal_events(object_store, prefix, DRAIN_ROUND), "the round to be recorded", 600, 0.5)
+        listing = admin_client(config)
+        try:
+            wait_until(lambda: in_flight(listing, [(topic, 2)]), "the round's move of partition 2 in flight", 120, 0.2)
+        finally:
+            listing.close()
+        rows = stack.query("select hostname from task_instance where dag_id=%s and run_id=%s and task_id='execute'",
+                           dag_id, run_id)
+        killed = rows[0][0]
+        stack.kill(killed, signal.SIGKILL)
+        print(f"\nSIGKILLed {killed} during round 1")
+        wait_until(lambda: stack.query("select 1 from task_instance where dag_id=%s and run_id=%s and try_number=2 "
+                                       "and state in ('running', 'success')", dag_id, run_id), "the retry to run", 300, 1)
+        restart = restart_in_background(stack, killed)
+        state = wait_run(stack, dag_id, run_id, 600)
+    traffic.check()
+    assert state == "success", logs_of(stack, dag_id, run_id)[-8000:]
+    ran = tries(stack, dag_id, run_id)
+    assert [t["try"] for t in ran] == [1, 2] and ran[1]["hostname"] != killed, ran
+    rounds = journal_events(object_store, prefix, DRAIN_ROUND)
+    assert [r["round"] for r in rounds] == [1], rounds  # the retry took the round up, it planned no second one
+    assert f"{topic}-2" in rounds[0]["partitions"], rounds
+    targets = episodes.targets()  # the controller's listing: nothing sent twice to the same target
+    assert all(len(set(v)) == len(v) for v in targets.values()), targets
+    assert targets[(topic, 0)][0] == (3, 2) and targets[(topic, 1)][0] == (5, 3), targets
+    layout = AdminClient(dict(config)).list_topics(topic, timeout=20).topics[topic].partitions
+    assert targets[(topic, 2)] == [tuple(layout[2].replicas)], targets  # the round's move, sent once
+    assert len(layout[2].replicas) == 2 and rack[layout[2].replicas[0]] != rack[layout[2].replicas[1]]
+    assert config_dump(config, [topic]) == before  # no throttle left, the round's included
+    joined(restart)
 
 
 def test_a_run_whose_worker_died_is_named_in_one_line_and_taken_over_with_take_over_from(
