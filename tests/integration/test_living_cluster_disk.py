@@ -183,3 +183,64 @@ def test_a_disk_removal_goes_on_while_topics_are_deleted_and_grown(cluster, tmp_
         assert throttle_configs(client, [1, 2, 3], [grows, keep]) == before  # every throttle config as before
     finally:  # the sandbox is this module's own (stopped at its end): only the topics go
         delete_topics(config, [t for t in (grows, keep) if t in client.list_topics(timeout=30).topics])
+
+
+def test_a_replica_created_in_the_dir_being_emptied_without_a_cordon_is_moved_off_by_a_round(cluster, tmp_path):
+    """Issue 36, the disk removal's rounds on a real cluster: no cordon on the dir being emptied (``cordon=False``, or a
+    cluster before Kafka 4.3), a topic created while the removal runs gets its replica on broker 2 in that dir (the
+    broker puts a new replica in its dir with the fewest partitions: the test fills the other dir first), and the same
+    run moves it off in a round (core/maintenance/rounds.py: DiskRemovalGoal). Judged on disk."""
+    from airflow_kafka_reassign.core.execution import ExecutionConfig, run
+    from airflow_kafka_reassign.core.maintenance.rounds import DiskRemovalGoal, DiskRemovalSpec
+    from airflow_kafka_reassign.core.planner.goals import PlanRequest
+    from airflow_kafka_reassign.core.planner.log_dirs import LogDirTable, plan_log_dirs
+
+    config = cluster.client_config()
+    client = AdminClient(dict(config))
+    first, second = cluster.log_dirs(BROKER)
+    tag = secrets.token_hex(3)
+    filler, planned, created = f"filler-{tag}", f"planned-{tag}", f"created-{tag}"
+    create_topic(config, filler, [[2, 1]] * 12)  # 12 replicas on broker 2 kept in the first dir
+    create_topic(config, planned, [[2, 3], [3, 2]])
+    mine = {(filler, p) for p in range(12)}
+    moving = {(planned, 0), (planned, 1)}
+    try:
+        wait_until(lambda: mine | moving <= on_disk(first)[0] | on_disk(second)[0], "the replicas on disk", timeout=60)
+        with KafkaClusterAdmin(config, timeout_s=30) as setup:  # setting up only
+            setup.alter_replica_log_dirs({**{TopicPartitionReplica(t, p, BROKER): first for t, p in mine},
+                                          **{TopicPartitionReplica(t, p, BROKER): second for t, p in moving}})
+        wait_until(lambda: mine <= on_disk(first)[0] and moving <= on_disk(second)[0] and not on_disk(second)[1]
+                   and not on_disk(first)[1], "the filler in the first dir, the planned topic in the second", timeout=60)
+        for p in range(2):
+            produce(config, planned, partition=p, megabytes=3.0)
+        before = throttle_configs(client, [1, 2, 3], [planned])
+        request = PlanRequest(goal="remove-disks", log_dirs=(f"{BROKER}:{second}",), disk_cap=0.99)
+        landed: list[set] = []
+
+        with KafkaClusterAdmin(config, timeout_s=30) as admin:
+            plan = plan_log_dirs(admin.snapshot(include_sizes=True), LogDirTable.of(admin.log_dirs(None)), request).plan
+            assert {(m.topic, m.partition) for m in plan.moves} == moving, plan.moves
+
+            def the_cluster_lives_on(status) -> None:
+                """At the run's first progress line (its first move sent, 3 MB at 0.5 MB/s): a topic created, its
+                replicas on broker 2."""
+                if landed:
+                    return
+                create_topic(config, created, [[2, 1], [2, 3]])
+                wait_until(lambda: {(created, 0), (created, 1)} <= on_disk(first)[0] | on_disk(second)[0],
+                           f"{created} on broker 2's disk", timeout=60)
+                landed.append({(t, p) for t, p in on_disk(second)[0] if t == created})
+
+            result = run(admin, plan, ExecutionConfig(log_dir_throttle_bytes_per_sec=RATE, max_moves_per_dir=1),
+                         state_dir=tmp_path / "run", poll_interval_s=0.5, progress=the_cluster_lives_on,
+                         goal=DiskRemovalGoal(DiskRemovalSpec(request=request)))
+        assert landed, "the plan's moves finished before the topic could be created: make them slower"
+        assert landed[0], f"the broker put {created}'s replicas in {first}: the test must make {second} the emptiest"
+        assert result.status.ok and result.drain_short is None, result.summary()
+        assert {(tp.topic, tp.partition) for tp in result.drained_later} >= landed[0], result.cluster_events
+        left, in_flight = on_disk(second)
+        assert not left and not in_flight, f"{second} still holds {sorted(left)} / in flight {sorted(in_flight)}"
+        assert moving | landed[0] <= on_disk(first)[0]
+        assert throttle_configs(client, [1, 2, 3], [planned]) == before
+    finally:
+        delete_topics(config, [t for t in (filler, planned, created) if t in client.list_topics(timeout=30).topics])

@@ -642,7 +642,7 @@ def run(
     confirms the plan's lease before it writes; a run whose lease was taken over stops at once and restores
     nothing (:class:`~airflow_kafka_reassign.core.records.lease.LeaseLostError`). With ``options.dry_run`` it stops after
     the pre-flight and one dry tick that logs the exact requests of the first batch. ``progress(status)`` is
-    called after each tick that leaves moves in flight.
+    called after each tick that leaves moves in flight (reassignments or moves between log dirs).
     """
     if isinstance(limits, ExecutionConfig):
         reserve = {"default_disk_reserve": default_disk_reserve} if default_disk_reserve else {}
@@ -697,7 +697,7 @@ def run(
                 keep_throttles = options.health.on_unhealthy != "cancel" and bool(status.in_flight)
             if not wait or tick.over:
                 break
-            if progress is not None and status.in_flight:
+            if progress is not None and (status.in_flight or (status.log_dirs is not None and status.log_dirs.in_flight)):
                 progress(status)
             (sleep or waiting.sleep)(tick.next_poll_s)
         done_cleanly = True
