@@ -306,9 +306,10 @@ def apply_leadership(
 
     Before each batch the batch's partitions are read again: a partition whose replicas or ISR changed
     since the plan is planned again from that fresh view (evacuate) or refused (restore), so a reorder
-    never makes a replica preferred that is no longer in sync. Elections that fail because the
-    preferred replica is not in sync yet (a broker just back from maintenance) are retried until
-    ``timeout_s``.
+    never makes a replica preferred that is no longer in sync. A restore whose preferred replica is
+    not in sync yet (a broker just back from maintenance, catching up) waits for it before its reorder,
+    and elections that fail for the same reason are retried, both until ``timeout_s``; past it the
+    partition is named (``failed``: the broker not back in the ISR) and its order left as it is.
     """
     if batch_size < 1:
         raise ConfigurationError(f"batch_size must be at least 1, not {batch_size}")
@@ -316,7 +317,7 @@ def apply_leadership(
     result = LeadershipResult(action=plan.action, brokers=plan.brokers, refused=dict(plan.refused))
     changes = list(plan.changes)
     for i in range(0, len(changes), batch_size):
-        batch = _recheck(admin, plan, changes[i:i + batch_size], result)
+        batch = _recheck(admin, plan, changes[i:i + batch_size], result, deadline, poll_s, sleep, clock)
         reorder = {c.tp: c.after for c in batch if c.reorder}
         if reorder:
             alter = admin.alter_reassignments(reorder)
@@ -331,16 +332,39 @@ def apply_leadership(
 
 
 def _recheck(admin: ClusterAdmin, plan: LeadershipPlan, batch: Sequence[LeadershipChange],
-             result: LeadershipResult) -> list[LeadershipChange]:
-    fresh = admin.snapshot(topics=sorted({c.topic for c in batch}))
-    parts = fresh.partition_map()
+             result: LeadershipResult, deadline: float, poll_s: float, sleep: Callable[[float], None],
+             clock: Callable[[], float]) -> list[LeadershipChange]:
+    """The batch read again. A restore whose preferred replica is not in sync yet (a broker back from maintenance,
+    still catching up) waits for it, until ``deadline``; past it the partition is named as failed, its order left."""
     keep: list[LeadershipChange] = []
+    while True:
+        fresh = admin.snapshot(topics=sorted({c.topic for c in batch}))
+        catching_up = _sort(plan, batch, fresh, result, keep)
+        if not catching_up:
+            return keep
+        if clock() >= deadline:
+            for c, p in catching_up:
+                result.failed[_name(c)] = (f"broker {c.after[0]} is not back in the ISR (ISR {list(p.isr)}) within "
+                                           "the timeout: its order is left; run the restore again once it is in sync")
+            return keep
+        sleep(poll_s)
+        batch = [c for c, _ in catching_up]
+
+
+def _sort(plan: LeadershipPlan, batch: Sequence[LeadershipChange], fresh: ClusterSnapshot,
+          result: LeadershipResult, keep: list[LeadershipChange]) -> list[tuple[LeadershipChange, PartitionState]]:
+    """Sort the batch by what the fresh read says: to do now (into ``keep``), refused, or (a restore) waiting for its
+    preferred replica to be in sync again (returned)."""
+    parts = fresh.partition_map()
+    waiting: list[tuple[LeadershipChange, PartitionState]] = []
     for c in batch:
         p = parts.get(c.tp)
         if p is None:
             result.refused[_name(c)] = "no longer in the cluster (topic deleted?)"
         elif p.replicas == c.before and (not c.reorder or c.after[0] in p.isr):
             keep.append(c)
+        elif plan.action == "restore" and p.replicas == c.before and not p.reassigning:
+            waiting.append((c, p))
         elif plan.action == "evacuate":
             again = evacuation_plan(fresh.model_copy(update={"partitions": (p,)}), plan.brokers, None)
             keep.extend(again.changes)
@@ -348,7 +372,7 @@ def _recheck(admin: ClusterAdmin, plan: LeadershipPlan, batch: Sequence[Leadersh
         else:
             result.refused[_name(c)] = (f"changed since the restore was planned: replicas {list(p.replicas)}, "
                                         f"ISR {list(p.isr)}; run the restore again")
-    return keep
+    return waiting
 
 
 def _wait_reordered(admin: ClusterAdmin, tps: Sequence[TopicPartition], deadline: float, poll_s: float,

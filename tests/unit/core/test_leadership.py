@@ -198,3 +198,41 @@ def test_topics_narrow_the_evacuation_and_a_bad_pattern_is_refused():
     assert {c.topic for c in plan.changes} == {"clicks"}
     with pytest.raises(ConfigurationError, match=r"topics: '\(' is not a regular expression"):
         evacuation_plan(fake.snapshot(), (4,), topics=["("])
+
+
+def test_the_restore_waits_for_a_returning_broker_to_rejoin_the_isr_then_puts_its_order_back():
+    """The rack is back but broker 1 is still catching up (out of every ISR) when the restore starts: its reorders
+    wait, within the timeout, instead of being refused as changed; then every order is as before the evacuation."""
+    fake = fake_cluster()
+    before = dict(fake.replicas)
+    store = MemoryStore()
+    plan = evacuation_plan(fake.snapshot(), (1,))
+    save_record(store, plan, cluster_id="fake")
+    apply_leadership(fake, plan, sleep=fake.sleep)
+    fake.down.add(1)  # restarted: registered again, not yet back in sync
+    back = restore_plan(fake.snapshot(), read_record(store)[0])
+    assert not back.refused and back.changes
+    polls = []
+
+    def sleep(s):
+        polls.append(s)
+        fake.sleep(s)
+        if len(polls) == 3:
+            fake.down.discard(1)  # caught up after three polls
+
+    result = apply_leadership(fake, back, timeout_s=60, poll_s=1, sleep=sleep, clock=lambda: fake.now)
+    assert result.ok, result.problems()
+    assert fake.replicas == before and len(polls) >= 3
+
+
+def test_a_broker_that_never_rejoins_is_named_when_the_restore_times_out():
+    fake = fake_cluster()
+    store = MemoryStore()
+    plan = evacuation_plan(fake.snapshot(), (1,))
+    save_record(store, plan, cluster_id="fake")
+    apply_leadership(fake, plan, sleep=fake.sleep)
+    fake.down.add(1)
+    back = restore_plan(fake.snapshot(), read_record(store)[0])
+    result = apply_leadership(fake, back, timeout_s=5, poll_s=1, sleep=fake.sleep, clock=lambda: fake.now)
+    assert not result.ok
+    assert "broker 1 is not back in the ISR" in result.problems()
