@@ -55,7 +55,7 @@ def test_rack_maintenance_moves_leadership_off_a_rack_and_gives_it_back(
         run = pool.submit(run_dag_file, airflow_home, dag_file,
                           {"racks": [RACK], "hold_seconds": HOLD_S, "restore_timeout_s": 600},
                           log_file=log_file, unpatched=True)
-        wait_until(lambda: run.done() or "leadership is off racks" in log_file.read_text(),
+        wait_until(lambda: run.done() or (log_file.exists() and "leadership is off racks" in log_file.read_text()),
                    "the DAG's maintenance step", timeout=300)
         assert not run.done(), run.result()["log"][-4000:]
         during = cluster_view(config)
