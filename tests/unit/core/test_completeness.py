@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_reassign.core.guards.completeness import (
-    views_disagree,
     FIRST_RETRY_S,
     MAX_RETRY_S,
     TOPICS_BY_NAME,
@@ -18,6 +17,7 @@ from airflow_kafka_reassign.core.guards.completeness import (
     find_gaps,
     id_ranges,
     settle,
+    views_disagree,
 )
 from airflow_kafka_reassign.core.vocabulary.models import SnapshotCheck, TopicPartition
 from airflow_kafka_reassign.exceptions import IncompleteSnapshotError
