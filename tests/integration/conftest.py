@@ -114,13 +114,16 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         return
 
     started = Sandbox(tmp_path_factory.mktemp("kafka-sandbox"))
+    # make compat's ZooKeeper-mode cell (tests/compat/airflow_line.py): ACLs are KRaft only in the sandbox
+    zookeeper = os.environ.get("AKR_SANDBOX_ZOOKEEPER", "").lower() in ("1", "true", "yes")
     started.up(
         brokers=5,
         racks=3,
         sasl=True,
         timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")),
         tls=True,  # their start-up cost: docs/sandbox.md
-        acls=True,
+        acls=not zookeeper,
+        zookeeper=zookeeper,
     )
     _ACTIVE["session"] = started
     try:

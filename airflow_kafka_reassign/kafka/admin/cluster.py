@@ -81,7 +81,9 @@ def capabilities_from(
         describe_quorum=quorum,
         fenced_brokers=api_versions.get(DESCRIBE_CLUSTER_KEY, (0, -1))[1] >= FENCED_BROKERS_MIN_VERSION,
         unregister_broker=UNREGISTER_BROKER_KEY in api_versions,
-        jbod=ALTER_REPLICA_LOG_DIRS_KEY in api_versions and level is not None and level >= JBOD_METADATA_LEVEL,
+        # JBOD: ZooKeeper mode has had it since Kafka 1.1 (KIP-112/113); KRaft from metadata.version 3.7-IV2 (KIP-858)
+        jbod=ALTER_REPLICA_LOG_DIRS_KEY in api_versions and (
+            (level is not None and level >= JBOD_METADATA_LEVEL) or (not quorum and level is None)),
         eligible_leader_replicas=bool(elr) and int(elr[1]) >= 1 and DESCRIBE_TOPIC_PARTITIONS_KEY in api_versions,
         zookeeper_mode=not quorum and level is None,
         kafka_line=".".join(map(str, broker_version[:2])) if broker_version else None,

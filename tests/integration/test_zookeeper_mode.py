@@ -1,0 +1,200 @@
+"""The provider on ZooKeeper-mode Kafka 3.9 (issue 39): one sandbox of the module's own, ``up --zookeeper``
+(Kafka 3.9.1, 5 brokers on 3 racks, a ZooKeeper server from the same classpath).
+
+The ``kafka_decommission_brokers`` example DAG, copied unchanged and run with its defaults (``rf_guard`` left to
+``"auto"``), drains broker 5 through a real Airflow run on Airflow as installed (``dag.test()``, the wait deferred to
+the in-process triggerer). ZooKeeper mode has no cordons, so while the drain is in flight a thread of the test creates
+a topic with replicas on broker 5 (started by what the controller's listing shows, never by a timer); the run's drain
+rounds must move it off too. acks=all traffic runs on the drained topic throughout.
+
+Judged with clients of the test's own (confluent-kafka metadata and DescribeConfigs, kafka-python's
+ListPartitionReassignments), not the project's adapter: the run succeeded at the first try of every task, broker 5
+holds no replica of either topic, every partition kept its replication factor, every acknowledged record is read back,
+no reassignment is left, and every throttle config of the brokers and topics is as it was before (a rate someone else
+had set on broker 2 included). The run's log says what ZooKeeper mode lacks and what it did instead: the capability
+line, the voter guard skipped, no cordon, the client-side replication-factor guard chosen by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from dagrun import copy_migrated_db, run_dag_file
+from kafka.admin import KafkaAdminClient
+from kafka_helpers import Traffic, make_topic, replicas_of
+from observers import admin_client, throttle_configs
+
+from airflow_kafka_reassign.sandbox import Sandbox
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+KAFKA_VERSION = "3.9.1"
+BROKERS = [1, 2, 3, 4, 5]
+DRAINED = 5
+THROTTLE = 300_000  # bytes/s per broker: 2 MB per partition keeps each move copying for several seconds
+MB_PER_PARTITION = 2
+LIVE = [[5, 1, 2], [1, 5, 3], [2, 3, 5], [5, 4, 1]]
+#: created while the drain is in flight: nothing keeps it off broker 5 (no cordons before Kafka 4.3)
+LATE = [[5, 1], [2, 5], [5, 3]]
+#: someone else's replication throttle on broker 2, which the run must leave as it found it
+FOREIGN_RATE = ("leader.replication.throttled.rate", "12345678")
+WAIT_S = 300
+
+
+@pytest.fixture(scope="module")
+def zk_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sandbox = Sandbox(tmp_path_factory.mktemp("zk-sandbox"))
+    sandbox.up(brokers=5, racks=3, kafka_version=KAFKA_VERSION, zookeeper=True,
+               timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")))
+    try:
+        yield sandbox
+    finally:
+        sandbox.down()
+
+
+@pytest.fixture(scope="module")
+def zk_airflow_home(tmp_path_factory: pytest.TempPathFactory, zk_sandbox: Sandbox,
+                    migrated_airflow_db: Path) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow-home-zk")
+    (home / "dags").mkdir()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AKR_OUTPUT_DIR": str(home / "kafka_reassign"),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": zk_sandbox.client_config()}),
+    }
+    copy_migrated_db(migrated_airflow_db, home)
+    return env
+
+
+def test_the_sandbox_runs_zookeeper_mode_brokers_on_racks(zk_sandbox):
+    """The sandbox itself, read by the test's own client: every broker registered with its rack, no KRaft."""
+    info = zk_sandbox.info
+    assert info["mode"] == "zookeeper" and info["controllers"] == [] and info["zookeeper_connect"]
+    assert zk_sandbox.status()["zookeeper"]["alive"]
+    client = KafkaAdminClient(bootstrap_servers=zk_sandbox.bootstrap_servers, request_timeout_ms=10_000)
+    try:
+        described = client.describe_cluster()
+        api = dict(client._manager.broker_version_data.api_versions)
+    finally:
+        client.close()
+    assert {b["broker_id"]: b["rack"] for b in described["brokers"]} == {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
+    assert 55 not in api and 4 in api  # no DescribeQuorum; LeaderAndIsr: ZooKeeper mode's controller requests
+    for node in range(1, 6):
+        props = Path(zk_sandbox.state["nodes"][node - 1]["properties"]).read_text()
+        assert "zookeeper.connect=" in props and "process.roles" not in props
+
+
+class LateTopic:
+    """Creates the topic ``LATE`` (replicas on broker 5) once the controller lists a move of ``live`` in flight."""
+
+    def __init__(self, config: dict, live: str, late: str) -> None:
+        self.config, self.live, self.late = config, live, late
+        self.created_while: list[tuple[str, int]] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="late-topic", daemon=True)
+
+    def __enter__(self) -> LateTopic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(WAIT_S)
+
+    def _run(self) -> None:
+        listing = KafkaAdminClient(bootstrap_servers=self.config["bootstrap.servers"], request_timeout_ms=10_000)
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                moving = [(tp.topic, tp.partition) for tp in listing.list_partition_reassignments(timeout_ms=5_000)
+                          if tp.topic == self.live]
+                if moving:
+                    make_topic(self.config, self.late, LATE, megabytes=0.2)
+                    self.created_while = moving
+                    return
+                time.sleep(0.2)
+            raise AssertionError(f"no move of {self.live} was ever seen in flight in {WAIT_S} s")
+        except BaseException as e:  # noqa: BLE001 (raised in the test's thread by check())
+            self.error = e
+        finally:
+            listing.close()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+        assert self.created_while, "the late topic was not created during the drain"
+
+
+def test_the_decommission_example_drains_a_broker_of_zookeeper_mode_kafka(zk_sandbox, zk_airflow_home, tmp_path):
+    config = zk_sandbox.client_config()
+    live, late = "zk-live", "zk-late"
+    make_topic(config, live, LIVE, megabytes=MB_PER_PARTITION)
+    own = admin_client(config)
+    rate = ConfigResource(ConfigResource.Type.BROKER, "2", incremental_configs=[
+        ConfigEntry(FOREIGN_RATE[0], FOREIGN_RATE[1], incremental_operation=AlterConfigOpType.SET)])
+    own.incremental_alter_configs([rate])[rate].result(60)
+    throttles_before = throttle_configs(own, BROKERS, [live])
+    assert throttles_before["broker 2"][FOREIGN_RATE[0]][0] == FOREIGN_RATE[1]
+    dag_file = Path(zk_airflow_home["AIRFLOW__CORE__DAGS_FOLDER"]) / "kafka_decommission_brokers.py"
+    shutil.copyfile(EXAMPLES / dag_file.name, dag_file)
+    log_file = tmp_path / "dagrun.log"
+    conf = {
+        "broker_ids": [DRAINED],
+        "dry_run": False,
+        "require_approval": False,  # nobody answers in dag.test()
+        "throttle_bytes_per_sec": THROTTLE,
+        "max_moves": 4,
+        "max_moves_per_broker": 2,
+    }  # rf_guard: the DAG's default, "auto"
+
+    started = time.monotonic()
+    with Traffic(config, live, partitions=len(LIVE)) as traffic, LateTopic(config, live, late) as later:
+        result = run_dag_file(zk_airflow_home, dag_file, conf, plan_in_process=True, log_file=log_file,
+                              timeout=900, unpatched=True)
+    print(f"the decommission run on ZooKeeper-mode Kafka took {time.monotonic() - started:.0f} s")
+    later.check()
+    traffic.check()
+
+    log = result["log"]
+    assert result["state"] == "success", log[-8000:]
+    for task in ("check_request", "plan", "execute", "wait", "verify_drained"):
+        assert result["tis"].get(task) == "success", (task, result["tis"], log[-8000:])
+        assert result["tries"].get(task) == 1, (task, result["tries"])
+    # what ZooKeeper mode lacks, and what the run did instead, one line each
+    assert "zookeeper_mode=True kafka_line='3.9'" in log
+    assert "controller voter guard skipped: this cluster (Kafka 3.9, ZooKeeper mode) has no KRaft controller" in log
+    assert re.search(r"brokers \[5\] are not cordoned: cordons need Kafka 4\.3\+ in KRaft.*drain rounds", log)
+    assert "rf_guard='auto' chose 'client': this cluster runs Kafka 3.9, ZooKeeper mode" in log
+    assert result["xcom"]["execute.return_value"]["rf_guard"] == "client"
+    wait_summary = result["xcom"]["wait.return_value"]
+    assert wait_summary["status"] == "complete" and wait_summary["blocked"] == 0, wait_summary
+    assert result["xcom"]["verify_drained.return_value"] == {"drained": [DRAINED], "left_for_later": 0}
+    # the late topic's partitions on broker 5 were moved by the run's drain rounds (no cordon kept them off)
+    rounds = [result["xcom"][f"{t}.return_value"].get("drained_later", 0) for t in ("execute", "wait")]
+    assert sum(rounds) >= 1, rounds
+
+    # the test's own client: both topics off broker 5, replication factors kept, nothing in flight
+    for topic, assignment in ((live, LIVE), (late, LATE)):
+        parts = replicas_of(config, topic)
+        assert len(parts) == len(assignment), (topic, parts)
+        for p, replicas in parts.items():
+            assert DRAINED not in replicas, (topic, p, replicas)
+            assert len(replicas) == len(assignment[p]), (topic, p, replicas)
+    listing = KafkaAdminClient(bootstrap_servers=config["bootstrap.servers"], request_timeout_ms=10_000)
+    try:
+        assert not listing.list_partition_reassignments(), "a reassignment was left in flight"
+    finally:
+        listing.close()
+    # every throttle as before, the foreign rate on broker 2 included; the late topic never had one
+    assert throttle_configs(own, BROKERS, [live]) == throttles_before
+    assert throttle_configs(own, [], [late])[f"topic {late}"] == throttles_before[f"topic {live}"]  # defaults
