@@ -5,8 +5,8 @@ Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
     up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--tls] [--acls] [--kafka-version V] [--timeout 120]
        [--log-dirs 1] [--zookeeper] [--object-store]
         start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids);
-        --zookeeper runs ZooKeeper-mode Kafka 3.x (--kafka-version 3.0 to 3.9, 3.9.1 by default) and a ZooKeeper
-        server in DIR/zookeeper instead of KRaft ("zookeeper_connect" in the JSON);
+        --zookeeper runs ZooKeeper-mode Kafka (--kafka-version 2.8 to 3.9, 3.9.1 by default; the provider refuses
+        below 3.0) and a ZooKeeper server in DIR/zookeeper instead of KRaft ("zookeeper_connect" in the JSON);
         --tls adds an SSL listener (its CA certificate under "tls_ca"), --acls (with --sasl) the
         StandardAuthorizer and the limited SCRAM users sandbox-limited and sandbox-nobody;
         --log-dirs N gives every broker N log dirs (KRaft JBOD; each broker's are under "log_dirs");
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="log dirs per broker (default 1; N > 1: KRaft JBOD, data-1..data-N, the metadata log in the first)")
     up.add_argument("--zookeeper", action="store_true",
                     help="ZooKeeper-mode Kafka 3.x brokers and a ZooKeeper server instead of KRaft "
-                         "(--kafka-version 3.0-3.9, default 3.9.1)")
+                         "(--kafka-version 2.8-3.9, default 3.9.1; the provider needs 3.0+)")
     up.add_argument("--object-store", action="store_true",
                     help="also start an S3-compatible object store (S3Proxy from Maven Central) in DIR/objectstore")
 

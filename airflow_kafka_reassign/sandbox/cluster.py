@@ -338,9 +338,9 @@ class Sandbox:
     ) -> dict[str, Any]:
         """Create and start a fresh cluster; return :attr:`info` once it is ready.
 
-        ``zookeeper``: ZooKeeper-mode Kafka 3.x (``kafka_version`` 3.0 to 3.9, 3.9.1 by default) with a standalone
-        ZooKeeper server from the same classpath, started first; every node is a broker (``broker.id``), the
-        controller is the broker ZooKeeper elects. Racks, SASL, TLS and ``log_dirs`` work as in KRaft (JBOD with
+        ``zookeeper``: ZooKeeper-mode Kafka (``kafka_version`` 2.8 to 3.9, 3.9.1 by default; the provider needs
+        3.0+) with a standalone ZooKeeper server from the same classpath, started first; every node is a broker
+        (``broker.id``), the controller is the broker ZooKeeper elects. Racks, SASL, TLS and ``log_dirs`` work as in KRaft (JBOD with
         ``log_dirs`` > 1: ZooKeeper-mode Kafka has had it since 1.1, KIP-112/113); ``acls`` is KRaft only.
 
         ``tls`` adds an SSL listener (certificates made once in ``DIR/tls``); ``acls`` (with

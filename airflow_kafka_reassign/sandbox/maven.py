@@ -60,8 +60,9 @@ MIN_VERSION: tuple[int, ...] = (4, 1)
 PINNED_MIN_VERSION: tuple[int, ...] = (3, 9)
 DEFAULT_MAJOR = 4
 VERSION_ENV = "AKR_KAFKA_VERSION"
-#: ZooKeeper mode (``up --zookeeper``): the oldest line the sandbox runs, the first without it, and its default.
-ZOOKEEPER_MIN_VERSION: tuple[int, ...] = (3, 0)
+#: ZooKeeper mode (``up --zookeeper``): the oldest line the sandbox runs, the first without it, and its default. 2.8 is
+#: below the provider's floor (3.0, core/guards/kafka_line.py): a 2.8 sandbox shows the provider refusing it.
+ZOOKEEPER_MIN_VERSION: tuple[int, ...] = (2, 8)
 ZOOKEEPER_REMOVED_IN: tuple[int, ...] = (4, 0)
 ZOOKEEPER_DEFAULT_VERSION = "3.9.1"
 #: The ZooKeeper server's jar, a runtime dependency of Kafka 3.x's ``kafka_2.13``.

@@ -65,14 +65,14 @@ def test_the_zookeeper_server_is_the_quorum_of_a_zookeeper_mode_sandbox() -> Non
     assert not processes.quorum_alive(state)
 
 
-@pytest.mark.parametrize("version", ["3.0.0", "3.6.2", "3.9.1"])
+@pytest.mark.parametrize("version", ["2.8.2", "3.0.0", "3.6.2", "3.9.1"])
 def test_zookeeper_mode_takes_a_3x_release(version: str) -> None:
     assert maven.check_pinned_version(version, zookeeper=True) == version
 
 
-@pytest.mark.parametrize("version", ["2.8.2", "4.0.0", "4.3.1"])
+@pytest.mark.parametrize("version", ["2.7.2", "4.0.0", "4.3.1"])
 def test_zookeeper_mode_refuses_a_line_without_it(version: str) -> None:
-    with pytest.raises(maven.KafkaFetchError, match=re.escape("ZooKeeper-mode Kafka 3.0 to 3.9")):
+    with pytest.raises(maven.KafkaFetchError, match=re.escape("ZooKeeper-mode Kafka 2.8 to 3.9")):
         maven.check_pinned_version(version, zookeeper=True)
 
 
