@@ -340,8 +340,9 @@ class Sandbox:
 
         ``zookeeper``: ZooKeeper-mode Kafka (``kafka_version`` 2.8 to 3.9, 3.9.1 by default; the provider needs
         3.0+) with a standalone ZooKeeper server from the same classpath, started first; every node is a broker
-        (``broker.id``), the controller is the broker ZooKeeper elects. Racks, SASL, TLS and ``log_dirs`` work as in KRaft (JBOD with
-        ``log_dirs`` > 1: ZooKeeper-mode Kafka has had it since 1.1, KIP-112/113); ``acls`` is KRaft only.
+        (``broker.id``), the controller is the broker ZooKeeper elects. Racks, SASL, TLS and ``log_dirs`` work as
+        in KRaft (JBOD with ``log_dirs`` > 1: ZooKeeper-mode Kafka has had it since 1.1, KIP-112/113); ``acls`` is
+        KRaft only.
 
         ``tls`` adds an SSL listener (certificates made once in ``DIR/tls``); ``acls`` (with
         ``sasl``) runs KRaft's StandardAuthorizer with the limited users described above.
