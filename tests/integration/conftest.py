@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: end (docs/testing.md). The stack's faults mostly wait on Airflow's components: test_stack.py takes 9-15 minutes;
 #: test_living_cluster.py (one throttled decommission with the cluster changing under it) 6-7 minutes (2026-12-02);
 #: test_stack_healing.py (a stack, three dwells of 2 minutes and a drain) about 16 minutes; test_zookeeper_mode.py (a
-#: ZooKeeper sandbox of its own and one throttled decommission run) about 4 minutes alone (2026-12-02, loaded machine).
+#: ZooKeeper sandbox of its own; the decommission, rebalance and growth examples) 4.7 minutes alone (2026-12-02).
 FIRST = ("test_stack.py", "test_stack_healing.py",
          "test_living_cluster.py", "test_health_gate.py", "test_object_storage.py", "test_example_dags.py",
          "test_airflow_ui.py", "test_execution_engine.py", "test_plan_job_readers.py", "test_spark_standalone.py",

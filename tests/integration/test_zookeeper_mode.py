@@ -97,11 +97,15 @@ def test_the_sandbox_runs_zookeeper_mode_brokers_on_racks(zk_sandbox):
 
 
 class LateTopic:
-    """Creates the topic ``LATE`` (replicas on broker 5) once the controller lists a move of ``live`` in flight."""
+    """Creates the topic ``LATE`` (replicas on broker 5) once the controller lists a move of ``live`` in flight; then,
+    as an operator would, stops broker 5 once the test's own clients see it hold no replica, no move in flight and no
+    throttle of the run on it (the DAG waits for that shutdown, then has nothing to unregister)."""
 
-    def __init__(self, config: dict, live: str, late: str) -> None:
-        self.config, self.live, self.late = config, live, late
+    def __init__(self, sandbox: Sandbox, live: str, late: str, throttles_of_5: dict) -> None:
+        self.sandbox, self.config, self.live, self.late = sandbox, sandbox.client_config(), live, late
+        self.throttles_of_5 = throttles_of_5
         self.created_while: list[tuple[str, int]] = []
+        self.stopped = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="late-topic", daemon=True)
 
@@ -122,9 +126,20 @@ class LateTopic:
                 if moving:
                     make_topic(self.config, self.late, LATE, megabytes=0.2)
                     self.created_while = moving
-                    return
+                    break
                 time.sleep(0.2)
-            raise AssertionError(f"no move of {self.live} was ever seen in flight in {WAIT_S} s")
+            else:
+                raise AssertionError(f"no move of {self.live} was ever seen in flight in {WAIT_S} s")
+            own = admin_client(self.config)
+
+            def empty_and_released() -> bool:
+                on_5 = [t for t in (self.live, self.late) for r in replicas_of(self.config, t).values() if DRAINED in r]
+                return not on_5 and not listing.list_partition_reassignments(timeout_ms=5_000) and \
+                    throttle_configs(own, [DRAINED], [self.live])[f"broker {DRAINED}"] == self.throttles_of_5
+            wait_until(empty_and_released, "broker 5 empty, nothing in flight, its throttles as before", timeout=WAIT_S,
+                       every=1.0)
+            self.sandbox.stop_broker(DRAINED)
+            self.stopped = True
         except BaseException as e:  # noqa: BLE001 (raised in the test's thread by check())
             self.error = e
         finally:
@@ -134,6 +149,7 @@ class LateTopic:
         if self.error is not None:
             raise self.error
         assert self.created_while, "the late topic was not created during the drain"
+        assert self.stopped, "broker 5 was not stopped"
 
 
 def test_the_decommission_example_drains_a_broker_of_zookeeper_mode_kafka(zk_sandbox, zk_airflow_home, tmp_path):
@@ -160,21 +176,30 @@ def test_the_decommission_example_drains_a_broker_of_zookeeper_mode_kafka(zk_san
         "throttle_bytes_per_sec": THROTTLE,
         "max_moves": 4,
         "max_moves_per_broker": 2,
+        "unregister": True,  # wait until broker 5 is shut down (the test's thread stops it), then unregister
     }  # rf_guard: the DAG's default, "auto"
 
     started = time.monotonic()
-    with Traffic(config, live, partitions=len(LIVE)) as traffic, LateTopic(config, live, late) as later:
-        result = run_dag_file(zk_airflow_home, dag_file, conf, plan_in_process=True, log_file=log_file,
-                              timeout=900, unpatched=True)
+    later = LateTopic(zk_sandbox, live, late, throttles_before[f"broker {DRAINED}"])
+    try:
+        with Traffic(config, live, partitions=len(LIVE)) as traffic, later:
+            result = run_dag_file(zk_airflow_home, dag_file, conf, plan_in_process=True, log_file=log_file,
+                                  timeout=900, unpatched=True)
+    finally:
+        if not zk_sandbox.is_alive(DRAINED):  # the module's other tests use five brokers
+            zk_sandbox.start_broker(DRAINED)
     print(f"the decommission run on ZooKeeper-mode Kafka took {time.monotonic() - started:.0f} s")
     later.check()
     traffic.check()
 
     log = result["log"]
     assert result["state"] == "success", log[-8000:]
-    for task in ("check_request", "plan", "execute", "wait", "verify_drained"):
+    for task in ("check_request", "plan", "execute", "wait", "verify_drained", "wait_for_shutdown", "unregister"):
         assert result["tis"].get(task) == "success", (task, result["tis"], log[-8000:])
         assert result["tries"].get(task) == 1, (task, result["tries"])
+    # ZooKeeper mode: a stopped broker leaves the cluster, so the sensor saw it gone and there was nothing to send
+    assert result["xcom"]["unregister.return_value"] == {"unregistered": [], "already": [DRAINED], "dry_run": False}
+    assert "unregister skipped for broker 5: this cluster runs Kafka 3.9, ZooKeeper mode" in log
     # what ZooKeeper mode lacks, and what the run did instead, one line each
     assert "zookeeper_mode=True kafka_line='3.9'" in log
     assert "controller voter guard skipped: this cluster (Kafka 3.9, ZooKeeper mode) has no KRaft controller" in log
@@ -203,3 +228,57 @@ def test_the_decommission_example_drains_a_broker_of_zookeeper_mode_kafka(zk_san
     # every throttle as before, the foreign rate on broker 2 included; the late topic never had one
     assert throttle_configs(own, BROKERS, [live]) == throttles_before
     assert throttle_configs(own, [], [late])[f"topic {late}"] == throttles_before[f"topic {live}"]  # defaults
+
+
+def install(env: dict[str, str], name: str) -> Path:
+    dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / name
+    shutil.copyfile(EXAMPLES / name, dag_file)
+    return dag_file
+
+
+def test_the_rebalance_example_balances_skewed_topics_on_zookeeper_mode(zk_sandbox, zk_airflow_home):
+    """``kafka_rebalance_maintenance_window`` on Airflow as installed: every replica of two topics on brokers 1 and 2
+    ends spread over the brokers, replication factors kept, throttles as before (the test's own clients)."""
+    config = zk_sandbox.client_config()
+    skewed = {"zk-skew-a": [[1, 2], [2, 1], [1, 2], [2, 1], [1, 2], [2, 1]], "zk-skew-b": [[1, 2], [2, 1], [1, 2], [2, 1]]}
+    for topic, assignment in skewed.items():
+        make_topic(config, topic, assignment, megabytes=0.5)
+    own = admin_client(config)
+    throttles_before = throttle_configs(own, BROKERS, list(skewed))
+    result = run_dag_file(zk_airflow_home, install(zk_airflow_home, "kafka_rebalance_maintenance_window.py"), {
+        "topic_include": [re.escape(t) for t in skewed], "throttle_bytes_per_sec": THROTTLE,
+        "max_moves_per_broker": 2, "window_minutes": 30, "require_approval": False,
+    }, plan_in_process=True, unpatched=True, timeout=900)
+    assert result["state"] == "success", result["log"][-8000:]
+    assert result["xcom"]["wait.return_value"]["status"] == "complete"
+    assert "rf_guard='auto' chose 'client'" in result["log"]
+    after = {t: replicas_of(config, t) for t in skewed}
+    assert all(len(r) == 2 for parts in after.values() for r in parts.values()), after
+    # the empty brokers of racks r1 and r2 took their share (broker 3, rack r3 alone, holds a replica of every RF-3
+    # partition of the cluster: the whole cluster's balance may give it none of these)
+    assert {4, 5} <= {b for parts in after.values() for r in parts.values() for b in r}, after
+    assert throttle_configs(own, BROKERS, list(skewed)) == throttles_before
+
+
+def test_the_guarded_growth_example_grows_a_topic_on_zookeeper_mode(zk_sandbox, zk_airflow_home):
+    """``kafka_grow_partitions``: a batch naming an internal topic refused whole, then the topic grown, its new
+    partitions rack-aware at its replication factor (the test's own client)."""
+    config = zk_sandbox.client_config()
+    make_topic(config, "zk-grow", [[1, 2], [2, 3], [3, 1]])
+    dag_file = install(zk_airflow_home, "kafka_grow_partitions.py")
+    refused = run_dag_file(zk_airflow_home, dag_file, {"new_total_partitions": {"zk-grow": 6, "__consumer_offsets": 99}},
+                           unpatched=True)
+    assert refused["state"] == "failed" and refused["tis"]["check"] == "failed", refused["tis"]
+    assert refused["xcom"]["check.return_value"]["topics"]["__consumer_offsets"]["refusal"] == "internal-topic"
+    assert len(replicas_of(config, "zk-grow")) == 3
+    grown = run_dag_file(zk_airflow_home, dag_file, {"new_total_partitions": {"zk-grow": 6}, "dry_run": False},
+                         unpatched=True)
+    assert grown["state"] == "success", grown["log"][-8000:]
+
+    def six() -> dict | None:
+        found = replicas_of(config, "zk-grow")
+        return found if len(found) == 6 else None
+
+    parts = wait_until(six, "6 partitions of zk-grow")
+    racks = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
+    assert all(len(parts[p]) == 2 and len({racks[b] for b in parts[p]}) == 2 for p in range(3, 6)), parts
