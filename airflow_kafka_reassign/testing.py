@@ -33,6 +33,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from airflow_kafka_reassign.core.execution.throttle import BROKER_THROTTLE_KEYS, TOPIC_THROTTLE_KEYS
 from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.guards.kafka_line import check_kafka_line
 from airflow_kafka_reassign.core.healing.observation import fold_partitions
 from airflow_kafka_reassign.core.maintenance.cordon import ALL_DIRS, CORDONED_LOG_DIRS, parse_cordon
 from airflow_kafka_reassign.core.vocabulary.models import (
@@ -121,7 +122,7 @@ class FakeClusterAdmin:
         #: What the fake cluster supports: by default everything of Kafka 4.4 (metadata.version 33).
         self.caps = capabilities or ClusterCapabilities(
             metadata_version=33, cordons=True, cordons_refuse_explicit_assignments=True, describe_quorum=True,
-            fenced_brokers=True, unregister_broker=True, jbod=True, eligible_leader_replicas=True)
+            fenced_brokers=True, unregister_broker=True, jbod=True, eligible_leader_replicas=True, kafka_line="4.4")
         #: KIP-966: each partition's eligible leader replicas (and last known ELR), as tests set them: a replica left
         #: out of the ISR while the ISR was below min ISR (the fake does not track that order itself)
         self.elr: dict[TopicPartition, tuple[int, ...]] = {}
@@ -570,6 +571,9 @@ class FakeClusterAdmin:
     # -- maintenance ------------------------------------------------------------------------
 
     def capabilities(self) -> ClusterCapabilities:
+        """What the fake supports (``capabilities=``); a line older than the provider's floor is refused as the
+        adapter refuses it (:func:`~airflow_kafka_reassign.core.guards.kafka_line.check_kafka_line`)."""
+        check_kafka_line(self.caps, where="the fake cluster")
         return self.caps
 
     def describe_eligible_leaders(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, EligibleLeaders]:

@@ -121,9 +121,10 @@ PARAMS = {
         description="drain only the topics above now; other topics keep their replicas on these brokers",
     ),
     "rf_guard": Param(
-        "broker", type="string", enum=["broker", "client"], title="Replication-factor guard",
+        "auto", type="string", enum=["auto", "broker", "client"], title="Replication-factor guard",
         description="broker: the brokers refuse a replica-count change (KIP-860, Kafka 4.1+); "
-        "client: older brokers, the task checks each move's replica count itself before sending it",
+        "client: older brokers, the task checks each move's replica count itself before sending it; "
+        "auto: broker, or client on a ZooKeeper-mode cluster (Kafka 3.x), said in the task's log",
     ),
     "unregister": Param(
         False, type="boolean", title="Wait for shutdown, then unregister",

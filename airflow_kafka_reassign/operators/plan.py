@@ -530,14 +530,20 @@ class PlanReassignmentOperator(BaseOperator):
                              allow_voter_removal=as_bool(self.allow_voter_removal, "allow_voter_removal"))
             except GuardRefusedError as e:
                 raise AirflowFailException(f"task {self.task_id}: {e}") from None
+        else:
+            self.log.info("controller voter guard skipped: this cluster (%s) has no KRaft controller quorum "
+                          "(DescribeQuorum)%s", caps.line_name(),
+                          ": in ZooKeeper mode the controller is whichever broker ZooKeeper elects, and another "
+                          "takes over when it stops" if caps.zookeeper_mode else "")
         if not as_bool(self.cordon, "cordon"):
             return
         if not caps.cordons:
             self.log.warning(
-                "brokers %s are not cordoned: cordons need Kafka 4.3+ with metadata.version 4.3-IV0 (KIP-1066; this "
-                "cluster's level: %s). Topics created or grown while they drain may get replicas on them; the "
-                "execution drains those too, in up to %s later round(s) of the same run", list(request.brokers),
-                caps.metadata_version, self.drain_rounds)
+                "brokers %s are not cordoned: cordons need Kafka 4.3+ in KRaft with metadata.version 4.3-IV0 "
+                "(KIP-1066; this cluster runs %s, metadata.version level %s). Topics created or grown while they "
+                "drain may get replicas on them; the execution drains those too, in up to %s later round(s) of the "
+                "same run (drain rounds)", list(request.brokers), caps.line_name(), caps.metadata_version,
+                self.drain_rounds)
             return
         state = run_state(open_store(f"{base}/plan", conn_id=self.storage_conn_id or None,
                                      timeout_s=float(self.storage_timeout_s)))

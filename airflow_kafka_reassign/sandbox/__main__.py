@@ -3,8 +3,10 @@
 Commands (``--dir`` defaults to ``$AKR_SANDBOX_DIR``)::
 
     up --dir DIR [--brokers 5] [--racks 3] [--sasl] [--tls] [--acls] [--kafka-version V] [--timeout 120]
-       [--log-dirs 1] [--object-store]
+       [--log-dirs 1] [--zookeeper] [--object-store]
         start a fresh cluster; prints ONE JSON line (bootstrap servers, brokers, racks, pids);
+        --zookeeper runs ZooKeeper-mode Kafka (--kafka-version 2.8 to 3.9, 3.9.1 by default; the provider refuses
+        below 3.0) and a ZooKeeper server in DIR/zookeeper instead of KRaft ("zookeeper_connect" in the JSON);
         --tls adds an SSL listener (its CA certificate under "tls_ca"), --acls (with --sasl) the
         StandardAuthorizer and the limited SCRAM users sandbox-limited and sandbox-nobody;
         --log-dirs N gives every broker N log dirs (KRaft JBOD; each broker's are under "log_dirs");
@@ -39,7 +41,7 @@ from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_kafka_reassign.sandbox",
-        description="A real local Apache Kafka KRaft cluster (jars fetched from Maven Central).",
+        description="A real local Apache Kafka cluster, KRaft or ZooKeeper mode (jars fetched from Maven Central).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=float, default=120.0, help="readiness timeout in s (120)")
     up.add_argument("--log-dirs", type=int, default=1,
                     help="log dirs per broker (default 1; N > 1: KRaft JBOD, data-1..data-N, the metadata log in the first)")
+    up.add_argument("--zookeeper", action="store_true",
+                    help="ZooKeeper-mode Kafka 3.x brokers and a ZooKeeper server instead of KRaft "
+                         "(--kafka-version 2.8-3.9, default 3.9.1; the provider needs 3.0+)")
     up.add_argument("--object-store", action="store_true",
                     help="also start an S3-compatible object store (S3Proxy from Maven Central) in DIR/objectstore")
 
@@ -112,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tls=args.tls,
                 acls=args.acls,
                 log_dirs=args.log_dirs,
+                zookeeper=args.zookeeper,
             )
             if args.object_store:
                 info["object_store"] = ObjectStoreSandbox(os.path.join(args.dir, "objectstore")).up()

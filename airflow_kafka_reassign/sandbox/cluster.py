@@ -1,4 +1,5 @@
-"""A real local Apache Kafka KRaft cluster for demos and integration tests: the :class:`Sandbox` facade.
+"""A real local Apache Kafka cluster for demos and integration tests: the :class:`Sandbox` facade. KRaft by default;
+``zookeeper=True`` (``up --zookeeper``) runs ZooKeeper-mode Kafka 3.x brokers and a ZooKeeper server instead.
 
 Layout of a sandbox directory ``DIR``::
 
@@ -15,6 +16,8 @@ Layout of a sandbox directory ``DIR``::
     DIR/node-<id>/data-<k>/      with ``log_dirs=N`` > 1: the N log dirs ``data-1 .. data-N`` (KRaft JBOD,
                                  KIP-858) instead of ``data/``; the metadata log is in ``data-1``, the first
                                  of ``log.dirs`` (Kafka's default for ``metadata.log.dir``)
+    DIR/zookeeper/               ZooKeeper mode: the ZooKeeper server's zookeeper.properties, log4j2.xml,
+                                 zookeeper.log, stdout.log and data/ (:mod:`.zookeeper`)
 
 Where each part lives:
 
@@ -24,6 +27,7 @@ Where each part lives:
   checks themselves are airflow_kafka_reassign/kafka/readiness.py, the one sandbox code that uses a Kafka client);
 * :mod:`.nodes`: what each node is (ids, roles, racks, ports, listeners, users) and the files it runs from;
 * :mod:`.processes`: the JVMs as processes (spawn, recognise, stop, the storage format tool, free ports);
+* :mod:`.zookeeper`: the ZooKeeper server of a ZooKeeper-mode sandbox;
 * :mod:`.maven` the jars, :mod:`.cds` the class-data-sharing archives, :mod:`.tls` the certificates.
 
 The JVMs run in their own sessions: they outlive the Python process that started them and
@@ -43,7 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_reassign.sandbox import cds, maven, nodes, processes
+from airflow_kafka_reassign.sandbox import cds, maven, nodes, processes, zookeeper
 from airflow_kafka_reassign.sandbox.errors import SandboxError
 
 log = logging.getLogger(__name__)
@@ -57,7 +61,7 @@ REASSIGN_MAIN_CLASS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand
 
 
 class Sandbox:
-    """A local Kafka KRaft cluster living in directory ``dir``.
+    """A local Kafka cluster (KRaft, or ZooKeeper mode) living in directory ``dir``.
 
     ``Sandbox(dir).up(...)`` creates and starts one; ``Sandbox.load(dir)`` attaches to one
     created earlier (possibly by another process). All state is in ``dir/sandbox.json``.
@@ -173,6 +177,16 @@ class Sandbox:
         return str(self.state["kafka_version"])
 
     @property
+    def zookeeper_mode(self) -> bool:
+        """Whether the brokers run in ZooKeeper mode (a ZooKeeper server, no KRaft controllers)."""
+        return nodes.is_zookeeper_mode(self.state)
+
+    @property
+    def zookeeper_connect(self) -> str | None:
+        """The brokers' ``zookeeper.connect`` (``127.0.0.1:PORT``), or ``None`` for a KRaft sandbox."""
+        return zookeeper.connect_string(self.state["zookeeper"]) if self.zookeeper_mode else None
+
+    @property
     def info(self) -> dict[str, Any]:
         """Public description (no secrets), as printed by ``up``."""
         state = self.state
@@ -195,6 +209,8 @@ class Sandbox:
             "tls_ca": state.get("tls_ca"),
             "acls": self.acls,
             "controllers": list(state["controllers"]),
+            "mode": state.get("mode", "kraft"),
+            "zookeeper_connect": self.zookeeper_connect,
             "kafka_version": state["kafka_version"],
             "dir": str(self.dir),
             "started_in_s": state.get("started_in_s"),
@@ -267,13 +283,22 @@ class Sandbox:
             }
             for n in self.state["nodes"]
         ]
-        return {
+        out = {
             "dir": str(self.dir),
             "kafka_version": self.state["kafka_version"],
             "bootstrap_servers": self.bootstrap_servers,
-            "all_alive": all(n["alive"] for n in rows),
+            "all_alive": all(n["alive"] for n in rows) and (not self.zookeeper_mode or self.zookeeper_alive()),
             "nodes": rows,
         }
+        if self.zookeeper_mode:
+            server = self.state["zookeeper"]
+            out["zookeeper"] = {"pid": server["pid"], "port": server["port"], "alive": self.zookeeper_alive()}
+        return out
+
+    def zookeeper_alive(self) -> bool:
+        """Whether the ZooKeeper server's JVM is running (``False`` for a KRaft sandbox)."""
+        server = self.state.get("zookeeper")
+        return bool(server) and processes.process_matches(server.get("pid"), server["properties"])
 
     def _terminate(
         self, targets: Sequence[dict[str, Any]], timeout: float, quorum_grace: float | None = None
@@ -282,6 +307,9 @@ class Sandbox:
         return processes.terminate(self.state, targets, timeout, quorum_grace)
 
     def _check_alive(self, node_ids: Sequence[int]) -> None:
+        if self.zookeeper_mode and not self.zookeeper_alive():
+            raise SandboxError("the ZooKeeper server exited\n--- tail of its log\n"
+                               + processes.tail_file(Path(self.state["zookeeper"]["dir"]) / "zookeeper.log", 40))
         dead = [i for i in node_ids if not self.is_alive(i)]
         if dead:
             raise SandboxError(f"Kafka node(s) {dead} exited during start-up\n" + self._tails(dead, lines=40))
@@ -306,8 +334,15 @@ class Sandbox:
         tls: bool = False,
         acls: bool = False,
         log_dirs: int = 1,
+        zookeeper: bool = False,
     ) -> dict[str, Any]:
         """Create and start a fresh cluster; return :attr:`info` once it is ready.
+
+        ``zookeeper``: ZooKeeper-mode Kafka (``kafka_version`` 2.8 to 3.9, 3.9.1 by default; the provider needs
+        3.0+) with a standalone ZooKeeper server from the same classpath, started first; every node is a broker
+        (``broker.id``), the controller is the broker ZooKeeper elects. Racks, SASL, TLS and ``log_dirs`` work as
+        in KRaft (JBOD with ``log_dirs`` > 1: ZooKeeper-mode Kafka has had it since 1.1, KIP-112/113); ``acls`` is
+        KRaft only.
 
         ``tls`` adds an SSL listener (certificates made once in ``DIR/tls``); ``acls`` (with
         ``sasl``) runs KRaft's StandardAuthorizer with the limited users described above.
@@ -330,18 +365,20 @@ class Sandbox:
             raise SandboxError("acls needs sasl: the limited users are SCRAM users (pass --sasl with --acls)")
         if log_dirs < 1:
             raise SandboxError("log_dirs must be >= 1 (the number of log dirs of each broker)")
+        if zookeeper and acls:
+            raise SandboxError("acls is KRaft only here (StandardAuthorizer): drop --acls or --zookeeper")
         started = time.monotonic()
         with self._lock():
             self._prepare_dir()
             try:
-                dist = maven.resolve(kafka_version)
+                dist = maven.resolve(kafka_version, zookeeper=zookeeper)
             except maven.KafkaFetchError as exc:
                 raise SandboxError(str(exc)) from exc
             archives = cds.ensure_archives(dist, processes.java(), self._train_archives(dist))
             for attempt in range(1, PORT_ATTEMPTS + 1):
                 try:
                     self._start(dist, brokers, racks, sasl, timeout, archives, tls=tls, acls=acls,
-                                log_dirs=log_dirs)
+                                log_dirs=log_dirs, zookeeper_mode=zookeeper)
                     break
                 except SandboxError:
                     if attempt == PORT_ATTEMPTS or not processes.port_taken(self.dir):
@@ -367,8 +404,10 @@ class Sandbox:
         tls: bool = False,
         acls: bool = False,
         log_dirs: int = 1,
+        zookeeper_mode: bool = False,
     ) -> None:
-        self._state = nodes.new_state(self.dir, dist, brokers, racks, sasl, tls=tls, acls=acls, log_dirs=log_dirs)
+        self._state = nodes.new_state(self.dir, dist, brokers, racks, sasl, tls=tls, acls=acls, log_dirs=log_dirs,
+                                      zookeeper_mode=zookeeper_mode)
         if tls:
             from airflow_kafka_reassign.sandbox.tls import ensure_certificates
 
@@ -379,10 +418,14 @@ class Sandbox:
             "tools": str(archives[1]) if archives[1] else None,
         }
         self._write_node_files(broker_jvm_extra)
-        self._format()
-        log.info("starting %d Kafka %s nodes in %s", brokers, dist.version, self.dir)
+        if not zookeeper_mode:  # a ZooKeeper-mode broker writes its meta.properties itself
+            self._format()
+        log.info("starting %d Kafka %s nodes in %s%s", brokers, dist.version, self.dir,
+                 " (ZooKeeper mode)" if zookeeper_mode else "")
         launched = time.monotonic()
         try:
+            if zookeeper_mode:
+                self._start_zookeeper(timeout)
             for node in self.state["nodes"]:
                 node["pid"] = processes.spawn(node)
             self._save()
@@ -400,8 +443,25 @@ class Sandbox:
         except BaseException:
             log.error("start-up failed: stopping the nodes already started")
             self._terminate(self.state["nodes"], timeout=10.0, quorum_grace=1.0)
+            self._stop_zookeeper(timeout=10.0)
             raise
         log.info("%d brokers ready %.1f s after launch", brokers, time.monotonic() - launched)
+
+    def _start_zookeeper(self, timeout: float) -> None:
+        """Spawn the ZooKeeper server and wait until it answers ``ruok``."""
+        server = self.state["zookeeper"]
+        server["pid"] = processes.spawn(server)
+        self._save()
+        zookeeper.wait_serving(server, timeout, alive=self.zookeeper_alive)
+        log.info("ZooKeeper serving on %s", zookeeper.connect_string(server))
+
+    def _stop_zookeeper(self, timeout: float) -> None:
+        """SIGTERM the ZooKeeper server (SIGKILL after ``timeout`` s), when this is a ZooKeeper-mode sandbox."""
+        server = self.state.get("zookeeper")
+        if not self.zookeeper_mode or not server:
+            return
+        processes.terminate(self.state, [server], timeout)
+        server["pid"] = None
 
     def _add_acl_users(self, timeout: float) -> None:
         """The limited SCRAM users and their ACLs, through the admin API on the PLAINTEXT listener
@@ -449,6 +509,7 @@ class Sandbox:
         else:
             old = Sandbox.load(self.dir)
             alive = [n["id"] for n in old.state["nodes"] if old.is_alive(n["id"])]
+            alive += ["zookeeper"] if old.zookeeper_alive() else []
             if alive:
                 raise SandboxError(
                     f"a sandbox is already running in {self.dir} (nodes {alive} alive): "
@@ -486,8 +547,8 @@ class Sandbox:
     def down(self, timeout: float = 20.0) -> list[int]:
         """Stop every node (SIGTERM, then SIGKILL after ``timeout`` s). Idempotent.
 
-        Broker-only nodes stop first, then the controllers; a node still running
-        ``processes.QUORUM_LOST_GRACE_S`` after the quorum is gone is killed (it only waits for peers
+        Broker-only nodes stop first, then the controllers, then (ZooKeeper mode) the ZooKeeper server; a node
+        still running ``processes.QUORUM_LOST_GRACE_S`` after the quorum is gone is killed (it only waits for peers
         that are gone: seconds to minutes).
 
         Only pids recorded in the state whose command line still names the node's properties
@@ -505,6 +566,7 @@ class Sandbox:
             controllers = [n for n in every if "controller" in n["roles"]]
             self._terminate(brokers_only, timeout, quorum_grace=processes.QUORUM_LOST_GRACE_S)
             self._terminate(controllers, timeout, quorum_grace=processes.QUORUM_LOST_GRACE_S)
+            self._stop_zookeeper(timeout)
             for node in every:
                 node["pid"] = None
             self._save()

@@ -18,7 +18,9 @@ Cache layout (``$XDG_CACHE_HOME`` or ``~/.cache``)::
 Version choice (first match wins):
 
 1. an explicit version (``--kafka-version`` / ``AKR_KAFKA_VERSION``), which must be >= 3.9 (KRaft with
-   KIP-853; below 4.1 the brokers lack KIP-860, so reassignments need ``rf_guard="client"``);
+   KIP-853; below 4.1 the brokers lack KIP-860, so reassignments need ``rf_guard="client"``); in ZooKeeper mode
+   (``--zookeeper``) a 3.x release >= :data:`ZOOKEEPER_MIN_VERSION`, by default :data:`ZOOKEEPER_DEFAULT_VERSION`
+   (ZooKeeper mode was removed in Kafka 4.0; the 3.x classpath holds the ZooKeeper server Kafka depends on);
 2. the version recorded in ``default-version`` when its jars are cached;
 3. the newest 4.x release >= 4.1 listed in Maven Central's ``maven-metadata.xml`` whose
    dependencies resolve (a listed release may lack an artifact, e.g. 4.4.0 without
@@ -58,6 +60,13 @@ MIN_VERSION: tuple[int, ...] = (4, 1)
 PINNED_MIN_VERSION: tuple[int, ...] = (3, 9)
 DEFAULT_MAJOR = 4
 VERSION_ENV = "AKR_KAFKA_VERSION"
+#: ZooKeeper mode (``up --zookeeper``): the oldest line the sandbox runs, the first without it, and its default. 2.8 is
+#: below the provider's floor (3.0, core/guards/kafka_line.py): a 2.8 sandbox shows the provider refusing it.
+ZOOKEEPER_MIN_VERSION: tuple[int, ...] = (2, 8)
+ZOOKEEPER_REMOVED_IN: tuple[int, ...] = (4, 0)
+ZOOKEEPER_DEFAULT_VERSION = "3.9.1"
+#: The ZooKeeper server's jar, a runtime dependency of Kafka 3.x's ``kafka_2.13``.
+ZOOKEEPER_ARTIFACT = "zookeeper"
 #: log4j2's binding for SLF4J 1.x, which Kafka 4.x logs through. Its version is made equal to
 #: the log4j-core version that Kafka itself pulls (checked after resolution).
 LOG4J_BINDING_ARTIFACT = "log4j-slf4j-impl"
@@ -124,12 +133,13 @@ def newest(versions: Iterable[str]) -> str | None:
     return max(usable, key=lambda v: parse_version(v) or ()) if usable else None
 
 
-def check_pinned_version(version: str) -> str:
+def check_pinned_version(version: str, *, zookeeper: bool = False) -> str:
     """Validate an explicitly requested version; return it stripped.
 
     Raises :class:`KafkaFetchError` unless it is a release (no qualifier) and at least 3.9 (KRaft with a
     static quorum of combined nodes, as the sandbox runs it). Below 4.1 the brokers lack KIP-860, first
-    shipped in Kafka 4.1: a warning says that reassignments need ``rf_guard="client"`` there.
+    shipped in Kafka 4.1: a warning says that reassignments need ``rf_guard="client"`` there. With ``zookeeper``
+    (ZooKeeper mode) a 3.x release from :data:`ZOOKEEPER_MIN_VERSION` on: Kafka 4.0 removed ZooKeeper mode.
     """
     version = version.strip()
     key = parse_version(version)
@@ -138,6 +148,13 @@ def check_pinned_version(version: str) -> str:
             f"Kafka version {version!r} is not a release version such as 4.3.1 "
             f"(set by --kafka-version or {VERSION_ENV})"
         )
+    if zookeeper:
+        if not ZOOKEEPER_MIN_VERSION <= key < ZOOKEEPER_REMOVED_IN:
+            raise KafkaFetchError(
+                f"Kafka {version} cannot run in ZooKeeper mode here: the sandbox runs ZooKeeper-mode Kafka "
+                f"{'.'.join(map(str, ZOOKEEPER_MIN_VERSION))} to 3.9 (Kafka 4.0 removed ZooKeeper mode); pick a 3.x "
+                f"--kafka-version / {VERSION_ENV}, or drop --zookeeper for KRaft")
+        return version
     if key < PINNED_MIN_VERSION:
         raise KafkaFetchError(
             f"Kafka version {version} is too old: the sandbox needs Apache Kafka >= "
@@ -401,14 +418,26 @@ def resolve(
     root: Path | None = None,
     metadata_url: str = METADATA_URL,
     timeout: float = 900.0,
+    zookeeper: bool = False,
 ) -> KafkaDistribution:
     """Resolve the Kafka classpath to use (see the module docstring for the order of choice).
 
     ``version`` (or ``$AKR_KAFKA_VERSION`` when ``None``) pins a version. The choice and its
-    reason are logged (the CLI sends logs to stderr).
+    reason are logged (the CLI sends logs to stderr). ``zookeeper``: a ZooKeeper-mode classpath (a 3.x release,
+    :data:`ZOOKEEPER_DEFAULT_VERSION` unless pinned) that holds the ZooKeeper server's jar.
     """
     root = root or cache_root()
     version = version or os.environ.get(VERSION_ENV) or None
+    if zookeeper:
+        if version is None:
+            log.info("Kafka %s: the default of ZooKeeper mode (pin another 3.x with --kafka-version/%s)",
+                     ZOOKEEPER_DEFAULT_VERSION, VERSION_ENV)
+        version = check_pinned_version(version or ZOOKEEPER_DEFAULT_VERSION, zookeeper=True)
+        dist = fetch(version, root, timeout)
+        if jar_version(os.listdir(dist.libs_dir), ZOOKEEPER_ARTIFACT) is None:
+            raise KafkaFetchError(f"Kafka {version}'s classpath in {dist.libs_dir} holds no {ZOOKEEPER_ARTIFACT}-*.jar: "
+                                  "it cannot run a ZooKeeper server")
+        return dist
     if version:
         version = check_pinned_version(version)
         log.info("Kafka %s: pinned by --kafka-version/%s", version, VERSION_ENV)

@@ -2,7 +2,9 @@
 
 Topology: node ids are ``1..N``; nodes ``1..min(3, N)`` are combined ``broker,controller``
 nodes (the static KRaft voters), the others are brokers only, so a cluster of 3+ nodes
-survives the loss of any one controller. With ``R`` racks, broker ``i`` gets
+survives the loss of any one controller. In ZooKeeper mode (``zookeeper=True``, Kafka 3.x) every node is a
+broker only (``broker.id``, ``zookeeper.connect``; no ``process.roles``, no storage format): the controller is
+whichever broker ZooKeeper elects, and the ZooKeeper server is :mod:`.zookeeper`. With ``R`` racks, broker ``i`` gets
 ``broker.rack=r{(i - 1) % R + 1}`` (``r1, r2, r3, r1, r2`` for 5 brokers on 3 racks);
 ``R == 0`` sets no rack at all.
 
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from airflow_kafka_reassign.sandbox import cds, maven
+from airflow_kafka_reassign.sandbox import cds, maven, zookeeper
 from airflow_kafka_reassign.sandbox.errors import SandboxError
 from airflow_kafka_reassign.sandbox.processes import TOOLS_LOG4J2, free_ports, java
 
@@ -111,10 +113,12 @@ def node_properties(
     sasl: bool,
     keystore: Path | None = None,
     acls: bool = False,
+    zookeeper_connect: str | None = None,
 ) -> dict[str, object]:
     """``server.properties`` of one node of a ``brokers``-node sandbox (``data_dir``: its log dir, or
     several, JBOD; ``keystore``: the PEM keystore of an SSL listener; ``acls``: KRaft's StandardAuthorizer
-    with the sandbox's super users)."""
+    with the sandbox's super users; ``zookeeper_connect``: a ZooKeeper-mode broker of that ZooKeeper, with
+    ``broker.id`` and no KRaft settings)."""
     controller = "controller" in node["roles"]
     listeners = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
     advertised = [f"PLAINTEXT://127.0.0.1:{node['port']}"]
@@ -127,11 +131,21 @@ def node_properties(
         listeners.append(f"SSL://127.0.0.1:{node['ssl_port']}")
         advertised.append(f"SSL://127.0.0.1:{node['ssl_port']}")
     internal_rf = min(MAX_CONTROLLERS, brokers)
+    if zookeeper_connect is not None:
+        identity: dict[str, object] = {
+            "broker.id": node["id"],
+            "zookeeper.connect": zookeeper_connect,
+            "zookeeper.session.timeout.ms": zookeeper.SESSION_TIMEOUT_MS,
+        }
+    else:
+        identity = {
+            "process.roles": ",".join(node["roles"]),
+            "node.id": node["id"],
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+        }
     props: dict[str, object] = {
-        "process.roles": ",".join(node["roles"]),
-        "node.id": node["id"],
-        "controller.quorum.voters": voters,
-        "controller.listener.names": "CONTROLLER",
+        **identity,
         "listeners": ",".join(listeners),
         "advertised.listeners": ",".join(advertised),
         "inter.broker.listener.name": "PLAINTEXT",
@@ -191,12 +205,14 @@ def render_log4j2(template: str, log_file: Path) -> str:
 
 def new_state(
     dir: Path, dist: maven.KafkaDistribution, brokers: int, racks: int, sasl: bool, *, tls: bool = False,
-    acls: bool = False, log_dirs: int = 1,
+    acls: bool = False, log_dirs: int = 1, zookeeper_mode: bool = False,
 ) -> dict[str, Any]:
     """The state (``sandbox.json``) of a new ``brokers``-node sandbox in ``dir``: every node's ports chosen free now
-    (:func:`~.processes.free_ports`), no process yet."""
-    voters = controller_ids(brokers)
-    ports = iter(free_ports(brokers + len(voters) + (brokers if sasl else 0) + (brokers if tls else 0)))
+    (:func:`~.processes.free_ports`), no process yet; with ``zookeeper_mode`` brokers only, and the ZooKeeper
+    server's state under ``"zookeeper"``."""
+    voters = [] if zookeeper_mode else controller_ids(brokers)
+    ports = iter(free_ports(brokers + len(voters) + (brokers if sasl else 0) + (brokers if tls else 0)
+                            + (1 if zookeeper_mode else 0)))
     nodes = []
     for node_id in range(1, brokers + 1):
         controller = node_id in voters
@@ -225,9 +241,11 @@ def new_state(
     return {
         "schema": STATE_SCHEMA,
         "dir": str(dir),
+        "mode": "zookeeper" if zookeeper_mode else "kraft",
+        "zookeeper": zookeeper.new_server(dir, next(ports)) if zookeeper_mode else None,
         "kafka_version": dist.version,
         "libs_dir": str(dist.libs_dir),
-        "cluster_id": new_cluster_id(),
+        "cluster_id": None if zookeeper_mode else new_cluster_id(),
         "brokers": brokers,
         "racks": racks,
         "controllers": voters,
@@ -252,13 +270,42 @@ def classpath(state: Mapping[str, Any]) -> str:
     return str(Path(state["libs_dir"]) / "*")
 
 
+def is_zookeeper_mode(state: Mapping[str, Any]) -> bool:
+    """Whether the sandbox runs in ZooKeeper mode (Kafka 3.x brokers and a ZooKeeper server)."""
+    return state.get("mode") == "zookeeper"
+
+
+def write_zookeeper_files(state: dict[str, Any]) -> None:
+    """The ZooKeeper server's data folder, ``zookeeper.properties``, ``log4j2.xml`` and Java command line
+    (``state["zookeeper"]["command"]``: the caller saves it)."""
+    server = state["zookeeper"]
+    zk_dir = Path(server["dir"])
+    Path(server["data_dir"]).mkdir(parents=True)
+    Path(server["properties"]).write_text(render_properties(zookeeper.server_properties(server)))
+    log4j = zk_dir / "log4j2.xml"
+    log4j.write_text(render_log4j2("broker-log4j2.xml", zk_dir / "zookeeper.log"))
+    server["command"] = [
+        java(),
+        *zookeeper.ZOOKEEPER_JVM_OPTS,
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        classpath(state),
+        zookeeper.ZOOKEEPER_MAIN_CLASS,
+        server["properties"],
+    ]
+
+
 def write_node_files(dir: Path, state: dict[str, Any], broker_jvm_extra: Sequence[str] = ()) -> None:
     """Every node's log dirs, ``server.properties``, ``log4j2.xml`` and Java command line (``node["command"]``,
-    in ``state``: the caller saves it), and the tools' log4j2 configuration."""
+    in ``state``: the caller saves it), the ZooKeeper server's in ZooKeeper mode, and the tools' log4j2
+    configuration."""
     by_id = {n["id"]: n for n in state["nodes"]}
     voters = ",".join(f"{i}@127.0.0.1:{by_id[i]['controller_port']}" for i in state["controllers"])
+    zk = state.get("zookeeper") if is_zookeeper_mode(state) else None
     java_path = java()
     (dir / TOOLS_LOG4J2).write_text(render_log4j2("tools-log4j2.xml", Path()))
+    if zk is not None:
+        write_zookeeper_files(state)
     for node in state["nodes"]:
         node_dir = Path(node["dir"])
         data_dirs = [Path(p) for p in node.get("log_dirs") or [node_dir / "data"]]
@@ -267,7 +314,8 @@ def write_node_files(dir: Path, state: dict[str, Any], broker_jvm_extra: Sequenc
         keystore = state.get("tls_keystore")
         props = node_properties(node, voters, state["brokers"],
                                 data_dirs[0] if len(data_dirs) == 1 else data_dirs, state["sasl"],
-                                keystore=Path(keystore) if keystore else None, acls=bool(state.get("acls")))
+                                keystore=Path(keystore) if keystore else None, acls=bool(state.get("acls")),
+                                zookeeper_connect=zookeeper.connect_string(zk) if zk is not None else None)
         Path(node["properties"]).write_text(render_properties(props))
         log4j = node_dir / "log4j2.xml"
         log4j.write_text(render_log4j2("broker-log4j2.xml", node_dir / "server.log"))
@@ -287,9 +335,9 @@ def write_node_files(dir: Path, state: dict[str, Any], broker_jvm_extra: Sequenc
 
 
 def remove_node_files(dir: Path, state_file: str) -> None:
-    """What a sandbox wrote in ``dir`` (its nodes' folders, its state, the tools' log4j2 configuration); the TLS
-    certificates in ``dir/tls`` are kept."""
-    for path in [*dir.glob("node-*"), dir / state_file, dir / TOOLS_LOG4J2]:
+    """What a sandbox wrote in ``dir`` (its nodes' folders, its ZooKeeper server's, its state, the tools' log4j2
+    configuration); the TLS certificates in ``dir/tls`` are kept."""
+    for path in [*dir.glob("node-*"), dir / zookeeper.ZOOKEEPER_DIR, dir / state_file, dir / TOOLS_LOG4J2]:
         if path.is_dir():
             shutil.rmtree(path)
         elif path.exists():

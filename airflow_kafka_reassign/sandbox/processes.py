@@ -64,7 +64,7 @@ def free_ports(count: int) -> list[int]:
 
 def port_taken(dir: Path) -> bool:
     """Whether a node of the sandbox in ``dir`` failed to start because one of its ports was taken."""
-    for log_file in [*dir.glob("node-*/server.log"), *dir.glob("node-*/stdout.log")]:
+    for log_file in [*dir.glob("node-*/server.log"), *dir.glob("node-*/stdout.log"), *dir.glob("zookeeper/*.log")]:
         try:
             if PORT_TAKEN in log_file.read_text(errors="replace"):
                 return True
@@ -194,14 +194,23 @@ def voters_alive(state: Mapping[str, Any]) -> int:
     )
 
 
+def quorum_alive(state: Mapping[str, Any]) -> bool:
+    """Whether the sandbox's metadata quorum is up: a majority of the KRaft voters running, or, in ZooKeeper mode,
+    the ZooKeeper server."""
+    server = state.get("zookeeper")
+    if state.get("mode") == "zookeeper" and server:
+        return process_matches(server.get("pid"), server["properties"])
+    return voters_alive(state) >= len(state["controllers"]) // 2 + 1
+
+
 def terminate(
     state: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], timeout: float, quorum_grace: float | None = None
 ) -> list[int]:
     """SIGTERM the live ones among ``nodes`` (of the sandbox whose state is ``state``), wait up to ``timeout`` s,
     then SIGKILL.
 
-    With ``quorum_grace``, nodes still running ``quorum_grace`` s after the KRaft quorum
-    is lost are killed at once: they only wait for peers that are gone (the Raft client's
+    With ``quorum_grace``, nodes still running ``quorum_grace`` s after the KRaft quorum (or the ZooKeeper
+    server) is lost are killed at once: they only wait for peers that are gone (the Raft client's
     graceful resignation, or a controlled shutdown nobody can acknowledge any more), as
     the last voters of a whole-cluster stop do.
     Returns the ids that had to be killed.
@@ -210,14 +219,13 @@ def terminate(
     for node in live:
         with contextlib.suppress(ProcessLookupError):
             os.kill(node["pid"], signal.SIGTERM)
-    majority = len(state["controllers"]) // 2 + 1
     deadline = time.monotonic() + timeout
     quorum_lost_at: float | None = None
     reason = f"ignored SIGTERM for {timeout:.0f} s"
     while live and time.monotonic() < deadline:
         time.sleep(0.1)
         live = [n for n in live if process_matches(n["pid"], n["properties"])]
-        if live and quorum_grace is not None and voters_alive(state) < majority:
+        if live and quorum_grace is not None and not quorum_alive(state):
             quorum_lost_at = quorum_lost_at or time.monotonic()
             if time.monotonic() - quorum_lost_at >= quorum_grace:
                 reason = f"still running {quorum_grace:.0f} s after the KRaft quorum was lost"

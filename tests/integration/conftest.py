@@ -54,13 +54,14 @@ def pytest_configure(config: pytest.Config) -> None:
 #: stack each (test_stack.py, test_stack_faults.py), since in one they took 19-30 minutes on one worker, the suite's
 #: critical path; test_living_cluster.py (one throttled decommission with the cluster changing under it) 6-7 minutes
 #: (2026-12-02); test_broker_kill_failover.py (20 kills) 5-7 minutes; test_stack_healing.py (a stack, three dwells of
-#: 2 minutes and a drain) about 16 minutes.
+#: 2 minutes and a drain) about 16 minutes; test_zookeeper_mode.py (a ZooKeeper sandbox of its own; the decommission,
+#: rebalance and growth examples) 4.7 minutes alone (2026-12-02).
 FIRST = ("test_stack.py", "test_stack_faults.py", "test_stack_healing.py",
          "test_living_cluster.py", "test_example_dags.py", "test_broker_kill_failover.py", "test_health_gate.py",
          "test_object_storage.py",
          "test_airflow_ui.py", "test_execution_engine.py", "test_plan_job_readers.py", "test_spark_standalone.py",
          "test_execution_airflow.py", "test_plan_on_sandbox.py", "test_remove_disk.py", "test_living_cluster_disk.py",
-         "test_drain_before_cordons.py",
+         "test_drain_before_cordons.py", "test_zookeeper_mode.py",
          "test_wait_broker_down.py", "test_decommission_lifecycle.py", "test_wait_sensor.py")
 
 
@@ -117,13 +118,16 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         return
 
     started = Sandbox(tmp_path_factory.mktemp("kafka-sandbox"))
+    # make compat's ZooKeeper-mode cell (tests/compat/airflow_line.py): ACLs are KRaft only in the sandbox
+    zookeeper = os.environ.get("AKR_SANDBOX_ZOOKEEPER", "").lower() in ("1", "true", "yes")
     started.up(
         brokers=5,
         racks=3,
         sasl=True,
         timeout=float(os.environ.get("AKR_SANDBOX_TIMEOUT", "180")),
         tls=True,  # their start-up cost: docs/sandbox.md
-        acls=True,
+        acls=not zookeeper,
+        zookeeper=zookeeper,
     )
     _ACTIVE["session"] = started
     try:

@@ -12,6 +12,7 @@ from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.guards.disk import DiskFit, DiskReserve, DiskRoom
 from airflow_kafka_reassign.core.guards.disk import refusal as disk_refusal
 from airflow_kafka_reassign.core.guards.health import NORMAL
+from airflow_kafka_reassign.core.guards.kafka_line import choose_rf_guard
 from airflow_kafka_reassign.core.vocabulary.models import Move, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, InFlightReassignment
 
@@ -156,8 +157,10 @@ def _submit(
         targets = {m.tp: m.target_replicas for m in moves}
         log.info("submitting %d move(s) (AllowReplicationFactorChange=%s, rf_guard=%s): %s",
                  len(moves), str(allow).lower(), options.rf_guard, _request_json(moves))
-        result = admin.alter_reassignments(targets, allow_replication_factor_change=allow,
-                                           rf_guard=options.rf_guard)
+        guard = options.rf_guard  # step() chose it already (with_rf_guard); a direct caller gets the same choice
+        if guard == "auto":
+            guard = choose_rf_guard(guard, supported=admin.supports_rf_guard(), caps=admin.capabilities())[0]
+        result = admin.alter_reassignments(targets, allow_replication_factor_change=allow, rf_guard=guard)
         by = result.by_partition()
         for m in moves:
             r = by.get(m.tp)

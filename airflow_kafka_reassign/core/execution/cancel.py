@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_reassign.core.execution.throttle import NONE_SET, RESTORED, restore_throttles
+from airflow_kafka_reassign.core.guards.kafka_line import RfGuardChoice, choose_rf_guard
 from airflow_kafka_reassign.core.maintenance.cordon import cordoned_brokers, restore_cordons
 from airflow_kafka_reassign.core.maintenance.cordon import read_backup as read_cordon_backup
 from airflow_kafka_reassign.core.vocabulary.models import ANY_LOG_DIR, Move, ReassignmentPlan, TopicPartition
@@ -55,7 +56,7 @@ from airflow_kafka_reassign.exceptions import ConfigurationError, UnsupportedBro
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.records.journal import StateLocation
     from airflow_kafka_reassign.core.records.lease import LeaseKeeper
-    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, InFlightReassignment, RfGuard
+    from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, InFlightReassignment
 
 _log = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ def cancel(
     cancel_all: bool = False,
     dry_run: bool = False,
     restore_order: bool = True,
-    rf_guard: RfGuard = "broker",
+    rf_guard: RfGuardChoice = "auto",
     settle_timeout_s: float = 15.0,
     before_reorder: Callable[[], None] | None = None,
     state_dir: StateLocation | None = None,
@@ -396,7 +397,7 @@ def _reorder(
     left: Mapping[TopicPartition, Replicas],
     result: CancelResult,
     *,
-    rf_guard: RfGuard,
+    rf_guard: RfGuardChoice,
     settle_timeout_s: float,
     wait: Callable[[float], None],
     clock: Callable[[], float],
@@ -406,6 +407,7 @@ def _reorder(
     refuses them; a cordon refusal for a cordon the brokers no longer show is sent again until the controller has
     learned it, within ``settle_timeout_s``. Fills ``result.reordered`` and ``result.order_held``."""
     caps = admin.capabilities()
+    rf_guard = choose_rf_guard(rf_guard, supported=admin.supports_rf_guard(), caps=caps)[0]
     if caps.cordons and caps.cordons_refuse_explicit_assignments:
         cordoned = cordoned_brokers(admin, sorted({b for r in reorder.values() for b in r}))
         for tp, order in sorted(reorder.items()):
@@ -455,7 +457,7 @@ def cancel_plan(
     state_dir: StateLocation | None,
     cancel_all: bool = False,
     dry_run: bool = False,
-    rf_guard: RfGuard = "broker",
+    rf_guard: RfGuardChoice = "auto",
     lease: LeaseKeeper | None = None,
     log: logging.Logger | None = None,
     sleep: Callable[[float], None] | None = None,

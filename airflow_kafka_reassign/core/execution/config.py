@@ -21,6 +21,7 @@ from airflow_kafka_reassign.core.guards.headroom import (
     HeadroomPolicy,
 )
 from airflow_kafka_reassign.core.guards.health import BelowMinIsr, HealthPolicy, OnUnhealthy
+from airflow_kafka_reassign.core.guards.kafka_line import RfGuardChoice
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
 _log = logging.getLogger(__name__)
@@ -97,8 +98,9 @@ class ExecutionOptions:
     :param allow_replication_factor_change: send the moves the plan marks ``allow_rf_change``
         with KIP-860's AllowReplicationFactorChange=true; without it they are refused.
     :param rf_guard: ``"broker"`` (Kafka 4.1+ enforces KIP-860; older brokers: refused, nothing
-        sent) or ``"client"`` (older brokers: replica counts compared with the controller's
-        view just before sending; racy, chosen explicitly).
+        sent), ``"client"`` (older brokers: replica counts compared with the controller's
+        view just before sending; racy) or ``"auto"`` (``"broker"``, or ``"client"`` on a ZooKeeper-mode cluster,
+        said in the log: core/guards/kafka_line.py); the session replaces ``"auto"`` by its choice.
     :param allow_concurrent_reassignments: proceed while reassignments this plan did not start
         are in flight (they count against the limits; partitions they move are refused as stale).
     :param on_plan_error: what a *plan error* does: a pending move whose target replicas name a
@@ -138,7 +140,7 @@ class ExecutionOptions:
     """
 
     allow_replication_factor_change: bool = False
-    rf_guard: Literal["broker", "client"] = "broker"
+    rf_guard: RfGuardChoice = "auto"
     allow_concurrent_reassignments: bool = False
     on_plan_error: OnPlanError = "refuse"
     allow_offline_brokers: bool = False
@@ -171,8 +173,8 @@ class ExecutionOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.disk_reserve, DiskReserve):  # parsed once: "5%", "20GiB", bytes, None/"off"
             object.__setattr__(self, "disk_reserve", DiskReserve.parse(self.disk_reserve))
-        if self.rf_guard not in ("broker", "client"):
-            raise ConfigurationError(f"rf_guard must be 'broker' or 'client', not {self.rf_guard!r}")
+        if self.rf_guard not in ("auto", "broker", "client"):
+            raise ConfigurationError(f"rf_guard must be 'auto', 'broker' or 'client', not {self.rf_guard!r}")
         if self.on_plan_error not in ("refuse", "skip"):
             raise ConfigurationError(
                 f"on_plan_error must be 'refuse' (the whole plan, before anything is sent) or 'skip' (only the "
@@ -230,10 +232,11 @@ class ExecutionConfig(BaseModel):
     allow_replication_factor_change: bool = False
     """Send the moves the plan marks ``allow_rf_change`` with KIP-860's AllowReplicationFactorChange=true;
     without it they are refused."""
-    rf_guard: Literal["broker", "client"] = "broker"
-    """``"broker"``: Kafka 4.1+ enforces KIP-860 (older brokers: refused, nothing sent). ``"client"``: older
-    brokers get replica counts compared with the controller's view just before sending (racy; chosen
-    explicitly)."""
+    rf_guard: RfGuardChoice = "auto"
+    """``"broker"``: Kafka 4.1+ enforces KIP-860 (older brokers: refused, nothing sent, naming their line).
+    ``"client"``: older brokers get replica counts compared with the controller's view just before sending (racy).
+    ``"auto"`` (default): ``"broker"``, except on a ZooKeeper-mode cluster (Kafka 3.x), which can never have KIP-860:
+    ``"client"`` there, said in the log and the run's summary (docs/kafka-lines.md)."""
     allow_concurrent_reassignments: bool = False
     """Proceed while reassignments this plan did not start are in flight (they count against the limits;
     partitions they move are refused as stale)."""

@@ -15,7 +15,7 @@ from airflow_kafka_reassign.core.execution.batch import (
 )
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, ExecutionLimits, ExecutionOptions
 from airflow_kafka_reassign.core.execution.log_dirs import observe_log_dirs, submit_log_dirs
-from airflow_kafka_reassign.core.execution.observe import _assess
+from airflow_kafka_reassign.core.execution.observe import _assess, with_rf_guard
 from airflow_kafka_reassign.core.execution.run_state import SUBMITTED
 from airflow_kafka_reassign.core.execution.status import ExecutionStatus
 from airflow_kafka_reassign.core.execution.throttle import (
@@ -68,6 +68,7 @@ def step(
         took it over, and then nothing is written.
     """
     log = log or _log
+    options = with_rf_guard(admin, options)[0]  # "auto" said once by the session; here only chosen
     if (options.throttled or options.log_dir_throttle_bytes_per_sec) and state_dir is None \
             and not options.dry_run:
         raise ConfigurationError(

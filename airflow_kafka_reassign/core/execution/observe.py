@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from airflow_kafka_reassign.core.execution import clock as waiting
 from airflow_kafka_reassign.core.execution.config import SETTLE_RECHECK_S, SUMMARY_SAMPLE, ExecutionOptions
@@ -19,6 +20,7 @@ from airflow_kafka_reassign.core.guards.health import (
     drained_brokers,
     urgency,
 )
+from airflow_kafka_reassign.core.guards.kafka_line import choose_rf_guard
 from airflow_kafka_reassign.core.maintenance.cordon import cordon_refusal
 from airflow_kafka_reassign.core.vocabulary.models import Move, PartitionState, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.core.vocabulary.move_state import MoveState, classify
@@ -338,11 +340,21 @@ def plan_refusal(problems: Sequence[str], options: ExecutionOptions) -> str:
 
 
 _RF_GUARD_UNSUPPORTED = (
-    "the brokers do not support KIP-860's AllowReplicationFactorChange (AlterPartitionReassignments v1, "
+    "the brokers ({line}) do not support KIP-860's AllowReplicationFactorChange (AlterPartitionReassignments v1, "
     "Apache Kafka 4.1+), so the replication-factor guard cannot be enforced by the broker; nothing was "
     "sent. Upgrade the brokers, or pass rf_guard=\"client\" to compare replica counts with the "
     "controller's replica sets just before sending (racy: a change made in between is not seen)"
 )
+
+
+def with_rf_guard(admin: ClusterAdmin, options: ExecutionOptions) -> tuple[ExecutionOptions, str | None]:
+    """``options`` with ``rf_guard="auto"`` replaced by the guard the provider chooses for this cluster
+    (:func:`~airflow_kafka_reassign.core.guards.kafka_line.choose_rf_guard`), and the line that says why when it
+    chose the client-side guard; unchanged for a guard the user chose."""
+    if options.rf_guard != "auto":
+        return options, None
+    guard, why = choose_rf_guard("auto", supported=admin.supports_rf_guard(), caps=admin.capabilities())
+    return replace(options, rf_guard=guard), why
 
 
 _RF_GUARD_CLIENT_LIMITS = (
@@ -439,9 +451,10 @@ def _assess(
         )
     needs_guard = [status.moves[tp] for tp in status.pending if not status.moves[tp].changes_rf]
     if status.blocked is None and rf_guard_check and needs_guard:
+        options, _ = with_rf_guard(admin, options)
         supported = admin.supports_rf_guard()
         if supported is False and options.rf_guard == "broker":
-            status.blocked = _RF_GUARD_UNSUPPORTED
+            status.blocked = _RF_GUARD_UNSUPPORTED.format(line=admin.capabilities().line_name())
         elif supported is False:
             log.warning(_RF_GUARD_CLIENT_LIMITS)
     return status, obs

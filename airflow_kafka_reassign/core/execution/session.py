@@ -47,7 +47,7 @@ from airflow_kafka_reassign.core.execution.config import (
 from airflow_kafka_reassign.core.execution.finishing import finish, submitted_total
 from airflow_kafka_reassign.core.execution.governor import RunGovernor
 from airflow_kafka_reassign.core.execution.iteration import step
-from airflow_kafka_reassign.core.execution.observe import report_preflight
+from airflow_kafka_reassign.core.execution.observe import report_preflight, with_rf_guard
 from airflow_kafka_reassign.core.execution.progress import format_duration
 from airflow_kafka_reassign.core.execution.run_state import (
     CLUSTER_CHANGED,
@@ -213,6 +213,9 @@ class ExecutionSession:
         #: moves dropped because their topic was deleted or re-created, over the whole run (rounds included)
         self.gone: dict[TopicPartition, str] = {}
         self._ids_read = False
+        #: why the provider chose the replication-factor guard (``rf_guard="auto"`` on a cluster without KIP-860)
+        self.rf_guard_why: str | None = None
+        self._line_read = False
 
     @classmethod
     def from_parts(cls, admin: ClusterAdmin, plan: ReassignmentPlan, limits: ExecutionLimits,
@@ -230,11 +233,26 @@ class ExecutionSession:
             self._lease = self._lease()
         return self._lease
 
+    # -- the cluster's line ----------------------------------------------------------------------
+
+    def _read_the_cluster_line(self) -> None:
+        """Once per session, before anything is sent: the cluster's capabilities (the adapter logs them in one line,
+        and refuses a Kafka line older than the provider's floor, core/guards/kafka_line.py), and the
+        replication-factor guard ``rf_guard="auto"`` stands for on it, said once when it is the client-side one."""
+        if self._line_read:
+            return
+        self.admin.capabilities()
+        self.options, self.rf_guard_why = with_rf_guard(self.admin, self.options)
+        if self.rf_guard_why:
+            self.log.warning("%s", self.rf_guard_why)
+        self._line_read = True
+
     # -- one tick --------------------------------------------------------------------------------
 
     def preflight(self) -> ExecutionStatus:
         """One read-only step (nothing submitted, nothing written), its findings logged; a blocked plan stops
         here, before anything changed."""
+        self._read_the_cluster_line()
         self._kept_topic_ids()
         status = step(self.admin, self.plan, self.limits, self.options, state_dir=self.state_dir, submit=False,
                       log=self.log, settle_s=self.settle_s, sleep=self.sleep)
@@ -255,6 +273,7 @@ class ExecutionSession:
         Safe at any moment from any process: a move in flight is recognised from the controller's listing and
         never submitted again. ``submit=False`` only watches (finished partitions still lose their throttles)."""
         log = self.log
+        self._read_the_cluster_line()
         past = self.deadline is not None and self.now() >= self.deadline
         cancelled: CancelResult | None = None
         if past and not self.deadline_reached:
@@ -479,6 +498,7 @@ class ExecutionSession:
         in the journal for the cancel of the whole run (core/execution/cancel.py)."""
         from airflow_kafka_reassign.core.execution.cancel import cancel  # it builds on this package
 
+        self._read_the_cluster_line()
         return cancel(self.admin, self.plan, rf_guard=self.options.rf_guard, log=self.log, sleep=self.sleep,
                       state_dir=self.state_dir)
 
@@ -568,6 +588,9 @@ class RunResult:
     cluster_events: list[str] = field(default_factory=list)
     #: moves dropped over the whole run because their partition is gone or needs nothing more, with why
     gone: dict[TopicPartition, str] = field(default_factory=dict)
+    #: the replication-factor guard the run used (``"broker"`` or ``"client"``), and why when the provider chose it
+    rf_guard: str | None = None
+    rf_guard_why: str | None = None
 
     def summary(self) -> dict[str, Any]:
         out = self.status.summary()
@@ -586,6 +609,10 @@ class RunResult:
         if self.gone:
             out["gone"] = len(self.gone)
             out["gone_partitions"] = {str(tp): why for tp, why in sorted(self.gone.items())[:SUMMARY_SAMPLE]}
+        if self.rf_guard is not None:
+            out["rf_guard"] = self.rf_guard
+        if self.rf_guard_why:
+            out["rf_guard_why"] = self.rf_guard_why
         if self.drained_later or self.drain_short:
             out["drained_later"] = len(self.drained_later)
             out["drained_later_partitions"] = [str(tp) for tp in self.drained_later[:SUMMARY_SAMPLE]]
@@ -714,6 +741,8 @@ def run(
         result.stalled_polls = governor.stalled_polls
         result.drained_later, result.drain_short = list(session.drained_later), session.drain_short
         result.cluster_events, result.gone = list(session.events), {**session.gone, **result.status.gone}
+        if session._line_read:
+            result.rf_guard, result.rf_guard_why = session.options.rf_guard, session.rf_guard_why
         if keep_throttles:
             log.warning("%d move(s) still in flight keep their throttles; a new run on this plan (or "
                         "CancelReassignmentOperator) restores them from %s", len(result.status.in_flight),

@@ -300,3 +300,33 @@ def mismatch_message(where: str, problems: Sequence[str]) -> str:
         + ". Its files are partial or do not belong together (an interrupted copy, files from two snapshots, "
         "an edit): take a new snapshot"
     )
+
+
+#: One broker's view of the partitions a snapshot reads (ZooKeeper mode's barrier): ``{topic: (topic id, {partition:
+#: replicas})}``.
+BrokerView = Mapping[str, tuple[str | None, Mapping[int, tuple[int, ...]]]]
+
+
+def views_disagree(views: Mapping[int, BrokerView | None], *, listed: int = MISMATCHES_LISTED) -> str:
+    """The snapshot's barrier in ZooKeeper mode, where there is no metadata log to catch up with: every live broker's
+    Metadata (each topic's id, partitions and replicas) must agree, so no broker answers with a view older than the
+    others. ``""`` when they agree (brokers that did not answer, ``None``, are not waited for); else which brokers
+    differ from the view most of them hold, and on which topics (at most ``listed``)."""
+    answered = [(b, v) for b, v in sorted(views.items()) if v is not None]
+    groups: list[tuple[BrokerView, list[int]]] = []
+    for broker, view in answered:
+        for seen, members in groups:
+            if seen == view:
+                members.append(broker)
+                break
+        else:
+            groups.append((view, [broker]))
+    if len(groups) <= 1:
+        return ""
+    common, _ = max(groups, key=lambda g: (len(g[1]), len(g[0])))
+    odd = sorted(b for view, members in groups if view is not common for b in members)
+    topics = sorted({t for view, members in groups if view is not common
+                     for t in set(view) ^ set(common) | {t for t in set(view) & set(common) if view[t] != common[t]}})
+    shown = ", ".join(topics[:listed]) + (f" and {len(topics) - listed} more" if len(topics) > listed else "")
+    return (f"broker(s) {', '.join(map(str, odd))} do not yet agree with the other brokers' metadata (ZooKeeper mode: "
+            f"the controller's UpdateMetadata has not reached them) on topic(s) {shown}")

@@ -45,9 +45,9 @@ def cordon_for_removal(admin: ClusterAdmin, request: PlanRequest, *, state_dir: 
     caps = admin.capabilities()
     if not caps.jbod:
         raise UnsupportedBrokerError(
-            "the cluster cannot move replicas between log dirs (AlterReplicaLogDirs with log dirs assigned in the "
-            f"metadata: KRaft with metadata.version 3.7-IV2, level {JBOD_METADATA_LEVEL}; this cluster's level is "
-            f"{caps.metadata_version}). Nothing was sent")
+            "the cluster cannot move replicas between log dirs (AlterReplicaLogDirs: ZooKeeper mode, or KRaft with log "
+            f"dirs assigned in the metadata, metadata.version 3.7-IV2, level {JBOD_METADATA_LEVEL}; this cluster runs "
+            f"{caps.line_name()}, level {caps.metadata_version}). Nothing was sent")
     removals = request.dir_removals()
     table = LogDirTable.of(admin.log_dirs(None))
     brokers = admin.snapshot(topics=()).broker_ids
@@ -59,8 +59,9 @@ def cordon_for_removal(admin: ClusterAdmin, request: PlanRequest, *, state_dir: 
                     "replicas there that the plan does not move", list(request.log_dirs))
         return {}
     if not caps.cordons:
-        log.warning("the cluster has no cordons (cordoned.log.dirs: Kafka 4.3+ with metadata.version 4.3-IV0; this "
-                    "cluster's level is %s): log dir(s) %s are not cordoned, and a topic created or grown meanwhile "
-                    "may get replicas there that the plan does not move", caps.metadata_version, list(request.log_dirs))
+        log.warning("the cluster has no cordons (cordoned.log.dirs: Kafka 4.3+ in KRaft with metadata.version 4.3-IV0; "
+                    "this cluster runs %s, level %s): log dir(s) %s are not cordoned, and a topic created or grown "
+                    "meanwhile may get replicas there, which the run's rounds move off", caps.line_name(),
+                    caps.metadata_version, list(request.log_dirs))
         return {}
     return apply_cordons(admin, disk_removal_cordons(removals), state_dir=state_dir, log=log)

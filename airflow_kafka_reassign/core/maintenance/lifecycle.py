@@ -80,6 +80,18 @@ def wait_for_shutdown(
         sleep(min(poll_s, max(0.0, deadline - clock())))
 
 
+def _left_with_zookeeper(admin: ClusterAdmin, broker: int, line: str, log: logging.Logger) -> UnregisterOutcome:
+    """ZooKeeper mode: nothing to unregister, once the broker is stopped (it is then not listed)."""
+    if broker_state(admin.describe_cluster(include_fenced=False), broker) == "running":
+        raise BrokerStillRunningError(
+            f"refused to take broker {broker} off the cluster: it is still running (DescribeCluster lists it). This "
+            f"cluster runs {line}: a broker leaves it when it stops. Nothing was sent. Stop the broker first")
+    log.info("unregister skipped for broker %s: this cluster runs %s, where a stopped broker leaves the cluster by "
+             "itself (its registration is an ephemeral znode in ZooKeeper; no UnregisterBroker there), and broker %s "
+             "is no longer listed", broker, line, broker)
+    return UnregisterOutcome(broker=broker, outcome="already", before="unregistered")
+
+
 class UnregisterOutcome(_Frozen):
     """What :func:`unregister` did for one broker: ``unregistered`` now, or ``already`` not registered."""
 
@@ -110,6 +122,8 @@ def unregister(
     fenced broker cannot be told from an unregistered one."""
     log = log or _log
     caps = admin.capabilities()
+    if caps.zookeeper_mode:
+        return _left_with_zookeeper(admin, broker, caps.line_name(), log)
     if not caps.unregister_broker or not caps.fenced_brokers:
         missing = [n for n, ok in (("UnregisterBroker", caps.unregister_broker),
                                    ("DescribeCluster with fenced brokers (KIP-1073, Kafka 4.0+)", caps.fenced_brokers))

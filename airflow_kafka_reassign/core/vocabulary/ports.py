@@ -299,6 +299,18 @@ class ClusterCapabilities(_Frozen):
     #: is 1 or more (opt-in on Kafka 4.0, on by default for clusters created on 4.1+); the ELR of a partition is
     #: read with DescribeTopicPartitions (:meth:`ClusterAdmin.describe_eligible_leaders`)
     eligible_leader_replicas: bool = False
+    #: the brokers run in ZooKeeper mode (Kafka 3.x and older): no controller quorum (DescribeQuorum), no finalized
+    #: ``metadata.version``; a stopped broker leaves the cluster (its registration is an ephemeral znode), so there is
+    #: nothing to unregister; metadata reaches the brokers by UpdateMetadata from the controller, not a metadata log
+    zookeeper_mode: bool = False
+    #: the newest Apache Kafka line whose ApiVersions the answering broker matches (``"3.9"``, ``"4.3"``), ``None``
+    #: when unknown: the line a refusal names (docs/kafka-lines.md)
+    kafka_line: str | None = None
+
+    def line_name(self) -> str:
+        """``"Kafka 3.9, ZooKeeper mode"``, ``"Kafka 4.3"``, or ``"Kafka of an unknown line"``: what a refusal names."""
+        line = f"Kafka {self.kafka_line}" if self.kafka_line else "Kafka of an unknown line"
+        return f"{line}, ZooKeeper mode" if self.zookeeper_mode else line
 
 
 class EligibleLeaders(_Frozen):

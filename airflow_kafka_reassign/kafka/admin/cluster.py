@@ -20,6 +20,7 @@ from typing import Any
 from kafka import errors as kp_errors
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from airflow_kafka_reassign.core.guards.kafka_line import check_kafka_line
 from airflow_kafka_reassign.core.vocabulary.models import Broker
 from airflow_kafka_reassign.core.vocabulary.ports import (
     CORDON_METADATA_LEVEL,
@@ -51,10 +52,15 @@ FENCED_BROKERS_MIN_VERSION = 2
 
 
 def capabilities_from(
-    api_versions: Mapping[int, tuple[int, int]], features: Mapping[str, Mapping[str, Any]]
+    api_versions: Mapping[int, tuple[int, int]], features: Mapping[str, Mapping[str, Any]],
+    broker_version: Sequence[int] | None = None,
 ) -> ClusterCapabilities:
     """The capabilities from a broker's ApiVersions (``{api key: (min, max)}``) and features
-    (kafka-python's ``describe_features()``: ``{name: {"supported": (min, max), "finalized": (min, max)}}``).
+    (kafka-python's ``describe_features()``: ``{name: {"supported": (min, max), "finalized": (min, max)}}``), and the
+    Kafka line kafka-python infers from the ApiVersions (``broker_version``: ``(3, 9)``).
+
+    ZooKeeper mode: the brokers answer no DescribeQuorum and report no ``metadata.version`` (a KRaft 3.9 broker does
+    both; seen on the sandbox's 3.9.1 in either mode).
 
     Cordons need the FINALIZED metadata.version 4.3-IV0 (below it the brokers refuse to set
     ``cordoned.log.dirs``). Whether the controller also checks explicit assignments (KAFKA-20832, fixed in
@@ -67,15 +73,20 @@ def capabilities_from(
     level = int(finalized[1]) if finalized else None
     top = int(supported[1]) if supported else None
     cordons = level is not None and level >= CORDON_METADATA_LEVEL
+    quorum = DESCRIBE_QUORUM_KEY in api_versions
     return ClusterCapabilities(
         metadata_version=level,
         cordons=cordons,
         cordons_refuse_explicit_assignments=cordons and top is not None and top > CORDON_METADATA_LEVEL,
-        describe_quorum=DESCRIBE_QUORUM_KEY in api_versions,
+        describe_quorum=quorum,
         fenced_brokers=api_versions.get(DESCRIBE_CLUSTER_KEY, (0, -1))[1] >= FENCED_BROKERS_MIN_VERSION,
         unregister_broker=UNREGISTER_BROKER_KEY in api_versions,
-        jbod=ALTER_REPLICA_LOG_DIRS_KEY in api_versions and level is not None and level >= JBOD_METADATA_LEVEL,
+        # JBOD: ZooKeeper mode has had it since Kafka 1.1 (KIP-112/113); KRaft from metadata.version 3.7-IV2 (KIP-858)
+        jbod=ALTER_REPLICA_LOG_DIRS_KEY in api_versions and (
+            (level is not None and level >= JBOD_METADATA_LEVEL) or (not quorum and level is None)),
         eligible_leader_replicas=bool(elr) and int(elr[1]) >= 1 and DESCRIBE_TOPIC_PARTITIONS_KEY in api_versions,
+        zookeeper_mode=not quorum and level is None,
+        kafka_line=".".join(map(str, broker_version[:2])) if broker_version else None,
     )
 
 
@@ -162,14 +173,19 @@ class ClusterMixin(AdminClients):
     # -- capabilities -----------------------------------------------------------------------
 
     def capabilities(self) -> ClusterCapabilities:
-        """What the cluster supports (read once per client: ApiVersions and the finalized features)."""
+        """What the cluster supports (read once per client: ApiVersions and the finalized features). A cluster older
+        than the provider's floor (Kafka 3.0) is refused here, naming its line
+        (:func:`~airflow_kafka_reassign.core.guards.kafka_line.check_kafka_line`)."""
         if self._capabilities is None:
 
             with self._authorized(Refused.on_cluster("DESCRIBE", "ApiVersions")):
                 features = self._with_fresh_controller(lambda kp: kp.describe_features())
-                api = dict(self._kafka_python()._manager.broker_version_data.api_versions)
-            self._capabilities = capabilities_from(api, features)
-            log.info("cluster at %s: %s", self._bootstrap, self._capabilities)
+                data = self._kafka_python()._manager.broker_version_data
+                api = dict(data.api_versions)
+            caps = capabilities_from(api, features, getattr(data, "broker_version", None))
+            log.info("cluster at %s: %s", self._bootstrap, caps)
+            check_kafka_line(caps, where=f"the cluster at {self._bootstrap}")
+            self._capabilities = caps
         return self._capabilities
 
     def _require(self, supported: bool, what: str, needs: str) -> None:

@@ -31,7 +31,15 @@ from kafka.admin import KafkaAdminClient
 from kafka.protocol.metadata import MetadataRequest
 
 from airflow_kafka_reassign.core.execution.throttle import TOPIC_THROTTLE_KEYS
-from airflow_kafka_reassign.core.guards.completeness import DEFAULT_SETTLE_S, Gaps, TopicMetadata, find_gaps, settle
+from airflow_kafka_reassign.core.guards.completeness import (
+    DEFAULT_SETTLE_S,
+    BrokerView,
+    Gaps,
+    TopicMetadata,
+    find_gaps,
+    settle,
+    views_disagree,
+)
 from airflow_kafka_reassign.core.healing.observation import fold_partitions
 from airflow_kafka_reassign.core.vocabulary.models import (
     Broker,
@@ -45,7 +53,7 @@ from airflow_kafka_reassign.core.vocabulary.ports import InFlightReassignment, P
 from airflow_kafka_reassign.exceptions import ConfigurationError, IncompleteSnapshotError
 from airflow_kafka_reassign.kafka.acl import Refused
 from airflow_kafka_reassign.kafka.admin.client import _error_name
-from airflow_kafka_reassign.kafka.admin.cluster import _MetadataBarrier
+from airflow_kafka_reassign.kafka.admin.cluster import BARRIER_TIMEOUT_S, _MetadataBarrier
 from airflow_kafka_reassign.kafka.admin.log_dirs import LogDirsMixin
 from airflow_kafka_reassign.kafka.admin.reassignments import ReassignmentsMixin
 
@@ -152,7 +160,7 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
         if named is not None and not named:
             return ClusterSnapshot(cluster_id=cluster_id, brokers=tuple(brokers), check=SnapshotCheck(
                 source="cluster", topics=0, partitions=0, replicas=0, attempts=1, settle_s=0.0))
-        barrier = _MetadataBarrier(self, live)
+        barrier = self._snapshot_barrier(live, named)
         configs: dict[str, dict[str, str]] = {}
         missing: list[str] = []
         missing_since: float | None = None
@@ -261,28 +269,48 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
             partitions=tuple(partitions),
         )
 
-    def _read_metadata(self, names: Collection[str] | None) -> dict[str, _Topic]:
+    def _snapshot_barrier(self, live: Collection[int], named: Collection[str] | None) -> _MetadataBarrier | _AgreementBarrier:
+        """The snapshot's metadata barrier: KRaft's (:class:`_MetadataBarrier`, every broker has applied the metadata
+        log as far as it was committed), or in ZooKeeper mode :class:`_AgreementBarrier` (every live broker's Metadata
+        agrees on the topics read)."""
+        if self.capabilities().zookeeper_mode:
+            return _AgreementBarrier(self, live, named)
+        return _MetadataBarrier(self, live)
+
+    def _broker_view(self, broker: int, names: Collection[str] | None) -> BrokerView | None:
+        """What ``broker`` itself answers to Metadata of ``names`` (``None``: all): each topic's id and every
+        partition's replicas; ``None`` when it does not answer within the barrier's timeout."""
+        try:
+            md = self._read_metadata(names, node_id=broker)
+        except (kp_errors.KafkaError, OSError) as e:
+            log.debug("Metadata from broker %s failed: %s: %s", broker, type(e).__name__, e)
+            return None
+        return {n: (t.topic_id, {pid: p.replicas for pid, p in t.partitions.items()}) for n, t in md.items()}
+
+    def _read_metadata(self, names: Collection[str] | None, *, node_id: int | None = None) -> dict[str, _Topic]:
         """One Metadata request (kafka-python's, the highest version both sides know: v12 or v13 on Kafka 4.x), for
         ``names`` or, with ``None``, every topic the principal may describe: each topic's error, id (KIP-516, from
         v10; ``None`` from an older broker), internal flag, and every partition's replicas, ISR and leader. A named
         topic that does not exist or is hidden from the principal is left out, as a whole-cluster request leaves
         out hidden topics. Never creates a topic (``allow_auto_topic_creation`` false). Sent to the least loaded
-        broker; a broker gone meanwhile is left for another on a fresh client (:meth:`_with_fresh_controller`).
+        broker (``node_id``: to that broker, within :data:`BARRIER_TIMEOUT_S`, as ZooKeeper mode's barrier asks each); a
+        broker gone meanwhile is left for another on a fresh client (:meth:`_with_fresh_controller`).
         kafka-python's errors leave the public methods translated (:meth:`_translate`)."""
         request = MetadataRequest(
             topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in sorted(names)],
             allow_auto_topic_creation=False)
-        timeout_ms = int(self._timeout_s * 1000)
+        timeout_ms = int((self._timeout_s if node_id is None else min(self._timeout_s, BARRIER_TIMEOUT_S)) * 1000)
+        to = {} if node_id is None else {"node_id": node_id}
 
         def ask(kp: KafkaAdminClient) -> Any:
             manager = kp._manager
 
             async def send() -> Any:
-                return await manager.wait_for(manager.send(request, request_timeout_ms=timeout_ms), timeout_ms)
+                return await manager.wait_for(manager.send(request, request_timeout_ms=timeout_ms, **to), timeout_ms)
 
             return manager.run(send)
 
-        response = self._with_fresh_controller(ask)
+        response = self._with_fresh_controller(ask) if node_id is None else ask(self._kafka_python())
         top = getattr(response, "error_code", 0)  # v13: an error for the whole request (KIP-1102)
         if top:
             raise kp_errors.for_code(top)(f"Metadata: {getattr(response, 'error_message', None) or ''}".rstrip(": "))
@@ -378,3 +406,32 @@ class SnapshotMixin(ReassignmentsMixin, LogDirsMixin):
                 if k in SNAPSHOT_TOPIC_CONFIGS and e.value is not None and e.value != ""
             }
         return out
+
+
+class _AgreementBarrier:
+    """The snapshot's barrier in ZooKeeper mode: no metadata log, so no offset to catch up with; metadata reaches each
+    broker by the controller's UpdateMetadata. It holds until every live broker's own Metadata of the topics read
+    (each topic's id, partitions and replicas) agrees (:func:`~airflow_kafka_reassign.core.guards.completeness.views_disagree`):
+    a topic created or grown before the snapshot is then seen alike whichever broker answers. A broker that does not
+    answer within :data:`BARRIER_TIMEOUT_S` is not waited for (a warning, once per broker and client). One Metadata
+    request per live broker at each call, until they agree."""
+
+    def __init__(self, admin: SnapshotMixin, brokers: Collection[int], topics: Collection[str] | None) -> None:
+        self._admin = admin
+        self._brokers = sorted(brokers)
+        self._topics = None if topics is None else sorted(topics)
+        self._done = False
+
+    def lagging(self) -> str:
+        """``""`` once the live brokers agree, else which disagree and on which topics."""
+        if self._done or len(self._brokers) < 2:
+            return ""
+        views = {b: self._admin._broker_view(b, self._topics) for b in self._brokers}
+        silent = sorted({b for b, v in views.items() if v is None} - self._admin._barrier_warned)
+        if silent:
+            log.warning("broker(s) %s did not answer Metadata within %g s: snapshots do not wait for them to agree "
+                        "with the other brokers (ZooKeeper mode)", silent, BARRIER_TIMEOUT_S)
+            self._admin._barrier_warned.update(silent)
+        behind = views_disagree(views)
+        self._done = not behind
+        return behind

@@ -17,6 +17,7 @@ from airflow_kafka_reassign.core.guards.completeness import (
     find_gaps,
     id_ranges,
     settle,
+    views_disagree,
 )
 from airflow_kafka_reassign.core.vocabulary.models import SnapshotCheck, TopicPartition
 from airflow_kafka_reassign.exceptions import IncompleteSnapshotError
@@ -165,3 +166,26 @@ def test_totals_and_sizes_are_checked_too():
         "snapshot.json records 1 topic(s), 2 partition(s) and 4 replica(s), partitions.parquet has 1, 2 and 5",
         "snapshot.json records replica sizes for every partition, partitions.parquet lacks some",
     ]
+
+
+# -- ZooKeeper mode's barrier: the live brokers' Metadata agree ------------------------------------
+
+A = {"t": ("id-1", {0: (1, 2), 1: (2, 3)})}
+
+
+def test_brokers_that_agree_pass_and_silent_ones_are_not_waited_for():
+    assert views_disagree({1: A, 2: A, 3: A}) == ""
+    assert views_disagree({1: A, 2: None, 3: A}) == ""
+    assert views_disagree({1: A}) == ""
+
+
+@pytest.mark.parametrize("late", [
+    {},  # the topic has not reached broker 3 yet
+    {"t": ("id-1", {0: (1, 2)})},  # its growth has not
+    {"t": ("id-1", {0: (1, 2), 1: (2, 4)})},  # a finished reassignment has not
+    {"t": ("id-0", {0: (1, 2), 1: (2, 3)})},  # the topic was re-created: another id
+])
+def test_a_broker_behind_the_others_is_named_with_the_topic(late):
+    assert views_disagree({1: A, 2: A, 3: late}) == (
+        "broker(s) 3 do not yet agree with the other brokers' metadata (ZooKeeper mode: the controller's "
+        "UpdateMetadata has not reached them) on topic(s) t")

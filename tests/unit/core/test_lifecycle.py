@@ -104,3 +104,23 @@ def test_a_cluster_that_cannot_list_fenced_brokers_is_refused():
     f.down.add(2)
     with pytest.raises(UnsupportedBrokerError, match="KIP-1073"):
         unregister(f, 2)
+
+
+def zookeeper_fake() -> FakeClusterAdmin:
+    f = fake()
+    f.caps = ClusterCapabilities(zookeeper_mode=True, kafka_line="3.9")  # no UnregisterBroker, no fenced brokers
+    return f
+
+
+def test_zookeeper_mode_has_nothing_to_unregister_once_the_broker_stopped(caplog):
+    f = zookeeper_fake()
+    f.down.add(4)
+    with caplog.at_level("INFO"):
+        out = unregister(f, 4, sleep=lambda s: None)
+    assert out.outcome == "already" and f.unregistered == set()  # nothing sent
+    assert "unregister skipped for broker 4: this cluster runs Kafka 3.9, ZooKeeper mode" in caplog.text
+
+
+def test_zookeeper_mode_refuses_a_broker_still_running():
+    with pytest.raises(BrokerStillRunningError, match="still running.*Kafka 3.9, ZooKeeper mode.*Nothing was sent"):
+        unregister(zookeeper_fake(), 4)

@@ -41,7 +41,25 @@ def test_a_4_4_cluster_still_at_an_older_metadata_version_has_no_cordons():
 
 def test_an_old_cluster_without_the_apis():
     caps = capabilities_from({35: (0, 3), 60: (0, 1)}, {})
-    assert caps == type(caps)(metadata_version=None)
+    assert caps == type(caps)(metadata_version=None, zookeeper_mode=True)  # no quorum, no metadata.version, no 34
+
+
+#: ApiVersions keys and features as the sandbox's Kafka 3.9.1 answered them, in ZooKeeper mode and in KRaft (the keys
+#: that tell them apart: 4-7 are ZooKeeper's inter-broker requests, 55 DescribeQuorum, 64 UnregisterBroker).
+ZK_391 = {4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (0, 3), 34: (0, 2), 35: (0, 4), 45: (0, 0), 57: (0, 1), 60: (0, 1)}
+KRAFT_391 = {34: (0, 2), 35: (0, 4), 45: (0, 0), 55: (0, 2), 57: (0, 1), 60: (0, 1), 64: (0, 0)}
+KRAFT_391_FEATURES = {"kraft.version": {"supported": (0, 1)},
+                      "metadata.version": {"supported": (1, 21), "finalized": (21, 21), "finalized_epoch": 10}}
+
+
+def test_a_zookeeper_mode_3_9_cluster_is_told_from_a_kraft_one():
+    zk = capabilities_from(ZK_391, {}, (3, 9))
+    assert zk.zookeeper_mode and zk.kafka_line == "3.9" and zk.line_name() == "Kafka 3.9, ZooKeeper mode"
+    assert not (zk.describe_quorum or zk.unregister_broker or zk.cordons or zk.fenced_brokers)
+    assert zk.jbod  # AlterReplicaLogDirs between a ZooKeeper-mode broker's dirs: since Kafka 1.1
+    assert "zookeeper_mode=True" in str(zk)  # the capability line every task logs
+    kraft = capabilities_from(KRAFT_391, KRAFT_391_FEATURES, (3, 9))
+    assert not kraft.zookeeper_mode and kraft.describe_quorum and kraft.jbod and kraft.line_name() == "Kafka 3.9"
 
 
 def test_log_dirs_of_a_describe_log_dirs_answer():

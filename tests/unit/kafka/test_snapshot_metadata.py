@@ -14,7 +14,6 @@ from kafka.protocol.metadata import MetadataResponse
 from airflow_kafka_reassign.core.vocabulary.models import Broker
 from airflow_kafka_reassign.exceptions import ClusterOperationError
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
-from airflow_kafka_reassign.kafka.admin import snapshot as snapshot_module
 from airflow_kafka_reassign.kafka.admin.snapshot import kafka_topic_id
 
 T = MetadataResponse.MetadataResponseTopic
@@ -88,7 +87,7 @@ def test_named_topics_are_asked_for_by_name_and_absent_or_hidden_ones_are_left_o
 def test_an_error_of_the_whole_response_leaves_the_snapshot_as_the_projects_own(monkeypatch):
     admin, _ = admin_answering([], error=kp_errors.PolicyViolationError.errno)
     monkeypatch.setattr(admin, "_describe_cluster_brokers", lambda: ("c", [Broker(id=1)]))
-    monkeypatch.setattr(snapshot_module, "_MetadataBarrier", lambda *_a: type("Caught up", (), {"lagging": lambda s: None})())
+    monkeypatch.setattr(admin, "_snapshot_barrier", lambda *_a: type("Caught up", (), {"lagging": lambda s: None})())
     with pytest.raises(ClusterOperationError) as e:
         admin.snapshot()
     assert e.value.code == "POLICY_VIOLATION" and "snapshot failed" in str(e.value)
