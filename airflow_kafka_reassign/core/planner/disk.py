@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -413,6 +414,15 @@ def balance_disk_input(
             gc.enable()
 
 
+def _drop(lst: list[tuple[int, int]], entry: tuple[int, int]) -> int | None:
+    """Take ``entry`` out of the sorted ``lst``; where it was, or ``None`` if it was not there."""
+    i = bisect.bisect_left(lst, entry)
+    if i < len(lst) and lst[i] == entry:
+        del lst[i]
+        return i
+    return None
+
+
 class _Spread:
     """Counts per broker with their histogram: whether moving one from ``src`` to ``dst`` keeps
     max - min within ``limit`` (the larger of the wanted spread and the one it starts with).
@@ -511,9 +521,8 @@ class _DiskStep:
         #: entries with one replica in each rack (RF = racks): none of their replicas changes racks
         self.locked: list[bool] = ix.locked
         #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
-        #: rack rule as the step starts; checked again on use): what a swap across racks sends back
+        #: rack rule, kept up to date as replicas of the partition change racks): what a swap across racks sends back
         self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = ix.cross_to
-        self.cross_from: dict[tuple[int, int], int] = dict.fromkeys(self.cross_to, 0)
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
         #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
@@ -526,8 +535,6 @@ class _DiskStep:
         self.count_spread = _Spread(self.count, n, goal.count_spread)
         #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
         self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
-        #: per broker, where the search for a small replica to swap back starts (entries before it moved)
-        self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)
         self.out = DiskOutcome(before=dict(self.bytes))
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
@@ -568,6 +575,11 @@ class _DiskStep:
     # -- applying ----------------------------------------------------------------------------
     def apply(self, e: int, src: int, dst: int) -> None:
         reps = self.reps[e]
+        rack = self.rack
+        # the partition's racks change: which other racks each of its replicas may go to changes too
+        across = not self.locked[e] and rack.get(src, -1) != rack.get(dst, -1)
+        was = {b: self.cross_keys(e, b) for b in reps if b in self.live_set} if across else None
+        src_keys = self.cross_keys(e, src) if not self.locked[e] else []
         reps[reps.index(src)] = dst
         s = self.size[e]
         self.bytes[src] -= s
@@ -578,21 +590,36 @@ class _DiskStep:
         self.touched.add(e)
         self.arrived.add((e, dst))
         self.out.moves += 1
-        # the replica may go back out of ``dst`` as the small half of a swap (it moves from where it
-        # was before the plan to where it ends, the same bytes): into ``dst``'s sorted lists
+        # out of ``src``'s sorted lists (a replica that left is never a candidate there again: left
+        # in, every later walk over the list would step past it); the replica may go back out of
+        # ``dst`` as the small half of a swap (it moves from where it was before the plan to where
+        # it ends, the same bytes): into ``dst``'s sorted lists
         entry = (s, e)
+        i = _drop(self.on[src], entry)
+        if i is not None:
+            del self.sizes_on[src][i]
+        _drop(self.added[src], entry)
+        for key in src_keys:
+            _drop(self.cross_to[key], entry)
         i = bisect.bisect_left(self.on[dst], entry)
         self.on[dst].insert(i, entry)
         self.sizes_on[dst].insert(i, s)
-        if i < self.swap_from[dst]:
-            self.swap_from[dst] += 1
-        if not self.locked[e]:
-            for key in self.cross_keys(e, dst):
-                lst = self.cross_to[key]
-                j = bisect.bisect_left(lst, entry)
-                lst.insert(j, entry)
-                if j < self.cross_from[key]:
-                    self.cross_from[key] += 1
+        if self.locked[e]:
+            return
+        for key in self.cross_keys(e, dst):
+            bisect.insort(self.cross_to[key], entry)
+        if was is None:
+            return
+        for b, keys in was.items():
+            if b == src:
+                continue
+            now = self.cross_keys(e, b)
+            for key in keys:
+                if key not in now:
+                    _drop(self.cross_to[key], entry)
+            for key in now:
+                if key not in keys:
+                    bisect.insort(self.cross_to[key], entry)
 
     def cross_keys(self, e: int, b: int) -> list[tuple[int, int]]:
         """(``b``, rack) for every other rack that ``e``'s replica on ``b`` may move to."""
@@ -608,28 +635,16 @@ class _DiskStep:
             return None
         g = self.rack.get(src, -1)
         across = self.rack.get(dst, -1) != g
-        lst: list[tuple[int, int]]
-        pointers: dict[Any, int]
         if across:
-            key: Any = (dst, g)
-            if key not in self.cross_to:
+            lst = self.cross_to.get((dst, g))
+            if lst is None:
                 return None
-            lst, pointers = self.cross_to[key], self.cross_from
         else:
-            key, lst, pointers = dst, self.on[dst], self.swap_from
-        start = pointers[key]
-        # entries already moved never come back: skip them for good
-        while start < len(lst) and dst not in self.reps[lst[start][1]]:
-            start += 1
-        pointers[key] = start
-        tried = 0
-        for i in range(start, len(lst)):
-            s, q = lst[i]
-            if s >= limit or tried >= SWAP_CANDIDATES:
+            lst = self.on[dst]
+        # every entry is a replica ``dst`` holds now (a replica that leaves is taken out of the lists)
+        for s, q in itertools.islice(lst, SWAP_CANDIDATES):
+            if s >= limit:
                 break
-            if dst not in self.reps[q]:
-                continue
-            tried += 1
             if self.can_place(q, dst, src):
                 return q
         self.swap_failed[(dst, src)] = (self.out.moves, limit)
@@ -669,11 +684,7 @@ class _DiskStep:
             small = 0.0
             if not allow:
                 lst = self.on[dst]
-                start = self.swap_from[dst]
-                while start < len(lst) and dst not in self.reps[lst[start][1]]:
-                    start += 1
-                self.swap_from[dst] = start
-                small = float(lst[start][0]) if start < len(lst) else float("inf")
+                small = float(lst[0][0]) if lst else float("inf")
             out.append((dst, room[dst], allow, small))
         return out
 
@@ -1028,7 +1039,7 @@ class _DiskStep:
             ts = targets(src, pull)
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
-            for _, e in self.on[src]:
+            for _, e in list(self.on[src]):  # a copy: a move takes the replica out of the list
                 if self.count[src] <= until or not ts:
                     return
                 if not self.gone(e, src) and self.try_move(e, src, ts):
