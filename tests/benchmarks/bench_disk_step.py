@@ -28,8 +28,16 @@ from typing import Any
 import numpy as np
 from sizes import expect, require, synthetic
 
+from airflow_kafka_reassign.core.planner.disk_groups import LocalGroups
 from airflow_kafka_reassign.core.planner.goals import PlanRequest, plan_context
-from airflow_kafka_reassign.core.planner.staged import DiskArrays, driver_disk, driver_quotas, stage_place, stage_prepare
+from airflow_kafka_reassign.core.planner.staged import (
+    DiskArrays,
+    driver_disk,
+    driver_disk_groups,
+    driver_quotas,
+    stage_place,
+    stage_prepare,
+)
 from airflow_kafka_reassign.core.planner.synthetic import synthetic_capacities, synthetic_cluster, to_snapshot
 from airflow_kafka_reassign.core.vocabulary.capacity import BrokerCapacity, CapacityDocument
 
@@ -119,12 +127,42 @@ def quality(ctx: Any, step: Any, arrays: list[DiskArrays], done: Any) -> dict[st
     }
 
 
+class TimedGroups(LocalGroups):
+    """The groups in this process, each round's CPU seconds per group recorded: what the round would
+    take with the groups spread over ``workers`` cores (longest first onto the least busy)."""
+
+    def __init__(self, groups: list[Any]) -> None:
+        super().__init__(groups)
+        self.rounds: list[list[float]] = []
+
+    def run(self, step: Any, arg: Any) -> list[Any]:
+        out, times = [], []
+        for i, g in enumerate(self.groups):
+            c0 = time.process_time()
+            self.groups[i], r = step(g, arg)
+            times.append(time.process_time() - c0)
+            out.append(r)
+        self.rounds.append(times)
+        return out
+
+    def spread(self, workers: int) -> float:
+        total = 0.0
+        for times in self.rounds:
+            busy = [0.0] * workers
+            for t in sorted(times, reverse=True):
+                busy[busy.index(min(busy))] += t
+            total += max(busy)
+        return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("replicas", type=int, nargs="*", default=[1_000_000])
     ap.add_argument("--brokers", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", help="write a cProfile of the step to this file (one size)")
+    ap.add_argument("--groups", type=int, default=0, help="the disk step by this many groups of topics (0: serial)")
+    ap.add_argument("--workers", type=int, default=2, help="with --groups: the cores the groups' rounds are spread on")
     args = ap.parse_args()
     for n in args.replicas:
         ctx, step, arrays = disk_input(n, args.seed, args.brokers)
@@ -134,7 +172,12 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
-        done = driver_disk(ctx, step, arrays)
+        runner = None
+        if args.groups:
+            runner = TimedGroups([x.group(i) for i, x in enumerate(arrays[0].split(args.groups))])
+            done = driver_disk_groups(ctx, step, runner)
+        else:
+            done = driver_disk(ctx, step, arrays)
         if prof is not None:
             prof.disable()
             prof.dump_stats(args.profile)
@@ -142,7 +185,12 @@ def main() -> None:
         require("a disk step (the request has a capacity document)", done is not None)
         o = done.outcome
         q = quality(ctx, step, arrays, done)
-        print(f"{n:>11,} replicas disk step: {wall:6.1f}s ({cpu:.1f}s CPU), peak RSS "
+        how = "serial"
+        if runner is not None:
+            group_cpu = sum(sum(t) for t in runner.rounds)
+            how = (f"{args.groups} groups, {done.rounds} round(s): groups' CPU {group_cpu:.1f}s, on {args.workers} cores "
+                   f"{runner.spread(args.workers):.1f}s + driver {cpu - group_cpu:.1f}s")
+        print(f"{n:>11,} replicas disk step ({how}): {wall:6.1f}s ({cpu:.1f}s CPU), peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB, replica moves {o.moves:,} "
               f"(swaps {o.swaps:,}), bytes {q['bytes_moved'] / q['bytes_bound']:.4f}x the bound, disk share max "
               f"deviation {q['max_deviation']:.2%}, count max-min {q['count_spread']}, rack violations "
