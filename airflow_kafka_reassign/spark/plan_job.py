@@ -40,6 +40,10 @@ How the work is spread (see core/planner/staged.py for the steps):
   the executors settle each group's quotas (``quotas``; else the driver does it all);
 * ``place`` runs the per-topic placement on the executors with the quotas broadcast; the
   driver gets the final replica sets it needs to balance preferred leaders globally;
+* load-aware goals: the disk step on the driver over every planned partition (the place tasks
+  send their :class:`DiskArrays`), or with ``--disk-step groups`` by the place tasks' groups of
+  topics on the executors, in rounds, the driver seeing per-broker figures only
+  (:class:`SparkGroups`, core/planner/disk_groups.py);
 * ``finish`` applies the leader changes, serialises the moves into the plan files' JSON and
   adds up the before/after metrics on the executors; the driver concatenates the JSON.
 
@@ -74,6 +78,7 @@ if __package__ in (None, ""):
 
 import pyarrow as pa  # noqa: E402
 
+from airflow_kafka_reassign.core.planner.disk_groups import DiskGroup  # noqa: E402
 from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     LOG_DIR_GOALS,
     PartitionRow,
@@ -95,6 +100,7 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     apply_disk_changes,
     counts_in_place,
     driver_disk,
+    driver_disk_groups,
     driver_leaders,
     driver_quotas,
     driver_result,
@@ -330,6 +336,49 @@ def _finish_on_records(ctx_b: Any, changes_b: Any):  # noqa: ANN202
     return run
 
 
+#: ``--disk-step``: the disk step on the driver over every partition, or by the place tasks' groups
+#: of topics on the executors (core/planner/disk_groups.py).
+DISK_STEPS = ("serial", "groups")
+
+
+class SparkGroups:
+    """The disk step's groups of topics where the place stage left them: one group per place task
+    (its :class:`DiskArrays` record, never collected), each round a stage over the groups cached
+    from the round before (:class:`~airflow_kafka_reassign.core.planner.disk_groups.GroupRunner`).
+    Only the rounds' small results reach the driver."""
+
+    def __init__(self, sc: Any, placed: Any) -> None:
+        self.sc = sc
+        self.source = placed.filter(lambda r: r[0] == "disk").mapPartitionsWithIndex(_disk_groups)
+        self.pairs: Any = None
+
+    def run(self, step: Any, arg: Any) -> list[Any]:
+        arg_b = self.sc.broadcast(arg)
+        groups = self.source if self.pairs is None else self.pairs.map(lambda x: x[0])
+        pairs = groups.map(lambda g: _round(step, g, arg_b.value)).cache()
+        results = pairs.map(lambda x: x[1]).collect()
+        if self.pairs is not None:
+            self.pairs.unpersist()
+        self.pairs = pairs
+        return results
+
+    def close(self) -> None:
+        if self.pairs is not None:
+            self.pairs.unpersist()
+            self.pairs = None
+
+
+def _disk_groups(index: int, records: Iterator[Out]) -> Iterator[DiskGroup]:
+    """The place task's disk records as one group of the disk step (its index: the group's id)."""
+    for _, _, payload in records:
+        yield pickle.loads(payload).group(index)
+
+
+def _round(step: Any, group: DiskGroup, arg: Any) -> tuple[DiskGroup, Any]:
+    with no_cyclic_gc():
+        return step(group, arg)  # type: ignore[no-any-return]
+
+
 def split_topics(prepared: Iterable[Prepared]) -> list[str]:
     """Topics that came out of ``prepare`` more than once: their rows were not together in one
     split (the partitions file was not written topic by topic)."""
@@ -364,6 +413,7 @@ class _Clock:
 def run(
     spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None = None,
     reader: str = "auto", snapshot_name: str | None = None, snapshot_check: str | None = None,
+    disk_step: str = "serial",
 ) -> dict[str, Any]:
     """Plan on ``spark``; writes the plan directory at ``out``; returns metrics.json's content.
 
@@ -374,7 +424,8 @@ def run(
     master from the snapshot's file, otherwise from its bytes, read whole by the driver, from
     the local file or through Spark for a URI, and broadcast), ``broadcast`` (the latter, on any
     master) or ``spark`` (Spark's DataFrame reader). ``snapshot_name``: what metrics.json names
-    as the snapshot (its URI when ``snapshot`` is a local copy of it).
+    as the snapshot (its URI when ``snapshot`` is a local copy of it). ``disk_step``: one of
+    :data:`DISK_STEPS`.
     """
     if request.capacity is not None and request.capacity.gives_network_in():
         return plan_bytes_in_on_driver(snapshot, out, request, snapshot_name or snapshot)
@@ -382,7 +433,7 @@ def run(
         return plan_log_dirs_on_driver(snapshot, out, request, snapshot_name or snapshot)
     with no_cyclic_gc():
         return _run(spark, snapshot, out, request, partitions=partitions, reader=reader,
-                    snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check)
+                    snapshot_name=snapshot_name or snapshot, snapshot_check=snapshot_check, disk_step=disk_step)
 
 
 def plan_bytes_in_on_driver(snapshot: str, out: str | Path, request: PlanRequest, name: str) -> dict[str, Any]:
@@ -426,7 +477,7 @@ def plan_log_dirs_on_driver(snapshot: str, out: str | Path, request: PlanRequest
 
 def _run(
     spark: Any, snapshot: str, out: str | Path, request: PlanRequest, *, partitions: int | None, reader: str,
-    snapshot_name: str, snapshot_check: str | None,
+    snapshot_name: str, snapshot_check: str | None, disk_step: str = "serial",
 ) -> dict[str, Any]:
     clock = _Clock()
     sc = spark.sparkContext
@@ -491,6 +542,22 @@ def _run(
     ctx_b = sc.broadcast(ctx)
     clock.lap("quotas")
 
+    by_groups = disk_step == "groups"
+    # the disk step by groups leaves the place tasks' disk records where they are
+    leave = ("placed", "disk") if by_groups else ("placed",)
+
+    def keep(r: Out) -> bool:
+        return r[0] not in leave
+
+    def disk_of(placed: Any, step: QuotaStep, disk_inputs: list[DiskArrays]) -> Any:
+        if not by_groups:
+            return driver_disk(ctx, step, disk_inputs)
+        groups = SparkGroups(sc, placed)
+        try:
+            return driver_disk_groups(ctx, step, groups)
+        finally:
+            groups.close()
+
     def place(step: QuotaStep) -> tuple[Any, list[Out], QuotaStep, bool]:
         """The place stage (cached on the executors) and what its tasks sent the driver."""
         placed: Any = None
@@ -499,7 +566,7 @@ def _run(
             assert index is not None
             tasks = group_splits(index, step.pending, n_parts)
             placed = sc.parallelize(tasks, len(tasks)).mapPartitions(_on_group_splits(ctx_b, data_b, step.params)).cache()
-            side = placed.filter(lambda r: r[0] != "placed").collect()
+            side = placed.filter(keep).collect()
             if any(kind == "miss" for kind, _, _ in side):
                 print("[plan_job] a group of topics could not meet its share of the brokers' room: "
                       "quotas over every topic at once", file=sys.stderr, flush=True)
@@ -513,7 +580,7 @@ def _run(
             else:  # the few rows per topic as (kind, topic, payload) records, like the splits' stages give
                 placed = df.mapInArrow(_on_batches(place_topics, ctx_b, quotas_b), PAYLOAD_SCHEMA).rdd.map(tuple)
             placed = placed.cache()  # the Placed payloads stay on the executors for finish
-            side = placed.filter(lambda r: r[0] != "placed").collect()
+            side = placed.filter(keep).collect()
         return placed, side, step, groups_in_place
 
     def received(side: list[Out]) -> tuple[list[LeaderInput], BoundPart, list[DiskArrays]]:
@@ -530,8 +597,8 @@ def _run(
     placed, side, step, groups_in_place = place(step)
     inputs, bound, disk_inputs = received(side)
     clock.lap("place")
-    # load-aware goals: the disk step over every planned partition, on the driver
-    disk = driver_disk(ctx, step, disk_inputs)
+    # load-aware goals: the disk step over every planned partition, on the driver or by groups
+    disk = disk_of(placed, step, disk_inputs)
     if disk is not None and disk.counts_missed:
         # racks kept the disk step from evening out the replica counts: place again, with the
         # per-topic steps balancing them (what the pure planner does too)
@@ -541,7 +608,7 @@ def _run(
         placed, side, step, groups_in_place = place(counts_in_place(step))
         inputs, bound, disk_inputs = received(side)
         clock.lap("place again")
-        disk = driver_disk(ctx, step, disk_inputs)
+        disk = disk_of(placed, step, disk_inputs)
     if df is not None:
         df.unpersist()
     del disk_inputs, side
@@ -581,6 +648,8 @@ def _run(
         "quota_groups": step.quota_groups,
         "quota_groups_in_place": groups_in_place,
         "stages_s": clock.stages,
+        "disk_step": disk_step if disk is not None else None,
+        "disk_rounds": disk.rounds if disk is not None and by_groups else None,
     }
     # a task's joined fragments are a fragment of the file
     write_plan_fragments(chunks, out, partition_counts=plan_partition_counts(parts),
@@ -605,6 +674,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="auto: executors read the row groups with pyarrow (from the file on a local master, "
                          "else from its bytes broadcast by the driver); broadcast: the latter always; "
                          "spark: Spark's DataFrame reader")
+    ap.add_argument("--disk-step", choices=DISK_STEPS, default="serial",
+                    help="load-aware goals: serial: the disk step on the driver over every partition; groups: by the "
+                         "place tasks' groups of topics on the executors, in rounds (docs/performance.md)")
     ap.add_argument("--app-name", default="airflow-kafka-reassign-plan")
     return ap.parse_args(argv)
 
@@ -651,7 +723,7 @@ def _main(args: argparse.Namespace, request: PlanRequest, tmp: Path) -> int:
             spark = SparkSession.builder.appName(args.app_name).getOrCreate()
             spark.sparkContext.setLogLevel(os.environ.get("AKR_SPARK_LOG_LEVEL", "WARN"))
         doc = run(spark, snapshot, out, request, partitions=args.partitions, reader=args.reader,
-                  snapshot_name=args.snapshot, snapshot_check=counts)
+                  snapshot_name=args.snapshot, snapshot_check=counts, disk_step=args.disk_step)
         if remote_out:
             publish(out, args.out)
     except (ConfigurationError, ValueError) as e:

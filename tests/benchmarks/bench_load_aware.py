@@ -17,6 +17,7 @@ The machine's load average is printed with the figures (a shared 2-core machine)
     .venv/bin/python tests/benchmarks/bench_load_aware.py              # 1M replicas, pure core
     .venv/bin/python tests/benchmarks/bench_load_aware.py 2000000      # 2M
     .venv/bin/python tests/benchmarks/bench_load_aware.py 1000000 2000000 --spark   # spark-submit, local[2]
+    .venv/bin/python tests/benchmarks/bench_load_aware.py 1000000 --spark --disk-step groups  # the disk step by groups
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def pure(n: int, cluster: SyntheticCluster, doc: CapacityDocument, count_only: b
           f"warnings {len(result.warnings)}; {load()}", flush=True)
 
 
-def spark(n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, master: str, count_only: bool) -> None:
+def spark(
+    n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, master: str, count_only: bool, disk_step: str,
+) -> None:
     from bench_spark_plan import check_size, run_plan
 
     from airflow_kafka_reassign.core.records.snapshot_io import write_snapshot
@@ -102,7 +105,7 @@ def spark(n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, m
     requests.append(("load-aware", PlanRequest(capacity=doc).model_dump_json()))
     for label, request in requests:
         with tempfile.TemporaryDirectory(prefix="akr-bench-load-") as tmp:
-            r = run_plan(snap, master, Path(tmp) / "plan", request_json=request)
+            r = run_plan(snap, master, Path(tmp) / "plan", request_json=request, extra=("--disk-step", disk_step))
         check_size(n, snap, r)
         m = r["metrics"]
         job, after = m["job"], m["after"]
@@ -115,6 +118,9 @@ def spark(n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, m
             disk = {"mean_share": report.mean_share, "max_deviation_before": report.max_deviation_before,
                     "max_deviation_after": report.max_deviation_after, "over_cap": report.over_cap()}
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_s"].items())
+        if job.get("disk_step"):
+            rounds = f", {job['disk_rounds']} rounds" if job.get("disk_rounds") else ""
+            label = f"{label} ({job['disk_step']} disk step{rounds})"
         print(disk_line(f"{label} {master}", n, f"spark-submit {r['wall_s']:6.1f}s, planning {job['planning_s']:.1f}s "
                         f"[{stages}], CPU s [{cpu}]", f"peak {r['peak_mb']:,.0f} MB (process tree)", m["summary"], disk)
               + f"; replica max-min {m['before']['replica_max_min']} -> {after['replica_max_min']}, "
@@ -129,13 +135,15 @@ def main() -> None:
     ap.add_argument("--no-count-only", action="store_true", help="skip the count-only plan")
     ap.add_argument("--spark", action="store_true", help="plan with spark-submit (the plan job) instead of in-process")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--disk-step", choices=("serial", "groups"), default="serial",
+                    help="with --spark: the plan job's disk step (serial on the driver, or by groups on the executors)")
     args = ap.parse_args()
     for n in args.replicas:
         cluster = synthetic_cluster(brokers=args.brokers, racks=3, replicas=n, sizes="skewed", seed=args.seed)
         synthetic("replicas in the cluster", cluster.replica_count, n)
         doc = capacity(cluster, args.brokers)
         if args.spark:
-            spark(n, cluster, doc, args.seed, args.master, not args.no_count_only)
+            spark(n, cluster, doc, args.seed, args.master, not args.no_count_only, args.disk_step)
         else:
             pure(n, cluster, doc, not args.no_count_only)
 

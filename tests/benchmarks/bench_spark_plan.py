@@ -112,11 +112,14 @@ class TreeMemory:
         return dict(sorted(out.items()))
 
 
-def run_plan(snapshot: Path | str, master: str, out: Path, reader: str = "auto", request_json: str | None = None) -> dict:
+def run_plan(
+    snapshot: Path | str, master: str, out: Path, reader: str = "auto", request_json: str | None = None,
+    extra: tuple[str, ...] = (),
+) -> dict:
     request = out.parent / "request.json"
     request.write_text(request_json or json.dumps({"goal": "add-brokers"}))
     cmd = spark_submit_command(
-        plan_job_path(), [*plan_job_args(str(snapshot), str(out), str(request)), "--reader", reader],
+        plan_job_path(), [*plan_job_args(str(snapshot), str(out), str(request)), "--reader", reader, *extra],
         master=master, options=["--driver-memory", "2g"],
     )
     t0 = time.perf_counter()

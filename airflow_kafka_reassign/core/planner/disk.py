@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import bisect
 import gc
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -106,6 +107,21 @@ class DiskOutcome:
         return goal.balance_counts and self.count_spread > max(goal.count_spread, floor)
 
 
+@dataclass(frozen=True)
+class DiskPart:
+    """What one group of topics is asked to do in the disk step by groups (:mod:`.disk_groups`): per
+    live broker, the band its bytes must end in, the most bytes it may hold (its share of the cap)
+    and the window its replica count must end in, each counting the other groups' replicas as
+    fixed where they were when the round started. The groups' bands add up to the goal's band,
+    their windows to the goal's count window."""
+
+    band: Mapping[int, tuple[float, float]]
+    cap: Mapping[int, float]
+    counts: Mapping[int, tuple[int, int]]
+    #: the group's part of each broker's band (its share of the excess, the room or the deficit)
+    weight: Mapping[int, float]
+
+
 def bytes_per_broker(
     topics: Sequence[TopicPartitions], replicas: Sequence[Sequence[tuple[int, ...]]], fixed_bytes: Mapping[int, int]
 ) -> dict[int, int]:
@@ -176,6 +192,7 @@ def replica_moves_lower_bound_disk(
     largest: Mapping[int, Sequence[int]],
     counts: Mapping[int, int] | None = None,
     counts_after: Mapping[int, int] | None = None,
+    pooled: Sequence[int] | None = None,
 ) -> int:
     """Fewest replica moves for the bytes above and below the band together with the replica
     counts (see :func:`bytes_lower_bound` for the band).
@@ -190,10 +207,13 @@ def replica_moves_lower_bound_disk(
     the window goes out again) and receives at least ``max(t - c, k_in, k_out - (c - t))`` (a
     broker at the window's bottom that sheds large replicas must take small ones back: the swaps).
     Removed brokers send all they hold. The bound is the smallest over ``t`` of the larger sum.
+    ``pooled``: the largest replicas of all brokers, largest first (by default the first 4,096 of
+    each broker's, sorted).
     """
     band = goal.band(total)
     live_set = set(live)
-    pooled = sorted((s for b, sizes in largest.items() for s in sizes[:4096]), reverse=True)
+    if pooled is None:
+        pooled = sorted((s for b, sizes in largest.items() for s in sizes[:4096]), reverse=True)
 
     def cover(sizes: Sequence[int], amount: float) -> int:
         acc = 0
@@ -343,24 +363,47 @@ def disk_bounds(
     largest: dict[int, list[int]] = {
         b: sizes_desc[a:z] for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends, strict=True)
     }
-    total = sum(after.values())
-    live_set = set(live)
-    # replicas a broker must shed for the counts: above the plan's largest count, its smallest
-    top = max(count_after.values(), default=0)
     min_out: dict[int, int] = {}
-    for b, c in count_before.items():
-        shed = c - (top if b in live_set else 0)
+    for b, shed in count_sheds(count_before, count_after, live).items():
         sizes = largest.get(b, [])
-        if shed > 0 and sizes:
+        if sizes:
             min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
+    return bounds_of(goal, live, before, after, count_before, count_after, largest, min_out, extra_min_out=extra_min_out)
+
+
+def count_sheds(count_before: Mapping[int, int], count_after: Mapping[int, int], live: Sequence[int]) -> dict[int, int]:
+    """Replicas a broker must shed for the counts: those above the plan's largest count on a live
+    broker, all of them on another (any plan sheds at least its smallest that many)."""
+    live_set = set(live)
+    top = max(count_after.values(), default=0)
+    sheds = {b: c - (top if b in live_set else 0) for b, c in count_before.items()}
+    return {b: x for b, x in sheds.items() if x > 0}
+
+
+def bounds_of(
+    goal: DiskGoal,
+    live: Sequence[int],
+    before: dict[int, int],
+    after: dict[int, int],
+    count_before: Mapping[int, int],
+    count_after: Mapping[int, int],
+    largest: Mapping[int, Sequence[int]],
+    min_out: dict[int, int],
+    pooled: Sequence[int] | None = None,
+    extra_min_out: Mapping[int, int] | None = None,
+) -> DiskBounds:
+    """:class:`DiskBounds` from the per-broker figures :func:`disk_bounds` adds up: bytes and counts
+    before and after, the sizes of each broker's movable replicas largest first (at least a prefix
+    that covers its bytes above the band) and ``min_out`` (:func:`count_sheds`' smallest bytes)."""
     for b, x in (extra_min_out or {}).items():
         min_out[b] = max(min_out.get(b, 0), x)
+    total = sum(after.values())
     return DiskBounds(
         before=before,
         after=after,
         bytes_bound=bytes_lower_bound(before, after, goal, live, total, min_out),
         moves_bound=replica_moves_lower_bound_disk(
-            before, after, goal, live, total, largest, counts=count_before, counts_after=count_after
+            before, after, goal, live, total, largest, counts=count_before, counts_after=count_after, pooled=pooled
         ),
     )
 
@@ -398,19 +441,54 @@ def balance_disk(
 
 
 def balance_disk_input(
-    inp: DiskInput, layout: BrokerLayout, fixed_bytes: Mapping[int, int], fixed_counts: Mapping[int, int], goal: DiskGoal
+    inp: DiskInput,
+    layout: BrokerLayout,
+    fixed_bytes: Mapping[int, int],
+    fixed_counts: Mapping[int, int],
+    goal: DiskGoal,
+    part: DiskPart | None = None,
+    arrived: Iterable[tuple[int, int]] = (),
 ) -> DiskOutcome:
     """:func:`balance_disk` on flat input; :attr:`DiskOutcome.changed` keys are (topic index in
-    ``inp``, partition index within the topic)."""
+    ``inp``, partition index within the topic). ``part``: one group's share of the goal (the disk
+    step by groups: no rack bands, no warnings, the group's windows instead of the goal's);
+    ``arrived``: (entry, broker) replicas an earlier round of the step placed (they move no more)."""
     # hundreds of thousands of small lists and tuples, no reference cycles: the cyclic collector
     # would only walk them again and again (a fifth of the step at a million replicas)
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _DiskStep(inp, layout, fixed_bytes, fixed_counts, goal).run()
+        return _DiskStep(inp, layout, fixed_bytes, fixed_counts, goal, part, arrived).run()
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _drop(lst: list[tuple[int, int]], entry: tuple[int, int]) -> int | None:
+    """Take ``entry`` out of the sorted ``lst``; where it was, or ``None`` if it was not there."""
+    i = bisect.bisect_left(lst, entry)
+    if i < len(lst) and lst[i] == entry:
+        del lst[i]
+        return i
+    return None
+
+
+class _Window:
+    """Counts per broker, each kept within a window of its own (a group's share of the goal's count
+    window, :class:`DiskPart`): a move may not take ``src`` under its window nor ``dst`` over it."""
+
+    __slots__ = ("counts", "windows")
+
+    def __init__(self, counts: dict[int, int], windows: Mapping[int, tuple[int, int]]) -> None:
+        self.counts = counts
+        self.windows = windows
+
+    def allows(self, src: int, dst: int) -> bool:
+        return self.counts.get(src, 0) > self.windows[src][0] and self.counts.get(dst, 0) < self.windows[dst][1]
+
+    def move(self, src: int, dst: int) -> None:
+        self.counts[src] = self.counts.get(src, 0) - 1
+        self.counts[dst] = self.counts.get(dst, 0) + 1
 
 
 class _Spread:
@@ -470,8 +548,11 @@ class _DiskStep:
         fixed_bytes: Mapping[int, int],
         fixed_counts: Mapping[int, int],
         goal: DiskGoal,
+        part: DiskPart | None = None,
+        arrived: Iterable[tuple[int, int]] = (),
     ) -> None:
         self.goal = goal
+        self.part = part
         self.layout = layout
         self.live = tuple(layout.brokers)
         self.live_set = set(self.live)
@@ -511,23 +592,27 @@ class _DiskStep:
         #: entries with one replica in each rack (RF = racks): none of their replicas changes racks
         self.locked: list[bool] = ix.locked
         #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
-        #: rack rule as the step starts; checked again on use): what a swap across racks sends back
+        #: rack rule, kept up to date as replicas of the partition change racks): what a swap across racks sends back
         self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = ix.cross_to
-        self.cross_from: dict[tuple[int, int], int] = dict.fromkeys(self.cross_to, 0)
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
         #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
         #: moves at most once; another replica of the same partition may still move)
         self.touched: set[int] = set()
-        self.arrived: set[tuple[int, int]] = set()
+        self.arrived: set[tuple[int, int]] = set(arrived)
         self.total = sum(self.bytes.values())
-        self.band = goal.band(self.total)
+        self.bytes0 = dict(self.bytes)
+        #: a group's part of each broker's band (:meth:`share`)
+        self.weight = {b: (w if w > 1e-9 else 1.0) for b, w in part.weight.items()} if part is not None else {}
+        cap = goal.capacity
+        self.band = dict(part.band) if part is not None else goal.band(self.total)
+        #: the most bytes a broker may hold (hard)
+        self.cap_bytes = dict(part.cap) if part is not None else {b: goal.cap * cap[b] for b in self.live}
         n = len(self.live)
-        self.count_spread = _Spread(self.count, n, goal.count_spread)
+        self.count_spread: _Spread | _Window = (
+            _Window(self.count, part.counts) if part is not None else _Spread(self.count, n, goal.count_spread))
         #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
         self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
-        #: per broker, where the search for a small replica to swap back starts (entries before it moved)
-        self.swap_from: dict[int, int] = dict.fromkeys(self.live, 0)
         self.out = DiskOutcome(before=dict(self.bytes))
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
@@ -539,7 +624,14 @@ class _DiskStep:
         return b not in self.reps[e] or (e, b) in self.arrived
 
     def share(self, b: int) -> float:
-        return self.bytes[b] / self.goal.capacity[b]
+        """The broker's disk share, what the step orders brokers by. A group's (``part``): the share
+        the broker would have if every group moved its bytes as this one does, in proportion to its
+        part of the broker's band (``part.weight``): a group that fills its part of a receiver's room
+        sees the receiver rise as the serial step would, not by its own bytes alone."""
+        if self.part is None:
+            return self.bytes[b] / self.goal.capacity[b]
+        x0 = self.bytes0[b]
+        return (x0 + (self.bytes[b] - x0) / self.weight[b]) / self.goal.capacity[b]
 
     def racks_ok(self, reps: Sequence[int], old: int, new: int) -> bool:
         rack = self.rack
@@ -568,6 +660,11 @@ class _DiskStep:
     # -- applying ----------------------------------------------------------------------------
     def apply(self, e: int, src: int, dst: int) -> None:
         reps = self.reps[e]
+        rack = self.rack
+        # the partition's racks change: which other racks each of its replicas may go to changes too
+        across = not self.locked[e] and rack.get(src, -1) != rack.get(dst, -1)
+        was = {b: self.cross_keys(e, b) for b in reps if b in self.live_set} if across else None
+        src_keys = self.cross_keys(e, src) if not self.locked[e] else []
         reps[reps.index(src)] = dst
         s = self.size[e]
         self.bytes[src] -= s
@@ -578,21 +675,36 @@ class _DiskStep:
         self.touched.add(e)
         self.arrived.add((e, dst))
         self.out.moves += 1
-        # the replica may go back out of ``dst`` as the small half of a swap (it moves from where it
-        # was before the plan to where it ends, the same bytes): into ``dst``'s sorted lists
+        # out of ``src``'s sorted lists (a replica that left is never a candidate there again: left
+        # in, every later walk over the list would step past it); the replica may go back out of
+        # ``dst`` as the small half of a swap (it moves from where it was before the plan to where
+        # it ends, the same bytes): into ``dst``'s sorted lists
         entry = (s, e)
+        i = _drop(self.on[src], entry)
+        if i is not None:
+            del self.sizes_on[src][i]
+        _drop(self.added[src], entry)
+        for key in src_keys:
+            _drop(self.cross_to[key], entry)
         i = bisect.bisect_left(self.on[dst], entry)
         self.on[dst].insert(i, entry)
         self.sizes_on[dst].insert(i, s)
-        if i < self.swap_from[dst]:
-            self.swap_from[dst] += 1
-        if not self.locked[e]:
-            for key in self.cross_keys(e, dst):
-                lst = self.cross_to[key]
-                j = bisect.bisect_left(lst, entry)
-                lst.insert(j, entry)
-                if j < self.cross_from[key]:
-                    self.cross_from[key] += 1
+        if self.locked[e]:
+            return
+        for key in self.cross_keys(e, dst):
+            bisect.insort(self.cross_to[key], entry)
+        if was is None:
+            return
+        for b, keys in was.items():
+            if b == src:
+                continue
+            now = self.cross_keys(e, b)
+            for key in keys:
+                if key not in now:
+                    _drop(self.cross_to[key], entry)
+            for key in now:
+                if key not in keys:
+                    bisect.insort(self.cross_to[key], entry)
 
     def cross_keys(self, e: int, b: int) -> list[tuple[int, int]]:
         """(``b``, rack) for every other rack that ``e``'s replica on ``b`` may move to."""
@@ -608,28 +720,16 @@ class _DiskStep:
             return None
         g = self.rack.get(src, -1)
         across = self.rack.get(dst, -1) != g
-        lst: list[tuple[int, int]]
-        pointers: dict[Any, int]
         if across:
-            key: Any = (dst, g)
-            if key not in self.cross_to:
+            lst = self.cross_to.get((dst, g))
+            if lst is None:
                 return None
-            lst, pointers = self.cross_to[key], self.cross_from
         else:
-            key, lst, pointers = dst, self.on[dst], self.swap_from
-        start = pointers[key]
-        # entries already moved never come back: skip them for good
-        while start < len(lst) and dst not in self.reps[lst[start][1]]:
-            start += 1
-        pointers[key] = start
-        tried = 0
-        for i in range(start, len(lst)):
-            s, q = lst[i]
-            if s >= limit or tried >= SWAP_CANDIDATES:
+            lst = self.on[dst]
+        # every entry is a replica ``dst`` holds now (a replica that leaves is taken out of the lists)
+        for s, q in itertools.islice(lst, SWAP_CANDIDATES):
+            if s >= limit:
                 break
-            if dst not in self.reps[q]:
-                continue
-            tried += 1
             if self.can_place(q, dst, src):
                 return q
         self.swap_failed[(dst, src)] = (self.out.moves, limit)
@@ -652,15 +752,19 @@ class _DiskStep:
         smallest replica that could come back in a swap)``; a swap needs ``s`` above 16 times it."""
         out = []
         spread = self.count_spread
-        a = spread.counts.get(src, 0)
-        lo, hi, limit = spread.lo, spread.hi, spread.limit
-        alone_hi = a == hi and spread.hist[hi] == 1
-        alone_lo = spread.hist[lo] == 1
+        window = spread if isinstance(spread, _Window) else None
+        if isinstance(spread, _Spread):
+            a = spread.counts.get(src, 0)
+            lo, hi, limit = spread.lo, spread.hi, spread.limit
+            alone_hi = a == hi and spread.hist[hi] == 1
+            alone_lo = spread.hist[lo] == 1
         for dst in receivers:
             if dst == src:
                 continue
             if self.offload:
                 allow = True
+            elif window is not None:
+                allow = window.allows(src, dst)
             else:  # Spread.allows with src fixed
                 c = spread.counts.get(dst, 0)
                 new_hi = c + 1 if c + 1 > hi else (hi - 1 if alone_hi and c + 1 < hi else hi)
@@ -669,11 +773,7 @@ class _DiskStep:
             small = 0.0
             if not allow:
                 lst = self.on[dst]
-                start = self.swap_from[dst]
-                while start < len(lst) and dst not in self.reps[lst[start][1]]:
-                    start += 1
-                self.swap_from[dst] = start
-                small = float(lst[start][0]) if start < len(lst) else float("inf")
+                small = float(lst[0][0]) if lst else float("inf")
             out.append((dst, room[dst], allow, small))
         return out
 
@@ -733,28 +833,32 @@ class _DiskStep:
 
     def receivers(self, exclude: int) -> list[int]:
         """Brokers by most room under their band's top (as a share of capacity)."""
-        cap = self.goal.capacity
         hi = self.band
         rs = [b for b in self.live if b != exclude]
         if self.offload:
             rs = [b for b in rs if self.bytes[b] <= hi[b][1]]
-        rs.sort(key=lambda b: self.bytes[b] / cap[b])
+        if self.part is not None:
+            # a group's part of each receiver's deficit first: its replicas are coarse against its
+            # parts of the rooms, and a receiver it filled past its part would leave another short
+            band = self.band
+            rs.sort(key=lambda b: (self.bytes[b] >= band[b][0], self.share(b)))
+        else:
+            rs.sort(key=self.share)
         return rs
 
     # -- the two passes ----------------------------------------------------------------------
     def shed(self, src: int, need: float, most: float) -> None:
         """Move replicas off ``src`` until ``need`` bytes left it, never more than ``most``."""
-        cap = self.goal.capacity
         while need > 0:
             receivers = self.receivers(src)
             if not receivers:
                 return
             room = {b: self.band[b][1] - self.bytes[b] for b in receivers}
             s = self.shed_one(src, need, most, receivers, room)
-            if s is None and self.bytes[src] > self.goal.cap * cap[src]:
+            if s is None and self.bytes[src] > self.cap_bytes[src]:
                 # the cap is hard, the band is not: a broker above its cap may send a replica
                 # larger than any receiver's room in the band, to a receiver that stays under its cap
-                room = {b: self.goal.cap * cap[b] - self.bytes[b] for b in receivers}
+                room = {b: self.cap_bytes[b] - self.bytes[b] for b in receivers}
                 s = self.shed_one(src, need, most, receivers, room)
             if s is None:
                 return
@@ -832,7 +936,6 @@ class _DiskStep:
 
     def fill(self, dst: int, need: float, most: float) -> None:
         """Pull replicas onto ``dst`` until ``need`` bytes arrived, never more than ``most``."""
-        cap = self.goal.capacity
         while need > 0:
             got = self.pull_back(dst, min(need, most))
             if got is not None:
@@ -840,7 +943,7 @@ class _DiskStep:
                 most -= got
                 continue
             donors = [b for b in self.live if b != dst and self.bytes[b] > self.band[b][0]]
-            donors.sort(key=lambda b: -self.bytes[b] / cap[b])
+            donors.sort(key=lambda b: -self.share(b))
             got = None
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
@@ -889,137 +992,66 @@ class _DiskStep:
         return None
 
     def passes(self) -> None:
-        cap = self.goal.capacity
         band = self.band
         for _ in range(3):
             progress = self.out.moves
-            over = sorted((b for b in self.live if self.bytes[b] > band[b][1]), key=lambda b: -self.bytes[b] / cap[b])
+            over = sorted((b for b in self.live if self.bytes[b] > band[b][1]), key=lambda b: -self.share(b))
             for b in over:
                 self.shed(b, self.bytes[b] - band[b][1], self.bytes[b] - band[b][0])
             if not self.offload:
-                under = sorted((b for b in self.live if self.bytes[b] < band[b][0]), key=lambda b: self.bytes[b] / cap[b])
+                under = sorted((b for b in self.live if self.bytes[b] < band[b][0]), key=self.share)
                 for b in under:
                     self.fill(b, band[b][0] - self.bytes[b], band[b][1] - self.bytes[b])
             if self.out.moves == progress:
                 break
 
     def rack_limits(self) -> tuple[list[int], list[int]]:
-        """Per rack index, the fewest and the most bytes its brokers can hold under the rack rule:
-        a partition keeps ``min(RF, racks, racks it spans now)`` racks, so a rack keeps at least one
-        replica of a partition with RF >= racks that it holds, and at most RF minus one per other
-        rack the partition must keep; bytes the step may not move stay where they are."""
-        n = self.n_racks
-        lo = [0] * n
-        hi = [0] * n
-        per_rack = self.layout.rack_sizes()
+        """:func:`rack_limits` of the replicas now."""
+        pinned = [0] * self.n_racks
         for b in self.live:
             g = self.rack.get(b, -1)
-            if 0 <= g < n:
-                lo[g] += self.pinned[b]
-                hi[g] += self.pinned[b]
-        # over the replicas now, with numpy per replica count (disk_index.py)
-        rows = FlatRows.of(self.reps)
+            if 0 <= g < self.n_racks:
+                pinned[g] += self.pinned[b]
         movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
         sizes = np.fromiter(self.size, dtype=np.int64, count=len(self.size))
-        lookup = rack_lookup(self.rack)
-        live = np.fromiter(self.live, dtype=np.int64, count=len(self.live))
-        for k, idx, table in rows.groups():
-            take = movable[idx]
-            if not k or not take.any():
-                continue
-            table, s = table[take], sizes[idx[take]]
-            racks = racks_of(lookup, table)
-            on_live = member(table.ravel(), live).reshape(table.shape)
-            keep = np.minimum(min(k, n), distinct_per_row(racks, on_live))
-            for g in range(n):
-                if k >= n:
-                    lo[g] += int(s[((racks == g) & on_live).any(axis=1)].sum())
-                hi[g] += int((s * np.minimum(per_rack[g], k - (keep - 1))).sum())
-        return lo, hi
+        lo, hi = rack_limits(self.layout, FlatRows.of(self.reps), movable, sizes)
+        return [a + p for a, p in zip(lo, pinned, strict=True)], [a + p for a, p in zip(hi, pinned, strict=True)]
 
     def rack_bands(self) -> list[str]:
-        """Where a rack as a whole cannot reach the band (replicas that must keep a copy in each
-        rack, RF >= racks, pin each rack's bytes), aim its brokers at the nearest share the rack
-        can reach instead. Where it could but the passes left it outside (no replica that may
-        leave it found room elsewhere), at the share it has: its brokers are then balanced with
-        each other rather than one of them left far from the rest."""
-        cap = self.goal.capacity
-        tol = self.goal.tolerance
-        notes = []
+        """:func:`rack_bands` over the bytes now."""
         fewest, most = self.rack_limits()
-        for g in range(self.n_racks):
-            members = [b for b in self.live if self.rack.get(b, -1) == g]
-            if len(members) < 2:
-                continue
-            rack_cap = sum(cap[b] for b in members)
-            lo_g, hi_g = self.band[members[0]][0] / cap[members[0]], self.band[members[0]][1] / cap[members[0]]
-            share = sum(self.bytes[b] for b in members) / rack_cap
-            if lo_g <= share <= hi_g:
-                continue
-            # the nearest share the rack can reach; where it can reach the band, its brokers keep it
-            pinned = True
-            if fewest[g] / rack_cap > hi_g:
-                share = fewest[g] / rack_cap
-            elif most[g] / rack_cap < lo_g:
-                share = most[g] / rack_cap
-            else:
-                pinned = False
-            lo = max(0.0, min(share - tol, lo_g))
-            hi = min(max(share + tol, hi_g), self.goal.cap)
-            for b in members:
-                self.band[b] = (lo * cap[b], hi * cap[b])
-            name = self.layout.rack_names[g] if g < len(self.layout.rack_names) else g
-            if pinned:
-                notes.append(
-                    f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
-                    "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
-                    "bytes; its brokers are balanced around that share"
-                )
-            else:
-                notes.append(
-                    f"rack {name} ends at {share:.1%} of its disk, not the mean share: none of the replicas that may "
-                    "leave it found room in another rack (rack spread, replica counts, sizes); its brokers are balanced "
-                    "around that share"
-                )
-        return notes
+        return rack_bands(self.goal, self.layout, self.band, self.bytes, fewest, most)
 
     def count_window(self) -> tuple[int, int]:
-        """The replica counts every live broker should end within: ``count_spread`` wide, around
-        the mean, or higher where a rack must hold more than its share (racks of unequal size:
-        a partition with RF >= racks keeps one replica in each, so the brokers of a small rack
-        hold at least those replicas between them; replicas that may not move stay)."""
-        n = len(self.live)
-        total = sum(self.count.values())
-        spread = self.goal.count_spread
-        hi = max(0, -(-total // n) - (spread + 1) // 2) + spread
+        """:func:`count_window` of the counts now."""
+        fewest = [0] * self.n_racks
+        for b in self.live:
+            g = self.rack.get(b, -1)
+            if 0 <= g < self.n_racks:
+                fewest[g] += self.count[b] - len(self.on[b])  # replicas that may not move
         if self.n_racks > 1:
-            fewest = [0] * self.n_racks
-            size = [0] * self.n_racks
-            for b in self.live:
-                g = self.rack.get(b, -1)
-                if 0 <= g < self.n_racks:
-                    fewest[g] += self.count[b] - len(self.on[b])  # replicas that may not move
-                    size[g] += 1
-            for e, reps in enumerate(self.reps):
-                if self.movable[e] and len(reps) >= self.n_racks:
-                    for g in {self.rack.get(b, -1) for b in reps if b in self.live_set}:
-                        if 0 <= g < self.n_racks:
-                            fewest[g] += 1
-            hi = max([hi] + [-(-fewest[g] // size[g]) for g in range(self.n_racks) if size[g]])
-        return max(0, hi - spread), hi
+            movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
+            fewest = [a + b for a, b in zip(fewest, kept_in_racks(self.layout, FlatRows.of(self.reps), movable), strict=True)]
+        return count_window(self.layout, self.goal.count_spread, sum(self.count.values()), fewest)
 
     def balance_counts(self) -> None:
         """Bring every live broker's replica count into :meth:`count_window` by moving the
         smallest replicas: off brokers above it to brokers below it first, then to brokers with
         the most disk room; brokers below it then pull from brokers above its bottom. The disk
         passes after it move the bytes (a receiver's disk does not limit these small replicas)."""
-        lo, hi = self.count_window()
-        cap = self.goal.capacity
+        if self.part is not None:
+            lo_at = {b: w[0] for b, w in self.part.counts.items()}
+            hi_at = {b: w[1] for b, w in self.part.counts.items()}
+        else:
+            lo, hi = self.count_window()
+            lo_at = dict.fromkeys(self.live, lo)
+            hi_at = dict.fromkeys(self.live, hi)
+        count = self.count
         unlimited = float("inf")
 
         def targets(src: int, pull: int | None) -> list[tuple[int, float, bool, float]]:
-            rs = [pull] if pull is not None else [b for b in self.live if b != src and self.count[b] < hi]
-            rs.sort(key=lambda b: (self.count[b] >= lo, self.bytes[b] / cap[b]))
+            rs = [pull] if pull is not None else [b for b in self.live if b != src and count[b] < hi_at[b]]
+            rs.sort(key=lambda b: (count[b] >= lo_at[b], self.share(b)))
             return [(b, unlimited, True, 0.0) for b in rs]
 
         def shed_smallest(src: int, pull: int | None, until: int) -> None:
@@ -1028,48 +1060,50 @@ class _DiskStep:
             ts = targets(src, pull)
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
-            for _, e in self.on[src]:
-                if self.count[src] <= until or not ts:
+            for _, e in list(self.on[src]):  # a copy: a move takes the replica out of the list
+                if count[src] <= until or not ts:
                     return
                 if not self.gone(e, src) and self.try_move(e, src, ts):
-                    ts = [t for t in targets(src, pull) if pull is None or self.count[t[0]] < lo]
+                    ts = [t for t in targets(src, pull) if pull is None or count[t[0]] < lo_at[t[0]]]
 
-        for src in sorted(self.live, key=lambda b: -self.count[b]):
-            if self.count[src] > hi:
-                shed_smallest(src, None, hi)
-        for dst in sorted(self.live, key=lambda b: self.count[b]):
-            donors = sorted((b for b in self.live if b != dst), key=lambda b: -self.count[b])
+        for src in sorted(self.live, key=lambda b: hi_at[b] - count[b]):
+            if count[src] > hi_at[src]:
+                shed_smallest(src, None, hi_at[src])
+        for dst in sorted(self.live, key=lambda b: count[b] - lo_at[b]):
+            donors = sorted((b for b in self.live if b != dst), key=lambda b: lo_at[b] - count[b])
             for src in donors:
-                if self.count[dst] >= lo:
+                if count[dst] >= lo_at[dst]:
                     break
-                if self.count[src] > lo:
-                    shed_smallest(src, dst, max(lo, self.count[src] - (lo - self.count[dst])))
+                if count[src] > lo_at[src]:
+                    shed_smallest(src, dst, max(lo_at[src], count[src] - (lo_at[dst] - count[dst])))
         # a broker still above the window holds only replicas that must stay in its rack (RF >=
         # racks): a broker of its rack passes one of its own to another rack, then takes one
-        for src in sorted(self.live, key=lambda b: -self.count[b]):
-            while self.count[src] > hi:
+        for src in sorted(self.live, key=lambda b: hi_at[b] - count[b]):
+            while count[src] > hi_at[src]:
                 mates = sorted((m for m in self.live if m != src and self.rack.get(m) == self.rack.get(src)),
-                               key=lambda m: self.count[m])
+                               key=lambda m: count[m] - hi_at[m])
                 for m in mates:
-                    had = self.count[m]
-                    if had >= hi:
+                    had = count[m]
+                    if had >= hi_at[m]:
                         shed_smallest(m, None, had - 1)
-                    if self.count[m] < hi:
-                        left = self.count[src]
+                    if count[m] < hi_at[m]:
+                        left = count[src]
                         shed_smallest(src, m, left - 1)
-                        if self.count[src] < left:
+                        if count[src] < left:
                             break
                 else:
                     break
-        self.count_spread = _Spread(self.count, len(self.live), self.goal.count_spread)
+        if self.part is not None:
+            # where a window could not be reached, the count it ends at: never further from it
+            self.count_spread = _Window(count, {b: (min(lo_at[b], count[b]), max(hi_at[b], count[b])) for b in self.live})
+        else:
+            self.count_spread = _Spread(count, len(self.live), self.goal.count_spread)
 
     def run(self) -> DiskOutcome:
-        cap = self.goal.capacity
-        band = self.band
         if self.goal.balance_counts and not self.offload:
             self.balance_counts()
         self.passes()
-        if not self.offload and self.n_racks > 1:
+        if self.part is None and not self.offload and self.n_racks > 1:
             notes = self.rack_bands()
             if notes:
                 self.out.warnings.extend(notes)
@@ -1080,18 +1114,155 @@ class _DiskStep:
             self.out.changed[(ti, e - starts[ti])] = tuple(self.reps[e])
         self.out.after = dict(self.bytes)
         self.out.count_spread = max(self.count.values(), default=0) - min(self.count.values(), default=0)
-        for b in self.live:
-            lo, hi = band[b]
-            share = self.share(b)
-            if self.bytes[b] > self.goal.cap * cap[b]:
-                self.out.warnings.append(
-                    f"broker {b} stays at {share:.1%} of its disk, above the cap {self.goal.cap:.0%}: the replicas "
-                    "there may not move (in flight, left out, racks) or no broker has room"
-                )
-            elif not self.offload and (self.bytes[b] > hi + cap[b] / 1000 or self.bytes[b] < lo - cap[b] / 1000):
-                mean = self.total / sum(cap.values())
-                self.out.warnings.append(
-                    f"broker {b} ends at {share:.1%} of its disk, outside {mean:.1%} +- {self.goal.tolerance:.0%}: "
-                    "its replicas are too large or too few to move within the rack and count limits"
-                )
+        if self.part is None:
+            self.out.warnings.extend(broker_warnings(self.goal, self.live, self.bytes, self.band, self.total))
         return self.out
+
+
+def rack_limits(
+    layout: BrokerLayout, rows: FlatRows, movable: npt.NDArray[np.bool_], sizes: npt.NDArray[np.int64]
+) -> tuple[list[int], list[int]]:
+    """Per rack index, the fewest and the most bytes of the ``movable`` partitions of ``rows`` its
+    brokers can hold under the rack rule: a partition keeps ``min(RF, racks, racks it spans now)``
+    racks, so a rack keeps at least one replica of a partition with RF >= racks that it holds,
+    and at most RF minus one per other rack the partition must keep (the bytes that may not move
+    are the caller's to add). With numpy per replica count (disk_index.py)."""
+    n = layout.n_racks
+    lo = [0] * n
+    hi = [0] * n
+    per_rack = layout.rack_sizes()
+    lookup = rack_lookup(layout.rack_of)
+    live = np.asarray(layout.brokers, dtype=np.int64)
+    for k, idx, table in rows.groups():
+        take = movable[idx]
+        if not k or not take.any():
+            continue
+        table, s = table[take], sizes[idx[take]]
+        racks = racks_of(lookup, table)
+        on_live = member(table.ravel(), live).reshape(table.shape)
+        keep = np.minimum(min(k, n), distinct_per_row(racks, on_live))
+        for g in range(n):
+            if k >= n:
+                lo[g] += int(s[((racks == g) & on_live).any(axis=1)].sum())
+            hi[g] += int((s * np.minimum(per_rack[g], k - (keep - 1))).sum())
+    return lo, hi
+
+
+def rack_bands(
+    goal: DiskGoal,
+    layout: BrokerLayout,
+    band: dict[int, tuple[float, float]],
+    bytes_now: Mapping[int, int],
+    fewest: Sequence[int],
+    most: Sequence[int],
+    pinned_only: bool = False,
+) -> list[str]:
+    """Where a rack as a whole cannot reach the band (replicas that must keep a copy in each
+    rack, RF >= racks, pin each rack's bytes: ``fewest``/``most`` per rack, :func:`rack_limits`
+    with the bytes that may not move), aim its brokers at the nearest share the rack can reach
+    instead. Where it could but the passes left it outside (no replica that may leave it found
+    room elsewhere), at the share it has: its brokers are then balanced with each other rather
+    than one of them left far from the rest (not with ``pinned_only``). Changes ``band`` in place;
+    a note per such rack."""
+    cap = goal.capacity
+    tol = goal.tolerance
+    notes = []
+    for g in range(layout.n_racks):
+        members = [b for b in layout.brokers if layout.rack_of.get(b, -1) == g]
+        if len(members) < 2:
+            continue
+        rack_cap = sum(cap[b] for b in members)
+        lo_g, hi_g = band[members[0]][0] / cap[members[0]], band[members[0]][1] / cap[members[0]]
+        share = sum(bytes_now[b] for b in members) / rack_cap
+        if lo_g <= share <= hi_g:
+            continue
+        # the nearest share the rack can reach; where it can reach the band, its brokers keep it
+        pinned = True
+        if fewest[g] / rack_cap > hi_g:
+            share = fewest[g] / rack_cap
+        elif most[g] / rack_cap < lo_g:
+            share = most[g] / rack_cap
+        elif pinned_only:
+            continue
+        else:
+            pinned = False
+        lo = max(0.0, min(share - tol, lo_g))
+        hi = min(max(share + tol, hi_g), goal.cap)
+        for b in members:
+            band[b] = (lo * cap[b], hi * cap[b])
+        name = layout.rack_names[g] if g < len(layout.rack_names) else g
+        if pinned:
+            notes.append(
+                f"rack {name} can hold no {'less' if share > hi_g else 'more'} than {share:.1%} of its disk, not the "
+                "mean share: replicas that must keep a copy in each rack (RF >= racks) or may not move fix its "
+                "bytes; its brokers are balanced around that share"
+            )
+        else:
+            notes.append(
+                f"rack {name} ends at {share:.1%} of its disk, not the mean share: none of the replicas that may "
+                "leave it found room in another rack (rack spread, replica counts, sizes); its brokers are balanced "
+                "around that share"
+            )
+    return notes
+
+
+def kept_in_racks(layout: BrokerLayout, rows: FlatRows, movable: npt.NDArray[np.bool_]) -> list[int]:
+    """Per rack index, the ``movable`` partitions of ``rows`` with RF >= racks that have a replica
+    on a live broker of the rack (each keeps one there)."""
+    n = layout.n_racks
+    out = [0] * n
+    lookup = rack_lookup(layout.rack_of)
+    live = np.asarray(layout.brokers, dtype=np.int64)
+    for k, idx, table in rows.groups():
+        take = movable[idx]
+        if k < n or not take.any():
+            continue
+        table = table[take]
+        racks = racks_of(lookup, table)
+        on_live = member(table.ravel(), live).reshape(table.shape)
+        for g in range(n):
+            out[g] += int(((racks == g) & on_live).any(axis=1).sum())
+    return out
+
+
+def count_window(layout: BrokerLayout, spread: int, total: int, fewest: Sequence[int]) -> tuple[int, int]:
+    """The replica counts every live broker should end within: ``spread`` wide, around the mean
+    of ``total`` replicas, or higher where a rack must hold more than its share (racks of unequal
+    size: a partition with RF >= racks keeps one replica in each, so the brokers of a small rack
+    hold at least those replicas between them). ``fewest``: per rack index, the replicas its
+    brokers keep (those that may not move, and one per partition of :func:`kept_in_racks`)."""
+    n = len(layout.brokers)
+    hi = max(0, -(-total // n) - (spread + 1) // 2) + spread
+    if layout.n_racks > 1:
+        size = [0] * layout.n_racks
+        for b in layout.brokers:
+            g = layout.rack_of.get(b, -1)
+            if 0 <= g < layout.n_racks:
+                size[g] += 1
+        hi = max([hi] + [-(-fewest[g] // size[g]) for g in range(layout.n_racks) if size[g]])
+    return max(0, hi - spread), hi
+
+
+def broker_warnings(
+    goal: DiskGoal, live: Sequence[int], after: Mapping[int, int], band: Mapping[int, tuple[float, float]], total: int
+) -> list[str]:
+    """A warning per live broker that ends above the cap or outside its ``band``."""
+    cap = goal.capacity
+    offload = goal.offload_threshold is not None
+    out = []
+    for b in live:
+        lo, hi = band[b]
+        x = after.get(b, 0)
+        share = x / cap[b]
+        if x > goal.cap * cap[b]:
+            out.append(
+                f"broker {b} stays at {share:.1%} of its disk, above the cap {goal.cap:.0%}: the replicas "
+                "there may not move (in flight, left out, racks) or no broker has room"
+            )
+        elif not offload and (x > hi + cap[b] / 1000 or x < lo - cap[b] / 1000):
+            mean = total / sum(cap.values())
+            out.append(
+                f"broker {b} ends at {share:.1%} of its disk, outside {mean:.1%} +- {goal.tolerance:.0%}: "
+                "its replicas are too large or too few to move within the rack and count limits"
+            )
+    return out

@@ -48,6 +48,7 @@ from airflow_kafka_reassign.core.planner.disk import (
     balance_disk_input,
     disk_bounds,
 )
+from airflow_kafka_reassign.core.planner.disk_groups import DiskGroup, GroupRunner, LocalGroups, disk_by_groups
 from airflow_kafka_reassign.core.planner.disk_index import FlatRows
 from airflow_kafka_reassign.core.planner.goals import (
     PartitionLike,
@@ -356,6 +357,37 @@ class DiskArrays:
             frozen=np.fromiter((f for x in xs for f in x.frozen), dtype=bool, count=n),
         )
 
+    def group(self, gid: int) -> DiskGroup:
+        """These topics as one group of the disk step by groups (:mod:`.disk_groups`)."""
+        now = FlatRows(self.now_lens.astype(np.int64), self.now.astype(np.int64))
+        return DiskGroup(
+            gid=gid, topics=list(self.topics), balance=list(self.balance), counts=list(self.counts),
+            partitions=self.partitions.astype(np.int64), start=now,
+            orig=FlatRows(self.orig_lens.astype(np.int64), self.orig.astype(np.int64)),
+            sizes=self.sizes.astype(np.int64), frozen=self.frozen.astype(bool),
+            now=FlatRows(now.lens, now.flat.copy()),
+        )
+
+    def split(self, n: int) -> list[DiskArrays]:
+        """These topics cut into ``n`` runs of consecutive topics with about as many replicas each
+        (what :func:`plan_staged` groups, as the Spark job's place tasks do)."""
+        p_starts = np.concatenate([[0], np.cumsum(self.counts, dtype=np.int64)])
+        r_starts = np.concatenate([[0], np.cumsum(self.now_lens, dtype=np.int64)])
+        o_starts = np.concatenate([[0], np.cumsum(self.orig_lens, dtype=np.int64)])
+        per_topic = r_starts[p_starts[1:]] - r_starts[p_starts[:-1]]
+        cuts = np.searchsorted(np.cumsum(per_topic), np.linspace(0, per_topic.sum(), n + 1)[1:-1], side="right")
+        bounds = [0, *sorted(set(cuts.tolist()) - {0, len(self.topics)}), len(self.topics)]
+        out = []
+        for j0, j1 in zip(bounds, bounds[1:], strict=False):
+            a, b = int(p_starts[j0]), int(p_starts[j1])
+            out.append(DiskArrays(
+                topics=self.topics[j0:j1], balance=self.balance[j0:j1], counts=self.counts[j0:j1],
+                partitions=self.partitions[a:b], now_lens=self.now_lens[a:b], now=self.now[r_starts[a]:r_starts[b]],
+                orig_lens=self.orig_lens[a:b], orig=self.orig[o_starts[a]:o_starts[b]], sizes=self.sizes[a:b],
+                frozen=self.frozen[a:b],
+            ))
+        return out
+
 
 @dataclass
 class DiskDone:
@@ -367,6 +399,8 @@ class DiskDone:
     bounds: DiskBounds
     #: the disk step left the replica counts further apart than the goal (:func:`counts_in_place`)
     counts_missed: bool = False
+    #: the disk step by groups: its rounds (0: the serial step)
+    rounds: int = 0
 
 
 def counts_in_place(step: QuotaStep) -> QuotaStep:
@@ -435,6 +469,16 @@ def driver_disk(ctx: PrepareContext, step: QuotaStep, inputs: Iterable[DiskArray
         final.flat[r:r + len(reps)] = reps  # a change keeps the partition's replica count
     bounds = disk_bounds(inp, final, goal, ctx.layout.brokers, step.fixed_bytes, step.fixed_load)
     return DiskDone(changes, outcome, bounds, outcome.counts_missed(goal, step.floor))
+
+
+def driver_disk_groups(ctx: PrepareContext, step: QuotaStep, runner: GroupRunner) -> DiskDone | None:
+    """The disk step by groups (:func:`~.disk_groups.disk_by_groups`) over the groups ``runner``
+    holds (one per place task: :meth:`DiskArrays.group`); ``None`` without a capacity document."""
+    goal = step.disk
+    if goal is None:
+        return None
+    done = disk_by_groups(runner, ctx.layout, goal, step.fixed_bytes, step.fixed_load)
+    return DiskDone(done.changes, done.outcome, done.bounds, done.outcome.counts_missed(goal, step.floor), done.rounds)
 
 
 def apply_disk_changes(inputs: Iterable[LeaderInput], changes: Mapping[str, Mapping[int, tuple[int, ...]]]) -> None:
@@ -733,8 +777,9 @@ def leader_counts(rows: Iterable[tuple[int, tuple[int, ...], int | None]]) -> di
 # -- all stages in one process ----------------------------------------------------------------
 
 
-def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -> PlanResult:
-    """Every stage in order, in this process: what the Spark job computes, for tests."""
+def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None, disk_groups: int = 0) -> PlanResult:
+    """Every stage in order, in this process: what the Spark job computes, for tests.
+    ``disk_groups``: the disk step by that many groups of topics (0: the serial step)."""
     request = request or PlanRequest()
     ctx = plan_context(snapshot.brokers, snapshot.topics, None, request, any_sizes=False)
     by_topic: dict[str, list[PartitionLike]] = {}
@@ -743,11 +788,18 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None) -
     groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
     step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
     placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
-    disk = driver_disk(ctx, step, [DiskArrays.of(placed)])
+
+    def disk_step(step: QuotaStep) -> DiskDone | None:
+        if not disk_groups:
+            return driver_disk(ctx, step, [DiskArrays.of(placed)])
+        parts = DiskArrays.of(placed).split(disk_groups)
+        return driver_disk_groups(ctx, step, LocalGroups([x.group(i) for i, x in enumerate(parts)]))
+
+    disk = disk_step(step)
     if disk is not None and disk.counts_missed:
         step = counts_in_place(step)
         placed = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
-        disk = driver_disk(ctx, step, [DiskArrays.of(placed)])
+        disk = disk_step(step)
     leader_inputs = [LeaderInput.of(placed)]
     if disk is not None:
         apply_disk_changes(leader_inputs, disk.changes)
