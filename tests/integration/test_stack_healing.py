@@ -24,6 +24,7 @@ backend), not through the product's code.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,17 @@ CLUSTER = "kafka_default"
 DWELL_S = 120
 RECOVERY_S = 30
 POLL_S = 3
+#: the scale-out's example, deployed beside it: a broker that comes back empty gets its share
+EMPTY_DAG_ID = "kafka_heal_empty_broker"
+EMPTY_ASSET = "kafka_reassign.kafka_default.incidents.empty_broker"
+#: the empty broker's dwell: short, to keep the module quick (a broker that restarts keeps its replicas in the
+#: metadata: only a broker that was drained, or a new one, is empty when it comes back)
+EMPTY_DWELL_S = 60
+EMPTY_RECOVERY_S = 30
+#: a topic of the module on every broker, 4 replicas each, two racks per partition (r1: 1, 4; r2: 2, 5; r3: 3): the
+#: share that broker 5 loses to the drain and is given back by the scale-out
+SHARE_TOPIC = f"t-stack-healing-share-{secrets.token_hex(4)}"
+SHARE_ASSIGNMENT = [[1, 2], [2, 3], [3, 4], [4, 5], [5, 1], [1, 3], [2, 4], [3, 5], [1, 5], [2, 4]]
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +68,8 @@ def stack(sandbox, object_store, tmp_path_factory) -> Iterator[Stack]:
     started = time.monotonic()
     st = Stack(tmp_path_factory.mktemp("stack-healing"))
     info = st.up(kafka_dir=sandbox.dir, object_store_dir=object_store.dir, dags=None, heartbeat_timeout_s=20, env={
-        "AKR_WATCH_DWELL_S": json.dumps({"broker_down": DWELL_S}),
-        "AKR_WATCH_RECOVERY_S": json.dumps({"broker_down": RECOVERY_S}),
+        "AKR_WATCH_DWELL_S": json.dumps({"broker_down": DWELL_S, "empty_broker": EMPTY_DWELL_S}),
+        "AKR_WATCH_RECOVERY_S": json.dumps({"broker_down": RECOVERY_S, "empty_broker": EMPTY_RECOVERY_S}),
         "AKR_WATCH_POLL_INTERVAL_S": str(POLL_S),
     })
     print(f"\nthe stack started in {time.monotonic() - started:.1f} s: {info['took_s']}")
@@ -72,45 +84,51 @@ def stack(sandbox, object_store, tmp_path_factory) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def healing(stack: Stack) -> Stack:
-    """The example deployed, parsed and unpaused, its watch running in the triggerer."""
-    stack.add_dag(EXAMPLES / f"{DAG_ID}.py")
-    wait_until(lambda: stack.query("select 1 from serialized_dag where dag_id=%s", DAG_ID),
-               f"the DAG processor to parse {DAG_ID}", 180, 1)
-    stack.cli("dags", "unpause", DAG_ID)
-    wait_until(lambda: watch_trigger(stack)[1] is not None, "the triggerer to run the watch", 180, 1)
+def healing(sandbox, stack: Stack) -> Stack:
+    """The examples deployed (the broker drain and the scale-out), parsed and unpaused, their watches running in the
+    triggerer; the module's share topic on every broker (created first: no broker is empty when the watch starts)."""
+    config = sandbox.client_config()
+    make_topic(config, SHARE_TOPIC, SHARE_ASSIGNMENT, megabytes=0.1)
+    assert all(any(b in r for r in SHARE_ASSIGNMENT) for b in (1, 2, 3, 4, 5))
+    for dag_id, asset in ((DAG_ID, ASSET), (EMPTY_DAG_ID, EMPTY_ASSET)):
+        stack.add_dag(EXAMPLES / f"{dag_id}.py")
+        wait_until(lambda d=dag_id: stack.query("select 1 from serialized_dag where dag_id=%s", d),
+                   f"the DAG processor to parse {dag_id}", 180, 1)
+        stack.cli("dags", "unpause", dag_id)
+        wait_until(lambda a=asset: watch_trigger(stack, a)[1] is not None, f"the triggerer to run the watch of {asset}",
+                   180, 1)
     assert stack.alive("triggerer"), stack.tail("triggerer")
     return stack
 
 
 # -- second observers: the metadata DB, the S3 store's files, the test's own Kafka client ----------------------------
 
-def watch_trigger(stack: Stack) -> tuple[int | None, int | None]:
-    """The watcher's trigger row: its id and the triggerer job running it (``None``: none yet)."""
+def watch_trigger(stack: Stack, asset: str = ASSET) -> tuple[int | None, int | None]:
+    """The watcher's trigger row of ``asset``: its id and the triggerer job running it (``None``: none yet)."""
     rows = stack.query("select t.id, t.triggerer_id from trigger t join asset_watcher w on w.trigger_id = t.id "
-                       "join asset a on a.id = w.asset_id where a.name = %s", ASSET)
+                       "join asset a on a.id = w.asset_id where a.name = %s", asset)
     return rows[0] if rows else (None, None)
 
 
-def asset_events(stack: Stack) -> list[dict]:
+def asset_events(stack: Stack, asset: str = ASSET) -> list[dict]:
     rows = stack.query("select e.id, e.timestamp, e.extra from asset_event e join asset a on a.id = e.asset_id "
-                       "where a.name = %s order by e.id", ASSET)
+                       "where a.name = %s order by e.id", asset)
     return [{"id": i, "at": at, "payload": (x if isinstance(x, dict) else json.loads(x or "{}")).get("payload") or {}}
             for i, at, x in rows]
 
 
-def dag_runs(stack: Stack) -> list[dict]:
-    rows = stack.query("select run_id, run_type, state from dag_run where dag_id=%s order by id", DAG_ID)
+def dag_runs(stack: Stack, dag_id: str = DAG_ID) -> list[dict]:
+    rows = stack.query("select run_id, run_type, state from dag_run where dag_id=%s order by id", dag_id)
     return [dict(zip(("run_id", "run_type", "state"), r, strict=True)) for r in rows]
 
 
-def task_states(stack: Stack, run_id: str) -> dict[str, str]:
-    return dict(stack.query("select task_id, state from task_instance where dag_id=%s and run_id=%s", DAG_ID, run_id))
+def task_states(stack: Stack, run_id: str, dag_id: str = DAG_ID) -> dict[str, str]:
+    return dict(stack.query("select task_id, state from task_instance where dag_id=%s and run_id=%s", dag_id, run_id))
 
 
-def xcom(stack: Stack, run_id: str, task_id: str) -> dict | None:
+def xcom(stack: Stack, run_id: str, task_id: str, dag_id: str = DAG_ID) -> dict | None:
     rows = stack.query("select value from xcom where dag_id=%s and run_id=%s and task_id=%s and key='return_value'",
-                       DAG_ID, run_id, task_id)
+                       dag_id, run_id, task_id)
     if not rows:
         return None
     return rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
@@ -135,18 +153,19 @@ def outcomes(stack: Stack) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.rglob("*.json"))] if folder.is_dir() else []
 
 
-def wait_run_end(stack: Stack, run_id: str, timeout: float = 900) -> str:
+def wait_run_end(stack: Stack, run_id: str, timeout: float = 900, dag_id: str = DAG_ID) -> str:
     try:
-        return wait_until(lambda: (s := next((r["state"] for r in dag_runs(stack) if r["run_id"] == run_id), None))
-                          in ("success", "failed") and s, f"the healing run {run_id} to end", timeout, 2)
+        return wait_until(lambda: (s := next((r["state"] for r in dag_runs(stack, dag_id) if r["run_id"] == run_id),
+                                             None)) in ("success", "failed") and s,
+                          f"the healing run {dag_id} {run_id} to end", timeout, 2)
     except TimeoutError as e:
-        raise AssertionError(f"{e}: {task_states(stack, run_id)}\n--- scheduler\n{stack.tail('scheduler')}\n"
+        raise AssertionError(f"{e}: {task_states(stack, run_id, dag_id)}\n--- scheduler\n{stack.tail('scheduler')}\n"
                              f"--- triggerer\n{stack.tail('triggerer')}") from None
 
 
-def logs_of(stack: Stack, run_id: str) -> str:
+def logs_of(stack: Stack, run_id: str, dag_id: str = DAG_ID) -> str:
     store = stack.object_store
-    root = Path(store.state["data_dir"]) / store.bucket / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+    root = Path(store.state["data_dir"]) / store.bucket / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}"
     return "\n".join(f"--- {p.relative_to(root)}\n" + p.read_text(errors="replace")[-3000:]
                      for p in sorted(root.rglob("*.log"))) if root.exists() else ""
 
@@ -181,8 +200,8 @@ def test_a_rolling_restart_within_the_dwell_starts_nothing(sandbox, healing):
         sandbox.start_broker(4)
     wait_until(lambda: "broker_down/b4" not in watch_state(stack), "the watch to forget broker 4", 120, 0.5)
     assert seen["fired"] is None, seen
-    assert asset_events(stack) == [], asset_events(stack)
-    assert dag_runs(stack) == [], dag_runs(stack)
+    assert asset_events(stack) == [] and asset_events(stack, EMPTY_ASSET) == [], asset_events(stack)
+    assert dag_runs(stack) == [] and dag_runs(stack, EMPTY_DAG_ID) == [], dag_runs(stack)
     assert outcomes(stack) == []
     wait_until(lambda: all_in_sync(sandbox.client_config(), {4}), "broker 4 back in every ISR", 180, 1)
 
@@ -254,6 +273,57 @@ def test_a_broker_down_past_its_dwell_is_drained_once_across_a_triggerer_kill(sa
     print(f"\nbroker 5 stopped at 0 s; the triggerer SIGKILLed {(killed_at - first_seen).total_seconds():.0f} s after "
           f"the watch first saw it, restarted at {(restarted_at - first_seen).total_seconds():.0f} s; the incident "
           f"fired at {fired_at:.0f} s (dwell {DWELL_S} s), the healing run ended at {ran_at:.0f} s")
+
+
+def test_the_drained_broker_back_empty_gets_its_share_from_one_scale_out_run(sandbox, healing):
+    """Broker 5, drained while it was down (the scenario before) and started again at its end, holds no replica: the
+    watch fires ``empty_broker`` after its dwell, the deployed kafka_heal_empty_broker runs once (the ``add-brokers``
+    plan) and broker 5 ends with its share; a replayed event for the same incident and the incident's recovery start
+    no second scale-out."""
+    stack = healing
+    config = sandbox.client_config()
+    events = wait_until(lambda: asset_events(stack, EMPTY_ASSET), "the empty_broker incident of broker 5",
+                        EMPTY_DWELL_S + 300, 1)
+    payload = events[0]["payload"]
+    assert payload["kind"] == "empty_broker" and payload["brokers"] == [5], payload
+    assert events[0]["at"] >= datetime.fromisoformat(payload["first_seen"]) + timedelta(seconds=EMPTY_DWELL_S)
+    run = wait_until(lambda: next((r for r in dag_runs(stack, EMPTY_DAG_ID) if r["run_type"] == "asset_triggered"),
+                                  None), "the scale-out run", 300, 1)
+    state = wait_run_end(stack, run["run_id"], dag_id=EMPTY_DAG_ID)
+    assert state == "success", (task_states(stack, run["run_id"], EMPTY_DAG_ID),
+                                logs_of(stack, run["run_id"], EMPTY_DAG_ID)[-8000:])
+    decision = xcom(stack, run["run_id"], "decide", EMPTY_DAG_ID)
+    # the decision checked the incident on the live cluster: broker 5 still held nothing, so it was not stale
+    assert decision["action"] == "scale_out" and decision["brokers"] == [5] and decision["incidents"] == [
+        payload["id"]], decision
+    assert [o["decision"] for o in outcomes(stack) if o["incident_id"] == payload["id"]] == ["act", "done"]
+
+    # the test's own client: broker 5 holds replicas again, its share of the topics the plan balances (Kafka's
+    # internal topics are left where they are); broker 3, alone in rack r3, holds what its rack must
+    after = partitions(config)
+    counts = {b: sum(b in r for (t, _), (r, _) in after.items() if not t.startswith("__")) for b in (1, 2, 3, 4, 5)}
+    share = {b: sum(b in r for (t, _), (r, _) in after.items() if t == SHARE_TOPIC) for b in (1, 2, 3, 4, 5)}
+    print(f"\nafter the scale-out: replicas per broker {counts}; of the share topic {share}")
+    peers = [counts[b] for b in (1, 2, 4, 5)]
+    assert counts[5] > 0 and max(peers) - min(peers) <= 2, counts
+    assert share[5] > 0, share
+    assert all(len(r) == 2 for (t, _), (r, _) in after.items() if t == SHARE_TOPIC), "a replication factor changed"
+
+    # the same incident again (a replayed event): the run's state says it is handled; nothing moves
+    replay = f"replay-{secrets.token_hex(4)}"
+    stack.cli("dags", "trigger", EMPTY_DAG_ID, "--run-id", replay, "--conf", json.dumps({"incidents": [payload]}))
+    wait_run_end(stack, replay, dag_id=EMPTY_DAG_ID)
+    states = task_states(stack, replay, EMPTY_DAG_ID)
+    assert states.get("decide") == "skipped" and states.get("plan") == "skipped", states
+    assert [o["decision"] for o in outcomes(stack) if o["incident_id"] == payload["id"]] == ["act", "done", "handled"]
+    assert {tp: r for tp, (r, _) in partitions(config).items()} == {tp: r for tp, (r, _) in after.items()}
+
+    # broker 5 holds replicas: the condition clears; clear for its recovery time, the incident is over; it fired once
+    wait_until(lambda: "empty_broker/b5" not in watch_state(stack), "the empty_broker/b5 incident to be over",
+               EMPTY_RECOVERY_S + 180, 1)
+    assert len(asset_events(stack, EMPTY_ASSET)) == 1, asset_events(stack, EMPTY_ASSET)
+    assert [r["run_type"] for r in dag_runs(stack, EMPTY_DAG_ID)] == ["asset_triggered", "manual"], dag_runs(
+        stack, EMPTY_DAG_ID)
 
 
 def test_two_brokers_down_at_once_trip_the_breaker_and_nothing_moves(sandbox, healing, unique_topic):
