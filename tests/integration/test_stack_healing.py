@@ -32,8 +32,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from controller_listing import admin_client as listing_client
+from kafka import TopicPartition
 from kafka_helpers import Traffic, make_topic
+from observers import CORDONED_LOG_DIRS, cordons
 
 from airflow_kafka_reassign.sandbox import wait_until
 from airflow_kafka_reassign.sandbox.stack import Stack
@@ -360,3 +363,112 @@ def test_two_brokers_down_at_once_trip_the_breaker_and_nothing_moves(sandbox, he
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(sandbox.start_broker, (3, 4)))
     wait_until(lambda: all_in_sync(config, {3, 4}), "brokers 3 and 4 back in every ISR", 300, 1)
+
+
+# -- a manual decommission in flight (the last scenario: it leaves brokers 4 and 5 empty) ----------------------------
+
+def cordon_by_hand(config: dict, broker: int) -> None:
+    """Every log dir of ``broker`` cordoned (``cordoned.log.dirs=*``, KIP-1066), as kafka_decommission_brokers' cordon
+    step sets it before its plan's approval, by the test's own client (incremental: the broker's other configs stay).
+    The autouse fixture ``no_cordon_left_on_the_shared_cluster`` reopens it after the test."""
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(broker), incremental_configs=[
+        ConfigEntry(CORDONED_LOG_DIRS, "*", incremental_operation=AlterConfigOpType.SET)])
+    AdminClient(dict(config)).incremental_alter_configs([resource])[resource].result(60)
+
+
+def drain_by_hand(config: dict, broker: int, down: set[int], keep: list[int]) -> dict[tuple[str, int], list[int]]:
+    """A decommission of ``broker`` by hand, outside Airflow (as ``kafka-reassign-partitions --generate
+    --broker-list`` plans it): every partition with a replica on ``broker`` gets brokers of ``keep`` instead of it and
+    of the ``down`` brokers it also has (a reassignment ends only when every target replica is in sync: one that
+    kept a broker that is down would never end), in one AlterPartitionReassignments of the test's own kafka-python
+    client. Returns the targets."""
+    targets: dict[tuple[str, int], list[int]] = {}
+    gone = {broker} | down
+    for tp, (replicas, _) in partitions(config).items():
+        if broker in replicas:
+            spare = [b for b in keep if b not in replicas]
+            targets[tp] = [b if b not in gone else spare.pop(0) for b in replicas]
+    client = listing_client(config)
+    try:
+        errors = client.alter_partition_reassignments({TopicPartition(t, p): r for (t, p), r in targets.items()})
+    finally:
+        client.close()
+    failed = {tp: e for tp, e in errors.items() if e is not None}
+    assert not failed, failed
+    return targets
+
+
+def test_a_manual_decommission_in_flight_makes_healing_wait_then_drain_only_what_is_left(sandbox, healing,
+                                                                                      unique_topic):
+    """A person decommissions broker 4 by hand: its cordon is set (the plan awaits their approval) when broker 5
+    stops. The broker_down incident fires after its dwell; the healing run sees another writer (a broker cordoned by
+    someone else that still holds replicas), records that it waits, plans nothing and moves nothing. The manual drain
+    then moves every replica off broker 4 (and, broker 5 being down, off 5 in the same partitions). Only then does the
+    healing run act: it drains from broker 5 what the manual run left there, and nothing else; broker 4 stays
+    cordoned and empty (healing never touches what a manual run cordoned); acks=all traffic throughout, read back."""
+    stack = healing
+    config = sandbox.client_config()
+    assignment = [[4, 5, 1], [5, 4, 2], [4, 1, 3], [5, 1, 2], [2, 5, 3], [1, 2, 3]]
+    make_topic(config, unique_topic, assignment, megabytes=0.2, configs={"min.insync.replicas": "2"})
+    wait_until(lambda: all_in_sync(config, {1, 2, 3, 4, 5}), "every ISR full before the stop", 180, 1)
+    events_before = len(asset_events(stack))
+    runs_before = {r["run_id"] for r in dag_runs(stack)}
+    try:
+        with Traffic(config, unique_topic, partitions=len(assignment)) as traffic:
+            cordon_by_hand(config, 4)
+            sandbox.stop_broker(5)
+            before = {tp: r for tp, (r, _) in partitions(config).items()}
+            events = wait_until(lambda: asset_events(stack)[events_before:], "the broker_down incident of broker 5",
+                                DWELL_S + 300, 1)
+            payload = events[0]["payload"]
+            assert payload["kind"] == "broker_down" and payload["brokers"] == [5], payload
+            run = wait_until(lambda: next((r for r in dag_runs(stack) if r["run_id"] not in runs_before), None),
+                             "the healing run", 300, 1)
+
+            def outcomes_of_the_incident() -> list[dict]:
+                return [o for o in outcomes(stack) if o["incident_id"] == payload["id"]]
+
+            waits = wait_until(outcomes_of_the_incident, "the healing run to decide", 300, 1)
+            assert [o["decision"] for o in waits] == ["writer"], (waits, logs_of(stack, run["run_id"])[-6000:])
+            assert "broker(s) [4] are cordoned by someone else and still hold replicas" in waits[0]["reason"], waits
+            # while it waits (rescheduled, no worker slot): no plan, and every replica where it was (own client)
+            states = wait_until(lambda: (t := task_states(stack, run["run_id"])).get("decide") == "up_for_reschedule"
+                                and t, "the decision to wait for its next poke", 120, 0.5)
+            assert states.get("plan") is None, states
+            now = partitions(config)
+            assert {tp: now[tp][0] for tp in before} == before
+
+            # the manual drain: every replica off broker 4 onto 1-3 (and off broker 5, down, in those partitions), sent
+            # right after a poke: the next one comes a poke interval (60 s) later, whatever the drain's speed
+            manual_started = datetime.now(timezone.utc)
+            targets = drain_by_hand(config, 4, down={5}, keep=[1, 2, 3])
+            wait_until(lambda: all(sorted(partitions(config)[tp][0]) == sorted(r) for tp, r in targets.items()),
+                       "the manual drain to end", 180, 1)
+            after_manual = {tp: r for tp, (r, _) in partitions(config).items()}
+            state = wait_run_end(stack, run["run_id"])
+            assert state == "success", (task_states(stack, run["run_id"]), logs_of(stack, run["run_id"])[-8000:])
+        traffic.check()
+
+        mine = outcomes_of_the_incident()
+        assert [o["decision"] for o in mine] == ["writer", "act", "done"], mine
+        assert datetime.fromisoformat(mine[1]["at"]) > manual_started, (mine[1], manual_started)
+        decision = xcom(stack, run["run_id"], "decide")
+        assert decision["action"] == "drain" and decision["brokers"] == [5], decision
+        # the test's own client: what the manual run moved, healing left as it was; what it left on broker 5,
+        # healing moved, keeping each partition's replication factor; nothing on 4 or 5
+        wait_until(lambda: all(sorted(r) == sorted(i) for r, i in partitions(config).values()),
+                   "every ISR to be the whole replica set", 120, 1)
+        final = {tp: r for tp, (r, _) in partitions(config).items()}
+        untouched = {tp: r for tp, r in after_manual.items() if 5 not in r}
+        assert {tp: final[tp] for tp in untouched} == untouched, "healing moved a partition with no replica on 5"
+        left_on_5 = sorted(tp for tp, r in after_manual.items() if 5 in r)
+        assert left_on_5 and all(5 not in final[tp] and len(final[tp]) == len(after_manual[tp]) for tp in left_on_5)
+        assert not [tp for tp, r in final.items() if {4, 5} & set(r)], final
+        # broker 4's cordon is the manual run's: healing left it as it was
+        assert cordons(AdminClient(dict(config)), [4]) == {4: "*"}
+        print(f"\nthe manual drain moved {len(targets)} partition(s) off broker 4 ({sum(5 in before[tp] for tp in targets)} "
+              f"also off broker 5); healing waited for it, then drained the {len(left_on_5)} partition(s) left on 5")
+    finally:
+        # brokers 4 and 5 end empty (4 is reopened after the test): no scale-out of them after the module
+        stack.cli("dags", "pause", EMPTY_DAG_ID)
+        sandbox.start_broker(5)
