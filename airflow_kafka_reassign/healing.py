@@ -69,6 +69,7 @@ WATCH_ENV: dict[str, tuple[str, Any]] = {
     "AKR_WATCH_DWELL_S": ("dwell_s", json.loads),
     "AKR_WATCH_RECOVERY_S": ("recovery_s", json.loads),
     "AKR_WATCH_POLL_INTERVAL_S": ("poll_interval_s", float),
+    "AKR_WATCH_REFIRE_AFTER_S": ("refire_after_s", float),
 }
 
 

@@ -34,7 +34,7 @@ from airflow.sdk import BaseOperator, BaseSensorOperator, Context, PokeReturnVal
 
 from airflow_kafka_reassign.core.healing.decide import decide, stale_reason
 from airflow_kafka_reassign.core.healing.incident import Incident
-from airflow_kafka_reassign.core.healing.ledger import HealingLedger, outcome
+from airflow_kafka_reassign.core.healing.ledger import HealingLedger, ledger_folder, outcome
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy
 from airflow_kafka_reassign.core.healing.view import cluster_view
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
@@ -45,7 +45,7 @@ def healing_ledger(state_uri: str | None, cluster: str, *, conn_id: str | None =
                    timeout_s: float = DEFAULT_TIMEOUT_S, log: Any = None) -> HealingLedger:
     """The ledger of ``cluster`` under ``state_uri`` (``""``: ``$AKR_OUTPUT_DIR``, one machine only)."""
     base = (state_uri or "").rstrip("/") or str(default_output_root())
-    return HealingLedger(open_store(f"{base}/healing/{safe_name(cluster)}", conn_id=conn_id or None,
+    return HealingLedger(open_store(f"{base}/{ledger_folder(safe_name(cluster))}", conn_id=conn_id or None,
                                     timeout_s=timeout_s), log=log)
 
 

@@ -42,9 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_kafka_reassign.core.healing.ledger import HealingLedger, ledger_folder
 from airflow_kafka_reassign.core.healing.observation import conditions_of, observe
+from airflow_kafka_reassign.core.healing.settings import DEFAULT_REFIRE_AFTER_S
 from airflow_kafka_reassign.core.healing.watch import WatchLedger, WatchSettings, WatchStep
-from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, default_output_root, open_store
+from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, default_output_root, open_store, safe_name
 
 if TYPE_CHECKING:
     from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin
@@ -88,6 +90,9 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
     :param storage_conn_id: the Airflow connection of the storage of ``state_uri`` (S3: an ``aws`` connection);
         with ``state_uri=None``, the Variable ``akr_storage_conn_id`` unless given.
     :param storage_timeout_s: bound on each request to that storage.
+    :param refire_after_s: an incident no healing run has decided on (the healing ledger under the same plan storage,
+        ``healing/<cluster>``) is fired again, same id, this long after it fired, then after twice as long each time
+        (up to an hour), while its condition holds (:data:`~airflow_kafka_reassign.core.healing.settings.DEFAULT_REFIRE_AFTER_S`).
     """
 
     def __init__(
@@ -95,7 +100,7 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
         kinds: list[str] | None = None, dwell_s: dict[str, float] | None = None,
         recovery_s: dict[str, float] | None = None, poll_interval_s: float = 30.0, log_dir_full_ratio: float = 0.85,
         imbalance_band: float = 0.2, kafka_timeout_s: float = 30.0, storage_conn_id: str | None = None,
-        storage_timeout_s: float = DEFAULT_TIMEOUT_S,
+        storage_timeout_s: float = DEFAULT_TIMEOUT_S, refire_after_s: float = DEFAULT_REFIRE_AFTER_S,
     ) -> None:
         super().__init__()
         if float(poll_interval_s) <= 0:
@@ -112,12 +117,15 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
         self.kafka_timeout_s = float(kafka_timeout_s)
         self.storage_conn_id = storage_conn_id
         self.storage_timeout_s = float(storage_timeout_s)
+        self.refire_after_s = float(refire_after_s)
         # validated now: a wrong kind or threshold fails the DAG's import, naming it, not every rebuild in the triggerer
         self.settings = WatchSettings(
             cluster=cluster or kafka_conn_id, kinds=self.kinds, dwell_s=self.dwell_s, recovery_s=self.recovery_s,
-            log_dir_full_ratio=self.log_dir_full_ratio, imbalance_band=self.imbalance_band)
+            log_dir_full_ratio=self.log_dir_full_ratio, imbalance_band=self.imbalance_band,
+            refire_after_s=self.refire_after_s)
         self._admin: ClusterAdmin | None = None
         self._ledger: WatchLedger | None = None
+        self._healing: HealingLedger | None = None
         #: the clock and the pause of the loop (tests give their own: no real waiting)
         self._clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
@@ -129,7 +137,8 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
              "kinds": self.kinds, "dwell_s": self.dwell_s, "recovery_s": self.recovery_s,
              "poll_interval_s": self.poll_interval_s, "log_dir_full_ratio": self.log_dir_full_ratio,
              "imbalance_band": self.imbalance_band, "kafka_timeout_s": self.kafka_timeout_s,
-             "storage_conn_id": self.storage_conn_id, "storage_timeout_s": self.storage_timeout_s},
+             "storage_conn_id": self.storage_conn_id, "storage_timeout_s": self.storage_timeout_s,
+             "refire_after_s": self.refire_after_s},
         )
 
     # -- one poll, in a thread -----------------------------------------------------------------
@@ -165,13 +174,17 @@ class KafkaClusterWatchTrigger(BaseEventTrigger):
         return WatchLedger(open_store(uri, conn_id=conn_id, timeout_s=self.storage_timeout_s), self.settings)
 
     def poll(self, now: datetime | None = None) -> WatchStep:
-        """One poll (blocking: run it in a thread): observe, find the conditions, advance the state."""
+        """One poll (blocking: run it in a thread): observe, find the conditions, advance the state (firing again
+        the incidents no healing run has decided on, as the healing ledger beside the state says)."""
         if self._admin is None:
             self._admin = self.make_admin()
         if self._ledger is None:
             self._ledger = self.make_ledger()
+            self._healing = HealingLedger(self._ledger.store.child(ledger_folder(safe_name(self.settings.cluster))))
         seen = conditions_of(observe(self._admin, self.settings), self.settings)
-        return self._ledger.advance(seen, now=now or self._clock())
+        healing = self._healing
+        return self._ledger.advance(seen, now=now or self._clock(),
+                                    answered=healing.answered if healing is not None else None)
 
     def _drop_admin(self) -> None:
         admin, self._admin = self._admin, None

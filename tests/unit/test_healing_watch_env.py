@@ -16,10 +16,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "example_dags" / "kafka_heal_bro
 
 def test_the_environment_is_merged_over_the_dag_files_watch_per_kind():
     env = {"AKR_WATCH_DWELL_S": '{"broker_down": 90}', "AKR_WATCH_RECOVERY_S": '{"log_dir_full": 60}',
-           "AKR_WATCH_POLL_INTERVAL_S": "5", "AKR_WATCH_STATE_URI": "s3://b/p", "AKR_WATCH_STORAGE_CONN_ID": "aws"}
+           "AKR_WATCH_POLL_INTERVAL_S": "5", "AKR_WATCH_STATE_URI": "s3://b/p", "AKR_WATCH_STORAGE_CONN_ID": "aws",
+           "AKR_WATCH_REFIRE_AFTER_S": "120"}
     got = watch_settings_from_env({"dwell_s": {"broker_down": 600, "empty_broker": 900}, "imbalance_band": 0.3}, env)
     assert got == {"dwell_s": {"broker_down": 90, "empty_broker": 900}, "recovery_s": {"log_dir_full": 60},
-                   "poll_interval_s": 5.0, "state_uri": "s3://b/p", "storage_conn_id": "aws", "imbalance_band": 0.3}
+                   "poll_interval_s": 5.0, "state_uri": "s3://b/p", "storage_conn_id": "aws", "imbalance_band": 0.3,
+                   "refire_after_s": 120.0}
     assert watch_settings_from_env({"dwell_s": {"broker_down": 600}}, {}) == {"dwell_s": {"broker_down": 600}}
 
 

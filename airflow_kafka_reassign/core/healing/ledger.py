@@ -10,6 +10,8 @@ whole objects written through the :class:`~airflow_kafka_reassign.core.records.s
     outcomes/<YYYY-MM-DD>/<time>-<sha>.json
                                    one per decision, to act or not (the reason, the incident id, the run, the time):
                                    what a dashboard or an alerting DAG reads (:meth:`HealingLedger.outcomes`)
+    answered/<sha>.json            one per incident some run has decided on (its first outcome): the watch fires an
+                                   incident again while it has none (core/healing/watch.py, :meth:`answered`)
 
 A claim is created or changed only by compare-and-set (``If-None-Match`` / ``If-Match`` on S3, a lock on local disk),
 so of two runs that take up the same incident at once (Airflow does not de-duplicate asset events,
@@ -112,6 +114,16 @@ class ClaimResult(_Record):
     reason: str = ""
 
 
+#: The ledger's folder under the plan storage: ``healing/<cluster, as one safe path segment>``; the healing tasks
+#: keep the ledger there and the cluster watch reads its ``answered`` markers there (one base: the plan storage).
+LEDGER_FOLDER = "healing"
+
+
+def ledger_folder(cluster_segment: str) -> str:
+    """The ledger's folder of a cluster under the plan storage (``cluster_segment``: its label made a path segment)."""
+    return f"{LEDGER_FOLDER}/{cluster_segment}"
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -135,8 +147,19 @@ class HealingLedger:
         name = (f"outcomes/{_day(outcome.at)}/{stamp}-{next(_SEQ):06d}-"
                 f"{_sha(outcome.incident_id + outcome.decision + (outcome.run_id or '') + str(os.getpid()))}.json")
         self.store.write(name, outcome.model_dump_json().encode())
+        # the incident has had a decision: the watch stops firing it again (written once; a lost race is the same)
+        self.store.write_if(self.answered_name(outcome.incident_id), json.dumps(
+            {"incident_id": outcome.incident_id, "at": outcome.at.isoformat(), "run_id": outcome.run_id}).encode(), None)
         (self.log.info if outcome.acted else self.log.warning)("%s", outcome.line())
         return outcome
+
+    @staticmethod
+    def answered_name(incident_id: str) -> str:
+        return f"answered/{_sha(incident_id)}.json"
+
+    def answered(self, incident_ids: Iterable[str]) -> set[str]:
+        """The incidents of ``incident_ids`` some healing run has recorded a decision on (one read each)."""
+        return {i for i in incident_ids if self.store.read(self.answered_name(i)) is not None}
 
     def outcomes(self, since: date | None = None) -> list[Outcome]:
         """Every recorded outcome (from the UTC day ``since`` on), oldest first: what a dashboard reads."""

@@ -34,6 +34,12 @@ DEFAULT_RECOVERY_S: dict[str, float] = {
 }
 #: A condition not yet fired and last seen longer ago than this starts its dwell again.
 DEFAULT_MAX_GAP_S = 300.0
+#: An incident fired that no healing run has recorded a decision on (the healing ledger's ``answered`` marker) is
+#: fired again, with the same id, this long after it fired, then after twice as long each time, up to
+#: :data:`MAX_REFIRE_INTERVAL_S`, while its condition holds: Airflow can leave an asset event without a DAG run
+#: (docs/self-healing-watch.md, "An event no run took"). A run that finds it taken up already records ``handled``.
+DEFAULT_REFIRE_AFTER_S = 600.0
+MAX_REFIRE_INTERVAL_S = 3600.0
 
 
 def _check_kinds(values: Mapping[str, Any] | None, what: str) -> dict[str, float]:
@@ -65,6 +71,14 @@ class WatchSettings(BaseModel):
     #: a broker further than this share of the mean from it (replicas, disk usage) is out of balance
     imbalance_band: float = Field(0.2, gt=0)
     max_gap_s: float = Field(DEFAULT_MAX_GAP_S, gt=0)
+    #: an incident no healing run has decided on is fired again after this long (:data:`DEFAULT_REFIRE_AFTER_S`)
+    refire_after_s: float = Field(DEFAULT_REFIRE_AFTER_S, gt=0)
+
+    def refire_interval(self, refires: int) -> float:
+        """How long after its last firing an incident fired ``refires`` times already is fired again, when no run
+        has decided on it: :attr:`refire_after_s`, doubled at each re-fire, at most :data:`MAX_REFIRE_INTERVAL_S`
+        (never below :attr:`refire_after_s`)."""
+        return float(max(self.refire_after_s, min(MAX_REFIRE_INTERVAL_S, self.refire_after_s * 2.0 ** min(refires, 20))))
 
     @field_validator("kinds", mode="before")
     @classmethod

@@ -12,6 +12,16 @@ dir, the cluster) goes through:
    not fired again (a flapping broker is one incident); clear for the whole recovery time, it is over, and a
    return is a new occurrence (new first seen, new id) that dwells again.
 
+An incident fired is fired again, with the same id, while its condition holds and no healing run has recorded a
+decision on it (the healing ledger's ``answered`` marker, read by :meth:`WatchLedger.advance` through its
+``answered`` callback): :attr:`WatchSettings.refire_after_s` after it fired, then twice as long each time, up to
+:data:`~airflow_kafka_reassign.core.healing.settings.MAX_REFIRE_INTERVAL_S`. Airflow can leave an asset event
+without a DAG run: the scheduler merges events of one asset that arrive while a run of its DAG is due or cannot start
+yet (``max_active_runs``) into one queue entry, and the run consumes only the events up to that entry's time; the
+ones after it wait for the next event of the asset (seen on the stack: two brokers' incidents fired in one poll, one
+run, one incident never decided). A re-fired incident reaches a run like the first event; a run that finds it taken
+up already records ``handled``, so it is never healed twice.
+
 A condition the watch could not see at a poll (:meth:`Seen.is_blind`) keeps its state untouched. A pending
 condition last seen longer than ``max_gap_s`` ago (the watch was away: no triggerer, the cluster unreachable)
 starts its dwell again: the watch cannot tell it lasted.
@@ -33,6 +43,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -44,6 +55,9 @@ from airflow_kafka_reassign.core.healing.settings import (  # noqa: F401 (their 
     DEFAULT_RECOVERY_S,
     WatchSettings,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Sequence
 from airflow_kafka_reassign.core.records.store import Store
 
 #: The version of the state's shape.
@@ -76,6 +90,8 @@ class ConditionRecord(BaseModel):
     last_seen: datetime
     fired: str | None = None
     fired_at: datetime | None = None
+    #: how many times the incident was fired again because no healing run had decided on it
+    refires: int = 0
     cleared_since: datetime | None = None
 
     _times = field_validator("first_seen", "last_seen", "fired_at", "cleared_since")(_utc)
@@ -115,10 +131,26 @@ def _s(delta: timedelta) -> str:
     return f"{delta.total_seconds():.0f} s"
 
 
-def advance(state: WatchState, seen: Seen, *, now: datetime, settings: WatchSettings) -> WatchStep:
+def refire_due(state: WatchState, *, now: datetime, settings: WatchSettings) -> list[str]:
+    """The incidents fired, their condition not cleared, whose time to be fired again has come if no run has decided
+    on them (the caller asks the healing ledger which; :func:`advance` fires those it is given)."""
+    out = []
+    for rec in state.conditions.values():
+        if rec.fired is None or rec.fired_at is None or rec.cleared_since is not None:
+            continue
+        if (now - rec.fired_at).total_seconds() >= settings.refire_interval(rec.refires):
+            out.append(rec.fired)
+    return out
+
+
+def advance(state: WatchState, seen: Seen, *, now: datetime, settings: WatchSettings,
+            unanswered: Collection[str] = ()) -> WatchStep:
     """The state after the poll at ``now`` that saw ``seen``, and the incidents to fire (see the module docstring).
-    Pure and deterministic: the same state, conditions and time give the same step."""
+    ``unanswered``: incidents of :func:`refire_due` that no healing run has decided on: fired again if their
+    condition is still seen. Pure and deterministic: the same state, conditions, time and answers give the same
+    step."""
     now = _utc(now)  # type: ignore[assignment]
+    again = set(unanswered)
     records = dict(state.conditions)
     fire: list[Incident] = []
     changes: list[str] = []
@@ -146,6 +178,16 @@ def advance(state: WatchState, seen: Seen, *, now: datetime, settings: WatchSett
             rec = rec.model_copy(update={"fired": incident.id, "fired_at": now})
             fire.append(incident)
             changes.append(f"{key}: lasted {_s(now - rec.first_seen)} (dwell {dwell:g} s): incident {incident.id} fired")
+        elif rec.fired is not None and rec.fired in again and rec.fired_at is not None:
+            incident = Incident.of(c.kind, cluster=settings.cluster, first_seen=rec.first_seen, last_seen=now,
+                                   brokers=c.brokers, dirs=c.dirs, detail=dict(c.detail))
+            if incident.id == rec.fired:  # the same occurrence (its subject and first-seen time name it)
+                fire.append(incident)
+                changes.append(f"{key}: incident {rec.fired} fired again: no healing run has decided on it since it "
+                               f"fired {_s(now - rec.fired_at)} ago (an asset event Airflow left without a run, or no "
+                               f"unpaused DAG scheduled on its asset); next time after "
+                               f"{settings.refire_interval(rec.refires + 1):g} s")
+                rec = rec.model_copy(update={"fired_at": now, "refires": rec.refires + 1})
         records[key] = rec
     for key, rec in list(records.items()):
         if key in observed or rec.kind not in watched or seen.is_blind(rec.kind, rec.dirs):
@@ -197,13 +239,17 @@ class WatchLedger:
                                   f"{self.settings.cluster!r}")
         return state, version
 
-    def advance(self, seen: Seen, *, now: datetime) -> WatchStep:
+    def advance(self, seen: Seen, *, now: datetime,
+                answered: Callable[[Sequence[str]], Collection[str]] | None = None) -> WatchStep:
         """Read the state, :func:`advance` it with ``seen`` and write it back only if nobody wrote it meanwhile;
         otherwise read again and advance from what the other writer left (whose incidents are then not fired
-        again here). Nothing is written when nothing changed."""
+        again here). Nothing is written when nothing changed. ``answered``: which of the incidents due to be fired
+        again a healing run has decided on (the healing ledger); ``None``: never fire again."""
         for _ in range(CAS_ATTEMPTS):
             state, version = self.read()
-            step = advance(state, seen, now=now, settings=self.settings)
+            due = refire_due(state, now=now, settings=self.settings) if answered is not None else []
+            unanswered = set(due) - set(answered(due)) if due and answered is not None else set()
+            step = advance(state, seen, now=now, settings=self.settings, unanswered=unanswered)
             if step.state == state:
                 return step
             if self.store.write_if(self.name, step.state.to_json(), version):

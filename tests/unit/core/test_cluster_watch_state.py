@@ -253,3 +253,38 @@ def test_advance_is_deterministic_and_says_each_change():
     assert step.changes == ("broker_down/b5: seen; fires at 2026-12-03T06:10:00+00:00 if it lasts (dwell 600 s)",)
     fired = advance(step.state, seen, now=T0 + 10 * MIN, settings=s)
     assert "incident prod/broker_down/b5/20261203T060000Z fired" in fired.changes[0]
+
+
+def test_an_incident_no_run_decided_on_is_fired_again_same_id_backing_off_while_it_holds():
+    admin = cluster()
+    admin.down = {5}
+    store = MemoryStore()
+    watch = Watch(admin, store, refire_after_s=120)
+    answered: set[str] = set()
+
+    def poll(at: timedelta) -> list[Incident]:
+        seen = conditions_of(observe(admin, watch.settings), watch.settings)
+        return list(watch.ledger.advance(seen, now=T0 + at, answered=lambda ids: answered & set(ids)).fire)
+
+    fired = [(t, i) for t in (MIN * m / 2 for m in range(0, 41)) for i in poll(t)]  # 0 to 20 minutes
+    assert [t for t, _ in fired] == [10 * MIN, 12 * MIN, 16 * MIN]  # after 2, then 4 minutes (8 next)
+    assert {i.id for _, i in fired} == {"prod/broker_down/b5/20261203T060000Z"}
+    assert [i.last_seen for _, i in fired] == [T0 + t for t, _ in fired]
+    assert WatchState.model_validate_json(store.read(state_name("prod"))).conditions["broker_down/b5"].refires == 2
+    answered.add(fired[0][1].id)  # a run decided on it
+    assert [i for m in range(41, 200) for i in poll(MIN * m / 2)] == []
+    # without the ledger's answers (a caller that does not ask), nothing is ever fired again
+    other = Watch(admin, MemoryStore(), refire_after_s=120)
+    assert len(polls(other, timedelta(0), 60 * MIN)) == 1
+
+
+def test_a_cleared_incident_is_not_fired_again_and_the_interval_is_capped():
+    s = settings(refire_after_s=600)
+    assert [s.refire_interval(n) for n in (0, 1, 2, 3, 50)] == [600, 1200, 2400, 3600, 3600]
+    admin = cluster()
+    admin.down = {5}
+    watch = Watch(admin, MemoryStore(), refire_after_s=60)
+    assert len(polls(watch, timedelta(0), 10 * MIN)) == 1
+    admin.down = set()  # back: cleared, within its recovery time
+    seen = conditions_of(observe(admin, watch.settings), watch.settings)
+    assert watch.ledger.advance(seen, now=T0 + 20 * MIN, answered=lambda ids: set()).fire == ()

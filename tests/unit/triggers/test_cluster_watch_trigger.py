@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from airflow_kafka_reassign.core.healing.incident import Incident
+from airflow_kafka_reassign.core.healing.ledger import outcome
 from airflow_kafka_reassign.exceptions import ClusterUnreachableError
 from airflow_kafka_reassign.get_provider_info import get_provider_info
+from airflow_kafka_reassign.operators.healing import healing_ledger
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 from airflow_kafka_reassign.triggers.cluster_watch import MAX_BACKOFF_S, KafkaClusterWatchTrigger, backoff_s
 
@@ -140,10 +142,37 @@ def test_a_trigger_rebuilt_from_its_arguments_resumes_from_the_state(tmp_path):
     first = watch(tmp_path)
     assert run(first, admin, Clock(polls=16)) == []  # 8 minutes, then the triggerer goes away
     rebuilt = KafkaClusterWatchTrigger(**first.serialize()[1])
-    events = run(rebuilt, admin, Clock(polls=60, start=T0 + timedelta(minutes=8, seconds=30)))
+    events = run(rebuilt, admin, Clock(polls=14, start=T0 + timedelta(minutes=8, seconds=30)))  # to 15 minutes
     assert [Incident.from_payload(e).last_seen for e in events] == [T0 + timedelta(minutes=10)]
+    # a healing run decided on it (its ledger beside the state): a rebuilt trigger never fires it again
+    healing_ledger(str(tmp_path / "state"), "kafka_prod").record(
+        outcome(Incident.from_payload(events[0]), "act", "drain broker(s) [3]", at=T0 + timedelta(minutes=11)))
     again = KafkaClusterWatchTrigger(**first.serialize()[1])
     assert run(again, admin, Clock(polls=10, start=T0 + timedelta(minutes=40))) == []
+
+
+def test_an_incident_no_healing_run_decided_on_is_fired_again_with_its_id_until_one_does(tmp_path, caplog):
+    """An asset event Airflow left without a DAG run (two events of one asset in one poll: one run consumed the first
+    only): the trigger fires the incident again, same id, after refire_after_s, then twice as long; a run's decision
+    on the healing ledger (under the same plan storage) stops it."""
+    admin = fake()
+    admin.down.add(3)
+    caplog.set_level(logging.INFO)
+    events = run(watch(tmp_path, refire_after_s=300), admin, Clock(polls=60))  # 30 minutes, nobody decides
+    fired = [(Incident.from_payload(e).id, Incident.from_payload(e).last_seen - T0) for e in events]
+    first = fired[0][0]
+    assert fired == [(first, timedelta(minutes=m)) for m in (10, 15, 25)], fired  # after 5, then 10 minutes
+    assert any("fired again: no healing run has decided on it" in r.getMessage() for r in caplog.records)
+    healing_ledger(str(tmp_path / "state"), "kafka_prod").record(
+        outcome(Incident.from_payload(events[-1]), "handled", "run r1 healed it", at=T0 + timedelta(minutes=30)))
+    assert run(watch(tmp_path, refire_after_s=300), admin, Clock(polls=120, start=T0 + timedelta(minutes=30))) == []
+    # cleared: nothing is fired again either
+    admin.down.discard(3)
+    other = tmp_path / "other"
+    admin.down.add(3)
+    assert len(run(watch(other, refire_after_s=300), admin, Clock(polls=21))) == 1  # fired at 10 minutes
+    admin.down.discard(3)
+    assert run(watch(other, refire_after_s=300), admin, Clock(polls=60, start=T0 + timedelta(minutes=10, seconds=30))) == []
 
 
 def test_a_failing_watch_backs_off_and_makes_its_admin_again(tmp_path, caplog):
