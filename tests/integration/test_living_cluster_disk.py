@@ -31,7 +31,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 from dagrun import copy_migrated_db, run_dag_file
 from kafka_helpers import Traffic, cordon_capable_cluster, delete_topics
-from observers import on_disk, throttle_configs
+from observers import CORDONED_LOG_DIRS, cordons, on_disk, throttle_configs
 
 from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica
 from airflow_kafka_reassign.kafka.admin import KafkaClusterAdmin
@@ -205,10 +205,18 @@ def test_a_replica_created_in_the_dir_being_emptied_without_a_cordon_is_moved_of
     mine = {(filler, p) for p in range(12)}
     moving = {(planned, 0), (planned, 1)}
     try:
+        # a finished removal keeps its dir cordoned (the module's first test): this test is the one without a cordon
+        uncordon = ConfigResource(ConfigResource.Type.BROKER, str(BROKER), incremental_configs=[ConfigEntry(
+            CORDONED_LOG_DIRS, "", incremental_operation=AlterConfigOpType.DELETE)])
+        client.incremental_alter_configs([uncordon])[uncordon].result(60)
+        wait_until(lambda: cordons(client, [BROKER])[BROKER] is None, f"broker {BROKER}'s dirs uncordoned", timeout=30)
         wait_until(lambda: mine | moving <= on_disk(first)[0] | on_disk(second)[0], "the replicas on disk", timeout=60)
-        with KafkaClusterAdmin(config, timeout_s=30) as setup:  # setting up only
-            setup.alter_replica_log_dirs({**{TopicPartitionReplica(t, p, BROKER): first for t, p in mine},
-                                          **{TopicPartitionReplica(t, p, BROKER): second for t, p in moving}})
+        with KafkaClusterAdmin(config, timeout_s=30) as setup:  # setting up only; refused while the broker still
+            # applies the uncordon: sent again until every replica is accepted
+            wait_until(lambda: not [r for r in setup.alter_replica_log_dirs(
+                {**{TopicPartitionReplica(t, p, BROKER): first for t, p in mine},
+                 **{TopicPartitionReplica(t, p, BROKER): second for t, p in moving}}) if r.error],
+                "AlterReplicaLogDirs accepted for every replica of the set-up", timeout=30)
         wait_until(lambda: mine <= on_disk(first)[0] and moving <= on_disk(second)[0] and not on_disk(second)[1]
                    and not on_disk(first)[1], "the filler in the first dir, the planned topic in the second", timeout=60)
         for p in range(2):
