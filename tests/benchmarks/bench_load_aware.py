@@ -121,6 +121,9 @@ def spark(
             disk = {"mean_share": report.mean_share, "max_deviation_before": report.max_deviation_before,
                     "max_deviation_after": report.max_deviation_after, "over_cap": report.over_cap()}
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_s"].items())
+        for line in r["output"].splitlines():
+            if line.startswith("[plan_job]   disk"):  # the disk step by groups: its rounds
+                print(f"    {line}")
         if job.get("disk_step"):
             rounds = f", {job['disk_rounds']} rounds" if job.get("disk_rounds") else ""
             label = f"{label} ({job['disk_step']} disk step{rounds})"

@@ -143,7 +143,7 @@ def run_plan(
     if proc.returncode != 0:
         raise SystemExit(f"plan job failed ({proc.returncode}):\n{output[-4000:]}")
     metrics = read_metrics(out)
-    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics, "cpu_s": mem.cpu()}
+    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics, "cpu_s": mem.cpu(), "output": output}
 
 
 def check_size(replicas: int, snap: Path, r: dict) -> None:
