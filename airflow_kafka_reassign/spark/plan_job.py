@@ -353,6 +353,7 @@ class SparkGroups:
         self.pairs: Any = None
 
     def run(self, step: Any, arg: Any) -> list[Any]:
+        started = time.perf_counter()
         arg_b = self.sc.broadcast(arg)
         groups = self.source if self.pairs is None else self.pairs.map(lambda x: x[0])
         pairs = groups.map(lambda g: _round(step, g, arg_b.value)).cache()
@@ -360,6 +361,7 @@ class SparkGroups:
         if self.pairs is not None:
             self.pairs.unpersist()
         self.pairs = pairs
+        print(f"[plan_job]   disk {step.__name__:<13} {time.perf_counter() - started:7.2f}s", file=sys.stderr, flush=True)
         return results
 
     def close(self) -> None:

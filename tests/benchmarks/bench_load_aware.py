@@ -18,6 +18,7 @@ The machine's load average is printed with the figures (a shared 2-core machine)
     .venv/bin/python tests/benchmarks/bench_load_aware.py 2000000      # 2M
     .venv/bin/python tests/benchmarks/bench_load_aware.py 1000000 2000000 --spark   # spark-submit, local[2]
     .venv/bin/python tests/benchmarks/bench_load_aware.py 1000000 --spark --disk-step groups  # the disk step by groups
+    .venv/bin/python tests/benchmarks/bench_load_aware.py 1000000 --spark --standalone 2  # a 2-worker standalone cluster
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def pure(n: int, cluster: SyntheticCluster, doc: CapacityDocument, count_only: b
 
 def spark(
     n: int, cluster: SyntheticCluster, doc: CapacityDocument, seed: int, master: str, count_only: bool, disk_step: str,
+    workers: tuple[int, ...] = (), options: tuple[str, ...] = (),
 ) -> None:
     from bench_spark_plan import check_size, run_plan
 
@@ -105,7 +107,8 @@ def spark(
     requests.append(("load-aware", PlanRequest(capacity=doc).model_dump_json()))
     for label, request in requests:
         with tempfile.TemporaryDirectory(prefix="akr-bench-load-") as tmp:
-            r = run_plan(snap, master, Path(tmp) / "plan", request_json=request, extra=("--disk-step", disk_step))
+            r = run_plan(snap, master, Path(tmp) / "plan", request_json=request, extra=("--disk-step", disk_step),
+                         workers=workers, options=options)
         check_size(n, snap, r)
         m = r["metrics"]
         job, after = m["job"], m["after"]
@@ -118,6 +121,9 @@ def spark(
             disk = {"mean_share": report.mean_share, "max_deviation_before": report.max_deviation_before,
                     "max_deviation_after": report.max_deviation_after, "over_cap": report.over_cap()}
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_s"].items())
+        for line in r["output"].splitlines():
+            if line.startswith("[plan_job]   disk"):  # the disk step by groups: its rounds
+                print(f"    {line}")
         if job.get("disk_step"):
             rounds = f", {job['disk_rounds']} rounds" if job.get("disk_rounds") else ""
             label = f"{label} ({job['disk_step']} disk step{rounds})"
@@ -135,15 +141,29 @@ def main() -> None:
     ap.add_argument("--no-count-only", action="store_true", help="skip the count-only plan")
     ap.add_argument("--spark", action="store_true", help="plan with spark-submit (the plan job) instead of in-process")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--standalone", type=int, metavar="WORKERS",
+                    help="with --spark: on a Spark standalone cluster of this many 1-core workers started here "
+                         "(standalone.py); their executors' CPU and memory count with the job's")
     ap.add_argument("--disk-step", choices=("serial", "groups"), default="serial",
                     help="with --spark: the plan job's disk step (serial on the driver, or by groups on the executors)")
     args = ap.parse_args()
+    if args.spark and args.standalone:
+        from standalone import standalone
+
+        with standalone(workers=args.standalone, cores=1, memory="4g") as (url, pids):
+            args.master = url
+            run_sizes(args, tuple(pids), ("--executor-memory", "3g"))
+    else:
+        run_sizes(args)
+
+
+def run_sizes(args: argparse.Namespace, workers: tuple[int, ...] = (), options: tuple[str, ...] = ()) -> None:
     for n in args.replicas:
         cluster = synthetic_cluster(brokers=args.brokers, racks=3, replicas=n, sizes="skewed", seed=args.seed)
         synthetic("replicas in the cluster", cluster.replica_count, n)
         doc = capacity(cluster, args.brokers)
         if args.spark:
-            spark(n, cluster, doc, args.seed, args.master, not args.no_count_only, args.disk_step)
+            spark(n, cluster, doc, args.seed, args.master, not args.no_count_only, args.disk_step, workers, options)
         else:
             pure(n, cluster, doc, not args.no_count_only)
 

@@ -62,8 +62,10 @@ class TreeMemory:
     """Peak of the summed RSS of a process and its descendants, sampled every 0.2 s; also the CPU
     seconds each descendant used (its last sample), summed per kind of process (:meth:`cpu`)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, extra: tuple[int, ...] = ()) -> None:
         self.proc = psutil.Process(pid)
+        #: other processes whose descendants count too (a standalone cluster's workers: the executors)
+        self.extra = [psutil.Process(p) for p in extra]
         self.peak = 0
         self._cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
@@ -87,12 +89,19 @@ class TreeMemory:
         while not self._stop.is_set():
             try:
                 procs = [self.proc, *self.proc.children(recursive=True)]
+                for root in self.extra:
+                    with contextlib.suppress(psutil.Error):
+                        procs.extend(root.children(recursive=True))
                 total = 0
                 for p in procs:
                     with contextlib.suppress(psutil.Error):
                         total += p.memory_info().rss
                         t = p.cpu_times()
-                        self._cpu[p.pid] = (self.kind(p.cmdline()), t.user + t.system)
+                        # a forked Python worker read at the wrong moment may show no command line yet
+                        kind = self.kind(p.cmdline() or [p.name()])
+                        if kind == "other" and "python" in p.name():
+                            kind = "python workers"
+                        self._cpu[p.pid] = (kind, t.user + t.system)
                 self.peak = max(self.peak, total)
             except psutil.Error:
                 return
@@ -114,25 +123,27 @@ class TreeMemory:
 
 def run_plan(
     snapshot: Path | str, master: str, out: Path, reader: str = "auto", request_json: str | None = None,
-    extra: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (), workers: tuple[int, ...] = (), options: tuple[str, ...] = (),
 ) -> dict:
+    """One spark-submit of the plan job; ``workers``: a standalone cluster's worker pids (their
+    executors' CPU and memory count with the job's); ``options``: more spark-submit options."""
     request = out.parent / "request.json"
     request.write_text(request_json or json.dumps({"goal": "add-brokers"}))
     cmd = spark_submit_command(
         plan_job_path(), [*plan_job_args(str(snapshot), str(out), str(request)), "--reader", reader, *extra],
-        master=master, options=["--driver-memory", "2g"],
+        master=master, options=["--driver-memory", "2g", *options],
     )
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env={**os.environ, **submit_env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    mem = TreeMemory(proc.pid)
+    mem = TreeMemory(proc.pid, workers)
     output, _ = proc.communicate()
     wall = time.perf_counter() - t0
     peak = mem.stop()
     if proc.returncode != 0:
         raise SystemExit(f"plan job failed ({proc.returncode}):\n{output[-4000:]}")
     metrics = read_metrics(out)
-    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics, "cpu_s": mem.cpu()}
+    return {"wall_s": wall, "peak_mb": peak / 1e6, "metrics": metrics, "cpu_s": mem.cpu(), "output": output}
 
 
 def check_size(replicas: int, snap: Path, r: dict) -> None:

@@ -23,13 +23,20 @@ what is left, from the groups' state then. The rack rule and replication factors
 partition's own, so each group keeps them exactly; rack bands (racks that cannot reach the band)
 are decided on the driver from the groups' rack limits, after the first round, as the serial step
 decides them after its first passes. The bounds are added up from per-broker figures and from the
-prefixes of each broker's sorted sizes they need (:func:`finish_round`).
+largest and smallest sizes of each broker's movable replicas the groups send once, at the start
+(at most :data:`BOUND_SIZES` each: a valid bound, as tight as the serial step's where a broker's
+excess is covered by its largest that many and its count excess is no more than that many).
 
 What it gives up against the serial step: a group moves only its own replicas, so where the
 serial step would send one large replica the groups may send several smaller ones (each within
-its share), and a swap's small replica comes from the same group; the count windows' slack is
-split between the groups. How much that costs is measured at 1M, 2M and 10M replicas in
-docs/performance.md ("The disk step at scale").
+its share; the driver's pass over the largest replicas, :func:`largest_first`, takes most of
+that back), and a swap's small replica comes from the same group; the count windows' slack is
+split between the groups; the plan depends on how the topics fall into groups. Measured
+(docs/performance.md, "The disk step at scale"): the same deviation and counts at 1M, 2M and
+10M replicas, bytes 1.0004x, 1.0013x and 1.0076x the bound (the serial step: 1.0009x, 1.0002x,
+1.0002x), 3%, 2.5% and 7.7% more moves; each round rebuilds every group's tables, so the
+groups use about twice the serial step's CPU, and on two cores the job is not faster. The
+driver holds no cluster-wide arrays.
 
 :class:`GroupRunner` runs a round's function over the groups: :class:`LocalGroups` in this
 process; the Spark job over the place stage's cached results, one group per task.
@@ -133,10 +140,16 @@ class GroupFigures:
     kept: list[int]
     moves: int = 0
     swaps: int = 0
-    #: broker (any) -> bytes, replicas and movable bytes before the plan (first round only)
+    #: broker (any) -> bytes, replicas and movable bytes before the plan, and the sizes of its
+    #: movable replicas then, the largest and the smallest :data:`BOUND_SIZES` (first round only:
+    #: the bounds)
     before: dict[int, int] = field(default_factory=dict)
     count_before: dict[int, int] = field(default_factory=dict)
     movable_before: dict[int, int] = field(default_factory=dict)
+    largest: dict[int, list[int]] = field(default_factory=dict)
+    smallest: dict[int, list[int]] = field(default_factory=dict)
+    #: topic -> partition -> replicas, of every partition the rounds changed so far (the balance rounds)
+    changes: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def _per_live(layout: BrokerLayout, brokers: Ints, weights: Any) -> list[int]:
@@ -195,7 +208,41 @@ def figures(group: DiskGroup, layout: BrokerLayout, goal: DiskGoal, first: bool 
         out.count_before = _per_id(orig.flat, None)
         mv = _bound_movable(group, goal)[orig_e]
         out.movable_before = _per_id(orig.flat[mv], orig_s[mv])
+        out.largest, out.smallest = _bound_sizes(orig.flat[mv], orig_s[mv])
     return out
+
+
+def _bound_sizes(brokers: Ints, sizes: Ints) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Per broker, the largest :data:`BOUND_SIZES` of ``sizes`` (largest first) and the smallest
+    (smallest first)."""
+    order = np.lexsort((-sizes, brokers))
+    mb, ms = brokers[order], sizes[order]
+    cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
+    ends = np.append(cuts[1:], len(mb)) if len(mb) else cuts
+    largest: dict[int, list[int]] = {}
+    smallest: dict[int, list[int]] = {}
+    for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends.tolist(), strict=True):
+        largest[b] = ms[a:min(z, a + BOUND_SIZES)].tolist()
+        smallest[b] = ms[max(a, z - BOUND_SIZES):z][::-1].tolist()
+    return largest, smallest
+
+
+def changes_of(group: DiskGroup) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Topic -> partition -> replicas now, of every partition whose replicas the rounds changed."""
+    start, now = group.start, group.now
+    changes: dict[str, dict[int, tuple[int, ...]]] = {}
+    diff = np.zeros(len(now.lens), dtype=bool)
+    if len(now.flat):
+        rows = np.repeat(np.arange(len(now.lens), dtype=np.int64), now.lens)
+        np.logical_or.at(diff, rows, now.flat != start.flat)
+    if diff.any():
+        topic_of = np.repeat(np.arange(len(group.counts), dtype=np.int64), group.counts)
+        starts = now.starts()
+        for e in np.flatnonzero(diff).tolist():
+            r = int(starts[e])
+            reps = tuple(now.flat[r:r + int(now.lens[e])].tolist())
+            changes.setdefault(group.topics[int(topic_of[e])], {})[int(group.partitions[e])] = reps
+    return changes
 
 
 def _bound_movable(group: DiskGroup, goal: DiskGoal) -> npt.NDArray[np.bool_]:
@@ -231,6 +278,8 @@ class RoundArgs:
     layout: BrokerLayout
     goal: DiskGoal
     tasks: dict[int, GroupTask]
+    #: the driver's moves to apply first (group -> entry -> replicas: :func:`largest_first`)
+    changes: dict[int, dict[int, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def start_round(group: DiskGroup, args: StartArgs) -> tuple[DiskGroup, GroupFigures]:
@@ -239,7 +288,9 @@ def start_round(group: DiskGroup, args: StartArgs) -> tuple[DiskGroup, GroupFigu
 
 
 def balance_round(group: DiskGroup, args: RoundArgs) -> tuple[DiskGroup, GroupFigures]:
-    """The serial step on ``group`` with its share of the goal; its figures after."""
+    """The driver's moves of the group's replicas, then the serial step on ``group`` with its
+    share of the goal; its figures after, with its changes so far."""
+    _apply(group, args.changes.get(group.gid, {}))
     task = args.tasks.get(group.gid)
     if task is not None and _has_work(group, task, args.layout):
         outcome = balance_disk_input(group.disk_input(), args.layout, task.fixed_bytes, task.fixed_counts, args.goal,
@@ -254,7 +305,9 @@ def balance_round(group: DiskGroup, args: RoundArgs) -> tuple[DiskGroup, GroupFi
             group.now = FlatRows(group.now.lens, flat)
         group.moves += outcome.moves
         group.swaps += outcome.swaps
-    return group, figures(group, args.layout, args.goal)
+    out = figures(group, args.layout, args.goal)
+    out.changes = changes_of(group)
+    return group, out
 
 
 def _has_work(group: DiskGroup, task: GroupTask, layout: BrokerLayout) -> bool:
@@ -276,69 +329,13 @@ def _has_work(group: DiskGroup, task: GroupTask, layout: BrokerLayout) -> bool:
 
 
 @dataclass(frozen=True)
-class FinishArgs:
-    goal: DiskGoal
-    #: live broker -> bytes its largest movable replicas (before the plan) must cover (the bounds)
-    need: dict[int, float]
-    #: live broker -> its smallest movable replicas the bytes bound counts
-    sheds: dict[int, int]
-
-
-@dataclass
-class GroupEnd:
-    """What the driver needs of a group at the end: its changes and the bounds' size lists."""
-
-    gid: int
-    changes: dict[str, dict[int, tuple[int, ...]]]
-    largest: dict[int, list[int]]
-    smallest: dict[int, list[int]]
-
-
-def finish_round(group: DiskGroup, args: FinishArgs) -> tuple[DiskGroup, GroupEnd]:
-    """The group's changes (partitions whose replicas the rounds changed) and, per broker before
-    the plan, the largest movable sizes until they cover ``need`` (at most :data:`BOUND_SIZES`) and
-    the smallest ``sheds``."""
-    start, now = group.start, group.now
-    changes: dict[str, dict[int, tuple[int, ...]]] = {}
-    diff = np.zeros(len(now.lens), dtype=bool)
-    if len(now.flat):
-        rows = np.repeat(np.arange(len(now.lens), dtype=np.int64), now.lens)
-        np.logical_or.at(diff, rows, now.flat != start.flat)
-    if diff.any():
-        topic_of = np.repeat(np.arange(len(group.counts), dtype=np.int64), group.counts)
-        starts = now.starts()
-        for e in np.flatnonzero(diff).tolist():
-            r = int(starts[e])
-            reps = tuple(now.flat[r:r + int(now.lens[e])].tolist())
-            changes.setdefault(group.topics[int(topic_of[e])], {})[int(group.partitions[e])] = reps
-    orig = group.orig
-    orig_e = np.repeat(np.arange(len(orig.lens), dtype=np.int64), orig.lens)
-    mv = _bound_movable(group, args.goal)[orig_e]
-    mb, ms = orig.flat[mv], group.sizes[orig_e][mv]
-    order = np.lexsort((-ms, mb))
-    mb, ms = mb[order], ms[order]
-    cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
-    ends = np.append(cuts[1:], len(mb)) if len(mb) else cuts
-    largest: dict[int, list[int]] = {}
-    smallest: dict[int, list[int]] = {}
-    for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends.tolist(), strict=True):
-        desc = ms[a:z]
-        need = args.need.get(b, 0.0)
-        if need > 0:
-            k = int(np.searchsorted(np.cumsum(desc), need)) + 1
-            largest[b] = desc[:min(k, BOUND_SIZES)].tolist()
-        shed = args.sheds.get(b, 0)
-        if shed > 0:
-            smallest[b] = desc[::-1][:shed].tolist()
-    return group, GroupEnd(group.gid, changes, largest, smallest)
-
-
-@dataclass(frozen=True)
 class PickArgs:
     layout: BrokerLayout
     goal: DiskGoal
     #: live broker -> the bytes above its band (a broker the driver's pass sheds from)
     excess: dict[int, float]
+    #: live broker -> the size above which a replica is the driver's (smaller ones: the groups')
+    larger: dict[int, float]
 
 
 @dataclass
@@ -354,9 +351,10 @@ class Picked:
 
 
 def pick_round(group: DiskGroup, args: PickArgs) -> tuple[DiskGroup, Picked]:
-    """Per broker above its band, the group's movable replicas there no larger than its excess,
-    largest first, until they add up to :data:`WHOLE` times the excess (at most :data:`PICKED` a
-    broker): what the serial step's first choices are made of."""
+    """Per broker above its band, the group's movable replicas there no larger than its excess but
+    larger than ``larger`` (what a group's part of the rooms would hardly take), largest first, until
+    they add up to :data:`WHOLE` times the excess (at most :data:`PICKED` a broker): what the serial
+    step's first choices are made of."""
     now = group.now
     rep_e = np.repeat(np.arange(len(now.lens), dtype=np.int64), now.lens)
     movable = group.movable(args.goal.offload_threshold is not None)[rep_e]
@@ -364,7 +362,7 @@ def pick_round(group: DiskGroup, args: PickArgs) -> tuple[DiskGroup, Picked]:
     for b, excess in args.excess.items():
         at = np.flatnonzero((now.flat == b) & movable)
         sizes = group.sizes[rep_e[at]]
-        keep = sizes <= excess
+        keep = (sizes <= excess) & (sizes > args.larger.get(b, 0.0))
         at, sizes = at[keep], sizes[keep]
         order = np.argsort(-sizes, kind="stable")
         k = int(np.searchsorted(np.cumsum(sizes[order]), WHOLE * excess)) + 1
@@ -382,25 +380,15 @@ def _rows(rows: FlatRows, entries: npt.NDArray[np.int64]) -> FlatRows:
     return FlatRows(lens.astype(np.int64), rows.flat[at].astype(np.int64))
 
 
-@dataclass(frozen=True)
-class ApplyArgs:
-    layout: BrokerLayout
-    goal: DiskGoal
-    #: group -> entry -> replicas
-    changes: dict[int, dict[int, tuple[int, ...]]]
-
-
-def apply_round(group: DiskGroup, args: ApplyArgs) -> tuple[DiskGroup, GroupFigures]:
-    """The driver's changes to this group's partitions; the group's figures after."""
-    mine = args.changes.get(group.gid)
-    if mine:
+def _apply(group: DiskGroup, changes: Mapping[int, tuple[int, ...]]) -> None:
+    """Entry -> replicas, into the group's replicas now."""
+    if changes:
         flat = group.now.flat.copy()
         starts = group.now.starts()
-        for e, reps in mine.items():
+        for e, reps in changes.items():
             r = int(starts[e])
             flat[r:r + len(reps)] = reps
         group.now = FlatRows(group.now.lens, flat)
-    return group, figures(group, args.layout, args.goal)
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -499,6 +487,10 @@ def count_targets(
 WHOLE = 2.0
 #: Replicas per broker and group at most in the driver's pass.
 PICKED = 4096
+#: The driver's pass takes the replicas larger than a group's part of the excess or of the largest
+#: room divided by this: at 1M replicas (8 groups) it brought the groups' moves from 1.42x to 1.02x
+#: the serial step's (docs/performance.md); the larger the cluster, the fewer replicas that is.
+LARGER = 16.0
 
 
 def shed_shares(
@@ -683,17 +675,20 @@ def largest_first(
     fixed_counts: Mapping[int, int],
     xb: Mapping[int, int],
     cb: Mapping[int, int],
-) -> tuple[int, list[GroupFigures]] | None:
+) -> Largest | None:
     """The serial step on the driver over the largest replicas of the brokers above their band
     (:func:`pick_round`), every other replica fixed: it sheds each such broker down to its band's
     top with them, as far as they go (never past it: what is left goes to the groups, with smaller
-    replicas), into every receiver's whole room; counts are the groups' to even out after. Its
-    moves and the groups' figures after; ``None`` when no broker is above its band."""
+    replicas), into every receiver's whole room; counts are the groups' to even out after. Only
+    replicas larger than a :data:`LARGER`-th of a group's part of the broker's excess or of the
+    largest room: where groups would send several smaller ones, the serial step sends one. ``None`` when it moves nothing."""
     live = layout.brokers
     excess = {b: float(xb[b] - band[b][1]) for b in live if xb[b] > band[b][1]}
     if not excess:
         return None
-    picked = sorted(runner.run(pick_round, PickArgs(layout, goal, excess)), key=lambda p: p.gid)
+    room = max((band[b][1] - xb[b] for b in live if b not in excess), default=0.0)
+    larger = {b: min(e, room) / (LARGER * max(1, len(figs))) for b, e in excess.items()}
+    picked = sorted(runner.run(pick_round, PickArgs(layout, goal, excess, larger)), key=lambda p: p.gid)
     n = sum(len(p.entries) for p in picked)
     if not n:
         return None
@@ -718,13 +713,40 @@ def largest_first(
     outcome = balance_disk_input(inp, layout, fixed_x, fixed_c, step, part=part)
     if not outcome.changed:
         return None
+    # the groups' figures after these moves, worked out here (the groups apply them with their next round)
     changes: dict[int, dict[int, tuple[int, ...]]] = {}
+    after = {f.gid: replace(f, bytes=list(f.bytes), movable=list(f.movable), count=list(f.count),
+                            movable_count=list(f.movable_count)) for f in figs}
+    at = {b: j for j, b in enumerate(live)}
     where = [(p.gid, int(e)) for p in picked for e in p.entries.tolist()]
+    starts = now.starts()
     for (i, _), reps in outcome.changed.items():
         gid, e = where[i]
         changes.setdefault(gid, {})[e] = reps
-    after = sorted(runner.run(apply_round, ApplyArgs(layout, goal, changes)), key=lambda f: f.gid)
-    return outcome.moves, after
+        old = now.flat[starts[i]:starts[i] + now.lens[i]].tolist()
+        f, s = after[gid], int(sizes[i])
+        for b in set(old) - set(reps):
+            if b in at:
+                j = at[b]
+                f.bytes[j] -= s
+                f.movable[j] -= s
+                f.count[j] -= 1
+                f.movable_count[j] -= 1
+        for b in set(reps) - set(old):
+            j = at[b]  # placed: it moves no more
+            f.bytes[j] += s
+            f.count[j] += 1
+    return Largest(outcome.moves, [after[f.gid] for f in figs], changes)
+
+
+@dataclass
+class Largest:
+    """:func:`largest_first`'s moves, the groups' figures after them, and the moves per group and
+    entry (applied by the groups' next round)."""
+
+    moves: int
+    figs: list[GroupFigures]
+    changes: dict[int, dict[int, tuple[int, ...]]]
 
 
 def disk_by_groups(
@@ -735,9 +757,11 @@ def disk_by_groups(
     fixed_counts: Mapping[int, int],
     rounds: int = ROUNDS,
 ) -> GroupedDisk:
-    """The disk step over every group ``runner`` holds: rounds of :func:`split_goal` and
-    :func:`balance_round` until every broker is within its band and count window (or ``rounds``
-    are done), then :func:`finish_round` for the changes and the bounds."""
+    """The disk step over every group ``runner`` holds: the groups' figures (:func:`start_round`),
+    the driver's pass over the largest replicas (:func:`largest_first`), then rounds of
+    :func:`split_goal` and :func:`balance_round` until every broker is within its band and count
+    window (or ``rounds`` are done); the changes come with the last round's figures, the bounds
+    from the first's."""
     live = layout.brokers
     offload = goal.offload_threshold is not None
     first = sorted(runner.run(start_round, StartArgs(layout, goal)), key=lambda f: f.gid)
@@ -767,20 +791,22 @@ def disk_by_groups(
     moves = swaps = 0
     if not offload and layout.n_racks > 1:
         warnings.extend(_racks(layout, goal, band, first, fixed_bytes, xb, pinned_only=True))
+    pending: dict[int, dict[int, tuple[int, ...]]] = {}
     if goal.topic_spread >= 10**9 or offload:
         # the largest replicas' moves on the driver, with every receiver's whole room (a group has
         # only its part of it): the serial step over the replicas it would choose first
-        out = largest_first(runner, layout, goal, band, first, fixed_bytes, fixed_counts, xb, cb)
-        if out is not None:
-            moves, figs = out
+        pass_ = largest_first(runner, layout, goal, band, first, fixed_bytes, fixed_counts, xb, cb)
+        if pass_ is not None:
+            moves, figs, pending = pass_.moves, pass_.figs, pass_.changes
             xb, cb = totals(figs)
 
     tried: dict[int, set[int]] = {}
 
     def round_(tight: bool) -> None:
-        nonlocal figs, done, xb, cb
+        nonlocal figs, done, xb, cb, pending
         tasks = split_goal(layout, goal, figs, fixed_bytes, fixed_counts, band, window, tight=tight, tried=tried)
-        figs = sorted(runner.run(balance_round, RoundArgs(layout, goal, tasks)), key=lambda f: f.gid)
+        figs = sorted(runner.run(balance_round, RoundArgs(layout, goal, tasks, pending)), key=lambda f: f.gid)
+        pending = {}
         done += 1
         xb, cb = totals(figs)
 
@@ -809,24 +835,19 @@ def disk_by_groups(
                 into[b] = into.get(b, 0) + v
     after = {b: xb[b] for b in live}
     count_after = {b: cb[b] for b in live}
-    goal_band = goal.band(sum(after.values()))
-    need = {b: before.get(b, 0) - goal_band[b][1] for b in live}
-    pool = max((goal_band[b][0] - before.get(b, 0) for b in live), default=0.0)
-    need = {b: max(v, pool) for b, v in need.items() if max(v, pool) > 0}
     sheds = count_sheds(count_before, count_after, live)
     live_set = set(live)
-    ends = sorted(runner.run(finish_round, FinishArgs(goal, need, {b: s for b, s in sheds.items() if b in live_set})),
-                  key=lambda e: e.gid)
     changes: dict[str, dict[int, tuple[int, ...]]] = {}
+    for f in figs:
+        for topic, c in f.changes.items():
+            changes.setdefault(topic, {}).update(c)
     largest: dict[int, list[int]] = {}
     smallest: dict[int, list[int]] = {}
-    for e in ends:
-        for topic, c in e.changes.items():
-            changes.setdefault(topic, {}).update(c)
-        for lists, more in ((largest, e.largest), (smallest, e.smallest)):
+    for f in first:
+        for lists, more in ((largest, f.largest), (smallest, f.smallest)):
             for b, sizes in more.items():
                 lists.setdefault(b, []).extend(sizes)
-    largest = {b: sorted(v, reverse=True)[:BOUND_SIZES] for b, v in largest.items()}
+    largest = {b: sorted(v, reverse=True) for b, v in largest.items()}
     min_out = {b: sum(sorted(smallest.get(b, []))[:s]) for b, s in sheds.items() if b in live_set}
     for b in sheds:
         if b not in live_set and movable_before.get(b):

@@ -12,6 +12,7 @@ after the other in ``flat``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +34,9 @@ class FlatRows:
 
     @classmethod
     def of(cls, rows: Sequence[Sequence[int]]) -> FlatRows:
-        lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        return cls(lens, np.fromiter((b for r in rows for b in r), dtype=np.int64, count=int(lens.sum())))
+        # map and chain iterate in C: no Python frame per row or per value
+        lens = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        return cls(lens, np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lens.sum())))
 
     def starts(self) -> Ints:
         out = np.zeros(len(self.lens), dtype=np.int64)
