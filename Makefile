@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: acceptance setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow compat-matrix compat-slice
+.PHONY: acceptance acceptance-slice setup chromium stack-deps stack stack-down stack-status demo ui ui-stop screenshots test unit integration test-times bench lint docs clean compat compat-spark compat-airflow compat-matrix compat-slice
 
 # the tests on both cores, a whole file per worker (module fixtures set up once). The unit tests: two workers. The
 # integration tests: three, each with its own sandbox (they wait on Kafka, Airflow and Spark about half the time:
@@ -17,6 +17,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 # (--no-loadscope-reorder: xdist would otherwise start the files with the most tests first); docs/testing.md
 XDIST := -n 2 --dist loadfile
 XDIST_INTEGRATION := -n 3 --dist loadfile --no-loadscope-reorder
+XDIST_ACCEPTANCE := -n 2 --dist loadfile --no-loadscope-reorder
 
 $(UV):
 	$(PY_BOOT) -m pip install --disable-pip-version-check -q --target .tools/uv uv==$(UV_VERSION)
@@ -95,8 +96,11 @@ compat-matrix: setup  ## every cell of the matrix (python x Airflow line x Kafka
 compat-slice: setup  ## the one matrix cell chosen from the commit hash (what CI runs): wheel, fresh env, DagBag, the example DAG; no unit tests
 	$(PY) tests/compat/airflow_line.py --slice
 
-acceptance: setup stack-deps  ## the acceptance tests beyond make test: self-healing on a production stack of its own (test_stack_healing.py, ~15 min)
-	AKR_ACCEPTANCE=1 $(VENV)/bin/pytest -p no:xdist tests/integration/test_stack_healing.py
+acceptance: setup chromium stack-deps  ## the acceptance tests beyond make test, all of them (tests/integration/acceptance.py: the stack's faults, broker kills, ZooKeeper mode, self-healing on a stack of its own; ~40 min)
+	AKR_ACCEPTANCE=all $(VENV)/bin/pytest $(XDIST_ACCEPTANCE) tests/integration
+
+acceptance-slice: setup chromium stack-deps  ## the one slice of the acceptance tests chosen from the commit hash (what CI runs after make test)
+	AKR_ACCEPTANCE=slice $(VENV)/bin/pytest $(XDIST_ACCEPTANCE) tests/integration
 
 compat: compat-matrix compat-spark  ## the compatibility checks (docs/install.md: the supported matrix)
 

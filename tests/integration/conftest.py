@@ -32,6 +32,7 @@ from airflow_kafka_reassign.sandbox import Sandbox
 # free space is not the tests' business: its moves of a few MB keep 64 MiB free (the guard's own test sets its own).
 # Task processes (Airflow's workers, the compat check's environment) inherit it.
 os.environ.setdefault("AKR_DISK_RESERVE", "64MiB")
+import acceptance
 from dagrun import copy_migrated_db
 
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
@@ -66,14 +67,9 @@ FIRST = ("test_stack.py", "test_stack_faults.py", "test_stack_healing.py",
          "test_wait_broker_down.py", "test_decommission_lifecycle.py", "test_wait_sensor.py")
 
 
-#: The acceptance tests that need a deployment of their own beyond the suite's (test_stack_healing.py: a second
-#: production stack, an AssetWatcher and its dwell times; about 15 minutes): run by `make acceptance`
-#: (AKR_ACCEPTANCE=1), not by `make test`, which CI runs within its time budget (docs/testing.md).
-ACCEPTANCE = ("test_stack_healing.py",)
-
-
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    if collection_path.name in ACCEPTANCE and not os.environ.get("AKR_ACCEPTANCE"):
+    # the by-hand acceptance files are not even imported by the other runs (acceptance.py)
+    if collection_path.name in acceptance.ONLY_BY_HAND and os.environ.get(acceptance.ENV) != "all":
         return True
     return None
 
@@ -82,8 +78,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.integration)
+    # the acceptance tests (acceptance.py): out of `make test`; `make acceptance` runs them all, CI one slice
+    kept, every = acceptance.entries(os.environ.get(acceptance.ENV))
+    choice = os.environ.get(acceptance.ENV)
+    selected, deselected = [], []
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        is_acceptance = acceptance.named(every, item.path.name, name)
+        wanted = acceptance.named(kept, item.path.name, name) if choice else not is_acceptance
+        (selected if wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
     # the longest files first, the rest in their order; a file's tests keep theirs (a stable sort)
     items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    choice = os.environ.get(acceptance.ENV)
+    if not choice:
+        return (f"acceptance tests left out ({acceptance.ENV} unset: make acceptance runs them, CI one slice of "
+                f"{len(acceptance.SLICES)})")
+    if choice == "slice":
+        index = acceptance.slice_of(acceptance.head_commit())
+        return f"acceptance slice {index} of 0-{len(acceptance.SLICES) - 1} (from the commit): {acceptance.SLICES[index]}"
+    return f"acceptance tests: {choice}"
 
 
 @pytest.hookimpl(wrapper=True)
