@@ -9,7 +9,7 @@ tasks of this module:
   started; or ``dag_run.conf["incidents"]``, a list of payloads, to replay one by hand), reads the live cluster and
   decides (:func:`~airflow_kafka_reassign.core.healing.decide.decide`). XCom ``return_value``::
 
-      {"action": "drain", "brokers": [5], "log_dirs": [], "cordon": false, "dry_run": false,
+      {"action": "drain", "brokers": [5], "log_dirs": [], "cordon": false, "cordons": {}, "dry_run": false,
        "require_approval": false, "incidents": ["kafka_default/broker_down/b5/20261202T070000Z"],
        "reason": "drain broker(s) [5]", "notes": [...], "outcomes": [...]}
 
@@ -18,7 +18,9 @@ tasks of this module:
 * :class:`HealingBudgetOperator` (after the plan) charges the plan's bytes to the incidents and the day, and checks
   that the incidents still hold (a plan waited for, an approval waited for): over budget or stale, it skips the rest;
 * :class:`HealingOutcomeOperator` (last, ``trigger_rule="all_done"``) records how the run ended (``done`` when the
-  confirming task returned, else ``failed``: the next event for the incident may try again, within the budget).
+  confirming task returned, else ``failed``: the next event for the incident may try again, within the budget) and,
+  done, the cordons the run leaves (the decision's ``cordons``: a cordon there is healing's only while it is the one
+  healing left).
 
 State: the healing ledger on the plan storage (``<state_uri>/healing/<cluster>``; core/healing/ledger.py).
 """
@@ -36,7 +38,7 @@ from airflow_kafka_reassign.core.healing.decide import decide, stale_reason
 from airflow_kafka_reassign.core.healing.incident import Incident
 from airflow_kafka_reassign.core.healing.ledger import HealingLedger, ledger_folder, outcome
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy
-from airflow_kafka_reassign.core.healing.view import cluster_view
+from airflow_kafka_reassign.core.healing.view import ClusterView, cluster_view
 from airflow_kafka_reassign.hooks.kafka_reassign import KafkaReassignHook
 from airflow_kafka_reassign.plan_storage import DEFAULT_TIMEOUT_S, default_output_root, open_store, safe_name
 
@@ -70,15 +72,35 @@ def _policy(value: HealingPolicy | Mapping[str, Any] | None) -> HealingPolicy:
 
 
 class _Healing:
+    """Where the healing tasks find the cluster and its ledger."""
+
     kafka_config_id: str
     cluster: str | None
     state_uri: str
     storage_conn_id: str
     storage_timeout_s: float
+    kafka_timeout_s: float
+
+    def _keep_locations(self, kafka_config_id: str, cluster: str | None, state_uri: str, storage_conn_id: str,
+                        storage_timeout_s: float, kafka_timeout_s: float = 30.0) -> None:
+        self.kafka_config_id = kafka_config_id
+        self.cluster = cluster
+        self.state_uri = state_uri
+        self.storage_conn_id = storage_conn_id
+        self.storage_timeout_s = float(storage_timeout_s)
+        self.kafka_timeout_s = float(kafka_timeout_s)
 
     def ledger(self, log: Any) -> HealingLedger:
         return healing_ledger(self.state_uri, self.cluster or self.kafka_config_id, conn_id=self.storage_conn_id,
                               timeout_s=self.storage_timeout_s, log=log)
+
+    def view(self, *, with_dirs: bool) -> ClusterView:
+        """The live cluster as a healing decision reads it (core/healing/view.py)."""
+        admin = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s).get_admin()
+        try:
+            return cluster_view(admin, with_dirs=with_dirs)
+        finally:
+            admin.close()
 
 
 class HealingDecisionOperator(_Healing, BaseSensorOperator):
@@ -106,12 +128,7 @@ class HealingDecisionOperator(_Healing, BaseSensorOperator):
         kwargs.setdefault("timeout", self.policy.max_wait_s + 3600)  # decide() gives up first, with an outcome
         super().__init__(**kwargs)
         self.kinds = tuple(kinds)
-        self.kafka_config_id = kafka_config_id
-        self.cluster = cluster
-        self.state_uri = state_uri
-        self.storage_conn_id = storage_conn_id
-        self.storage_timeout_s = float(storage_timeout_s)
-        self.kafka_timeout_s = float(kafka_timeout_s)
+        self._keep_locations(kafka_config_id, cluster, state_uri, storage_conn_id, storage_timeout_s, kafka_timeout_s)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
         now = datetime.now(timezone.utc)
@@ -123,11 +140,7 @@ class HealingDecisionOperator(_Healing, BaseSensorOperator):
                                        "nothing to heal")
         ti = context["ti"]
         since = ledger.waiting_since(run_id)
-        admin = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s).get_admin()
-        try:
-            view = cluster_view(admin, with_dirs=any(i.dirs for i in incidents))
-        finally:
-            admin.close()
+        view = self.view(with_dirs=any(i.dirs for i in incidents))
         decision = decide(incidents, view, self.policy, ledger, run_id=run_id, now=now,
                           cluster=self.cluster or self.kafka_config_id, kinds=self.kinds, waiting_since=since)
         if decision.wait:
@@ -166,12 +179,7 @@ class HealingBudgetOperator(_Healing, BaseOperator):
         self.decision = decision
         self.plan = plan
         self.policy = _policy(policy)
-        self.kafka_config_id = kafka_config_id
-        self.cluster = cluster
-        self.state_uri = state_uri
-        self.storage_conn_id = storage_conn_id
-        self.storage_timeout_s = float(storage_timeout_s)
-        self.kafka_timeout_s = float(kafka_timeout_s)
+        self._keep_locations(kafka_config_id, cluster, state_uri, storage_conn_id, storage_timeout_s, kafka_timeout_s)
 
     def execute(self, context: Context) -> dict[str, Any]:
         now = datetime.now(timezone.utc)
@@ -180,11 +188,7 @@ class HealingBudgetOperator(_Healing, BaseOperator):
         ids = list((self.decision or {}).get("incidents") or [])
         claims = [c for c in (ledger.read_claim(i) for i in ids) if c is not None]
         planned = int((self.plan or {}).get("bytes_to_move") or 0)
-        admin = KafkaReassignHook(kafka_config_id=self.kafka_config_id, timeout_s=self.kafka_timeout_s).get_admin()
-        try:
-            view = cluster_view(admin, with_dirs=any(c.incident.dirs for c in claims))
-        finally:
-            admin.close()
+        view = self.view(with_dirs=any(c.incident.dirs for c in claims))
         stale = [(c.incident, why) for c in claims for still, why in [stale_reason(c.incident, view, self.policy)]
                  if still is None]
         if claims and len(stale) == len(claims):
@@ -221,11 +225,7 @@ class HealingOutcomeOperator(_Healing, BaseOperator):
         super().__init__(**kwargs)
         self.decision = decision
         self.done_task_id = done_task_id
-        self.kafka_config_id = kafka_config_id
-        self.cluster = cluster
-        self.state_uri = state_uri
-        self.storage_conn_id = storage_conn_id
-        self.storage_timeout_s = float(storage_timeout_s)
+        self._keep_locations(kafka_config_id, cluster, state_uri, storage_conn_id, storage_timeout_s)
 
     def execute(self, context: Context) -> dict[str, Any]:
         decision = self.decision or {}
@@ -237,7 +237,9 @@ class HealingOutcomeOperator(_Healing, BaseOperator):
         run_id = str(context["run_id"])
         confirmed = context["ti"].xcom_pull(task_ids=self.done_task_id)
         status = "done" if confirmed is not None else "failed"
-        changed = ledger.finish(ids, run_id, status)
+        # a finished run keeps what it cordoned (a drained broker, an emptied dir): its claims say so, so that a
+        # cordon there is healing's only while it is the one healing left (core/healing/decide.py, healing_cordons)
+        changed = ledger.finish(ids, run_id, status, cordons=decision.get("cordons") if status == "done" else None)
         for incident_id in changed:
             claim = ledger.read_claim(incident_id)
             if claim is None:

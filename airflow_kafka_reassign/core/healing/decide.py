@@ -21,23 +21,25 @@ checks, in order, for each incident (the first that applies decides; each is one
    for this run: ``act`` (or ``dry_run``).
 
 "Someone else" is judged from the cluster itself, so a reassignment or a cordon made outside Airflow counts as much
-as a manual DAG's: a cordon is healing's own only on the broker or dir of an incident healing took up.
+as a manual DAG's. A cordon is healing's own (:func:`healing_cordons`) on the brokers and dirs of an incident a run is
+acting on, and, once that run is done, only where the cordon it left is still there on what it left empty.
 
 Pure: imports no Airflow, no Kafka client, no PySpark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from airflow_kafka_reassign.core.healing.incident import Incident
-from airflow_kafka_reassign.core.healing.ledger import HealingLedger, Outcome, outcome
+from airflow_kafka_reassign.core.healing.ledger import Claim, HealingLedger, Outcome, dir_refs, outcome
 from airflow_kafka_reassign.core.healing.observation import IMBALANCE_MIN_REPLICAS
 from airflow_kafka_reassign.core.healing.policy import HealingPolicy
 from airflow_kafka_reassign.core.healing.view import ClusterView
+from airflow_kafka_reassign.core.maintenance.cordon import ALL_DIRS, parse_cordon, render_cordon
 from airflow_kafka_reassign.core.vocabulary.ports import LogDir
 
 #: What a healing DAG does for each incident kind (the existing operators do the work).
@@ -73,10 +75,25 @@ class HealingDecision:
     wait: str | None = None
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def cordons(self) -> dict[int, str]:
+        """What the run's plan cordons and a finished run leaves (``cordoned.log.dirs`` by broker): a drain's brokers
+        (``*``) where their config can be written, a disk removal's dirs; nothing in a dry run or for the other
+        actions. The run's claims keep it when it ends done (:meth:`HealingLedger.finish`)."""
+        if not self.cordon or self.dry_run or self.action not in ("drain", "remove_disks"):
+            return {}
+        if self.action == "drain":
+            return dict.fromkeys(self.brokers, ALL_DIRS)
+        paths: dict[int, set[str]] = {}
+        for d in dir_refs(self.log_dirs):
+            paths.setdefault(d.broker, set()).add(d.path.rstrip("/") or "/")
+        return {b: v for b, p in sorted(paths.items()) if (v := render_cordon(frozenset(p))) is not None}
+
     def xcom(self) -> dict[str, Any]:
         """The task's small XCom: what to do and why."""
         return {"action": self.action, "brokers": list(self.brokers), "log_dirs": list(self.log_dirs),
-                "cordon": self.cordon, "dry_run": self.dry_run, "require_approval": self.require_approval,
+                "cordon": self.cordon, "cordons": {str(b): v for b, v in self.cordons.items()},
+                "dry_run": self.dry_run, "require_approval": self.require_approval,
                 "incidents": list(self.incidents), "reason": self.reason, "notes": list(self.notes),
                 "outcomes": [{"incident": o.incident_id, "decision": o.decision, "reason": o.reason}
                              for o in self.outcomes]}
@@ -159,6 +176,40 @@ def breaker_reason(view: ClusterView, policy: HealingPolicy) -> str | None:
     return None
 
 
+def healing_cordons(claims: Iterable[Claim], view: ClusterView) -> tuple[frozenset[int], frozenset[tuple[int, str]]]:
+    """The brokers and log dirs whose cordon is healing's own; any other cordon is someone else's.
+
+    * a claim a run is acting on: every broker and dir of its incident (the run cordons and empties them now);
+    * a claim done: only the cordons its run left (:attr:`Claim.cordons_left
+      <airflow_kafka_reassign.core.healing.ledger.Claim.cordons_left>`), each while it is still on the broker (``*``)
+      or the dir, and while what it covers still holds no replica. Healing leaves a cordon only on what it emptied (a
+      drained broker, an emptied dir), and the controller places no new replica under a cordon: replicas there again
+      mean the cordon was lifted and set again since, or someone else moved them in; either way it is not healing's.
+      A cordon that differs (``*`` where healing left one dir, a dir where it left none) is someone else's too. Kafka
+      keeps no history of a config value, so a cordon lifted and set again to the same value on what is still empty
+      is taken as healing's: no decision changes with it, an empty cordoned broker or dir is no writer;
+    * a claim failed, or done without a recorded cordon (a drain of a broker that was down, a scale-out, a claim
+      written before the cordons were kept): nothing.
+    """
+    brokers: set[int] = set()
+    dirs: set[tuple[int, str]] = set()
+    cordoned_brokers, cordoned_dirs = view.cordoned_brokers(), view.cordoned_dirs()
+    for claim in claims:
+        if claim.status == "acting":
+            brokers.update(claim.incident.brokers)
+            dirs.update((d.broker, d.path) for d in claim.incident.dirs)
+            continue
+        for broker, value in claim.cordons_left.items():
+            left = parse_cordon(value)
+            if left == ALL_DIRS:
+                if broker in cordoned_brokers and not view.holds(broker):
+                    brokers.add(broker)
+                continue
+            dirs.update((broker, p) for p in left if (broker, p) in cordoned_dirs
+                        and not ((found := view.log_dir(broker, p)) is not None and found.replicas))
+    return frozenset(brokers), frozenset(dirs)
+
+
 def writer_reason(view: ClusterView, ours_brokers: Collection[int], ours_dirs: Collection[tuple[int, str]]
                   ) -> str | None:
     """Why another writer is at work on the cluster (``None``: nobody is): reassignments in flight, or a cordon
@@ -233,7 +284,7 @@ def decide(incidents: Sequence[Incident], view: ClusterView, policy: HealingPoli
             continue
         live.append(still if not why else still.model_copy(update={"detail": {**still.detail, "partly_stale": why}}))
 
-    ours_brokers, ours_dirs = ledger.healing_subjects()
+    ours_brokers, ours_dirs = healing_cordons(ledger.claims(), view)
     if live:
         breaker = breaker_reason(view, policy)
         if breaker:

@@ -4,7 +4,8 @@ One folder per cluster (``<plan storage>/healing/<cluster>``, beside the plans; 
 whole objects written through the :class:`~airflow_kafka_reassign.core.records.store.Store` port::
 
     claims/<kind>/<sha>.json       one per incident: its payload, each run started for it (run id, time, bytes
-                                   planned, how it ended) and its status: acting, done or failed
+                                   planned, how it ended, the cordons a finished run left) and its status: acting,
+                                   done or failed
     waits/<sha>.json               when a run started to wait for another writer or the window
     days/<YYYY-MM-DD>.json         the runs started and the bytes planned that UTC day, all incidents together
     outcomes/<YYYY-MM-DD>/<time>-<sha>.json
@@ -28,7 +29,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Literal
 
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict
 
 from airflow_kafka_reassign.core.healing.incident import Incident, LogDirRef
 from airflow_kafka_reassign.core.healing.policy import Budget
+from airflow_kafka_reassign.core.maintenance.cordon import ALL_DIRS, Cordon, parse_cordon, render_cordon
 from airflow_kafka_reassign.core.records.store import Store
 
 _log = logging.getLogger(__name__)
@@ -80,6 +82,11 @@ class ClaimRun(_Record):
     started_at: datetime
     bytes: int = 0
     status: ClaimStatus = "acting"
+    #: The cordons this run left on its incident's brokers and log dirs when it ended ``done`` (healing's part of each
+    #: broker's ``cordoned.log.dirs``: ``"*"`` for a drained broker, the emptied dirs comma-separated); a broker not
+    #: named: none. A claim written before this field was kept has none: nothing there counts as healing's cordon
+    #: (whose cordon is whose: :func:`~airflow_kafka_reassign.core.healing.decide.healing_cordons`).
+    cordons: dict[int, str] = {}
 
 
 class Claim(_Record):
@@ -98,6 +105,11 @@ class Claim(_Record):
 
     def run(self, run_id: str) -> ClaimRun | None:
         return next((r for r in self.runs if r.run_id == run_id), None)
+
+    @property
+    def cordons_left(self) -> dict[int, str]:
+        """The cordons the run that healed the incident left (:attr:`ClaimRun.cordons`); none unless it is done."""
+        return dict(self.runs[-1].cordons) if self.status == "done" else {}
 
 
 class Day(_Record):
@@ -297,10 +309,21 @@ class HealingLedger:
             self._update_run(incident_id, run_id, bytes=planned)
         return None
 
-    def finish(self, incident_ids: Iterable[str], run_id: str, status: ClaimStatus) -> list[str]:
+    def finish(self, incident_ids: Iterable[str], run_id: str, status: ClaimStatus,
+               cordons: Mapping[int | str, str | None] | None = None) -> list[str]:
         """Mark this run's claim of each incident ``done`` or ``failed`` (a failed one may be taken up again by the
-        next event, within the budget); returns the incidents it changed."""
-        return [i for i in incident_ids if self._update_run(i, run_id, status=status)]
+        next event, within the budget); returns the incidents it changed. ``cordons``: what the run cordoned and
+        leaves (``cordoned.log.dirs`` values by broker, as :attr:`HealingDecision.cordons
+        <airflow_kafka_reassign.core.healing.decide.HealingDecision.cordons>`); each claim keeps the part on its own
+        incident's brokers and dirs (:func:`cordons_on`)."""
+        values = {int(b): v for b, v in (cordons or {}).items()}
+        changed = []
+        for incident_id in incident_ids:
+            claim = self.read_claim(incident_id)
+            left = cordons_on(claim.incident, values) if claim is not None else {}
+            if self._update_run(incident_id, run_id, status=status, cordons=left):
+                changed.append(incident_id)
+        return changed
 
     def waiting_since(self, run_id: str) -> datetime | None:
         """When this run started to wait (for another writer, for the window), or ``None``."""
@@ -312,22 +335,26 @@ class HealingLedger:
         return self.store.write_if(f"waits/{_sha(run_id)}.json",
                                    json.dumps({"run_id": run_id, "since": now.isoformat()}).encode(), None)
 
-    def healing_subjects(self) -> tuple[set[int], set[tuple[int, str]]]:
-        """The brokers and log dirs of incidents healing acts or acted on: a cordon there is healing's own, not
-        someone else's."""
-        brokers: set[int] = set()
-        dirs: set[tuple[int, str]] = set()
-        for claim in self.claims():
-            if claim.status in ("acting", "done"):
-                brokers.update(claim.incident.brokers)
-                dirs.update((d.broker, d.path) for d in claim.incident.dirs)
-        return brokers, dirs
-
 
 def outcome(incident: Incident, decision: Decision, reason: str, *, at: datetime, run_id: str | None = None) -> Outcome:
     """An :class:`Outcome` about ``incident``."""
     return Outcome(at=at, incident_id=incident.id, kind=incident.kind, decision=decision, reason=reason,
                    run_id=run_id, brokers=incident.brokers, dirs=tuple(str(d) for d in incident.dirs))
+
+
+def _path(path: str) -> str:
+    return path.rstrip("/") or "/"
+
+
+def cordons_on(incident: Incident, cordons: Mapping[int, str | None]) -> dict[int, str]:
+    """The part of ``cordons`` (``cordoned.log.dirs`` values by broker) on the incident's brokers (``*``) and log
+    dirs (each dir cordoned, alone or by ``*``)."""
+    out: dict[int, Cordon] = {b: ALL_DIRS for b in incident.brokers if parse_cordon(cordons.get(b)) == ALL_DIRS}
+    for d in incident.dirs:
+        value, mine = parse_cordon(cordons.get(d.broker)), out.get(d.broker, frozenset())
+        if mine != ALL_DIRS and (value == ALL_DIRS or _path(d.path) in {_path(p) for p in value}):
+            out[d.broker] = frozenset(mine) | {_path(d.path)}
+    return {b: v for b, c in sorted(out.items()) if (v := render_cordon(c)) is not None}
 
 
 def dir_refs(entries: Iterable[str]) -> tuple[LogDirRef, ...]:
@@ -343,5 +370,5 @@ def dumps(outcomes: Iterable[Outcome]) -> str:
     return json.dumps([o.model_dump(mode="json") for o in outcomes])
 
 
-__all__ = ["Claim", "ClaimResult", "Day", "Decision", "HealingLedger", "NOT_ACTING", "Outcome", "outcome"]
+__all__ = ["Claim", "ClaimResult", "Day", "Decision", "HealingLedger", "NOT_ACTING", "Outcome", "cordons_on", "outcome"]
 

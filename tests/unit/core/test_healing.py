@@ -7,17 +7,19 @@ writer (the two writer tests) and the window (test_an_imbalance...)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_kafka_reassign.core.healing.decide import decide
+from airflow_kafka_reassign.core.healing.decide import decide, healing_cordons
 from airflow_kafka_reassign.core.healing.incident import Incident, LogDirRef
 from airflow_kafka_reassign.core.healing.ledger import HealingLedger
 from airflow_kafka_reassign.core.healing.policy import Breaker, Budget, HealingPolicy, KindPolicy, Window
 from airflow_kafka_reassign.core.healing.view import cluster_view
 from airflow_kafka_reassign.core.records.store import MemoryStore
 from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
+from airflow_kafka_reassign.core.vocabulary.ports import TopicPartitionReplica
 from airflow_kafka_reassign.testing import FakeClusterAdmin
 
 T = datetime(2026, 12, 2, 7, 0, tzinfo=timezone.utc)
@@ -196,3 +198,71 @@ def test_log_dirs_full_are_emptied_offline_ones_alert(fake, ledger):
                           first_seen=T, last_seen=T)
     assert run(fake, ledger, [offline]).action == "none"
     assert ledger.outcomes()[-1].decision == "alert" and "replace the disk" in ledger.outcomes()[-1].reason
+
+
+def test_a_cordon_set_after_healing_drained_the_broker_is_someone_elses_and_waited_for(fake, ledger):
+    """Healing drained broker 5 (down: no cordon) and finished; broker 5 came back and holds replicas again (the
+    scale-out gave it its share). A person now cordons it for a manual decommission: that cordon is not healing's,
+    so a later healing run waits for that drain instead of running beside it (cruise-control #724)."""
+    fake.down.add(5)
+    assert run(fake, ledger, [down(5)], run_id="r1").action == "drain"
+    ledger.finish([down(5).id], "r1", "done")
+    fake.down.discard(5)
+    fake.set_cordons({5: "*"})  # a manual decommission of broker 5, its approval pending
+    fake.down.add(3)
+    decision = run(fake, ledger, [down(3)], run_id="r2")
+    assert decision.action == "none" and decision.wait and "broker(s) [5] are cordoned by someone else" in decision.wait
+
+
+def test_the_cordon_a_finished_disk_removal_left_is_healings_until_it_is_lifted_and_set_again(fake, ledger):
+    """Healing empties log dir 2:/kafka/2/data-1 and leaves it cordoned: that cordon stays healing's (no wait, no
+    "someone else"). A person lifts it, the dir fills again, and the person cordons it again (the same value) for a
+    manual disk removal: that one is someone else's, and a healing run waits for it."""
+    data1, data2 = "/kafka/2/data-1", "/kafka/2/data-2"
+    fake.broker_dirs[2].append(data2)
+    fake.dir_total[data1] = 1000
+    fake.sizes = {TopicPartition("orders", 0): {2: 900}}
+    full = Incident.of("log_dir_full", cluster="kafka_default", dirs=[LogDirRef(broker=2, path=data1)],
+                       first_seen=T, last_seen=T, detail={"threshold": 0.85})
+    decision = run(fake, ledger, [full], HealingPolicy(kinds={"log_dir_full": KindPolicy(mode="act")}), run_id="r1")
+    assert (decision.action, decision.cordons) == ("remove_disks", {2: data1})
+    fake.set_cordons(decision.cordons)  # what the plan task cordons; then the moves empty the dir
+    on_2 = [TopicPartitionReplica(tp.topic, tp.partition, 2) for tp, r in fake.replicas.items() if 2 in r]
+    fake.replica_dirs.update(dict.fromkeys(on_2, data2))
+    ledger.finish([full.id], "r1", "done", cordons=decision.xcom()["cordons"])  # as the record task passes them
+    assert ledger.read_claim(full.id).cordons_left == {2: data1}
+    assert healing_cordons(ledger.claims(), cluster_view(fake, with_dirs=True)) == (frozenset(), {(2, data1)})
+    fake.down.add(5)
+    assert run(fake, ledger, [down(5)], run_id="r2").action == "drain"  # healing does not wait for itself
+    assert decisions(ledger)[-1] == ("b5", "act")
+    ledger.finish([down(5).id], "r2", "done", cordons=None)
+    assert ledger.read_claim(down(5).id).cordons_left == {}  # a broker drained while down: nothing cordoned
+    fake.down.discard(5)
+
+    fake.set_cordons({2: None})  # the disk replaced, the cordon lifted, the dir fills again
+    fake.replica_dirs.update(dict.fromkeys(on_2, data1))
+    assert healing_cordons(ledger.claims(), cluster_view(fake, with_dirs=True)) == (frozenset(), frozenset())
+    fake.set_cordons({2: data1})  # a person starts a manual removal of the same dir: the same value again
+    assert healing_cordons(ledger.claims(), cluster_view(fake, with_dirs=True)) == (frozenset(), frozenset())
+    fake.down.add(3)
+    wait = run(fake, ledger, [down(3)], run_id="r3").wait
+    assert wait and f"log dir(s) ['2:{data1}'] are cordoned by someone else" in wait
+    # a cordon that differs from the one healing left (the whole broker, where healing left one dir) is someone else's
+    fake.set_cordons({2: "*"})
+    assert "broker(s) [2] are cordoned by someone else" in run(fake, ledger, [down(3)], run_id="r3").wait
+
+
+def test_a_claim_written_before_cordons_were_kept_loads_and_owns_no_cordon(fake, ledger):
+    """A claim on the ledger from before ``ClaimRun.cordons`` (a drain of broker 5 that healing finished) loads; it
+    names no cordon, so a cordon on broker 5 is someone else's (fail closed: a manual run always wins)."""
+    old = {"incident": json.loads(down(5).model_dump_json()),
+           "runs": [{"run_id": "r1", "started_at": T.isoformat(), "bytes": 1200, "status": "done"}]}
+    ledger.store.write(ledger.claim_name(down(5).id), json.dumps(old).encode())
+    claim = ledger.read_claim(down(5).id)
+    assert claim is not None and claim.status == "done" and claim.runs[0].cordons == {}
+    fake.set_cordons({5: "*"})  # broker 5 holds replicas (it is back); a person cordons it
+    fake.down.add(3)
+    decision = run(fake, ledger, [down(3)], run_id="r2")
+    assert decision.wait and "broker(s) [5] are cordoned by someone else" in decision.wait
+    # the same incident again is still handled: the old claim keeps its meaning there
+    assert ledger.check(down(5), "r3", HealingPolicy().budget, NOW).decision == "handled"
