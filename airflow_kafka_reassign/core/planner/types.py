@@ -53,6 +53,16 @@ class BrokerLayout:
     def live(self) -> frozenset[int]:
         return frozenset(self.brokers)
 
+    @cached_property
+    def live_racks(self) -> tuple[int, ...]:
+        """The rack index of each live broker, in :attr:`brokers` order."""
+        return tuple(self.rack_of[b] for b in self.brokers)
+
+    @cached_property
+    def rack_members(self) -> tuple[tuple[int, ...], ...]:
+        """The live brokers of each rack index, sorted."""
+        return tuple(tuple(b for b in self.brokers if self.rack_of[b] == g) for g in range(self.n_racks))
+
     def rack(self, broker: int) -> int:
         """Rack index of ``broker``; -1 for a broker the layout does not know (a dead one)."""
         return self.rack_of.get(broker, -1)
