@@ -761,7 +761,7 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
 
     for p in partitions:
         target = target_of(p)
-        on_removed = [b for b in target if b in removed_set]
+        on_removed = [b for b in target if b in removed_set] if removed_set else []
         in_flight = p.reassigning and not request.include_in_flight
         if in_flight:
             out.excluded_in_flight.append(p.tp)
