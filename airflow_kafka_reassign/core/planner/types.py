@@ -90,13 +90,15 @@ class TopicPartitions:
 
     def load(self, layout: BrokerLayout | None = None) -> TopicLoad:
         """The topic's aggregates; with ``layout``, also where its forced replicas may land."""
-        counts: Counter[int] = Counter()
+        counts: dict[int, int] = {}
+        get = counts.get
         for reps in self.replicas:
-            counts.update(reps)
+            for b in reps:
+                counts[b] = get(b, 0) + 1
         slots, slot_racks = self.slot_racks(layout) if layout is not None else (0, {})
         return TopicLoad(
             topic=self.topic,
-            counts=dict(counts),
+            counts=counts,
             replicas=sum(self.target_rf),
             rf_counts=dict(Counter(self.target_rf)),
             slots=slots,
