@@ -272,12 +272,19 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _checks(stage: Any) -> bool:
+    """Whether ``stage`` checks the rows it reads: ``prepare`` does; the later stages read the
+    same rows again, checked by then."""
+    return stage is prepare_topics
+
+
 def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over broadcasts)
     """``stage(*values, groups)`` as a mapInArrow function over batches sorted by topic."""
+    check = _checks(stage)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with no_cyclic_gc():
-            out = list(stage(*(b.value for b in broadcasts), topic_groups(batches)))
+            out = list(stage(*(b.value for b in broadcasts), topic_groups(batches, check=check)))
         if out:
             kinds, topics, payloads = zip(*out, strict=True)
             yield _batch(list(kinds), list(topics), list(payloads))
@@ -288,13 +295,14 @@ def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over b
 def _on_splits(stage: Any, data_b: Any, *broadcasts: Any):  # noqa: ANN202
     """``stage(*values, groups)`` as an RDD function over (file, row groups) splits read with
     pyarrow, from the file or (``data_b``: a broadcast of its bytes) from memory."""
+    check = _checks(stage)
 
     def run(splits: Iterator[tuple[str, list[int]]]) -> Iterator[Out]:
         with no_cyclic_gc():
             values = [b.value for b in broadcasts]
             data = data_b.value if data_b is not None else None
             for path, row_groups in splits:
-                yield from stage(*values, topic_groups(read_row_groups(path, row_groups, data)))
+                yield from stage(*values, topic_groups(read_row_groups(path, row_groups, data), check=check))
 
     return run
 
@@ -323,7 +331,7 @@ def _on_group_splits(ctx_b: Any, data_b: Any, params: TopicParams):  # noqa: ANN
             data = data_b.value if data_b is not None else None
             for path, row_groups, lo, hi, quota_groups in splits:
                 batches = topics_between(read_row_groups(path, row_groups, data), lo, hi)
-                yield from place_grouped_topics(ctx, params, quota_groups, topic_groups(batches))
+                yield from place_grouped_topics(ctx, params, quota_groups, topic_groups(batches, check=False))
 
     return run
 

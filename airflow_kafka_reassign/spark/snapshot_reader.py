@@ -142,10 +142,15 @@ def _tuples(col: pa.Array) -> list[tuple[int, ...]]:
     return [tuple(values[offsets[i] - base:offsets[i + 1] - base]) for i in range(n)]
 
 
-def topic_groups(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, list[PartitionRow] | str]]:
+def topic_groups(
+    batches: Iterable[pa.RecordBatch], *, check: bool = True
+) -> Iterator[tuple[str, list[PartitionRow] | str]]:
     """(topic, its rows sorted by partition) from Arrow batches where each topic's rows are
     together; a topic may span batches. A row that fails the model's checks gives (topic,
-    error message). A topic whose rows are not together comes out twice (the driver checks)."""
+    error message). A topic whose rows are not together comes out twice (the driver checks).
+    ``check=False``: the rows were checked already (the plan job's ``prepare`` read the same
+    rows before ``place`` reads them again): no row is checked twice."""
+    checked = check_partition_row if check else _as_is
     current: str | None = None
     rows: list[PartitionRow] = []
     error: str | None = None
@@ -167,7 +172,7 @@ def topic_groups(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, list[
                         f"partition {topic}-{partition}: replica_sizes has {len(sizes)} entries "
                         f"for {len(replicas)} replicas"
                     )
-                rows.append(check_partition_row(PartitionRow(
+                rows.append(checked(PartitionRow(
                     topic, partition, replicas, adding, removing,
                     None if sizes is None else dict(zip(replicas, sizes, strict=True)),
                 )))
@@ -175,6 +180,10 @@ def topic_groups(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, list[
                 error = str(e)
     if current is not None:
         yield current, error if error is not None else _by_partition(rows)
+
+
+def _as_is(row: PartitionRow) -> PartitionRow:
+    return row
 
 
 def _by_partition(rows: list[PartitionRow]) -> list[PartitionRow]:

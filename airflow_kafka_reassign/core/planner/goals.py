@@ -606,11 +606,12 @@ def named_brokers(partitions: Iterable[PartitionLike]) -> dict[int, TopicPartiti
     """Broker -> the smallest partition (by topic, number) naming it among target replicas."""
     named: dict[int, TopicPartition] = {}
     for p in partitions:
-        tp = p.tp
+        topic, number = p.topic, p.partition
         for b in target_of(p):
             seen = named.get(b)
-            if seen is None or tp < seen:
-                named[b] = tp
+            # (topic, number) < seen, without building the pair for every replica
+            if seen is None or (number < seen[1] if seen[0] == topic else topic < seen[0]):
+                named[b] = TopicPartition(topic, number)
     return named
 
 
@@ -760,7 +761,7 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
 
     for p in partitions:
         target = target_of(p)
-        on_removed = [b for b in target if b in removed_set]
+        on_removed = [b for b in target if b in removed_set] if removed_set else []
         in_flight = p.reassigning and not request.include_in_flight
         if in_flight:
             out.excluded_in_flight.append(p.tp)
@@ -786,7 +787,7 @@ def prepare_topic(ctx: PrepareContext, topic: str, partitions: Sequence[Partitio
             fix(target, partition_size(p.replica_sizes) or 0)
             continue
         rf = request.rf_changes.get(topic, len(target))
-        if p.tp in heal:
+        if heal and p.tp in heal:
             rf = heal[p.tp]
         if in_flight:
             rf = len(target)

@@ -123,27 +123,45 @@ def band_bound(
     brokers outside ``brokers`` towards them; ``removals``: replicas an RF decrease drops.
     ``side``: ``"in"`` / ``"out"`` bound only the inflows / outflows of ``brokers``.
     """
+    inflow, outflow, both = _band_costs(counts, n, brokers, width, removals, on_removed)
+    return inflow if side == "in" else outflow if side == "out" else both
+
+
+def _band_costs(
+    counts: Mapping[int, int], n: int, brokers: Sequence[int], width: int, removals: int = 0, on_removed: int = 0
+) -> tuple[int, int, int]:
+    """:func:`band_bound` for its three sides at once, in one pass over the band's bottoms:
+    (fewest inflows, fewest outflows, fewest moves)."""
     nb = len(brokers)
     if nb == 0:
-        return 0
-    on = [counts.get(b, 0) for b in brokers]
-    on = [c for c in on if c > 0]
+        return 0, 0, 0
+    get = counts.get
+    on = [c for c in (get(b, 0) for b in brokers) if c > 0]
     zeros = nb - len(on)
-    best: int | None = None
+    best_in = best_out = best = None
     for t in range(max(0, _ceil_div(n, nb) - width), n // nb + 1):
         hi = t + width
-        clamped = zeros * t + sum(min(max(c, t), hi) for c in on)
-        inflow = zeros * t + sum(t - c for c in on if c < t) + max(0, n - clamped)
-        outflow = on_removed + sum(c - hi for c in on if c > hi) + max(0, clamped - n)
-        if side == "in":
-            cost = inflow
-        elif side == "out":
-            cost = outflow
-        else:
-            cost = max(inflow, outflow - removals)
+        clamped = zeros * t
+        below = over = 0
+        for c in on:
+            if c < t:
+                clamped += t
+                below += t - c
+            elif c > hi:
+                clamped += hi
+                over += c - hi
+            else:
+                clamped += c
+        inflow = zeros * t + below + max(0, n - clamped)
+        outflow = on_removed + over + max(0, clamped - n)
+        cost = max(inflow, outflow - removals)
         if best is None or cost < best:
             best = cost
-    return best or 0
+        if best_in is None or inflow < best_in:
+            best_in = inflow
+        if best_out is None or outflow < best_out:
+            best_out = outflow
+    return best_in or 0, best_out or 0, best or 0
 
 
 @dataclass
@@ -395,8 +413,8 @@ def bound_part(
                 _add(out.totals_after, b, c)
         out.dual_ok = False
         return out
-    for b in live:
-        _add(out.totals_after, b, final.get(b, 0))
+    # the final counts of live brokers, as a per-broker loop over every live broker would add them
+    out.totals_after = {b: c for b, c in final.items() if c and b in live_set}
     if balance_brokers:
         entry = _dual_part(facts, layout, final)
         if entry is None:
@@ -411,11 +429,12 @@ def bound_part(
         rack_slot_bound(facts, layout, width),
     )
     if facts.forced:
-        members = [[b for b in live if rack[b] == g] for g in range(k_racks)]
+        members = layout.rack_members
         widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
         # moves >= sum of each rack's fewest inflows (and outflows), racks being disjoint
-        inflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="in") for g in range(k_racks))
-        outflow = sum(band_bound(facts.counts, facts.rack_lo[g], members[g], widths[g], side="out") for g in range(k_racks))
+        costs = [_band_costs(facts.counts, facts.rack_lo[g], members[g], widths[g]) for g in range(k_racks)]
+        inflow = sum(c[0] for c in costs)
+        outflow = sum(c[1] for c in costs)
         topic_bound = max(topic_bound, inflow, outflow + facts.on_removed - facts.removals)
         ranges = [
             (max(0, _ceil_div(facts.rack_lo[g], sizes[g]) - widths[g]), facts.rack_lo[g] // sizes[g] + widths[g])
@@ -427,14 +446,17 @@ def bound_part(
     out.per_topic = topic_bound
     for g in range(k_racks):
         out.sum_lo[g] += ranges[g][0]
+    clamp_extra, lo_cover, over_hi = out.clamp_extra, out.lo_cover, out.over_hi
     for b, c in facts.counts.items():
         if b not in live_set:
             continue
         lo, hi = ranges[rack[b]]
-        _add(out.clamp_extra, b, min(max(c, lo), hi) - lo)
-        _add(out.lo_cover, b, min(c, lo))
+        if c > lo and hi > lo:  # (c clamped to [lo, hi]) - lo, when not 0
+            clamp_extra[b] = (c if c < hi else hi) - lo
+        if c and lo:
+            lo_cover[b] = c if c < lo else lo
         if c > hi:
-            _add(out.over_hi, b, c - hi)
+            over_hi[b] = c - hi
     return out
 
 
@@ -584,15 +606,16 @@ def _dual_entry(
     if not uniform and not facts.forced:
         return None
     sh = rack_shares(n, facts.rack_lo, facts.rack_hi, sizes)
-    rack = layout.rack_of
+    bases = [sh.base[g] for g in layout.live_racks]  # per live broker, its rack's base
     saving: list[int] = []
     inflow = 0
+    final_get, counts_get = final.get, facts.counts.get
     for i, b in enumerate(live):
-        base = sh.base[rack[b]]
-        f = final.get(b, 0)
+        base = bases[i]
+        f = final_get(b, 0)
         if not base <= f <= base + 1:
             return None
-        c = facts.counts.get(b, 0)
+        c = counts_get(b, 0)
         if c > base:
             saving.append(i)
         else:

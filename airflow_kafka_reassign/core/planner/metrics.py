@@ -75,6 +75,9 @@ class MetricsAccumulator:
     def __init__(self, brokers: Sequence[int], rack_of: Mapping[int, object], *, topics: Collection[str] | None = None) -> None:
         self.brokers = list(brokers)
         self.rack_of = dict(rack_of)
+        self._live = frozenset(self.brokers)
+        racks_live = {self.rack_of.get(b) for b in self.brokers}
+        self._k_racks = len(racks_live) if racks_live != {None} else 1
         self.topics = None if topics is None else set(topics)
         self.replicas = dict.fromkeys(self.brokers, 0)
         self.leaders = dict.fromkeys(self.brokers, 0)
@@ -85,39 +88,47 @@ class MetricsAccumulator:
         self.topic_spread: dict[str, int] = {}
 
     def add(self, rows: Iterable[tuple[str, Sequence[int], int, int | None]]) -> None:
-        live = set(self.brokers)
+        live = self._live
         rack_of = self.rack_of
-        racks_live = {rack_of.get(b) for b in self.brokers}
-        k_racks = len(racks_live) if racks_live != {None} else 1
+        k_racks = self._k_racks
         replicas, leaders, size_per = self.replicas, self.leaders, self.size_per
         topics = self.topics
         per_topic: dict[str, dict[int, int]] = {}
         partitions = total = violations = rf_changes = on_removed = 0
+        any_size = False
+        last_topic: str | None = None
+        tc: dict[int, int] | None = None
         for topic, reps, rf_before, size in rows:
             partitions += 1
-            total += len(reps)
-            if len(reps) != rf_before:
+            n = len(reps)
+            total += n
+            if n != rf_before:
                 rf_changes += 1
             if reps and reps[0] in leaders:
                 leaders[reps[0]] += 1
-            if topics is None or topic in topics:
-                tc = per_topic.get(topic)
-                if tc is None:
-                    tc = per_topic[topic] = {}
-                for b in reps:
-                    tc[b] = tc.get(b, 0) + 1
+            if topic != last_topic:  # rows come topic by topic: one look-up per run
+                last_topic = topic
+                if topics is None or topic in topics:
+                    tc = per_topic.get(topic)
+                    if tc is None:
+                        tc = per_topic[topic] = {}
+                else:
+                    tc = None
+            if size is not None:
+                any_size = True
             for b in reps:
+                if tc is not None:
+                    tc[b] = tc.get(b, 0) + 1
                 if b in live:
                     replicas[b] += 1
+                    if size is not None:
+                        size_per[b] += size
                 else:
                     on_removed += 1
-            if size is not None:
-                self.any_size = True
-                for b in reps:
-                    if b in live:
-                        size_per[b] += size
-            if k_racks > 1 and len({rack_of.get(b) for b in reps}) < min(len(reps), k_racks):
+            if k_racks > 1 and n > 1 and len({rack_of.get(b) for b in reps}) < min(n, k_racks):
                 violations += 1
+        if any_size:
+            self.any_size = True
         nb = len(self.brokers)
         for topic, tc in per_topic.items():
             vals = [c for b, c in tc.items() if b in live]

@@ -34,6 +34,7 @@ import json
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -309,8 +310,8 @@ def stage_place(
 
 
 def _flat(rows: Sequence[Sequence[int]]) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    lens = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
-    return lens, np.fromiter((b for r in rows for b in r), dtype=np.int32, count=int(lens.sum()))
+    lens = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
+    return lens, np.fromiter(chain.from_iterable(rows), dtype=np.int32, count=int(lens.sum()))
 
 
 @dataclass
@@ -556,7 +557,7 @@ class LeaderInput:
             lens=lens,
             original=np.fromiter((b for v in views for b in v[4]), dtype=np.int32, count=n),
             movable=np.fromiter((not f for v in views for f in v[5]), dtype=bool, count=n),
-            final=np.fromiter((b for v in views for r in v[3] for b in r), dtype=np.int32, count=int(lens.sum())),
+            final=np.fromiter(chain.from_iterable(r for v in views for r in v[3]), dtype=np.int32, count=int(lens.sum())),
         )
 
 

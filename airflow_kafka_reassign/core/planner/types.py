@@ -53,6 +53,16 @@ class BrokerLayout:
     def live(self) -> frozenset[int]:
         return frozenset(self.brokers)
 
+    @cached_property
+    def live_racks(self) -> tuple[int, ...]:
+        """The rack index of each live broker, in :attr:`brokers` order."""
+        return tuple(self.rack_of[b] for b in self.brokers)
+
+    @cached_property
+    def rack_members(self) -> tuple[tuple[int, ...], ...]:
+        """The live brokers of each rack index, sorted."""
+        return tuple(tuple(b for b in self.brokers if self.rack_of[b] == g) for g in range(self.n_racks))
+
     def rack(self, broker: int) -> int:
         """Rack index of ``broker``; -1 for a broker the layout does not know (a dead one)."""
         return self.rack_of.get(broker, -1)
@@ -80,13 +90,15 @@ class TopicPartitions:
 
     def load(self, layout: BrokerLayout | None = None) -> TopicLoad:
         """The topic's aggregates; with ``layout``, also where its forced replicas may land."""
-        counts: Counter[int] = Counter()
+        counts: dict[int, int] = {}
+        get = counts.get
         for reps in self.replicas:
-            counts.update(reps)
+            for b in reps:
+                counts[b] = get(b, 0) + 1
         slots, slot_racks = self.slot_racks(layout) if layout is not None else (0, {})
         return TopicLoad(
             topic=self.topic,
-            counts=dict(counts),
+            counts=counts,
             replicas=sum(self.target_rf),
             rf_counts=dict(Counter(self.target_rf)),
             slots=slots,
