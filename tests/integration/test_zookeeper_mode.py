@@ -16,8 +16,9 @@ had set on broker 2 included). The run's log says what ZooKeeper mode lacks and 
 line, the voter guard skipped, no cordon, the client-side replication-factor guard chosen by itself.
 
 The other example DAGs on the same sandbox: the disk removal (``kafka_remove_disk``: a replica landing in the dir being
-emptied moved off by the run's round, judged from the directories on disk), the rebalance and the guarded growth.
-No fixed sleeps: every helper thread acts on what a client of the test's own, or the disk, shows.
+emptied moved off by the run's round, judged from the directories on disk), a broker SIGKILLed mid-move during a
+decommission (nothing lost, the run finishes), the rebalance and the guarded growth. No fixed sleeps: every helper
+thread acts on what a client of the test's own, or the disk, shows.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from dagrun import copy_migrated_db, run_dag_file
 from kafka.admin import KafkaAdminClient
-from kafka_helpers import Traffic, make_topic, replicas_of
+from kafka_helpers import Traffic, kill_broker, make_topic, replicas_of
 from observers import (
     admin_client,
     broker_dirs,
@@ -382,6 +384,13 @@ def test_the_decommission_example_drains_a_broker_of_zookeeper_mode_kafka(zk_san
     assert throttle_configs(own, [], [late])[f"topic {late}"] == throttles_before[f"topic {live}"]  # defaults
 
 
+def errors_in(log: str) -> str:
+    """The lines of a run's log that say why a task failed (its errors and their tracebacks' last lines)."""
+    lines = log.splitlines()
+    return "\n".join(line for i, line in enumerate(lines)
+                     if "ERROR" in line or "Error:" in line or "Exception:" in line or "Traceback" in lines[i - 1])[-6000:]
+
+
 def install(env: dict[str, str], name: str) -> Path:
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / name
     shutil.copyfile(EXAMPLES / name, dag_file)
@@ -435,3 +444,97 @@ def test_the_guarded_growth_example_grows_a_topic_on_zookeeper_mode(zk_sandbox, 
     racks = {1: "r1", 2: "r2", 3: "r3", 4: "r1", 5: "r2"}
     assert all(len(parts[p]) == 2 and len({racks[b] for b in parts[p]}) == 2 for p in range(3, 6)), parts
 
+
+#: the broker SIGKILLed mid-move: a decommission of broker 4, one move at a time so that some wait while it is down
+KILL_DRAINED = 4
+KILL_ASSIGNMENT = [[4, 2, 3], [2, 4, 5], [3, 5, 4], [4, 1, 2]]
+
+
+class BrokerKilledMidMove(Background):
+    """In a thread: SIGKILLs a broker that a move of ``topic`` is adding a replica to, as soon as the test's own
+    ListPartitionReassignments shows one in flight (never a timer); starts it again once the test's own metadata no
+    longer lists it (its ZooKeeper session expired: the controller took it out of the ISRs and elected other
+    leaders, a new controller first when it was the controller). The move in flight to it waits meanwhile."""
+
+    def __init__(self, sandbox: Sandbox, topic: str) -> None:
+        super().__init__("broker-kill")
+        self.sandbox, self.config, self.topic = sandbox, sandbox.client_config(), topic
+        self.victim: int | None = None
+        self.was_controller = False
+        self.moving: list[tuple[int, list[int]]] = []
+
+    def work(self) -> None:
+        listing = KafkaAdminClient(bootstrap_servers=self.config["bootstrap.servers"], request_timeout_ms=10_000)
+        own = admin_client(self.config)
+        try:
+            def adding() -> list[tuple[int, list[int]]] | None:
+                found = [(tp.partition, sorted(r["adding_replicas"]))
+                         for tp, r in listing.list_partition_reassignments(timeout_ms=5_000).items()
+                         if tp.topic == self.topic and r["adding_replicas"]]
+                return found or None
+
+            def gone() -> bool:  # a metadata request sent to the broker as it died fails: asked again
+                try:
+                    return self.victim not in own.list_topics(timeout=15).brokers
+                except KafkaException:
+                    return False
+
+            self.moving = wait_until(adding, f"a move of {self.topic} in flight", timeout=WAIT_S, every=0.2)
+            self.victim = self.moving[0][1][0]
+            self.was_controller = own.list_topics(timeout=15).controller_id == self.victim
+            kill_broker(self.sandbox, self.victim)
+            try:
+                wait_until(gone, f"broker {self.victim} out of the cluster's metadata", timeout=120)
+            finally:  # the run waits for it: started again whatever happened here
+                self.sandbox.start_broker(self.victim)
+        finally:
+            listing.close()
+
+    def check(self) -> None:
+        super().check()
+        assert self.victim is not None and self.sandbox.is_alive(self.victim), (self.victim, self.moving)
+
+
+def test_a_broker_killed_mid_move_loses_nothing_on_zookeeper_mode(zk_sandbox, zk_airflow_home):
+    """The decommission example drains broker 4 one move at a time; a broker a move is adding a replica to is
+    SIGKILLed while that move copies, and started again once it is out of the cluster (see
+    :class:`BrokerKilledMidMove`). The run finishes at the first try of every task: broker 4 empty, replication
+    factors kept, nothing left in flight, every acknowledged record of the acks=all traffic read back, every throttle
+    config as before (the test's own clients)."""
+    config = zk_sandbox.client_config()
+    topic = "zk-kill"
+    make_topic(config, topic, KILL_ASSIGNMENT, megabytes=MB_PER_PARTITION)
+    own = admin_client(config)
+    throttles_before = throttle_configs(own, BROKERS, [topic])
+    conf = {"broker_ids": [KILL_DRAINED], "dry_run": False, "require_approval": False, "unregister": False,
+            "throttle_bytes_per_sec": THROTTLE, "max_moves": 1, "max_moves_per_broker": 1}
+    killer = BrokerKilledMidMove(zk_sandbox, topic)
+    try:
+        with Traffic(config, topic, partitions=len(KILL_ASSIGNMENT)) as traffic, killer:
+            result = run_dag_file(zk_airflow_home, install(zk_airflow_home, "kafka_decommission_brokers.py"), conf,
+                                  plan_in_process=True, unpatched=True, timeout=900)
+    finally:
+        for broker in BROKERS:  # the module's other tests use five brokers
+            if not zk_sandbox.is_alive(broker):
+                zk_sandbox.start_broker(broker)
+    killer.check()
+    log = result["log"]
+    wait_summary = result["xcom"].get("wait.return_value") or {}
+    print(f"broker {killer.victim} (the controller: {killer.was_controller}) killed while {killer.moving} copied; "
+          f"the wait: {wait_summary}")
+    traffic.check()
+    assert result["state"] == "success", log[-8000:]
+    for task in ("check_request", "plan", "execute", "wait", "verify_drained"):
+        assert result["tis"].get(task) == "success", (task, result["tis"], log[-8000:])
+        assert result["tries"].get(task) == 1, (task, result["tries"], errors_in(log))
+    assert wait_summary["status"] == "complete" and wait_summary["blocked"] == 0, wait_summary
+    assert result["xcom"]["verify_drained.return_value"] == {"drained": [KILL_DRAINED], "left_for_later": 0}
+    parts = replicas_of(config, topic)
+    assert len(parts) == len(KILL_ASSIGNMENT), parts
+    assert all(KILL_DRAINED not in r and len(r) == 3 for r in parts.values()), parts
+    listing = KafkaAdminClient(bootstrap_servers=config["bootstrap.servers"], request_timeout_ms=10_000)
+    try:
+        assert not listing.list_partition_reassignments(), "a reassignment was left in flight"
+    finally:
+        listing.close()
+    assert throttle_configs(own, BROKERS, [topic]) == throttles_before
