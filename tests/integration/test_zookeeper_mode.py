@@ -38,7 +38,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from dagrun import copy_migrated_db, run_dag_file
 from kafka.admin import KafkaAdminClient
-from kafka_helpers import Traffic, kill_broker, make_topic, replicas_of
+from kafka_helpers import Traffic, delete_topics, kill_broker, make_topic, replicas_of
 from observers import (
     admin_client,
     broker_dirs,
@@ -76,6 +76,17 @@ def zk_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         yield sandbox
     finally:
         sandbox.down()
+
+
+@pytest.fixture(autouse=True)
+def _topics_of_the_test_deleted(zk_sandbox: Sandbox) -> Iterator[None]:
+    """Each test's topics are deleted after it (Kafka's internal ones kept): a later drain or disk removal then moves
+    its own test's partitions only, not every earlier test's too."""
+    config = zk_sandbox.client_config()
+    before = set(admin_client(config).list_topics(timeout=30).topics)
+    yield
+    delete_topics(config, sorted(t for t in set(admin_client(config).list_topics(timeout=30).topics) - before
+                                 if not t.startswith("__")))
 
 
 @pytest.fixture(scope="module")
