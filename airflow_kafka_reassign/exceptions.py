@@ -5,6 +5,8 @@ Every message says what was refused, why, and the parameter that would allow it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class KafkaReassignError(Exception):
     """Base of every error this package raises on purpose."""
@@ -22,6 +24,18 @@ class ClusterUnreachableError(KafkaReassignError):
     def __init__(self, message: str, *, broker_lost: bool = False) -> None:
         super().__init__(message)
         self.broker_lost = broker_lost
+
+
+class BrokerUnreachableError(ClusterUnreachableError):
+    """Brokers did not answer a request addressed to each of them (a broker's own configs: DescribeConfigs and
+    IncrementalAlterConfigs of a broker resource go to that broker, not to the controller): ``brokers``, their ids.
+    A broker killed is still listed alive until the cluster notices (ZooKeeper's session timeout, KRaft's
+    ``broker.session.timeout.ms``), and such a request only waits for it: a caller can leave those brokers out and
+    go on with the others, as it does for a broker the cluster lists as down. Routing it elsewhere cannot help."""
+
+    def __init__(self, message: str, *, brokers: Iterable[int]) -> None:
+        super().__init__(message)
+        self.brokers = tuple(sorted(set(brokers)))
 
 
 class ClusterAccessError(ConfigurationError):

@@ -68,7 +68,12 @@ from airflow_kafka_reassign.core.vocabulary.ports import (
     TopicPartitionReplica,
     TopicResult,
 )
-from airflow_kafka_reassign.exceptions import ConfigurationError, TopicNotFoundError, UnsupportedBrokerError
+from airflow_kafka_reassign.exceptions import (
+    BrokerUnreachableError,
+    ConfigurationError,
+    TopicNotFoundError,
+    UnsupportedBrokerError,
+)
 
 
 class FakeClusterAdmin:
@@ -92,6 +97,9 @@ class FakeClusterAdmin:
         self.broker_configs: dict[int, dict[str, str]] = {b.id: {} for b in self.brokers}
         self.topic_configs: dict[str, dict[str, str]] = {t: dict(s.configs) for t, s in self.topics.items()}
         self.down: set[int] = set()
+        #: Brokers killed that the cluster still lists alive (before its session timeout): every read shows them,
+        #: and a request addressed to one of them (its own configs) fails as the adapter reports it.
+        self.silent: set[int] = set()
         #: While True, the adding replicas of a reassignment in flight are out of the ISR (still copying).
         self.catching_up = False
         #: Each partition's leader, when it is not its first live replica (as in Kafka, a leader stays while
@@ -528,6 +536,9 @@ class FakeClusterAdmin:
         """A config request to a broker that is down waits for it and fails, as on a real cluster."""
         if set(brokers) & self.down:
             raise TimeoutError(f"fake: broker(s) {sorted(set(brokers) & self.down)} are down; the config request timed out")
+        if set(brokers) & self.silent:
+            raise BrokerUnreachableError(f"fake: broker(s) {sorted(set(brokers) & self.silent)} did not answer",
+                                         brokers=set(brokers) & self.silent)
 
     def _topics_exist(self, topics: Collection[str]) -> None:
         """A config request naming a topic that does not exist fails as the adapter reports it (nothing written)."""

@@ -15,7 +15,9 @@ Trigger it from the UI (the form is built from the Params) or::
    exactly at the end), the disk guard checking each target volume; it stops, keeping its state, if a log dir goes
    offline. Replicas sent to other brokers are ordinary reassignments under the replication throttle.
 3. ``verify_emptied``: the dirs hold no replica and are still cordoned. Take them out of the brokers' ``log.dirs``
-   (a rolling restart), then clear ``cordoned.log.dirs`` for them.
+   (a rolling restart), then clear ``cordoned.log.dirs`` for them. A cluster without cordons (before Kafka 4.3,
+   ZooKeeper mode) is not cordoned at step 1 (one line says so); replicas that land in the dirs meanwhile are moved
+   off by the run's rounds, and the verdict says to take the dirs out of ``log.dirs`` at once.
 4. ``restore_cordons`` (``RestoreCordonsOperator``, ``trigger_rule="all_done"``, after ``execute``): when none of the
    plan's moves was sent (``execute`` refused the plan in pre-flight, ``plan`` failed after cordoning), the dirs'
    cordons go back exactly as they were; once moves were sent it changes nothing: a finished removal keeps the dirs
@@ -94,16 +96,22 @@ with DAG(
             dirs = admin.log_dirs(None).dirs
         finally:
             admin.close()
-        left = {}
+        left, no_cordons = {}, False
         for entry in params["log_dirs"]:
             broker, _, path = entry.partition(":")
             found = next((d for d in dirs.get(int(broker), ()) if d.path == path.rstrip("/")), None)
             if found is None or found.replicas or found.cordoned is False:
                 left[entry] = "not reported" if found is None else (
                     f"{len(found.replicas)} replica(s) left" if found.replicas else "not cordoned")
+            no_cordons = no_cordons or (found is not None and found.cordoned is None)  # the broker has no cordons
         if left:
             raise AirflowFailException(f"log dir(s) not emptied: {left}; trigger the DAG again")
-        print(f"log dir(s) {params['log_dirs']} are empty and cordoned: take them out of log.dirs")
+        if no_cordons:  # Kafka before 4.3, ZooKeeper mode: nothing keeps new replicas out of an empty dir
+            print(f"log dir(s) {params['log_dirs']} are empty; this cluster has no cordons (cordoned.log.dirs, Kafka "
+                  "4.3+): take them out of log.dirs now (a rolling restart), a new replica may land there meanwhile "
+                  "(Kafka puts it in the broker's log dir with the fewest replicas)")
+        else:
+            print(f"log dir(s) {params['log_dirs']} are empty and cordoned: take them out of log.dirs")
         return {"emptied": params["log_dirs"]}
 
     # the dirs' cordons go back when no move was sent (a refused plan, a plan task that failed after cordoning);

@@ -56,8 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
 #: critical path; test_living_cluster.py (one throttled decommission with the cluster changing under it) 6-7 minutes
 #: (2026-12-02); test_broker_kill_failover.py (20 kills) 5-7 minutes; test_stack_healing.py (a stack, three dwells of
 #: 2 minutes and a drain) about 16 minutes; test_zookeeper_mode.py (a ZooKeeper sandbox of its own; the decommission,
-#: rebalance and growth examples) 4.7 minutes alone; test_healing_examples.py (a 4-broker cluster of its own, three
-#: healing DAG runs) 9 minutes beside the unit tests (2026-12-02).
+#: remove-disk, rebalance and growth examples, a broker killed mid-move) 13-15 minutes alone on a machine at a load of
+#: 12-35 (2026-12-02; the 4 tests before took 14 minutes there); test_healing_examples.py (a 4-broker cluster of its
+#: own, three healing DAG runs) 9 minutes beside the unit tests (2026-12-02).
 FIRST = ("test_stack.py", "test_stack_faults.py", "test_stack_healing.py",
          "test_living_cluster.py", "test_example_dags.py", "test_broker_kill_failover.py",
          "test_healing_examples.py", "test_health_gate.py", "test_object_storage.py",

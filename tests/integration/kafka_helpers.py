@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -44,6 +45,17 @@ def make_topic(config: dict[str, Any], topic: str, assignment: list[list[int]], 
     if megabytes:
         for i in range(len(assignment)):
             produce(config, topic, partition=i, megabytes=megabytes)
+
+
+def node_status(sandbox: Any, node_id: int) -> dict[str, Any]:
+    """Node ``node_id``'s row of ``sandbox.status()``: its ``pid``, ``port``, ``alive``."""
+    return next(n for n in sandbox.status()["nodes"] if n["id"] == node_id)
+
+
+def kill_broker(sandbox: Any, node_id: int) -> None:
+    """SIGKILL of node ``node_id``'s JVM (no controlled shutdown, nothing flushed), waited until its process is gone."""
+    os.kill(node_status(sandbox, node_id)["pid"], signal.SIGKILL)
+    wait_until(lambda: not sandbox.is_alive(node_id), f"broker {node_id}'s process to be gone", timeout=30)
 
 
 def write_plan_dir(path: Path, plan: ReassignmentPlan) -> Path:

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from kafka_helpers import make_topic
+from kafka_helpers import kill_broker, make_topic, node_status
 
 from airflow_kafka_reassign.core.execution.throttle import LEADER_RATE
 from airflow_kafka_reassign.core.vocabulary.models import TopicPartition
@@ -38,10 +38,6 @@ DOWN = 5  # never a controller voter (1, 2, 3 are)
 ROUNDS = 20
 LIVE = [1, 2, 3, 4]
 TOPIC_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
-
-
-def node(sandbox, node_id: int) -> dict:
-    return next(n for n in sandbox.status()["nodes"] if n["id"] == node_id)
 
 
 def waiting_in_socket(port: int) -> bool:
@@ -70,7 +66,7 @@ def route_to(admin: KafkaClusterAdmin, broker: int) -> None:
 def kill_with_a_request_in_flight(sandbox, admin: KafkaClusterAdmin, topic: str) -> None:
     """Broker :data:`DOWN` frozen, a snapshot sent to it, and the broker killed once the request waits in its socket:
     the snapshot must still answer (through a live broker)."""
-    pid, port = node(sandbox, DOWN)["pid"], node(sandbox, DOWN)["port"]
+    pid, port = node_status(sandbox, DOWN)["pid"], node_status(sandbox, DOWN)["port"]
     os.kill(pid, signal.SIGSTOP)
     answer: dict = {}
 
@@ -86,8 +82,7 @@ def kill_with_a_request_in_flight(sandbox, admin: KafkaClusterAdmin, topic: str)
         wait_until(lambda: waiting_in_socket(port) or "error" in answer, f"a request waiting in broker {DOWN}'s socket",
                    timeout=60)
     finally:
-        os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not sandbox.is_alive(DOWN), f"broker {DOWN}'s process to be gone", timeout=30)
+        kill_broker(sandbox, DOWN)
     asking.join(120)
     assert "error" not in answer, f"a request in flight when its broker died failed: {answer['error']!r}"
     assert [p.partition for p in answer["snapshot"].partitions] == [0, 1]

@@ -8,12 +8,10 @@ every broker running (the session cluster is shared).
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
-from kafka_helpers import Traffic, make_topic, throttles
+from kafka_helpers import Traffic, kill_broker, make_topic, throttles
 
 from airflow_kafka_reassign.core.execution import ExecutionLimits, ExecutionOptions, preflight, run
 from airflow_kafka_reassign.core.execution.throttle import LEADER_RATE, read_backup
@@ -24,11 +22,6 @@ from airflow_kafka_reassign.kafka.workload import produce
 from airflow_kafka_reassign.sandbox import wait_until
 
 DOWN = 5
-
-
-def kill(sandbox, node_id: int) -> None:
-    pid = next(n["pid"] for n in sandbox.status()["nodes"] if n["id"] == node_id)
-    os.kill(pid, signal.SIGKILL)
 
 
 class Lines(logging.Handler):
@@ -73,7 +66,7 @@ def test_a_broker_killed_mid_run_pauses_submissions_until_it_returns(sandbox, un
 
         def chaos() -> None:
             wait_until(lambda: sent, "the first submission", timeout=120)
-            kill(sandbox, DOWN)
+            kill_broker(sandbox, DOWN)
             wait_until(lambda: any(x.startswith("PAUSED") for x in lines.lines), "the pause", timeout=120)
             paused_at["sent"] = len(sent)
             n = len(lines.lines)
@@ -118,7 +111,7 @@ def test_a_decommission_of_a_broker_already_down_completes_and_leaves_no_throttl
         # random unfenced broker) and, never answered, fails its first call ("Timed out waiting for controller")
         with KafkaClusterAdmin(config, timeout_s=20) as admin:
             assert DOWN in {b.id for b in admin.snapshot(topics=()).brokers}
-            kill(sandbox, DOWN)
+            kill_broker(sandbox, DOWN)
             wait_until(lambda: DOWN not in {b.id for b in admin.snapshot(topics=()).brokers}, "broker 5 fenced",
                        timeout=60)
             traffic.__enter__()

@@ -27,7 +27,7 @@ from airflow_kafka_reassign.core.records.journal import StateLocation, journal
 from airflow_kafka_reassign.core.records.store import as_store
 from airflow_kafka_reassign.core.vocabulary.models import Move
 from airflow_kafka_reassign.core.vocabulary.ports import ClusterAdmin, ThrottleBackup
-from airflow_kafka_reassign.exceptions import ConfigurationError, TopicNotFoundError
+from airflow_kafka_reassign.exceptions import BrokerUnreachableError, ConfigurationError, TopicNotFoundError
 
 LEADER_RATE = "leader.replication.throttled.rate"
 #: The broker rate (bytes/s) of intra-broker moves between log dirs (AlterReplicaLogDirs, KIP-113): the
@@ -312,6 +312,26 @@ def _past_vanished_topics(attempt: Callable[[frozenset[str]], _T], state_dir: St
     return attempt(frozenset(gone))
 
 
+def _past_silent_brokers(call: Callable[[frozenset[int]], _T], what: str, log: logging.Logger
+                         ) -> tuple[_T, frozenset[int]]:
+    """``call(brokers left out so far)``, again without the brokers a :class:`BrokerUnreachableError` names; returns
+    its result and the brokers left out. A broker killed is listed alive until the cluster notices (ZooKeeper's
+    session timeout, KRaft's ``broker.session.timeout.ms``): a request addressed to it (its own configs) only waits
+    for it, so it is taken as down for this step, in one line naming it, as a broker the cluster lists as down."""
+    out: frozenset[int] = frozenset()
+    while True:
+        try:
+            return call(out), out
+        except BrokerUnreachableError as e:
+            more = set(e.brokers) - out
+            if not more:
+                raise
+            out |= more
+            log.warning("broker(s) %s did not answer %s (down, still listed alive until the cluster notices): taken "
+                        "as down for this step; their throttle configs are set or restored once they answer",
+                        sorted(more), what)
+
+
 def _sync_throttles(admin: ClusterAdmin, moving: Iterable[Move], rate: Rate | None, state_dir: StateLocation | None,
                     dry_run: bool, log: logging.Logger, live_brokers: Collection[int] | None) -> bool:
     """:func:`sync_throttles` once.
@@ -324,7 +344,8 @@ def _sync_throttles(admin: ClusterAdmin, moving: Iterable[Move], rate: Rate | No
     ``state_dir`` BEFORE anything is set, so a later run restores them even if this process
     dies right after. Only differing keys are written. With ``live_brokers``, a broker outside
     it (down: moves onto it wait, see ``allow_offline_brokers``) gets no throttle: a config
-    request to it would only wait for it.
+    request to it would only wait for it. A broker listed alive that does not answer its config requests (killed,
+    the cluster has not noticed yet: :class:`BrokerUnreachableError`) is left out the same way for this step.
     """
     active = [m for m in moving if m.adding_replicas] if rate else []
     backup = read_backup(state_dir)
@@ -344,7 +365,9 @@ def _sync_throttles(admin: ClusterAdmin, moving: Iterable[Move], rate: Rate | No
     new_topics = {m.topic for m in active} - set(backup.topics)
     fresh = ThrottleBackup()
     if new_brokers or new_topics:
-        fresh = admin.describe_throttles(sorted(new_brokers), sorted(new_topics))
+        fresh, _ = _past_silent_brokers(
+            lambda out: admin.describe_throttles(sorted(new_brokers - out), sorted(new_topics)),
+            "the read of their throttle configs", log)
         backup = ThrottleBackup(brokers={**backup.brokers, **fresh.brokers}, topics={**backup.topics, **fresh.topics})
         if not dry_run:
             assert state_dir is not None
@@ -357,7 +380,10 @@ def _sync_throttles(admin: ClusterAdmin, moving: Iterable[Move], rate: Rate | No
         brokers = {b: v for b, v in brokers.items() if b not in down}
     # what was just read for the backup is what is set now: read again only what an earlier step backed up
     again_b, again_t = sorted(set(brokers) - set(fresh.brokers)), sorted(set(backup.topics) - set(fresh.topics))
-    read = admin.describe_throttles(again_b, again_t) if again_b or again_t else ThrottleBackup()
+    read, silent = _past_silent_brokers(
+        lambda out: admin.describe_throttles([b for b in again_b if b not in out], again_t)
+        if again_b or again_t else ThrottleBackup(), "the read of their throttle configs", log)
+    brokers = {b: v for b, v in brokers.items() if b not in silent}
     current = ThrottleBackup(brokers={**read.brokers, **fresh.brokers}, topics={**read.topics, **fresh.topics})
     db, dt = _diff(current, brokers, topics)
     if not db and not dt:
@@ -367,7 +393,10 @@ def _sync_throttles(admin: ClusterAdmin, moving: Iterable[Move], rate: Rate | No
                  json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True),
                  json.dumps(dt, sort_keys=True))
         return False
-    admin.set_throttles(db, dt)
+    _, silent = _past_silent_brokers(
+        lambda out: admin.set_throttles({b: v for b, v in db.items() if b not in out}, dt), "their throttle configs",
+        log)
+    db = {b: v for b, v in db.items() if b not in silent}
     log.info("throttle configs set (None = deleted): brokers %s topics %s",
              json.dumps({str(b): v for b, v in sorted(db.items())}, sort_keys=True), json.dumps(dt, sort_keys=True))
     return True
@@ -407,17 +436,27 @@ def _restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, 
     # only what differs from the backup is written: a run whose first throttle write was refused (a user
     # without ALTER_CONFIGS) changed nothing, and its restore needs no write either
     keys = _broker_keys(backup)
+    silent: set[int] = set()  # listed alive, but not answering their config requests: restored later, as the down
+    wanted: ThrottleBackup = backup
 
     def differing() -> tuple[dict[int, dict[str, str | None]], dict[str, dict[str, str | None]]]:
-        current = admin.describe_throttles(sorted(backup.brokers), sorted(backup.topics),
-                                           **({"broker_keys": keys} if keys else {}))
-        return _diff(current, backup.brokers, backup.topics)
+        current, out = _past_silent_brokers(
+            lambda out: admin.describe_throttles(sorted(set(wanted.brokers) - silent - out), sorted(wanted.topics),
+                                                 **({"broker_keys": keys} if keys else {})),
+            "the read of their throttle configs", log)
+        silent.update(out)
+        return _diff(current, {b: v for b, v in wanted.brokers.items() if b not in silent}, wanted.topics)
+
+    def write(db: dict[int, dict[str, str | None]], dt: dict[str, dict[str, str | None]]) -> None:
+        _, out = _past_silent_brokers(lambda out: admin.set_throttles(
+            {b: v for b, v in db.items() if b not in out}, dt), "the restore of their throttle configs", log)
+        silent.update(out)
 
     db, dt = differing()
     for _ in range(2):
         if not db and not dt:
             break
-        admin.set_throttles(db, dt)
+        write(db, dt)
         # a write is answered once the controller committed it; the broker that answers the read applies it a
         # moment later (KRaft): read again for a while before writing again
         settled_by = _clock() + RESTORE_SETTLE_S
@@ -425,11 +464,19 @@ def _restore_throttles(admin: ClusterAdmin, state_dir: StateLocation | None, *, 
         while (db or dt) and _clock() < settled_by:
             _sleep(RESTORE_POLL_S)
             db, dt = differing()
+    db = {b: v for b, v in db.items() if b not in silent}
     if db or dt:
         raise RuntimeError(
             f"throttle configs differ from the backup after restoring twice: brokers {db} topics {dt}; "
             f"the backup stays in {backup_path(state_dir)} for the next run (or the cancel operator) to restore"
         )
+    if silent:
+        log.warning("broker(s) %s did not answer: their throttle configs are restored when they are back (the next "
+                    "run on this plan, or CancelReassignmentOperator, restores them from %s)", sorted(silent),
+                    backup_path(state_dir))
+        down.update({b: backup.brokers[b] for b in silent})
+        backup = ThrottleBackup(brokers={b: v for b, v in backup.brokers.items() if b not in silent},
+                                topics=backup.topics)
     if down:
         write_backup(state_dir, ThrottleBackup(brokers=down))
     else:

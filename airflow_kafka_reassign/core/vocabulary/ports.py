@@ -486,7 +486,9 @@ class ClusterAdmin(Protocol):
         """The current dynamic throttle configs of these brokers and topics. ``broker_keys``: which broker
         configs (default the replication rates,
         :data:`~airflow_kafka_reassign.core.execution.throttle.BROKER_THROTTLE_KEYS`; add
-        :data:`~airflow_kafka_reassign.core.execution.throttle.LOG_DIR_RATE` for intra-broker moves)."""
+        :data:`~airflow_kafka_reassign.core.execution.throttle.LOG_DIR_RATE` for intra-broker moves). Brokers that
+        do not answer their own request (killed, still listed alive) are named in one
+        :class:`~airflow_kafka_reassign.exceptions.BrokerUnreachableError`, after the others were waited for."""
         ...
 
     def set_throttles(
@@ -494,7 +496,8 @@ class ClusterAdmin(Protocol):
         broker_configs: Mapping[int, Mapping[str, str | None]],
         topic_configs: Mapping[str, Mapping[str, str | None]],
     ) -> None:
-        """Set (value) or delete (``None``) dynamic throttle configs."""
+        """Set (value) or delete (``None``) dynamic throttle configs; brokers that do not answer their own request:
+        :class:`~airflow_kafka_reassign.exceptions.BrokerUnreachableError` naming them."""
         ...
 
     def elect_preferred_leaders(

@@ -31,6 +31,7 @@ from kafka.admin import KafkaAdminClient
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from airflow_kafka_reassign.exceptions import (
+    BrokerUnreachableError,
     ClusterAccessError,
     ClusterOperationError,
     ClusterUnreachableError,
@@ -498,21 +499,34 @@ class AdminClients:
         config request; or one per topic), waited for under one deadline: N brokers cost one round trip, not N.
         Every future is waited for before the first failure is raised, so none is left in flight unseen;
         ``kind``: what the keys are (``"broker"``, ``"topic"``), to name the resource that failed. Topics that no
-        longer exist are named together in one :class:`TopicNotFoundError` (raised when nothing else failed)."""
+        longer exist are named together in one :class:`TopicNotFoundError` (raised when nothing else failed); brokers
+        that did not answer a request of their own (``kind="broker"``) in one :class:`BrokerUnreachableError`."""
         deadline = time.monotonic() + self._timeout_s + 5
         results: dict[_K, Any] = {}
         failure: BaseException | None = None
         vanished: list[TopicNotFoundError] = []
+        silent: list[tuple[int, ClusterUnreachableError]] = []
         for key, (future, needs) in futures.items():
             try:
                 results[key] = self._wait(future, timeout_s=max(0.0, deadline - time.monotonic()), needs=needs,
                                           resource=f"{kind} {key}" if kind else "")
             except TopicNotFoundError as e:
                 vanished.append(e)
+            except ClusterUnreachableError as e:
+                if kind == "broker" and isinstance(key, int):
+                    silent.append((key, e))
+                else:
+                    failure = failure or e
             except Exception as e:  # noqa: BLE001 (raised below, after the others were waited for)
                 failure = failure or e
         if failure is not None:
             raise failure
+        if silent:
+            ids = sorted(b for b, _ in silent)
+            raise BrokerUnreachableError(
+                f"broker(s) {ids} did not answer a request of their own within {self._timeout_s:g} s (down, or not "
+                f"reachable from here; a broker killed stays listed alive until the cluster notices): {silent[0][1]}",
+                brokers=ids)
         if vanished:
             raise vanished[0] if len(vanished) == 1 else self._topics_not_found(
                 [t for e in vanished for t in e.topics], call=vanished[0].call, detail=vanished[0].detail)

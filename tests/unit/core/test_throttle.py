@@ -164,3 +164,48 @@ def test_the_restore_check_waits_for_the_brokers_to_apply_its_write_before_writi
     with pytest.raises(RuntimeError, match="after restoring twice"):
         restore_throttles(lost, store)
     assert lost.writes == 2 and read_backup(store) is not None  # the backup stays for the next run
+
+
+def test_a_broker_killed_but_still_listed_is_left_out_of_a_step_and_throttled_once_it_answers(caplog):
+    """A broker killed stays listed alive until the cluster notices (ZooKeeper's session timeout, KRaft's fencing);
+    its own config requests only wait for it (the adapter's BrokerUnreachableError). The step goes on without it,
+    one line naming it, and never writes a config the backup does not hold."""
+    from airflow_kafka_reassign.core.execution.throttle import read_backup, sync_throttles
+    from airflow_kafka_reassign.core.records.store import MemoryStore
+
+    f, store = FakeClusterAdmin.build({1: None, 2: None, 3: None, 4: None}, {"t": [[1, 2], [2, 3]]}), MemoryStore()
+    f.broker_configs[3][LEADER_RATE] = "777"  # someone else's
+    first = [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))]
+    f.silent = {3}
+    assert sync_throttles(f, first, 5000, state_dir=store)
+    assert f.broker_configs[1][LEADER_RATE] == "5000" and f.topic_configs["t"][FOLLOWER_REPLICAS] == "0:3"
+    assert 3 not in read_backup(store).brokers and f.broker_configs[3][LEADER_RATE] == "777"  # untouched
+    assert "broker(s) [3] did not answer the read of their throttle configs" in caplog.text
+    f.silent = set()  # it answers again: backed up, then throttled
+    assert sync_throttles(f, first, 5000, state_dir=store)
+    assert read_backup(store).brokers[3][LEADER_RATE] == "777" and f.broker_configs[3][LEADER_RATE] == "5000"
+    # killed again, now in the backup: the next step reads and writes the others only
+    f.silent = {3}
+    second = [*first, Move(topic="t", partition=1, current_replicas=(2, 3), target_replicas=(2, 4))]
+    assert sync_throttles(f, second, 5000, state_dir=store)
+    assert f.broker_configs[4][FOLLOWER_RATE] == "5000" and f.topic_configs["t"][FOLLOWER_REPLICAS] == "0:3,1:4"
+
+
+def test_a_restore_leaves_a_broker_that_does_not_answer_in_the_backup_and_restores_it_once_it_does(caplog):
+    from airflow_kafka_reassign.core.execution.throttle import read_backup, restore_throttles, sync_throttles
+    from airflow_kafka_reassign.core.records.store import MemoryStore
+
+    f, store = FakeClusterAdmin.build({1: None, 2: None, 3: None}, {"t": [[1, 2]]}), MemoryStore()
+    f.broker_configs[3][LEADER_RATE] = "777"
+    before = (repr(f.broker_configs), repr(f.topic_configs))
+    sync_throttles(f, [Move(topic="t", partition=0, current_replicas=(1, 2), target_replicas=(3, 2))], 5000,
+                   state_dir=store)
+    f.silent = {3}
+    assert restore_throttles(f, store)
+    assert f.broker_configs[1].get(LEADER_RATE) is None and f.topic_configs["t"].get(FOLLOWER_REPLICAS) is None
+    assert f.broker_configs[3][LEADER_RATE] == "5000"  # not reached: kept in the backup for later
+    assert read_backup(store).brokers == {3: {LEADER_RATE: "777", FOLLOWER_RATE: None}}
+    assert "broker(s) [3] did not answer: their throttle configs are restored when they are back" in caplog.text
+    f.silent = set()
+    assert restore_throttles(f, store)
+    assert (repr(f.broker_configs), repr(f.topic_configs)) == before and read_backup(store) is None
