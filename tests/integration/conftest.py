@@ -251,22 +251,11 @@ def stack(sandbox: Sandbox, object_store: ObjectStoreSandbox, tmp_path_factory: 
     """The production stack (airflow_kafka_reassign.sandbox.stack: PostgreSQL, Redis, the CeleryExecutor with two
     workers, a scheduler, a DAG processor, a triggerer and the API server) on the session's Kafka sandbox and S3 store:
     one per test module that uses it (test_stack.py, test_stack_faults.py: on two xdist workers at once)."""
-    import time
+    from stack_support import stack_running
 
-    from airflow_kafka_reassign.sandbox.stack import Stack
-
-    started = time.monotonic()
-    st = Stack(tmp_path_factory.mktemp("stack"))
-    info = st.up(kafka_dir=sandbox.dir, object_store_dir=object_store.dir, dags=None, heartbeat_timeout_s=20)
-    print(f"\nthe stack started in {time.monotonic() - started:.1f} s: {info['took_s']}")
-    try:
+    with stack_running(tmp_path_factory.mktemp("stack"), kafka_dir=sandbox.dir, object_store_dir=object_store.dir,
+                       dags=None, heartbeat_timeout_s=20) as st:
         yield st
-    finally:
-        pids = dict(st.state["pids"])
-        stopped = st.down()
-        print(f"\nthe stack stopped: {stopped}")
-        running = {n: pid for n, pid in pids.items() if st.process_running(pid)}
-        assert not running, f"processes of the stack left running: {running}"
 
 
 @pytest.fixture

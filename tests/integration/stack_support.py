@@ -10,6 +10,8 @@ import signal
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +30,24 @@ EXAMPLES = HERE.parents[1] / "example_dags"
 
 
 
+
+
+@contextmanager
+def stack_running(directory: Path, **up: object) -> Iterator[Stack]:
+    """A :class:`Stack` started in ``directory`` (``up``: :meth:`Stack.up`'s arguments), stopped at the end; the
+    stop is checked: no process of the stack left running."""
+    started = time.monotonic()
+    st = Stack(directory)
+    info = st.up(**up)  # type: ignore[arg-type]
+    print(f"\nthe stack started in {time.monotonic() - started:.1f} s: {info['took_s']}")
+    try:
+        yield st
+    finally:
+        pids = dict(st.state["pids"])
+        stopped = st.down()
+        print(f"\nthe stack stopped: {stopped}")
+        running = {n: pid for n, pid in pids.items() if st.process_running(pid)}
+        assert not running, f"processes of the stack left running: {running}"
 
 
 def deploy(stack: Stack, dag_file: Path, dag_id: str) -> None:

@@ -47,6 +47,7 @@ from controller_listing import admin_client as listing_client
 from kafka import TopicPartition
 from kafka_helpers import Traffic, make_topic
 from observers import CORDONED_LOG_DIRS, cordons
+from stack_support import stack_running
 
 from airflow_kafka_reassign.sandbox import wait_until
 from airflow_kafka_reassign.sandbox.stack import Stack
@@ -81,23 +82,14 @@ SHARE_ASSIGNMENT = [[1, 2], [2, 3], [3, 4], [4, 5], [5, 1], [1, 3], [2, 4], [3, 
 
 @pytest.fixture(scope="module")
 def stack(sandbox, object_store, tmp_path_factory) -> Iterator[Stack]:
-    started = time.monotonic()
-    st = Stack(tmp_path_factory.mktemp("stack-healing"))
-    info = st.up(kafka_dir=sandbox.dir, object_store_dir=object_store.dir, dags=None, heartbeat_timeout_s=20, env={
+    with stack_running(tmp_path_factory.mktemp("stack-healing"), kafka_dir=sandbox.dir,
+                       object_store_dir=object_store.dir, dags=None, heartbeat_timeout_s=20, env={
         "AKR_WATCH_DWELL_S": json.dumps({"broker_down": DWELL_S, "empty_broker": EMPTY_DWELL_S}),
         "AKR_WATCH_RECOVERY_S": json.dumps({"broker_down": RECOVERY_S, "empty_broker": EMPTY_RECOVERY_S}),
         "AKR_WATCH_POLL_INTERVAL_S": str(POLL_S),
         "AKR_WATCH_REFIRE_AFTER_S": str(REFIRE_S),
-    })
-    print(f"\nthe stack started in {time.monotonic() - started:.1f} s: {info['took_s']}")
-    try:
+    }) as st:
         yield st
-    finally:
-        pids = dict(st.state["pids"])
-        stopped = st.down()
-        print(f"\nthe stack stopped: {stopped}")
-        running = {n: pid for n, pid in pids.items() if st.process_running(pid)}
-        assert not running, f"processes of the stack left running: {running}"
 
 
 @pytest.fixture(scope="module")
