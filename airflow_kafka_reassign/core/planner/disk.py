@@ -44,6 +44,7 @@ from airflow_kafka_reassign.core.planner.disk_index import (
     rack_lookup,
     racks_of,
 )
+from airflow_kafka_reassign.core.planner.sorted_blocks import SortedBlocks
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
 #: Candidates of one broker tried per move before giving up on it (bounds the work per move).
@@ -464,15 +465,6 @@ def balance_disk_input(
             gc.enable()
 
 
-def _drop(lst: list[tuple[int, int]], entry: tuple[int, int]) -> int | None:
-    """Take ``entry`` out of the sorted ``lst``; where it was, or ``None`` if it was not there."""
-    i = bisect.bisect_left(lst, entry)
-    if i < len(lst) and lst[i] == entry:
-        del lst[i]
-        return i
-    return None
-
-
 class _Window:
     """Counts per broker, each kept within a window of its own (a group's share of the goal's count
     window, :class:`DiskPart`): a move may not take ``src`` under its window nor ``dst`` over it."""
@@ -582,18 +574,20 @@ class _DiskStep:
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
         self.tcount: list[dict[int, int]] = ix.tcount or []
-        #: broker -> its movable replicas as (size, entry), sorted, and their sizes
-        self.on: dict[int, list[tuple[int, int]]] = ix.on
-        self.sizes_on: dict[int, list[int]] = ix.sizes_on
+        # the lists a move changes are kept in blocks (sorted_blocks.py: at 10M replicas a list per
+        # broker holds 100,000 pairs, and an insert into one Python list moves half of them)
+        #: broker -> its movable replicas as (size, entry), sorted
+        self.on: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.on.items()}
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
-        self.added: dict[int, list[tuple[int, int]]] = ix.added
+        self.added: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.added.items()}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
         self.taken: dict[int, list[tuple[int, int]]] = ix.taken
         #: entries with one replica in each rack (RF = racks): none of their replicas changes racks
         self.locked: list[bool] = ix.locked
         #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
         #: rack rule, kept up to date as replicas of the partition change racks): what a swap across racks sends back
-        self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = ix.cross_to
+        self.cross_to: dict[tuple[int, int], SortedBlocks] = {k: SortedBlocks(x) for k, x in ix.cross_to.items()}
+        del ix
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
         #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
@@ -680,19 +674,15 @@ class _DiskStep:
         # ``dst`` as the small half of a swap (it moves from where it was before the plan to where
         # it ends, the same bytes): into ``dst``'s sorted lists
         entry = (s, e)
-        i = _drop(self.on[src], entry)
-        if i is not None:
-            del self.sizes_on[src][i]
-        _drop(self.added[src], entry)
+        self.on[src].discard(entry)
+        self.added[src].discard(entry)
         for key in src_keys:
-            _drop(self.cross_to[key], entry)
-        i = bisect.bisect_left(self.on[dst], entry)
-        self.on[dst].insert(i, entry)
-        self.sizes_on[dst].insert(i, s)
+            self.cross_to[key].discard(entry)
+        self.on[dst].add(entry)
         if self.locked[e]:
             return
         for key in self.cross_keys(e, dst):
-            bisect.insort(self.cross_to[key], entry)
+            self.cross_to[key].add(entry)
         if was is None:
             return
         for b, keys in was.items():
@@ -701,10 +691,10 @@ class _DiskStep:
             now = self.cross_keys(e, b)
             for key in keys:
                 if key not in now:
-                    _drop(self.cross_to[key], entry)
+                    self.cross_to[key].discard(entry)
             for key in now:
                 if key not in keys:
-                    bisect.insort(self.cross_to[key], entry)
+                    self.cross_to[key].add(entry)
 
     def cross_keys(self, e: int, b: int) -> list[tuple[int, int]]:
         """(``b``, rack) for every other rack that ``e``'s replica on ``b`` may move to."""
@@ -773,7 +763,7 @@ class _DiskStep:
             small = 0.0
             if not allow:
                 lst = self.on[dst]
-                small = float(lst[0][0]) if lst else float("inf")
+                small = float(lst.first()[0]) if lst else float("inf")
             out.append((dst, room[dst], allow, small))
         return out
 
@@ -877,29 +867,27 @@ class _DiskStep:
         # the largest replicas no larger than what must go (and than any receiver's room), then
         # the smallest larger one, if shedding it stays within ``most``
         targets = self.targets(src, receivers, room)
-        added = self.added[src]
-        cut = bisect.bisect_right(added, (limit, len(self.reps)))
-        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"), added)
+        s = self.first_moved(src, self.added[src], limit, True, targets, float("inf"))
         if s is not None:
             return s
-        cut = bisect.bisect_right(self.sizes_on[src], limit)
-        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"))
+        s = self.first_moved(src, self.on[src], limit, True, targets, float("inf"))
         if s is None:
-            s = self.first_moved(src, range(cut, len(self.on[src])), targets, min(most, best_room))
+            s = self.first_moved(src, self.on[src], limit, False, targets, min(most, best_room))
         return s
 
     def first_moved(
         self,
         src: int,
-        order: range,
+        lst: SortedBlocks,
+        limit: float,
+        descending: bool,
         targets: Sequence[tuple[int, float, bool, float]],
         largest: float,
-        lst: list[tuple[int, int]] | None = None,
     ) -> int | None:
-        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
-        ``lst``, sizes up to ``largest``) that one of ``targets`` (:meth:`targets`) takes; its
-        size, or ``None``."""
-        lst = self.on[src] if lst is None else lst
+        """Move the first replica of ``src`` in ``lst`` (its sorted list of replicas, or of those
+        the count steps added) that one of ``targets`` (:meth:`targets`) takes, walking down from
+        the largest no larger than ``limit`` (``descending``) or up from the smallest larger one,
+        sizes up to ``largest``; its size, or ``None``."""
         if not targets:
             return None
         # a replica no receiver could take whatever its partition: larger than every room, or
@@ -907,16 +895,13 @@ class _DiskStep:
         best_room = max(t[1] for t in targets)
         any_plain = any(t[2] for t in targets)
         swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
-        descending = order.step < 0
-        if not descending and not any_plain and order:
-            # ascending: start above the swap floor (bisect) rather than walking up to it
-            start = bisect.bisect_right(lst, (swap_floor, len(self.reps)), order.start, order.stop)
-            order = range(start, order.stop)
+        n = len(self.reps)  # above every entry: (limit, n) comes after every replica of size ``limit``
+        # ascending: start above the swap floor (bisect) rather than walking up to it
+        order = lst.down_from((limit, n)) if descending else lst.up_from((limit if any_plain else max(limit, swap_floor), n))
         tried = 0
-        for i in order:
+        for s, e in order:
             if tried >= CANDIDATES:
                 return None
-            s, e = lst[i]
             if s > largest:
                 return None
             if s > best_room:
@@ -947,8 +932,8 @@ class _DiskStep:
             got = None
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
-                cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
-                got = self.first_moved(src, range(cut - 1, -1, -1), self.targets(src, [dst], {dst: most}), float("inf"))
+                got = self.first_moved(src, self.on[src], min(need, spare, most), True,
+                                       self.targets(src, [dst], {dst: most}), float("inf"))
                 if got is not None:
                     break
             if got is None:
@@ -956,9 +941,8 @@ class _DiskStep:
                 # ``dst`` under its band's top and the donor above its bottom
                 for src in donors[:RECEIVERS]:
                     spare = self.bytes[src] - self.band[src][0]
-                    cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
                     targets = self.targets(src, [dst], {dst: most})
-                    got = self.first_moved(src, range(cut, len(self.on[src])), targets, min(spare, most))
+                    got = self.first_moved(src, self.on[src], min(need, spare, most), False, targets, min(spare, most))
                     if got is not None:
                         break
             if got is None:

@@ -137,7 +137,6 @@ class DiskIndex:
     count: dict[int, int]
     tcount: list[dict[int, int]] | None
     on: dict[int, list[tuple[int, int]]]
-    sizes_on: dict[int, list[int]]
     added: dict[int, list[tuple[int, int]]]
     taken: dict[int, list[tuple[int, int]]]
     locked: list[bool]
@@ -234,7 +233,7 @@ def build_index(
             tcount[ti][live[i]] = c
 
     # replicas that may move, per broker sorted by (size, entry): one sort; the tuples are shared
-    # by every table that lists a replica (on, added, cross_to), their ints by sizes_on
+    # by every table that lists a replica (on, added, cross_to)
     mv = live_now & rep_mv
     at = np.flatnonzero(mv)
     rep_index = at[np.lexsort((rep_e[at], rep_s[at], rep_pos[at]))]  # flat positions, in on[b]'s order
@@ -246,8 +245,6 @@ def build_index(
     del entry_ids
     on_lists = _per_broker(n_live, on_pos, on_pairs)
     on = {b: on_lists[i] for i, b in enumerate(live)}
-    cuts = np.searchsorted(on_pos, np.arange(n_live + 1)).tolist()
-    sizes_on = {b: sizes_lists[cuts[i]:cuts[i + 1]] for i, b in enumerate(live)}
     del sizes_lists
 
     sel = np.flatnonzero(~in_orig[rep_index])
@@ -317,7 +314,6 @@ def build_index(
         count=count,
         tcount=tcount,
         on=on,
-        sizes_on=sizes_on,
         added=added,
         taken=taken,
         locked=locked.tolist(),

@@ -58,7 +58,6 @@ def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int],
         on[b].sort()
         added[b].sort()
         taken[b].sort()
-    sizes_on = {b: [s for s, _ in on[b]] for b in live}
     locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in reps]
 
     def cross_keys(e: int, b: int) -> list[tuple[int, int]]:
@@ -77,7 +76,7 @@ def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int],
                 for key in cross_keys(entry[1], b):
                     cross_to[key].append(entry)
     return {"reps": reps, "orig": orig, "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
-            "count": count, "tcount": tcount, "on": on, "sizes_on": sizes_on, "added": added, "taken": taken,
+            "count": count, "tcount": tcount, "on": on, "added": added, "taken": taken,
             "locked": locked, "cross_to": cross_to}
 
 
