@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import gc
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -574,14 +575,18 @@ class _DiskStep:
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
         self.tcount: list[dict[int, int]] = ix.tcount or []
-        # the lists a move changes are kept in blocks (sorted_blocks.py: at 10M replicas a list per
-        # broker holds 100,000 pairs, and an insert into one Python list moves half of them)
+        # the per-broker lists hold (size, entry) as one int, ``size << shift | entry`` (disk_index.pack:
+        # ints order as the pairs), and the lists a move changes are kept in blocks (sorted_blocks.py:
+        # at 10M replicas a list per broker holds 100,000 of them, and an insert into one Python list
+        # moves half of them)
+        self.shift = ix.shift
+        self.mask = (1 << ix.shift) - 1
         #: broker -> its movable replicas as (size, entry), sorted
         self.on: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.on.items()}
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
         self.added: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.added.items()}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
-        self.taken: dict[int, list[tuple[int, int]]] = ix.taken
+        self.taken: dict[int, list[int]] = ix.taken
         #: entries with one replica in each rack (RF = racks): none of their replicas changes racks
         self.locked: list[bool] = ix.locked
         #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
@@ -611,6 +616,13 @@ class _DiskStep:
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
         self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any]] = (None, {})
+
+    def upto(self, limit: float) -> float:
+        """The largest key (``size << shift | entry``) of a replica no larger than ``limit``: a
+        walk's bound."""
+        if limit == math.inf:
+            return limit
+        return math.floor(limit) << self.shift | self.mask
 
     # -- constraints -------------------------------------------------------------------------
     def gone(self, e: int, b: int) -> bool:
@@ -673,7 +685,7 @@ class _DiskStep:
         # in, every later walk over the list would step past it); the replica may go back out of
         # ``dst`` as the small half of a swap (it moves from where it was before the plan to where
         # it ends, the same bytes): into ``dst``'s sorted lists
-        entry = (s, e)
+        entry = s << self.shift | e
         self.on[src].discard(entry)
         self.added[src].discard(entry)
         for key in src_keys:
@@ -717,9 +729,11 @@ class _DiskStep:
         else:
             lst = self.on[dst]
         # every entry is a replica ``dst`` holds now (a replica that leaves is taken out of the lists)
-        for s, q in itertools.islice(lst, SWAP_CANDIDATES):
-            if s >= limit:
+        shift, mask = self.shift, self.mask
+        for key in itertools.islice(lst, SWAP_CANDIDATES):
+            if key >> shift >= limit:
                 break
+            q = key & mask
             if self.can_place(q, dst, src):
                 return q
         self.swap_failed[(dst, src)] = (self.out.moves, limit)
@@ -763,7 +777,7 @@ class _DiskStep:
             small = 0.0
             if not allow:
                 lst = self.on[dst]
-                small = float(lst.first()[0]) if lst else float("inf")
+                small = float(lst.first() >> self.shift) if lst else float("inf")
             out.append((dst, room[dst], allow, small))
         return out
 
@@ -895,13 +909,15 @@ class _DiskStep:
         best_room = max(t[1] for t in targets)
         any_plain = any(t[2] for t in targets)
         swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
-        n = len(self.reps)  # above every entry: (limit, n) comes after every replica of size ``limit``
         # ascending: start above the swap floor (bisect) rather than walking up to it
-        order = lst.down_from((limit, n)) if descending else lst.up_from((limit if any_plain else max(limit, swap_floor), n))
+        order = lst.down_from(self.upto(limit)) if descending else lst.up_from(
+            self.upto(limit if any_plain else max(limit, swap_floor)))
+        shift, mask = self.shift, self.mask
         tried = 0
-        for s, e in order:
+        for key in order:
             if tried >= CANDIDATES:
                 return None
+            s, e = key >> shift, key & mask
             if s > largest:
                 return None
             if s > best_room:
@@ -955,12 +971,12 @@ class _DiskStep:
         took off it, from a holder the count steps put it on that stays above its band's bottom
         (the move saves the bytes of one replica); its size, or ``None``."""
         lst = self.taken[dst]
-        cut = bisect.bisect_right(lst, (limit, len(self.reps)))
+        cut = bisect.bisect_right(lst, self.upto(limit))
         tried = 0
         for i in range(cut - 1, -1, -1):
             if tried >= CANDIDATES:
                 return None
-            s, e = lst[i]
+            s, e = lst[i] >> self.shift, lst[i] & self.mask
             reps = self.reps[e]
             if dst in reps:
                 continue
@@ -1044,7 +1060,9 @@ class _DiskStep:
             ts = targets(src, pull)
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
-            for _, e in list(self.on[src]):  # a copy: a move takes the replica out of the list
+            mask = self.mask
+            for key in list(self.on[src]):  # a copy: a move takes the replica out of the list
+                e = key & mask
                 if count[src] <= until or not ts:
                     return
                 if not self.gone(e, src) and self.try_move(e, src, ts):

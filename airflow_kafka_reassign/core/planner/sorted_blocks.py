@@ -1,13 +1,14 @@
 """A sorted list kept in blocks: the disk step's per-broker lists of replicas, sorted by size.
 
-The disk step (:mod:`.disk`) keeps, per broker, its movable replicas as ``(size, entry)`` pairs in
-ascending order, and moves one out of a broker's lists and into another's at every move. In one
-Python list that is a ``memmove`` of half the list per insert or delete: at 10M replicas on 100
-brokers, lists of 100,000 pairs, six to eight of them per move, 170,000 moves. Here the pairs sit
-in blocks of at most ``2 * LOAD``: an insert or delete moves at most that many pointers, after a
-bisect over the blocks' largest pairs. The order, and where a pair goes among equal ones, are
-those of :func:`bisect.insort` and a delete at :func:`bisect.bisect_left` on one sorted list
-(``tests/unit/core/test_planner_sorted_blocks.py`` compares both on random operations).
+The disk step (:mod:`.disk`) keeps, per broker, its movable replicas as (size, entry) pairs (one
+int each, :func:`~.disk_index.pack`) in ascending order, and moves one out of a broker's lists and
+into another's at every move. In one Python list that is a ``memmove`` of half the list per insert
+or delete: at 10M replicas on 100 brokers, lists of 100,000 pairs, six to eight of them per move,
+170,000 moves. Here the pairs sit in blocks of at most ``2 * LOAD``: an insert or delete moves at
+most that many pointers, after a bisect over the blocks' largest pairs. The order, and where a
+pair goes among equal ones, are those of :func:`bisect.insort` and a delete at
+:func:`bisect.bisect_left` on one sorted list (``tests/unit/core/test_planner_sorted_blocks.py``
+compares both on random operations).
 
 Reading is by walks from a bound, which is what the step does (the largest pairs no larger than a
 limit, downwards; the smallest ones above a floor, upwards; the first few): no positional index.
@@ -23,10 +24,10 @@ from itertools import chain, islice
 #: Half a block's most pairs (a block is split above twice this).
 LOAD = 1000
 
-Pair = tuple[int, int]
-"""What the lists hold: (size, entry)."""
-Bound = tuple[float, int]
-"""Where a walk starts: a size (or a limit between sizes) and an entry."""
+Pair = int
+"""What the lists hold: the disk step's (size, entry) as one int (:func:`~.disk_index.pack`)."""
+Bound = float
+"""Where a walk starts (an item or a limit between items; ``inf``: above every item)."""
 
 
 class SortedBlocks:

@@ -18,7 +18,7 @@ from airflow_kafka_reassign.core.planner.disk import (
     disk_bounds,
     replica_moves_lower_bound_disk,
 )
-from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index
+from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index, key_shift, pack
 
 
 def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int], n_racks: int,
@@ -118,11 +118,24 @@ def test_build_index_matches_the_per_replica_loop(seed: int) -> None:
     got = build_index(counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
                       live=live, rack_of=rack, n_racks=n_racks, fixed_bytes=fixed_bytes, fixed_counts=fixed_counts,
                       offload=offload, with_topic_counts=True)
+    # the per-broker lists hold (size, entry) as one int (disk_index.pack)
+    for name in ("on", "added", "taken", "cross_to"):
+        want[name] = {k: [size << got.shift | e for size, e in pairs] for k, pairs in want[name].items()}
     for name, value in want.items():
         mine = getattr(got, name)
         assert mine == value, name
         if isinstance(value, dict):
             assert list(mine) == list(value), f"{name}: key order"
+
+
+@pytest.mark.parametrize("top", [10**12, 2**61])
+def test_packed_pairs_order_as_the_pairs(top: int) -> None:
+    rng = random.Random(top)
+    pairs = [(rng.choice([0, 1, top, rng.randint(0, top)]), rng.randrange(1000)) for _ in range(300)]
+    shift = key_shift(1000)
+    keys = pack(np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int32), shift)
+    assert [divmod(k, 1 << shift) for k in keys] == pairs
+    assert sorted(range(300), key=keys.__getitem__) == sorted(range(300), key=pairs.__getitem__)
 
 
 def test_flat_rows_give_back_the_rows() -> None:
