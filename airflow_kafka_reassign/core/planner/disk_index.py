@@ -158,6 +158,8 @@ class DiskIndex:
     added: dict[int, list[int]]
     taken: dict[int, list[int]]
     locked: list[bool]
+    #: locked, and every replica on a broker with a rack: one replica in each rack of the layout
+    spread: list[bool]
     cross_to: dict[tuple[int, int], list[int]]
     shift: int
 
@@ -277,6 +279,7 @@ def build_index(
     # which other racks it may move to (the rule of _DiskStep.rack_test)
     lookup = rack_lookup(rack_of)
     locked = np.zeros(n_entries, dtype=bool)
+    spread = np.zeros(n_entries, dtype=bool)
     starts = now.starts()
     allowed = np.zeros((len(rep_b), max(1, n_racks)), dtype=bool)  # per replica now, in flat order
     for n, idx, table in now.groups():
@@ -285,6 +288,7 @@ def build_index(
         racks = racks_of(lookup, table)
         if n == n_racks:
             locked[idx] = distinct_per_row(racks) == n_racks
+            spread[idx] = locked[idx] & (racks >= 0).all(axis=1)
         for j in range(n):
             others = np.ones(n, dtype=bool)
             others[j] = False
@@ -330,6 +334,7 @@ def build_index(
         added=added,
         taken=taken,
         locked=locked.tolist(),
+        spread=spread.tolist(),
         cross_to=cross_to,
         shift=shift,
     )

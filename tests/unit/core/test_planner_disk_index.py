@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from airflow_kafka_reassign.core.planner import disk
 from airflow_kafka_reassign.core.planner.disk import (
     DiskGoal,
     DiskInput,
@@ -238,3 +239,18 @@ def test_rack_limits_match_the_loop(seed: int) -> None:
     goal = DiskGoal(capacity={b: 10**13 for b in live})
     step = _DiskStep(inp, layout, {}, {}, goal)
     assert step.rack_limits() == reference_rack_limits(step)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_per_broker_sums_by_slot_match_the_sort(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """disk_bounds' per-broker sums: a slot per id (small ids) and a sort (any ids) give the same
+    ids in the order they first appear, and the same sums."""
+    rng = np.random.default_rng(seed)
+    for _ in range(30):
+        n = int(rng.integers(0, 2000))
+        ids = rng.integers(0, int(rng.choice([3, 100, 5000])), n).astype(rng.choice([np.int32, np.int64]))
+        weights = rng.integers(0, 10**12, n) if rng.random() < 0.7 else None
+        by_slot = disk._per_id(ids, weights)
+        monkeypatch.setattr(disk, "_DENSE_IDS", 0)
+        assert disk._per_id(ids, weights) == by_slot
+        monkeypatch.undo()
