@@ -639,6 +639,8 @@ class _DiskStep:
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
         self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any], list[int]] = (None, {}, [])
+        #: :meth:`target_stats` of the receivers list it was last given
+        self.stats: tuple[object, tuple[float, bool, float]] = (None, (0.0, False, 0.0))
 
     def upto(self, limit: float) -> float:
         """The largest key (``size << shift | entry``) of a replica no larger than ``limit``: a
@@ -785,6 +787,10 @@ class _DiskStep:
             lo, hi, limit = spread.lo, spread.hi, spread.limit
             alone_hi = a == hi and spread.hist[hi] == 1
             alone_lo = spread.hist[lo] == 1
+        # what first_moved needs of them, added up on the way (TargetStats)
+        best_room: float | None = None
+        any_plain = False
+        swap_floor = math.inf
         for dst in receivers:
             if dst == src:
                 continue
@@ -798,11 +804,32 @@ class _DiskStep:
                 new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
                 allow = new_hi - new_lo <= limit
             small = 0.0
-            if not allow:
+            r = room[dst]
+            if best_room is None or r > best_room:
+                best_room = r
+            if allow:
+                any_plain = True
+            else:
                 lst = self.on[dst]
-                small = float(lst.first() >> self.shift) if lst else float("inf")
-            out.append((dst, room[dst], allow, small))
+                small = float(lst.first() >> self.shift) if lst else math.inf
+                if 16 * small < swap_floor:
+                    swap_floor = 16 * small
+            out.append((dst, r, allow, small))
+        if best_room is not None:
+            self.stats = (out, (best_room, any_plain, swap_floor))
         return out
+
+    def target_stats(self, targets: Sequence[tuple[int, float, bool, float]]) -> tuple[float, bool, float]:
+        """Of :meth:`targets` (not empty): the most room, whether any takes a plain move, and the
+        smallest swap floor (16 times a receiver's smallest replica, where counts need a swap).
+        Computed once per list (a search walks it up to three times)."""
+        memo = self.stats
+        if memo[0] is targets:
+            return memo[1]
+        stats = (max(t[1] for t in targets), any(t[2] for t in targets),
+                 min((16 * t[3] for t in targets if not t[2]), default=math.inf))
+        self.stats = (targets, stats)
+        return stats
 
     def try_move(self, e: int, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> bool:
         """Move ``e``'s replica on ``src`` to the first of ``targets`` (see :meth:`targets`) that
@@ -875,7 +902,8 @@ class _DiskStep:
             band = self.band
             rs.sort(key=lambda b: (self.bytes[b] >= band[b][0], self.share(b)))
         else:
-            rs.sort(key=self.share)
+            bytes_, cap = self.bytes, self.goal.capacity
+            rs.sort(key=lambda b: bytes_[b] / cap[b])  # self.share, without a method call per broker
         return rs
 
     # -- the two passes ----------------------------------------------------------------------
@@ -934,9 +962,7 @@ class _DiskStep:
             return None
         # a replica no receiver could take whatever its partition: larger than every room, or
         # (counts needing a swap everywhere) too small to be worth one
-        best_room = max(t[1] for t in targets)
-        any_plain = any(t[2] for t in targets)
-        swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
+        best_room, any_plain, swap_floor = self.target_stats(targets)
         # ascending: start above the swap floor (bisect) rather than walking up to it
         order = lst.down_from(self.upto(limit)) if descending else lst.up_from(
             self.upto(limit if any_plain else max(limit, swap_floor)))
