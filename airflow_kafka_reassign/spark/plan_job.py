@@ -106,8 +106,8 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     driver_result,
     leader_counts,
     merge_changes,
-    new_accumulators,
     new_bound,
+    new_metrics,
     place_grouped,
     quotas_at_once,
     stage_finish,
@@ -235,14 +235,14 @@ def finish_topics(
 ) -> Iterator[Out]:
     """Stage 5 over one task's placed topics: their moves as parts of the plan files
     (:data:`FileParts`), then the task's metrics."""
-    before, after = new_accumulators(ctx)
+    metrics = new_metrics(ctx)
     totals = MoveTotals()
     originals: dict[int, int] = {}
     moved: list[tuple[str, list[tuple[str, str, str, str]]]] = []
     counts: list[int] = []
     for topic, payload in placed:
         x = pickle.loads(payload)
-        moves, fragments = stage_finish(ctx, x, changes.get(topic, {}), before, after)
+        moves, fragments = stage_finish(ctx, x, changes.get(topic, {}), metrics)
         totals.add(moves)
         for b, c in leader_counts(x.rows).items():
             originals[b] = originals.get(b, 0) + c
@@ -251,7 +251,7 @@ def finish_topics(
             counts.append(len(x.rows))  # every partition of the topic in the snapshot
     if moved:
         yield "fragments", moved[0][0], _dump(file_parts(moved, counts))
-    yield "metrics", "", _dump((before, after, totals, originals))
+    yield "metrics", "", _dump((metrics, totals, originals))
 
 
 # -- adapters: the stages over Arrow batches (DataFrame.mapInArrow) or row-group splits (RDD) ----
@@ -631,23 +631,22 @@ def _run(
     changes_b = sc.broadcast(changes)
     finished = placed.filter(lambda r: r[0] == "placed").mapPartitions(_finish_on_records(ctx_b, changes_b)).collect()
     parts: list[FileParts] = []
-    before, after = new_accumulators(ctx)
+    metrics = new_metrics(ctx)
     totals = MoveTotals()
     originals: dict[int, int] = {}
     for kind, _, payload in finished:
         if kind == "fragments":
             parts.append(pickle.loads(payload))
         else:
-            b, a, t, o = pickle.loads(payload)
-            before.merge(b)
-            after.merge(a)
+            m, t, o = pickle.loads(payload)
+            metrics.merge(m)
             totals.merge(t)
             for k, v in o.items():
                 originals[k] = originals.get(k, 0) + v
     placed.unpersist()
     clock.lap("finish")
 
-    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals, disk)
+    result = driver_result(ctx, step, bound, totals, *metrics.result(), originals, disk)
     moved, chunks = plan_file_parts(parts)
     job = {
         "master": sc.master,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import gc
 import itertools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -44,6 +45,7 @@ from airflow_kafka_reassign.core.planner.disk_index import (
     rack_lookup,
     racks_of,
 )
+from airflow_kafka_reassign.core.planner.sorted_blocks import SortedBlocks
 from airflow_kafka_reassign.core.planner.types import BrokerLayout, TopicPartitions
 
 #: Candidates of one broker tried per move before giving up on it (bounds the work per move).
@@ -408,11 +410,29 @@ def bounds_of(
     )
 
 
+#: ids below this are added up in a slot each (:func:`_per_id`), larger ones by sorting
+_DENSE_IDS = 1 << 22
+
+
 def _per_id(ids: npt.NDArray[np.integer[Any]], weights: npt.NDArray[np.integer[Any]] | None) -> tuple[list[int], list[int]]:
     """The distinct ``ids`` in the order they first appear, with the sum of their ``weights``
     (``None``: how often each appears)."""
     if len(ids) == 0:
         return [], []
+    top = int(ids.max())
+    if int(ids.min()) >= 0 and top < _DENSE_IDS:
+        # broker ids, small: a slot per id rather than sorting every replica (a second at 10M per call)
+        at = ids.astype(np.intp, copy=False)
+        first = np.full(top + 1, len(ids), dtype=np.int64)
+        np.minimum.at(first, at, np.arange(len(ids), dtype=np.int64))
+        present = np.flatnonzero(first < len(ids))
+        present = present[np.argsort(first[present], kind="stable")]
+        if weights is None:
+            totals = np.bincount(at, minlength=top + 1)
+        else:
+            totals = np.zeros(top + 1, dtype=np.int64)
+            np.add.at(totals, at, weights.astype(np.int64, copy=False))
+        return present.tolist(), totals[present].tolist()
     order = np.argsort(ids, kind="stable")
     ordered = ids[order]
     starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
@@ -462,15 +482,6 @@ def balance_disk_input(
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _drop(lst: list[tuple[int, int]], entry: tuple[int, int]) -> int | None:
-    """Take ``entry`` out of the sorted ``lst``; where it was, or ``None`` if it was not there."""
-    i = bisect.bisect_left(lst, entry)
-    if i < len(lst) and lst[i] == entry:
-        del lst[i]
-        return i
-    return None
 
 
 class _Window:
@@ -582,18 +593,29 @@ class _DiskStep:
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
         self.tcount: list[dict[int, int]] = ix.tcount or []
-        #: broker -> its movable replicas as (size, entry), sorted, and their sizes
-        self.on: dict[int, list[tuple[int, int]]] = ix.on
-        self.sizes_on: dict[int, list[int]] = ix.sizes_on
+        # the per-broker lists hold (size, entry) as one int, ``size << shift | entry`` (disk_index.pack:
+        # ints order as the pairs), and the lists a move changes are kept in blocks (sorted_blocks.py:
+        # at 10M replicas a list per broker holds 100,000 of them, and an insert into one Python list
+        # moves half of them)
+        self.shift = ix.shift
+        self.mask = (1 << ix.shift) - 1
+        #: broker -> its movable replicas as (size, entry), sorted
+        self.on: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.on.items()}
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
-        self.added: dict[int, list[tuple[int, int]]] = ix.added
+        self.added: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.added.items()}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
-        self.taken: dict[int, list[tuple[int, int]]] = ix.taken
+        self.taken: dict[int, list[int]] = ix.taken
         #: entries with one replica in each rack (RF = racks): none of their replicas changes racks
         self.locked: list[bool] = ix.locked
+        #: locked entries whose racks are every rack of the layout: while the step has not moved them,
+        #: the rack rule of their replica on ``b`` is "stay in the rack of ``b``" (:meth:`rack_test`
+        #: without looking at the replicas: most replicas a walk meets fail on that alone)
+        self.spread: list[bool] = ix.spread
+        self.other_racks = [frozenset(range(layout.n_racks)) - {g} for g in range(layout.n_racks)]
         #: (broker, rack) -> the broker's movable replicas that may leave for that other rack (the
         #: rack rule, kept up to date as replicas of the partition change racks): what a swap across racks sends back
-        self.cross_to: dict[tuple[int, int], list[tuple[int, int]]] = ix.cross_to
+        self.cross_to: dict[tuple[int, int], SortedBlocks] = {k: SortedBlocks(x) for k, x in ix.cross_to.items()}
+        del ix
         #: (receiver, sender) -> (moves made, size limit) of the last swap search that found nothing
         self.swap_failed: dict[tuple[int, int], tuple[int, float]] = {}
         #: partitions the step changed, and the replicas it placed ((partition, broker): a replica
@@ -616,7 +638,16 @@ class _DiskStep:
         self.out = DiskOutcome(before=dict(self.bytes))
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
-        self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any]] = (None, {})
+        self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any], list[int]] = (None, {}, [])
+        #: :meth:`target_stats` of the receivers list it was last given
+        self.stats: tuple[object, tuple[float, bool, float]] = (None, (0.0, False, 0.0))
+
+    def upto(self, limit: float) -> float:
+        """The largest key (``size << shift | entry``) of a replica no larger than ``limit``: a
+        walk's bound."""
+        if limit == math.inf:
+            return limit
+        return math.floor(limit) << self.shift | self.mask
 
     # -- constraints -------------------------------------------------------------------------
     def gone(self, e: int, b: int) -> bool:
@@ -679,20 +710,16 @@ class _DiskStep:
         # in, every later walk over the list would step past it); the replica may go back out of
         # ``dst`` as the small half of a swap (it moves from where it was before the plan to where
         # it ends, the same bytes): into ``dst``'s sorted lists
-        entry = (s, e)
-        i = _drop(self.on[src], entry)
-        if i is not None:
-            del self.sizes_on[src][i]
-        _drop(self.added[src], entry)
+        entry = s << self.shift | e
+        self.on[src].discard(entry)
+        self.added[src].discard(entry)
         for key in src_keys:
-            _drop(self.cross_to[key], entry)
-        i = bisect.bisect_left(self.on[dst], entry)
-        self.on[dst].insert(i, entry)
-        self.sizes_on[dst].insert(i, s)
+            self.cross_to[key].discard(entry)
+        self.on[dst].add(entry)
         if self.locked[e]:
             return
         for key in self.cross_keys(e, dst):
-            bisect.insort(self.cross_to[key], entry)
+            self.cross_to[key].add(entry)
         if was is None:
             return
         for b, keys in was.items():
@@ -701,10 +728,10 @@ class _DiskStep:
             now = self.cross_keys(e, b)
             for key in keys:
                 if key not in now:
-                    _drop(self.cross_to[key], entry)
+                    self.cross_to[key].discard(entry)
             for key in now:
                 if key not in keys:
-                    bisect.insort(self.cross_to[key], entry)
+                    self.cross_to[key].add(entry)
 
     def cross_keys(self, e: int, b: int) -> list[tuple[int, int]]:
         """(``b``, rack) for every other rack that ``e``'s replica on ``b`` may move to."""
@@ -727,9 +754,11 @@ class _DiskStep:
         else:
             lst = self.on[dst]
         # every entry is a replica ``dst`` holds now (a replica that leaves is taken out of the lists)
-        for s, q in itertools.islice(lst, SWAP_CANDIDATES):
-            if s >= limit:
+        shift, mask = self.shift, self.mask
+        for key in itertools.islice(lst, SWAP_CANDIDATES):
+            if key >> shift >= limit:
                 break
+            q = key & mask
             if self.can_place(q, dst, src):
                 return q
         self.swap_failed[(dst, src)] = (self.out.moves, limit)
@@ -758,6 +787,10 @@ class _DiskStep:
             lo, hi, limit = spread.lo, spread.hi, spread.limit
             alone_hi = a == hi and spread.hist[hi] == 1
             alone_lo = spread.hist[lo] == 1
+        # what first_moved needs of them, added up on the way (TargetStats)
+        best_room: float | None = None
+        any_plain = False
+        swap_floor = math.inf
         for dst in receivers:
             if dst == src:
                 continue
@@ -771,11 +804,32 @@ class _DiskStep:
                 new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
                 allow = new_hi - new_lo <= limit
             small = 0.0
-            if not allow:
+            r = room[dst]
+            if best_room is None or r > best_room:
+                best_room = r
+            if allow:
+                any_plain = True
+            else:
                 lst = self.on[dst]
-                small = float(lst[0][0]) if lst else float("inf")
-            out.append((dst, room[dst], allow, small))
+                small = float(lst.first() >> self.shift) if lst else math.inf
+                if 16 * small < swap_floor:
+                    swap_floor = 16 * small
+            out.append((dst, r, allow, small))
+        if best_room is not None:
+            self.stats = (out, (best_room, any_plain, swap_floor))
         return out
+
+    def target_stats(self, targets: Sequence[tuple[int, float, bool, float]]) -> tuple[float, bool, float]:
+        """Of :meth:`targets` (not empty): the most room, whether any takes a plain move, and the
+        smallest swap floor (16 times a receiver's smallest replica, where counts need a swap).
+        Computed once per list (a search walks it up to three times)."""
+        memo = self.stats
+        if memo[0] is targets:
+            return memo[1]
+        stats = (max(t[1] for t in targets), any(t[2] for t in targets),
+                 min((16 * t[3] for t in targets if not t[2]), default=math.inf))
+        self.stats = (targets, stats)
+        return stats
 
     def try_move(self, e: int, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> bool:
         """Move ``e``'s replica on ``src`` to the first of ``targets`` (see :meth:`targets`) that
@@ -785,18 +839,23 @@ class _DiskStep:
         reps = self.reps[e]
         if self.gone(e, src):
             return False
-        r_src, kept = self.rack_test(reps, src)
         rack = self.rack
+        kept: frozenset[int] | set[int] | None
+        if self.spread[e] and e not in self.touched:
+            r_src = rack[src]
+            kept = self.other_racks[r_src]
+        else:
+            r_src, kept = self.rack_test(reps, src)
         if kept is not None and len(targets) > RECEIVERS:
             # most partitions may only stay in their rack (RF >= racks): skip the others' receivers.
             # The same few (rack, racks kept) recur for every candidate of one search: filtered once
             cache = self.rack_filtered
             if cache[0] is not targets:
-                cache = self.rack_filtered = (targets, {})
+                cache = self.rack_filtered = (targets, {}, [rack.get(t[0], -1) for t in targets])
             key = (r_src, frozenset(kept))
             hit = cache[1].get(key)
             if hit is None:
-                order_ok = [t for t in targets if rack.get(t[0], -1) == r_src or rack.get(t[0], -1) not in kept]
+                order_ok = [t for t, g in zip(targets, cache[2], strict=True) if g == r_src or g not in kept]
                 hit = cache[1][key] = (order_ok, max((t[1] for t in order_ok), default=None))
             order_ok, most_room = hit
             if most_room is None or not most_room >= s:
@@ -843,7 +902,8 @@ class _DiskStep:
             band = self.band
             rs.sort(key=lambda b: (self.bytes[b] >= band[b][0], self.share(b)))
         else:
-            rs.sort(key=self.share)
+            bytes_, cap = self.bytes, self.goal.capacity
+            rs.sort(key=lambda b: bytes_[b] / cap[b])  # self.share, without a method call per broker
         return rs
 
     # -- the two passes ----------------------------------------------------------------------
@@ -877,46 +937,41 @@ class _DiskStep:
         # the largest replicas no larger than what must go (and than any receiver's room), then
         # the smallest larger one, if shedding it stays within ``most``
         targets = self.targets(src, receivers, room)
-        added = self.added[src]
-        cut = bisect.bisect_right(added, (limit, len(self.reps)))
-        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"), added)
+        s = self.first_moved(src, self.added[src], limit, True, targets, float("inf"))
         if s is not None:
             return s
-        cut = bisect.bisect_right(self.sizes_on[src], limit)
-        s = self.first_moved(src, range(cut - 1, -1, -1), targets, float("inf"))
+        s = self.first_moved(src, self.on[src], limit, True, targets, float("inf"))
         if s is None:
-            s = self.first_moved(src, range(cut, len(self.on[src])), targets, min(most, best_room))
+            s = self.first_moved(src, self.on[src], limit, False, targets, min(most, best_room))
         return s
 
     def first_moved(
         self,
         src: int,
-        order: range,
+        lst: SortedBlocks,
+        limit: float,
+        descending: bool,
         targets: Sequence[tuple[int, float, bool, float]],
         largest: float,
-        lst: list[tuple[int, int]] | None = None,
     ) -> int | None:
-        """Move the first replica of ``src`` in ``order`` (indices of its sorted list, or of
-        ``lst``, sizes up to ``largest``) that one of ``targets`` (:meth:`targets`) takes; its
-        size, or ``None``."""
-        lst = self.on[src] if lst is None else lst
+        """Move the first replica of ``src`` in ``lst`` (its sorted list of replicas, or of those
+        the count steps added) that one of ``targets`` (:meth:`targets`) takes, walking down from
+        the largest no larger than ``limit`` (``descending``) or up from the smallest larger one,
+        sizes up to ``largest``; its size, or ``None``."""
         if not targets:
             return None
         # a replica no receiver could take whatever its partition: larger than every room, or
         # (counts needing a swap everywhere) too small to be worth one
-        best_room = max(t[1] for t in targets)
-        any_plain = any(t[2] for t in targets)
-        swap_floor = min((16 * t[3] for t in targets if not t[2]), default=float("inf"))
-        descending = order.step < 0
-        if not descending and not any_plain and order:
-            # ascending: start above the swap floor (bisect) rather than walking up to it
-            start = bisect.bisect_right(lst, (swap_floor, len(self.reps)), order.start, order.stop)
-            order = range(start, order.stop)
+        best_room, any_plain, swap_floor = self.target_stats(targets)
+        # ascending: start above the swap floor (bisect) rather than walking up to it
+        order = lst.down_from(self.upto(limit)) if descending else lst.up_from(
+            self.upto(limit if any_plain else max(limit, swap_floor)))
+        shift, mask = self.shift, self.mask
         tried = 0
-        for i in order:
+        for key in order:
             if tried >= CANDIDATES:
                 return None
-            s, e = lst[i]
+            s, e = key >> shift, key & mask
             if s > largest:
                 return None
             if s > best_room:
@@ -947,8 +1002,8 @@ class _DiskStep:
             got = None
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
-                cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
-                got = self.first_moved(src, range(cut - 1, -1, -1), self.targets(src, [dst], {dst: most}), float("inf"))
+                got = self.first_moved(src, self.on[src], min(need, spare, most), True,
+                                       self.targets(src, [dst], {dst: most}), float("inf"))
                 if got is not None:
                     break
             if got is None:
@@ -956,9 +1011,8 @@ class _DiskStep:
                 # ``dst`` under its band's top and the donor above its bottom
                 for src in donors[:RECEIVERS]:
                     spare = self.bytes[src] - self.band[src][0]
-                    cut = bisect.bisect_right(self.sizes_on[src], min(need, spare, most))
                     targets = self.targets(src, [dst], {dst: most})
-                    got = self.first_moved(src, range(cut, len(self.on[src])), targets, min(spare, most))
+                    got = self.first_moved(src, self.on[src], min(need, spare, most), False, targets, min(spare, most))
                     if got is not None:
                         break
             if got is None:
@@ -971,12 +1025,12 @@ class _DiskStep:
         took off it, from a holder the count steps put it on that stays above its band's bottom
         (the move saves the bytes of one replica); its size, or ``None``."""
         lst = self.taken[dst]
-        cut = bisect.bisect_right(lst, (limit, len(self.reps)))
+        cut = bisect.bisect_right(lst, self.upto(limit))
         tried = 0
         for i in range(cut - 1, -1, -1):
             if tried >= CANDIDATES:
                 return None
-            s, e = lst[i]
+            s, e = lst[i] >> self.shift, lst[i] & self.mask
             reps = self.reps[e]
             if dst in reps:
                 continue
@@ -1060,7 +1114,9 @@ class _DiskStep:
             ts = targets(src, pull)
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
-            for _, e in list(self.on[src]):  # a copy: a move takes the replica out of the list
+            mask = self.mask
+            for key in list(self.on[src]):  # a copy: a move takes the replica out of the list
+                e = key & mask
                 if count[src] <= until or not ts:
                     return
                 if not self.gone(e, src) and self.try_move(e, src, ts):

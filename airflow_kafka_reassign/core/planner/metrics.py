@@ -8,7 +8,9 @@ replica): what a preferred-leader election makes the leaders once the plan is do
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Protocol
 
 from pydantic import Field
@@ -87,7 +89,8 @@ class MetricsAccumulator:
         #: topic -> max-min of its replicas per live broker
         self.topic_spread: dict[str, int] = {}
 
-    def add(self, rows: Iterable[tuple[str, Sequence[int], int, int | None]]) -> None:
+    def add(self, rows: Iterable[tuple[str, Sequence[int], int, int | None]]) -> dict[str, dict[int, int]]:
+        """Count ``rows``; returns, per topic of theirs whose balance is reported, its replicas per broker."""
         live = self._live
         rack_of = self.rack_of
         k_racks = self._k_racks
@@ -129,16 +132,51 @@ class MetricsAccumulator:
                 violations += 1
         if any_size:
             self.any_size = True
-        nb = len(self.brokers)
         for topic, tc in per_topic.items():
-            vals = [c for b, c in tc.items() if b in live]
-            if vals:
-                self.topic_spread[topic] = max(vals) - (min(vals) if len(vals) == nb else 0)
+            spread = self.max_min(tc)
+            if spread is not None:
+                self.topic_spread[topic] = spread
         self.partitions += partitions
         self.total += total
         self.violations += violations
         self.rf_changes += rf_changes
         self.on_removed += on_removed
+        return per_topic
+
+    def max_min(self, tc: Mapping[int, int]) -> int | None:
+        """A topic's max-min over the live brokers from its replicas per broker (a live broker
+        without one counts 0); ``None`` when no live broker holds one."""
+        live = self._live
+        vals = [c for b, c in tc.items() if c and b in live]
+        if not vals:
+            return None
+        return max(vals) - (min(vals) if len(vals) == len(self.brokers) else 0)
+
+    def violates(self, reps: Sequence[int]) -> bool:
+        """The partition spans fewer than ``min(RF, racks)`` racks."""
+        n = len(reps)
+        k = self._k_racks
+        return k > 1 and n > 1 and len({self.rack_of.get(b) for b in reps}) < min(n, k)
+
+    def shift(self, reps: Sequence[int], size: int | None, sign: int, tc: dict[int, int] | None) -> None:
+        """Add (``sign`` 1) or take out (-1) one row's replicas, leader and rack check (a row of a
+        topic already counted: its partition, RF in the snapshot and size stay); ``tc``: its topic's
+        replicas per broker, when reported."""
+        live = self._live
+        if reps and reps[0] in self.leaders:
+            self.leaders[reps[0]] += sign
+        self.total += sign * len(reps)
+        for b in reps:
+            if tc is not None:
+                tc[b] = tc.get(b, 0) + sign
+            if b in live:
+                self.replicas[b] += sign
+                if size is not None:
+                    self.size_per[b] += sign * size
+            else:
+                self.on_removed += sign
+        if self.violates(reps):
+            self.violations += sign
 
     def merge(self, other: MetricsAccumulator) -> None:
         for mine, theirs in ((self.replicas, other.replicas), (self.leaders, other.leaders), (self.size_per, other.size_per)):
@@ -173,6 +211,70 @@ class MetricsAccumulator:
             leaders_per_broker=dict(self.leaders),
             bytes_per_broker=dict(self.size_per) if self.any_size else None,
         )
+
+
+class PlanMetrics:
+    """The metrics before and after a plan over the same rows: each row is counted once (before),
+    and ``after`` is ``before`` with the rows the plan changes taken out and counted again as they
+    end (most rows do not change: counting every row twice was most of the ``finish`` stage).
+    ``add_topic`` the rows of each topic (a topic's rows all in one), ``merge`` the parts, then
+    ``result``. The same figures as two :class:`MetricsAccumulator` over the rows before and after."""
+
+    def __init__(self, brokers: Sequence[int], rack_of: Mapping[int, object]) -> None:
+        self.before = MetricsAccumulator(brokers, rack_of, topics=())
+        #: what the plan changes, per broker and in all (may be negative)
+        self.diff = MetricsAccumulator(brokers, rack_of, topics=())
+        #: the changed topics whose balance is reported: their max-min after (``None``: none on a live broker)
+        self.spread_after: dict[str, int | None] = {}
+
+    def add_topic(
+        self,
+        topic: str,
+        rows: Sequence[tuple[int, Sequence[int], int | None]],
+        changed: Mapping[int, Sequence[int]],
+        *,
+        report: bool,
+    ) -> None:
+        """``rows``: the topic's (partition, replicas before, bytes of one replica or None), sorted by
+        partition; ``changed``: partition -> replicas after, where the plan changes them; ``report``:
+        the topic's balance is in the per-topic report (a topic the plan balances)."""
+        before, diff = self.before, self.diff
+        if report:
+            before.topics.add(topic)  # type: ignore[union-attr]
+        per_topic = before.add((topic, reps, len(reps), size) for _, reps, size in rows)
+        if not changed:
+            return
+        tc = dict(per_topic.get(topic, {})) if report else None
+        for p, new in changed.items():
+            i = bisect_left(rows, p, key=itemgetter(0))
+            if i == len(rows) or rows[i][0] != p:
+                continue  # not a row of the snapshot's: nothing to count
+            _, old, size = rows[i]
+            if tuple(new) == tuple(old):
+                continue
+            diff.shift(old, size, -1, tc)
+            diff.shift(new, size, 1, tc)
+            if len(new) != len(old):
+                diff.rf_changes += 1
+        if tc is not None:
+            self.spread_after[topic] = diff.max_min(tc)
+
+    def merge(self, other: PlanMetrics) -> None:
+        self.before.merge(other.before)
+        self.diff.merge(other.diff)
+        self.spread_after.update(other.spread_after)
+
+    def result(self) -> tuple[BalanceMetrics, BalanceMetrics]:
+        """The metrics (before, after)."""
+        after = MetricsAccumulator(self.before.brokers, self.before.rack_of, topics=())
+        after.merge(self.before)
+        after.merge(self.diff)
+        for topic, spread in self.spread_after.items():
+            if spread is None:
+                after.topic_spread.pop(topic, None)
+            else:
+                after.topic_spread[topic] = spread
+        return self.before.result(), after.result()
 
 
 def _spread(values: Iterable[int]) -> int:

@@ -67,7 +67,7 @@ from airflow_kafka_reassign.core.planner.goals import (
 )
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat
 from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
-from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, MetricsAccumulator, partition_size, target_of
+from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, PlanMetrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.pipeline import (
     balance_warnings,
     disk_report_of,
@@ -649,29 +649,13 @@ def move_fragments(m: TopicMove) -> tuple[str, str, str, str]:
     )
 
 
-@dataclass
-class Finished:
-    """One topic (or a batch of topics) after ``finish``."""
-
-    moves: list[TopicMove]
-    #: per move, the four JSON fragments (see :func:`move_fragments`)
-    fragments: list[tuple[str, str, str, str]]
-    before: MetricsAccumulator
-    after: MetricsAccumulator
-
-
-def new_accumulators(ctx: PrepareContext) -> tuple[MetricsAccumulator, MetricsAccumulator]:
+def new_metrics(ctx: PrepareContext) -> PlanMetrics:
     """Empty before/after metrics; :func:`stage_finish` adds each balanced topic to their per-topic report."""
-    brokers, racks = ctx.layout.brokers, ctx.broker_racks
-    return MetricsAccumulator(brokers, racks, topics=()), MetricsAccumulator(brokers, racks, topics=())
+    return PlanMetrics(ctx.layout.brokers, ctx.broker_racks)
 
 
 def stage_finish(
-    ctx: PrepareContext,
-    placed: Placed,
-    changes: Mapping[int, tuple[int, ...]],
-    before: MetricsAccumulator,
-    after: MetricsAccumulator,
+    ctx: PrepareContext, placed: Placed, changes: Mapping[int, tuple[int, ...]], metrics: PlanMetrics
 ) -> tuple[list[TopicMove], list[tuple[str, str, str, str]]]:
     """Per-topic step 5: the topic's final moves and their JSON; adds its rows to the metrics."""
     finals = dict(zip(placed.partitions, placed.final, strict=True))
@@ -681,12 +665,10 @@ def stage_finish(
         cur, fin = placed.current[i], finals[p]
         if fin != cur:
             moves.append(TopicMove(placed.topic, p, cur, fin, placed.sizes[i] if placed.sizes else 0))
-    if placed.balance:
-        before.topics.add(placed.topic)  # type: ignore[union-attr]
-        after.topics.add(placed.topic)  # type: ignore[union-attr]
-    topic = placed.topic
-    before.add((topic, reps, len(reps), size) for _, reps, size in placed.rows)
-    after.add((topic, finals.get(p, reps), len(reps), size) for p, reps, size in placed.rows)
+    # every row ends as ``finals`` says, or as it was: the moves' partitions and the changes differ
+    changed = dict(changes)
+    changed.update((m.partition, m.target_replicas) for m in moves)
+    metrics.add_topic(placed.topic, placed.rows, changed, report=placed.balance)
     return moves, [move_fragments(m) for m in moves]
 
 
@@ -805,11 +787,11 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None, d
     if disk is not None:
         apply_disk_changes(leader_inputs, disk.changes)
     changes = merge_changes(disk, driver_leaders(ctx, step, leader_inputs))
-    before, after = new_accumulators(ctx)
+    metrics = new_metrics(ctx)
     moves: list[TopicMove] = []
     originals: dict[int, int] = {}
     for x in placed:
-        m, _ = stage_finish(ctx, x, changes.get(x.topic, {}), before, after)
+        m, _ = stage_finish(ctx, x, changes.get(x.topic, {}), metrics)
         moves.extend(m)
         for b, c in leader_counts(x.rows).items():
             originals[b] = originals.get(b, 0) + c
@@ -819,7 +801,7 @@ def plan_staged(snapshot: ClusterSnapshot, request: PlanRequest | None = None, d
     for x in placed:
         if x.bound is not None:
             bound.merge(x.bound)
-    result = driver_result(ctx, step, bound, totals, before.result(), after.result(), originals, disk)
+    result = driver_result(ctx, step, bound, totals, *metrics.result(), originals, disk)
     moved = {m.topic for m in moves}
     plan = ReassignmentPlan.model_construct(
         moves=tuple(m.to_move() for m in sorted(moves, key=lambda m: (m.topic, m.partition))),

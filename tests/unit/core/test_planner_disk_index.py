@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from airflow_kafka_reassign.core.planner import disk
 from airflow_kafka_reassign.core.planner.disk import (
     DiskGoal,
     DiskInput,
@@ -18,7 +19,7 @@ from airflow_kafka_reassign.core.planner.disk import (
     disk_bounds,
     replica_moves_lower_bound_disk,
 )
-from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index
+from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index, key_shift, pack
 
 
 def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int], n_racks: int,
@@ -58,7 +59,6 @@ def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int],
         on[b].sort()
         added[b].sort()
         taken[b].sort()
-    sizes_on = {b: [s for s, _ in on[b]] for b in live}
     locked = [len(r) == n_racks and len({rack.get(x, -1) for x in r}) == n_racks for r in reps]
 
     def cross_keys(e: int, b: int) -> list[tuple[int, int]]:
@@ -77,7 +77,7 @@ def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int],
                 for key in cross_keys(entry[1], b):
                     cross_to[key].append(entry)
     return {"reps": reps, "orig": orig, "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
-            "count": count, "tcount": tcount, "on": on, "sizes_on": sizes_on, "added": added, "taken": taken,
+            "count": count, "tcount": tcount, "on": on, "added": added, "taken": taken,
             "locked": locked, "cross_to": cross_to}
 
 
@@ -119,11 +119,24 @@ def test_build_index_matches_the_per_replica_loop(seed: int) -> None:
     got = build_index(counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
                       live=live, rack_of=rack, n_racks=n_racks, fixed_bytes=fixed_bytes, fixed_counts=fixed_counts,
                       offload=offload, with_topic_counts=True)
+    # the per-broker lists hold (size, entry) as one int (disk_index.pack)
+    for name in ("on", "added", "taken", "cross_to"):
+        want[name] = {k: [size << got.shift | e for size, e in pairs] for k, pairs in want[name].items()}
     for name, value in want.items():
         mine = getattr(got, name)
         assert mine == value, name
         if isinstance(value, dict):
             assert list(mine) == list(value), f"{name}: key order"
+
+
+@pytest.mark.parametrize("top", [10**12, 2**61])
+def test_packed_pairs_order_as_the_pairs(top: int) -> None:
+    rng = random.Random(top)
+    pairs = [(rng.choice([0, 1, top, rng.randint(0, top)]), rng.randrange(1000)) for _ in range(300)]
+    shift = key_shift(1000)
+    keys = pack(np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int32), shift)
+    assert [divmod(k, 1 << shift) for k in keys] == pairs
+    assert sorted(range(300), key=keys.__getitem__) == sorted(range(300), key=pairs.__getitem__)
 
 
 def test_flat_rows_give_back_the_rows() -> None:
@@ -226,3 +239,18 @@ def test_rack_limits_match_the_loop(seed: int) -> None:
     goal = DiskGoal(capacity={b: 10**13 for b in live})
     step = _DiskStep(inp, layout, {}, {}, goal)
     assert step.rack_limits() == reference_rack_limits(step)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_per_broker_sums_by_slot_match_the_sort(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """disk_bounds' per-broker sums: a slot per id (small ids) and a sort (any ids) give the same
+    ids in the order they first appear, and the same sums."""
+    rng = np.random.default_rng(seed)
+    for _ in range(30):
+        n = int(rng.integers(0, 2000))
+        ids = rng.integers(0, int(rng.choice([3, 100, 5000])), n).astype(rng.choice([np.int32, np.int64]))
+        weights = rng.integers(0, 10**12, n) if rng.random() < 0.7 else None
+        by_slot = disk._per_id(ids, weights)
+        monkeypatch.setattr(disk, "_DENSE_IDS", 0)
+        assert disk._per_id(ids, weights) == by_slot
+        monkeypatch.undo()
