@@ -16,17 +16,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
+import shlex
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from airflow_kafka_reassign.sandbox import Sandbox
+from airflow_kafka_reassign.sandbox import Sandbox, wait_until
 
 # The disk guard's default reserve is 1% of each broker's disk; the sandbox's brokers share the host's disk, whose
 # free space is not the tests' business: its moves of a few MB keep 64 MiB free (the guard's own test sets its own).
@@ -46,6 +52,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: runs against the real local Kafka sandbox (Java 17, Maven)"
     )
+    workers = getattr(config.option, "numprocesses", None)
+    if not hasattr(config, "workerinput") and workers and os.environ.get(_DB_TEMPLATE_ENV) is None:
+        # xdist's controller, before it starts the workers (which inherit the variable): one `airflow db migrate` for
+        # the whole run, in the background while every worker starts its sandbox, instead of one per worker after it
+        _migrations["run"] = started = _start_migration(Path(tempfile.mkdtemp(prefix="akr-airflow-db-")))
+        os.environ[_DB_TEMPLATE_ENV] = str(started.home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    started = _migrations.pop("run", None)
+    if started is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(started.proc.pid, signal.SIGKILL)  # a run stopped early: the migration with it
+        started.proc.wait()
+        shutil.rmtree(started.home, ignore_errors=True)
+        os.environ.pop(_DB_TEMPLATE_ENV, None)
 
 
 #: The longest files, longest first (test time per file, three workers, 2026-11-29): under ``make test``'s
@@ -218,19 +240,47 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory, sandbox: Sandbox, mig
     return env
 
 
-@pytest.fixture(scope="session")
-def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ``airflow db migrate`` per test session (15-30 s each): a SQLite metadata database that each new
-    ``AIRFLOW_HOME`` of the session copies (:func:`copy_migrated_db`) instead of migrating again."""
-    import subprocess
+#: the migrated database's directory, set by xdist's controller for its workers (:func:`pytest_configure`)
+_DB_TEMPLATE_ENV = "AKR_AIRFLOW_DB_TEMPLATE"
+_migrations: dict[str, Any] = {}
 
-    home = tmp_path_factory.mktemp("airflow-db-template")
+
+class _Migration(NamedTuple):
+    home: Path
+    proc: subprocess.Popen
+
+
+def _start_migration(home: Path) -> _Migration:
+    """``airflow db migrate`` into ``home`` (a SQLite database), started now; ``home/done`` appears once it succeeded,
+    ``home/failed`` (its output) if it did not."""
     env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
     airflow = Path(sys.executable).with_name("airflow")
-    subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    script = (f"{shlex.quote(str(airflow))} db migrate > migrate.log 2>&1 && touch done || mv migrate.log failed")
+    return _Migration(home, subprocess.Popen(["sh", "-c", script], cwd=home, env=env, start_new_session=True))
+
+
+def _wait_migrated(home: Path, timeout: float = 300) -> Path:
+    def finished() -> bool:
+        if (home / "failed").exists():
+            raise RuntimeError(f"airflow db migrate failed in {home}:\n{(home / 'failed').read_text()[-4000:]}")
+        return (home / "done").exists()
+
+    wait_until(finished, f"airflow db migrate in {home}", timeout=timeout, every=0.2)
     return home / "airflow.db"
 
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite metadata database migrated once (15-30 s), which each new ``AIRFLOW_HOME`` of the session copies
+    (:func:`copy_migrated_db`) instead of migrating again. Under xdist the controller migrates it once for every
+    worker, in the background while the workers start their sandboxes (:func:`pytest_configure`; each worker used to
+    migrate its own, after its sandbox: 20 s of each worker's start on a busy machine, CI of 3527f39); alone, the
+    session migrates its own."""
+    shared = os.environ.get(_DB_TEMPLATE_ENV)
+    if shared:
+        return _wait_migrated(Path(shared))
+    return _wait_migrated(_start_migration(tmp_path_factory.mktemp("airflow-db-template")).home)
 
 
 # -- a real S3-compatible store ------------------------------------------------------------------
