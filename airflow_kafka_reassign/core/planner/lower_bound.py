@@ -69,9 +69,11 @@ lower bound. All sums run over sparse counts: cost is linear in the (topic, brok
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -128,30 +130,31 @@ def band_bound(
 
 
 def _band_costs(
-    counts: Mapping[int, int], n: int, brokers: Sequence[int], width: int, removals: int = 0, on_removed: int = 0
+    counts: Mapping[int, int], n: int, brokers: Sequence[int], width: int, removals: int = 0, on_removed: int = 0,
+    members: frozenset[int] | None = None,
 ) -> tuple[int, int, int]:
     """:func:`band_bound` for its three sides at once, in one pass over the band's bottoms:
-    (fewest inflows, fewest outflows, fewest moves)."""
+    (fewest inflows, fewest outflows, fewest moves). ``members``: ``brokers`` as a set (faster)."""
     nb = len(brokers)
     if nb == 0:
         return 0, 0, 0
-    get = counts.get
-    on = [c for c in (get(b, 0) for b in brokers) if c > 0]
+    if members is not None:  # the same brokers as a set: the counts' own items, not a look-up per broker
+        on = sorted(c for b, c in counts.items() if c > 0 and b in members)
+    else:
+        get = counts.get
+        on = sorted(c for c in (get(b, 0) for b in brokers) if c > 0)
     zeros = nb - len(on)
+    # sums over the counts below t, within [t, t + width] and above it, from prefix sums of the sorted counts
+    prefix = [0, *accumulate(on)]
+    m = len(on)
     best_in = best_out = best = None
     for t in range(max(0, _ceil_div(n, nb) - width), n // nb + 1):
         hi = t + width
-        clamped = zeros * t
-        below = over = 0
-        for c in on:
-            if c < t:
-                clamped += t
-                below += t - c
-            elif c > hi:
-                clamped += hi
-                over += c - hi
-            else:
-                clamped += c
+        i = bisect_left(on, t)  # counts below t
+        j = bisect_right(on, hi, i)  # counts up to hi
+        below = t * i - prefix[i]
+        over = prefix[m] - prefix[j] - hi * (m - j)
+        clamped = zeros * t + t * i + prefix[j] - prefix[i] + hi * (m - j)
         inflow = zeros * t + below + max(0, n - clamped)
         outflow = on_removed + over + max(0, clamped - n)
         cost = max(inflow, outflow - removals)
@@ -198,7 +201,11 @@ def topic_facts(t: TopicPartitions, layout: BrokerLayout, *, fix_racks: bool = T
     return _facts(t, layout, layout.live, fix_racks and t.balance)
 
 
-def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True) -> TopicFacts:
+def _facts(
+    t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True, *,
+    shortcut: bool = True,
+) -> TopicFacts:
+    """:func:`topic_facts`; ``shortcut=False``: every partition through the general loop (tests)."""
     rack = layout.rack_of
     k_racks = layout.n_racks
     sizes = layout._rack_sizes
@@ -210,7 +217,23 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
     rack_max = [0] * k_racks
     frozen_rf: dict[int, int] = {}
     frozen = t.frozen
-    for p, reps in enumerate(t.replicas):
+    replicas = t.replicas
+    if shortcut and (frozen is None or not any(frozen)) and list(map(len, replicas)) == t.target_rf:
+        # the usual topic: nothing frozen, no RF change. If every replica is on a live broker, each
+        # partition only needs its missing racks: the loop below, without its per-replica steps
+        counts = dict(Counter(chain.from_iterable(replicas)))  # the same counts, in the same order
+        if live_set.issuperset(counts):
+            rf_counts = dict(Counter(t.target_rf))
+            if fix_racks and k_racks > 1:
+                rack_get = rack.__getitem__
+                need_total = sum(
+                    need for need in (min(len(reps), k_racks) - len(set(map(rack_get, reps))) for reps in replicas)
+                    if need > 0
+                )
+            replicas = []  # done
+        else:
+            counts = {}
+    for p, reps in enumerate(replicas):
         r = t.target_rf[p]
         rf_counts[r] = rf_counts.get(r, 0) + 1
         for b in reps:
@@ -425,14 +448,15 @@ def bound_part(
     width = max(1, _spread([final.get(b, 0) for b in live]))
     topic_bound = max(
         part,
-        band_bound(facts.counts, facts.n, live, width, facts.removals, facts.on_removed),
+        _band_costs(facts.counts, facts.n, live, width, facts.removals, facts.on_removed, live_set)[2],
         rack_slot_bound(facts, layout, width),
     )
     if facts.forced:
         members = layout.rack_members
         widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
         # moves >= sum of each rack's fewest inflows (and outflows), racks being disjoint
-        costs = [_band_costs(facts.counts, facts.rack_lo[g], members[g], widths[g]) for g in range(k_racks)]
+        sets = layout.rack_member_sets
+        costs = [_band_costs(facts.counts, facts.rack_lo[g], members[g], widths[g], members=sets[g]) for g in range(k_racks)]
         inflow = sum(c[0] for c in costs)
         outflow = sum(c[1] for c in costs)
         topic_bound = max(topic_bound, inflow, outflow + facts.on_removed - facts.removals)

@@ -875,6 +875,10 @@ def _assign_extras(
     per rack; each pick compares the racks' heads (racks are few).
     """
     k_racks = len(by_rack)
+    # the extras handed out already: every broker's quota above its rack's base (a topic often
+    # has none left: the first pass gave them all), before any per-broker list is built
+    if sh.extras - (sum(q) - sum(sh.base[g] * len(by_rack[g]) for g in range(k_racks))) <= 0:
+        return
     counts = ld.counts
     cur = [counts.get(b, 0) for b in brokers]
     base = [sh.base[rk[i]] for i in range(len(brokers))]
@@ -882,8 +886,6 @@ def _assign_extras(
     for i in range(len(brokers)):
         taken[rk[i]] += q[i] - base[i]
     left = sh.extras - sum(taken)
-    if left <= 0:
-        return
     lists = [
         sorted(
             (i for i in members if q[i] == base[i] and (not saving_only or remaining[i] > 0)),

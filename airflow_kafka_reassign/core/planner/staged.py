@@ -35,7 +35,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,7 @@ from airflow_kafka_reassign.core.planner.disk_groups import DiskGroup, GroupRunn
 from airflow_kafka_reassign.core.planner.disk_index import FlatRows
 from airflow_kafka_reassign.core.planner.goals import (
     PartitionLike,
+    PartitionRow,
     PlanRequest,
     PlanResult,
     PrepareContext,
@@ -76,7 +77,7 @@ from airflow_kafka_reassign.core.planner.pipeline import (
 )
 from airflow_kafka_reassign.core.planner.quotas import MapGroups, QuotaGroup, compute_quotas, solve_quota_group
 from airflow_kafka_reassign.core.planner.topic import plan_topic
-from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
+from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams, TopicPartitions
 from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -234,7 +235,8 @@ def quotas_at_once(ctx: PrepareContext, step: QuotaStep) -> QuotaStep:
 
 
 def place_grouped(
-    ctx: PrepareContext, params: TopicParams, groups: Sequence[QuotaGroup], topics: Iterable[tuple[str, Sequence[PartitionLike]]]
+    ctx: PrepareContext, params: TopicParams, groups: Sequence[QuotaGroup],
+    topics: Iterable[tuple[str, Sequence[PartitionLike] | PlainRows]],
 ) -> Iterator[Placed] | None:
     """``place`` for topics whose quota groups (pending in :class:`QuotaStep`) are among
     ``groups``: each group's extras handed out (:func:`~.quotas.solve_quota_group`), then
@@ -271,17 +273,63 @@ class Placed:
     bound: BoundPart | None = None
 
 
+class PlainRows(NamedTuple):
+    """A topic's partitions as plain columns, sorted by partition, none of them being reassigned
+    (no adding or removing replicas): what ``place`` reads when :func:`plain_topic` holds, instead
+    of a :class:`~.goals.PartitionRow` per partition."""
+
+    partitions: list[int]
+    replicas: list[tuple[int, ...]]
+    #: bytes of one replica of each partition (its largest replica), ``None`` when not known
+    sizes: list[int | None]
+
+
+def plain_topic(ctx: PrepareContext, topic: str) -> bool:
+    """Whether :func:`~.goals.prepare_topic` plans every partition of ``topic`` that is not being
+    reassigned as it is: at its replicas and replication factor, balanced, not frozen (the goal
+    balances, the topic is selected, no heal, RF change or cordoned broker concerns it). A removed
+    broker changes nothing here: the per-topic step empties it. ``place`` then builds the topic's
+    :class:`~.types.TopicPartitions` from :class:`PlainRows` (:func:`stage_place`); ``prepare`` has
+    checked the rows and raised the topic's errors already."""
+    return (
+        ctx.balance and not ctx.auto_heal and not ctx.cordoned and topic not in ctx.request.rf_changes
+        and not any(tp.topic == topic for tp in ctx.heal) and ctx.selected(topic)
+    )
+
+
+def _plain_input(ctx: PrepareContext, topic: str, rows: PlainRows) -> TopicPartitions | None:
+    """:func:`~.goals.prepare_topic`'s planned partitions of a :func:`plain_topic` (``None``: leave
+    it to ``prepare_topic``, which raises for a replication factor above the brokers)."""
+    partitions, replicas, sizes = rows
+    target_rf = [len(r) for r in replicas]
+    if not partitions or max(target_rf) > ctx.nb:
+        return None
+    return TopicPartitions(
+        topic=topic, partitions=list(partitions), replicas=list(replicas), target_rf=target_rf,
+        frozen=[False] * len(partitions), sizes=[s or 0 for s in sizes] if ctx.any_sizes else None, balance=True,
+    )
+
+
 def stage_place(
     ctx: PrepareContext,
     step: QuotaStep | tuple[Mapping[str, Sequence[int]], TopicParams],
     topic: str,
-    rows: Sequence[PartitionLike],
+    rows: Sequence[PartitionLike] | PlainRows,
 ) -> Placed:
-    """Per-topic step 3 (``step``: the :class:`QuotaStep`, or just its quotas and params)."""
+    """Per-topic step 3 (``step``: the :class:`QuotaStep`, or just its quotas and params).
+    ``rows``: the topic's partitions, or its :class:`PlainRows` when :func:`plain_topic` holds."""
     quotas, params = (step.quotas, step.params) if isinstance(step, QuotaStep) else step
-    prep = prepare_topic(ctx, topic, rows)
-    out = Placed(topic, rows=[(p.partition, target_of(p), partition_size(p.replica_sizes)) for p in rows])
-    t = prep.planned
+    t: TopicPartitions | None = None
+    if isinstance(rows, PlainRows):
+        t = _plain_input(ctx, topic, rows)
+        if t is None:  # as prepare_topic does it
+            rows = [PartitionRow(topic, p, reps, (), (), None if s is None else {reps[0]: s})
+                    for p, reps, s in zip(*rows, strict=True)]
+    if isinstance(rows, PlainRows):
+        out = Placed(topic, rows=list(zip(*rows, strict=True)))
+    else:
+        t = prepare_topic(ctx, topic, rows).planned
+        out = Placed(topic, rows=[(p.partition, target_of(p), partition_size(p.replica_sizes)) for p in rows])
     if t is None:
         return out
     topic_params = TopicParams(balance=t.balance and params.balance, fix_racks=t.balance, use_sizes=params.use_sizes)

@@ -63,6 +63,11 @@ class BrokerLayout:
         """The live brokers of each rack index, sorted."""
         return tuple(tuple(b for b in self.brokers if self.rack_of[b] == g) for g in range(self.n_racks))
 
+    @cached_property
+    def rack_member_sets(self) -> tuple[frozenset[int], ...]:
+        """:attr:`rack_members` as sets."""
+        return tuple(frozenset(m) for m in self.rack_members)
+
     def rack(self, broker: int) -> int:
         """Rack index of ``broker``; -1 for a broker the layout does not know (a dead one)."""
         return self.rack_of.get(broker, -1)
