@@ -87,7 +87,7 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     merge_named,
     plan_context,
 )
-from airflow_kafka_reassign.core.planner.lower_bound import BoundPart  # noqa: E402
+from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, TopicFacts, bound_parts  # noqa: E402
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     DiskArrays,
@@ -193,7 +193,7 @@ def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[Partiti
 
 def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, PlaceRows]]) -> Iterator[Out]:
     """Stage 3 over one task's topics, with the quotas in ``step``: see :func:`emit_placed`."""
-    return emit_placed(ctx, (stage_place(ctx, step, topic, _valid(rows)) for topic, rows in groups))
+    return emit_placed(ctx, (stage_place(ctx, step, topic, _valid(rows), defer_bound=True) for topic, rows in groups))
 
 
 def place_grouped_topics(
@@ -203,7 +203,7 @@ def place_grouped_topics(
     """Stage 3 over one task's topics when the quota step left their groups to it
     (:func:`~airflow_kafka_reassign.core.planner.staged.place_grouped`): see :func:`emit_placed`;
     a single ``("miss", "", b"")`` if one of the groups cannot meet its share."""
-    placed = place_grouped(ctx, params, quota_groups, ((topic, _valid(rows)) for topic, rows in groups))
+    placed = place_grouped(ctx, params, quota_groups, ((topic, _valid(rows)) for topic, rows in groups), defer_bound=True)
     if placed is None:
         yield "miss", "", b""
         return
@@ -220,17 +220,22 @@ def emit_placed(ctx: PrepareContext, placed: Iterable[Placed]) -> Iterator[Out]:
     :class:`LeaderInput` of all the task's topics, the task's share of the lower bound and, for
     load-aware goals (a capacity document), the :class:`DiskArrays` of its topics."""
     bound = new_bound(ctx)
+    facts: list[tuple[TopicFacts, dict[int, int] | None]] = []
     views: list[LeaderView] = []
     disk_views: list[Placed] | None = [] if ctx.request.capacity is not None else None
     for x in placed:
         if x.bound is not None:
             bound.merge(x.bound)
             x.bound = None
+        if x.facts is not None:  # the task's topics' shares of the bound at once, below
+            facts.append(x.facts)
+            x.facts = None
         yield "placed", x.topic, _dump(x)
         views.append(LeaderInput.view(x))
         if disk_views is not None:
             disk_views.append(DiskArrays.view(x))
     yield "leaders", "", _dump(LeaderInput.of_views(views))
+    bound.merge(bound_parts(facts, ctx.layout, balance_brokers=ctx.balance))
     yield "bound", "", _dump(bound)
     if disk_views is not None:
         yield "disk", "", _dump(DiskArrays.of_views(disk_views))

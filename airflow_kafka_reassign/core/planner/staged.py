@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -67,7 +68,13 @@ from airflow_kafka_reassign.core.planner.goals import (
     prepare_topic,
 )
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat
-from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
+from airflow_kafka_reassign.core.planner.lower_bound import (
+    BoundPart,
+    TopicFacts,
+    bound_part,
+    combine_bound_parts,
+    topic_facts,
+)
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, PlanMetrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.pipeline import (
     balance_warnings,
@@ -236,7 +243,7 @@ def quotas_at_once(ctx: PrepareContext, step: QuotaStep) -> QuotaStep:
 
 def place_grouped(
     ctx: PrepareContext, params: TopicParams, groups: Sequence[QuotaGroup],
-    topics: Iterable[tuple[str, Sequence[PartitionLike] | PlainRows]],
+    topics: Iterable[tuple[str, Sequence[PartitionLike] | PlainRows]], *, defer_bound: bool = False,
 ) -> Iterator[Placed] | None:
     """``place`` for topics whose quota groups (pending in :class:`QuotaStep`) are among
     ``groups``: each group's extras handed out (:func:`~.quotas.solve_quota_group`), then
@@ -248,7 +255,7 @@ def place_grouped(
         if result is None:
             return None
         quotas.update(zip((ld.topic for ld in group.loads), result, strict=True))
-    return (stage_place(ctx, (quotas, params), topic, rows) for topic, rows in topics)
+    return (stage_place(ctx, (quotas, params), topic, rows, defer_bound=defer_bound) for topic, rows in topics)
 
 
 # -- 3. place (per topic) ------------------------------------------------------------------
@@ -271,6 +278,9 @@ class Placed:
     sizes: list[int] | None = None
     #: the topic's share of the lower bound
     bound: BoundPart | None = None
+    #: with ``defer_bound``, what that share is computed from instead (its facts and final counts per
+    #: live broker, :func:`~.lower_bound.bound_parts`: a task's topics at once)
+    facts: tuple[TopicFacts, dict[int, int] | None] | None = None
 
 
 class PlainRows(NamedTuple):
@@ -315,9 +325,12 @@ def stage_place(
     step: QuotaStep | tuple[Mapping[str, Sequence[int]], TopicParams],
     topic: str,
     rows: Sequence[PartitionLike] | PlainRows,
+    *,
+    defer_bound: bool = False,
 ) -> Placed:
     """Per-topic step 3 (``step``: the :class:`QuotaStep`, or just its quotas and params).
-    ``rows``: the topic's partitions, or its :class:`PlainRows` when :func:`plain_topic` holds."""
+    ``rows``: the topic's partitions, or its :class:`PlainRows` when :func:`plain_topic` holds.
+    ``defer_bound``: leave the topic's share of the lower bound to the caller (:attr:`Placed.facts`)."""
     quotas, params = (step.quotas, step.params) if isinstance(step, QuotaStep) else step
     t: TopicPartitions | None = None
     if isinstance(rows, PlainRows):
@@ -345,12 +358,12 @@ def stage_place(
     final_counts: dict[int, int] | None = None
     if t.balance:
         live = ctx.live
-        final_counts = {}
-        for reps in out.final:
-            for b in reps:
-                if b in live:
-                    final_counts[b] = final_counts.get(b, 0) + 1
-    out.bound = bound_part(facts, ctx.layout, final_counts, balance_brokers=ctx.balance)
+        # per live broker, in the order the replicas first name them
+        final_counts = {b: c for b, c in Counter(chain.from_iterable(out.final)).items() if b in live}
+    if defer_bound:
+        out.facts = (facts, final_counts)
+    else:
+        out.bound = bound_part(facts, ctx.layout, final_counts, balance_brokers=ctx.balance)
     return out
 
 

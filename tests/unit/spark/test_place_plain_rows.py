@@ -134,3 +134,35 @@ def test_a_usual_topics_facts_are_the_general_loops():
         for fix in (True, False):
             assert _facts(t, layout, layout.live, fix) == _facts(t, layout, layout.live, fix, shortcut=False)
         assert topic_facts(t, layout).counts == _facts(t, layout, layout.live, shortcut=False).counts
+
+
+@pytest.mark.parametrize(("cluster", "request_"), [
+    ({"brokers": 9, "racks": 3}, PlanRequest()),
+    ({"brokers": 10, "racks": 3, "skew": 0.6}, PlanRequest()),  # racks of unequal size: forced rack shares
+    ({"brokers": 10, "racks": 3, "rack_violations": 0.3}, PlanRequest(goal="remove-brokers", brokers=(4,))),
+    ({"brokers": 8, "racks": 1, "new_brokers": 2}, PlanRequest(goal="add-brokers", brokers=(8, 9))),
+    ({"brokers": 7, "racks": 2, "in_flight": 4, "internal_topic": True}, PlanRequest(rf_changes={"topic-00003": 3})),
+    ({"brokers": 9, "racks": 3, "rack_violations": 0.2}, PlanRequest(goal="heal")),
+])
+def test_a_tasks_shares_of_the_bound_at_once_are_the_topics_shares_merged(cluster, request_):
+    from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_parts, combine_bound_parts
+
+    snap = synthetic_snapshot(topics=30, sizes="skewed", seed=5, **cluster)
+    ctx = plan_context(snap.brokers, snap.topics, None, request_, any_sizes=False)
+    by_topic: dict[str, list] = {}
+    for p in snap.partitions:
+        by_topic.setdefault(p.topic, []).append(p)
+    groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
+    step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
+    each = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
+    deferred = [stage_place(ctx, step, t, rows, defer_bound=True) for t, rows in groups.items()]
+    merged = BoundPart(ctx.layout.n_racks)
+    for x in each:
+        if x.bound is not None:
+            merged.merge(x.bound)
+    at_once = bound_parts([x.facts for x in deferred if x.facts is not None], ctx.layout, balance_brokers=ctx.balance)
+    assert at_once == merged
+    assert [(x.topic, x.final) for x in deferred] == [(x.topic, x.final) for x in each]
+    args = {"balance_brokers": ctx.balance, "fixed_load": step.fixed_load}
+    assert combine_bound_parts(at_once, ctx.layout, **args) == combine_bound_parts(merged, ctx.layout, **args)
+    assert merged.per_topic > 0 or merged.per_partition > 0 or not ctx.balance
