@@ -150,7 +150,6 @@ from airflow_kafka_reassign.spark.snapshot_reader import (  # noqa: E402
     read_small_tables,
     row_group_index,
     row_group_splits,
-    topic_groups,
     topic_inputs,
     topics_between,
 )
@@ -284,13 +283,14 @@ def no_cyclic_gc() -> Iterator[None]:
 
 
 def _topics(stage: Any, values: list[Any], batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, Any]]:
-    """Each topic's rows as ``stage`` reads them: ``prepare`` checks them; ``place`` (``values[0]``:
-    its context) reads the same rows again, checked by then, a plain topic's as its columns
-    (:func:`topic_inputs`)."""
+    """Each topic's rows as ``stage`` (with ``values[0]``, its context) reads them, a plain topic's
+    as its columns (:func:`topic_inputs`): ``prepare`` checks them (a plain topic must also be one
+    the snapshot names); ``place`` reads the same rows again, checked by then."""
+    ctx: PrepareContext = values[0]
     if stage is prepare_topics:
-        return topic_groups(batches, check=True)
-    ctx = values[0]
-    return topic_inputs(batches, lambda topic: plain_topic(ctx, topic))
+        return topic_inputs(batches, lambda topic: plain_topic(ctx, topic) and (not ctx.topic_rf or topic in ctx.topic_rf),
+                            check=True, max_rf=ctx.nb)
+    return topic_inputs(batches, lambda topic: plain_topic(ctx, topic), max_rf=ctx.nb)
 
 
 def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over broadcasts)

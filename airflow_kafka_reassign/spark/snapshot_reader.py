@@ -215,15 +215,40 @@ def _largest(col: pa.Array) -> list[int | None]:
     return out
 
 
+def _unsound(batch: pa.RecordBatch, replicas: pa.Array) -> np.ndarray:
+    """Per row: whether it might fail :func:`check_partition_row` (no topic, a negative or missing
+    partition number, no replicas, a negative broker id, a broker listed twice). A row that passes
+    here passes there (it has no adding or removing replicas: the caller sees to that)."""
+    n = batch.num_rows
+    topic = batch.column("topic")
+    bad = pc.fill_null(pc.equal(topic, ""), True).to_numpy(zero_copy_only=False).copy()
+    partition = batch.column("partition")
+    bad |= pc.fill_null(pc.less(partition, 0), True).to_numpy(zero_copy_only=False)
+    if replicas.null_count:
+        return bad | np.ones(n, dtype=bool)  # the plain way for the whole batch (a null slot may cover values)
+    offsets = replicas.offsets.to_numpy()
+    lens = np.diff(offsets)
+    bad |= lens == 0
+    values = replicas.flatten().to_numpy()
+    rows = np.repeat(np.arange(n), lens)
+    bad[rows[values < 0]] = True
+    order = np.lexsort((values, rows))  # a row's brokers in order: one listed twice is next to itself
+    v, r = values[order], rows[order]
+    bad[r[1:][(v[1:] == v[:-1]) & (r[1:] == r[:-1])]] = True
+    return bad  # type: ignore[no-any-return]
+
+
 def topic_inputs(
-    batches: Iterable[pa.RecordBatch], plain: Callable[[str], bool]
+    batches: Iterable[pa.RecordBatch], plain: Callable[[str], bool], *, check: bool = False, max_rf: int | None = None,
 ) -> Iterator[tuple[str, list[PartitionRow] | PlainRows | str]]:
-    """What ``place`` reads of each topic, from batches of rows ``prepare`` checked already (as
-    :func:`topic_groups` with ``check=False`` gives them): a topic for which ``plain(topic)`` holds
-    (:func:`~airflow_kafka_reassign.core.planner.staged.plain_topic`) and none of whose rows is being
-    reassigned comes as :class:`PlainRows` (its columns, each replica list once, the sizes as one
+    """Each topic's rows, as :func:`topic_groups` gives them, or as columns: a topic for which
+    ``plain(topic)`` holds (:func:`~airflow_kafka_reassign.core.planner.staged.plain_topic`), none of
+    whose rows is being reassigned, with no partition listed twice and at most ``max_rf`` replicas
+    per partition, comes as :class:`PlainRows` (its columns, each replica list once, the sizes as one
     replica's bytes: no :class:`PartitionRow` and no sizes dict per partition); any other topic as
-    its rows (or error), exactly as :func:`topic_groups` gives them."""
+    its rows (or error), exactly as :func:`topic_groups` gives them. ``check=True`` (``prepare``):
+    a plain topic's rows pass :func:`check_partition_row` (:func:`_unsound`; a topic with a row that
+    might not is read the checked way); ``check=False``: the rows were checked already (``place``)."""
     current: str | None = None
     parts: list[tuple[int, int, dict[str, Any]]] = []  # (first row, end, the batch's columns) of the topic
 
@@ -233,13 +258,15 @@ def topic_inputs(
             partitions = [p for i, j, cols in parts for p in cols["partition"][i:j]]
             replicas = [r for i, j, cols in parts for r in cols["replicas"][i:j]]
             sizes = [s for i, j, cols in parts for s in cols["sizes"][i:j]]
-            if any(a > b for a, b in zip(partitions, partitions[1:], strict=False)):
+            if any(a >= b for a, b in zip(partitions, partitions[1:], strict=False)):
                 order = sorted(range(len(partitions)), key=partitions.__getitem__)
                 partitions, replicas, sizes = ([xs[k] for k in order] for xs in (partitions, replicas, sizes))
-            yield current, PlainRows(partitions, replicas, sizes)
-            return
+            twice = any(a == b for a, b in zip(partitions, partitions[1:], strict=False))
+            if not twice and (max_rf is None or max(map(len, replicas)) <= max_rf):
+                yield current, PlainRows(partitions, replicas, sizes)
+                return
         batches = [cols["batch"].slice(i, j - i) for i, j, cols in parts]
-        yield from topic_groups(batches, check=False)
+        yield from topic_groups(batches, check=check)
 
     for batch in batches:
         n = batch.num_rows
@@ -255,6 +282,8 @@ def topic_inputs(
         elif counted is None and sizes.null_count != n:
             moving |= np.fromiter((x is not None and len(x) != len(r) for x, r in
                                    zip(sizes.to_pylist(), replicas.to_pylist(), strict=True)), dtype=bool, count=n)
+        if check:
+            moving |= _unsound(batch, replicas)
         cols = {"batch": batch, "moving": moving, "partition": batch.column("partition").to_pylist(),
                 "replicas": _tuples(replicas), "sizes": _largest(sizes)}
         col = batch.column("topic")

@@ -126,8 +126,13 @@ def check_topic_rows(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLi
     return None
 
 
-def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> Prepared:
-    """Per-topic step 1; ``rows`` are the topic's partitions sorted by partition number."""
+def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike] | PlainRows) -> Prepared:
+    """Per-topic step 1; ``rows`` are the topic's partitions sorted by partition number, or its
+    :class:`PlainRows` when :func:`plain_topic` holds, the snapshot names the topic and no
+    partition is listed twice or has more replicas than the brokers that would hold them
+    (``spark/snapshot_reader.topic_inputs``)."""
+    if isinstance(rows, PlainRows):
+        return _prepare_plain(ctx, topic, rows)
     invalid = check_topic_rows(ctx, topic, rows)
     if invalid is not None:
         return Prepared(topic, invalid=invalid)
@@ -144,6 +149,22 @@ def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]
     # most topics leave nothing for merge_preps (no fixed load, warning or exclusion): not sent
     kept = None if prep == TopicPrep(topic) else prep
     return Prepared(topic, prep=kept, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes, bytes=total)
+
+
+def _prepare_plain(ctx: PrepareContext, topic: str, rows: PlainRows) -> Prepared:
+    """:func:`stage_prepare` of a plain topic's columns: what it gives of the topic's rows."""
+    partitions, replicas, sizes = rows
+    first: dict[int, int] = {}  # broker -> the first (smallest) partition naming it
+    for p, reps in zip(partitions, replicas, strict=True):
+        for b in reps:
+            if b not in first:
+                first[b] = p
+    any_sizes = any(s is not None for s in sizes)
+    total = sum((s or 0) * len(r) for s, r in zip(sizes, replicas, strict=True)) if any_sizes else 0
+    t = _plain_input(ctx, topic, rows)
+    assert t is not None  # the reader gives no partition more replicas than the brokers
+    return Prepared(topic, load=t.load(ctx.layout), named={b: TopicPartition(topic, p) for b, p in first.items()},
+                    any_sizes=any_sizes, bytes=total)
 
 
 # -- 2. quotas (driver) ----------------------------------------------------------------------

@@ -75,7 +75,31 @@ def test_a_plain_topic_is_placed_as_prepare_topic_places_it(request_):
         columns = PlainRows([p.partition for p in rows], [p.replicas for p in rows],
                             [partition_size(p.replica_sizes) for p in rows])
         assert stage_place(ctx, step, topic, columns) == stage_place(ctx, step, topic, rows)
+        prep_ctx = plan_context(snap.brokers, snap.topics, None, request_, any_sizes=False)
+        assert stage_prepare(prep_ctx, topic, columns) == stage_prepare(prep_ctx, topic, rows)
     assert plain >= 6
+
+
+def test_prepare_reads_a_plain_topic_as_columns_only_when_its_rows_pass_the_checks():
+    good = [{"topic": "a", "partition": 1, "replicas": [1, 2], "replica_sizes": [5, 9]},
+            {"topic": "a", "partition": 0, "replicas": [2, 3]}]
+    unsound = {  # each row fails check_partition_row (or the topic's checks), in a topic of its own
+        "b": {"partition": 0, "replicas": [2, 2]},
+        "c": {"partition": -1, "replicas": [1]},
+        "d": {"partition": 0, "replicas": []},
+        "e": {"partition": 0, "replicas": [1, -2]},
+        "f": {"partition": 0, "replicas": [1, 2], "removing_replicas": [3]},
+        "g": {"partition": 0, "replicas": [1, 2, 3, 4]},  # more replicas than max_rf
+    }
+    rows = good + [{"topic": t, **r} for t, r in unsound.items()]
+    rows += [{"topic": "h", "partition": 0, "replicas": [1]}, {"topic": "h", "partition": 0, "replicas": [2]}]
+    batches = [batch(rows[:3]), batch(rows[3:])]
+    got = list(topic_inputs(batches, plain=lambda topic: True, check=True, max_rf=3))
+    expected = list(topic_groups(batches, check=True))
+    assert [t for t, _ in got] == [t for t, _ in expected] == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    assert got[0][1] == PlainRows([0, 1], [(2, 3), (1, 2)], [None, 9])
+    assert got[1:] == expected[1:]
+    assert all(isinstance(x, str) for _, x in got[1:6])
 
 
 def _band_costs_loop(counts, n, brokers, width, removals=0, on_removed=0):
