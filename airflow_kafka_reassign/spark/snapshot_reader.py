@@ -8,10 +8,11 @@ executors.
   splits of whole topics (:func:`row_group_splits`, or :func:`group_splits` along the quota groups), read with
   pyarrow from the file or from its bytes broadcast by the driver (:func:`read_row_groups`,
   :func:`read_local_file`, :func:`fetch_partitions_file`), and grouped into each topic's checked rows
-  (:func:`topic_groups`).
+  (:func:`topic_groups`), or, for the usual topic (none of its partitions being reassigned, nothing in the
+  request singling it out), its columns (:func:`topic_inputs`: what ``prepare`` and ``place`` read).
 
 PySpark is imported only inside the functions that take a session; the executors import this module for
-:func:`topic_groups`, :func:`read_row_groups` and :func:`topics_between`. spark/plan_job.py runs the stages over
+:func:`topic_inputs`, :func:`topic_groups`, :func:`read_row_groups` and :func:`topics_between`. spark/plan_job.py runs the stages over
 what this module reads.
 """
 
