@@ -12,8 +12,8 @@ executors.
   request singling it out), its columns (:func:`topic_inputs`: what ``prepare`` and ``place`` read).
 
 PySpark is imported only inside the functions that take a session; the executors import this module for
-:func:`topic_inputs`, :func:`topic_groups`, :func:`read_row_groups` and :func:`topics_between`. spark/plan_job.py runs the stages over
-what this module reads.
+:func:`topic_inputs`, :func:`topic_groups`, :func:`read_row_groups` and :func:`topics_between`.
+spark/plan_job.py runs the stages over what this module reads.
 """
 
 from __future__ import annotations
