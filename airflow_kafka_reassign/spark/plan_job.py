@@ -87,7 +87,7 @@ from airflow_kafka_reassign.core.planner.goals import (  # noqa: E402
     merge_named,
     plan_context,
 )
-from airflow_kafka_reassign.core.planner.lower_bound import BoundPart  # noqa: E402
+from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, TopicFacts, bound_parts  # noqa: E402
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup, solve_quota_group  # noqa: E402
 from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     DiskArrays,
@@ -95,6 +95,7 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     LeaderView,
     MoveTotals,
     Placed,
+    PlainRows,
     Prepared,
     QuotaStep,
     apply_disk_changes,
@@ -109,6 +110,7 @@ from airflow_kafka_reassign.core.planner.staged import (  # noqa: E402
     new_bound,
     new_metrics,
     place_grouped,
+    plain_topic,
     quotas_at_once,
     stage_finish,
     stage_place,
@@ -148,7 +150,7 @@ from airflow_kafka_reassign.spark.snapshot_reader import (  # noqa: E402
     read_small_tables,
     row_group_index,
     row_group_splits,
-    topic_groups,
+    topic_inputs,
     topics_between,
 )
 
@@ -170,6 +172,9 @@ def _batch(kinds: list[str], topics: list[str], payloads: list[bytes]) -> pa.Rec
 Out = tuple[str, str, bytes]
 """What every stage yields: (kind, topic, pickled payload)."""
 
+PlaceRows = list[PartitionRow] | PlainRows | str
+"""A topic's rows as ``place`` reads them (:func:`topic_inputs`): its rows, a plain topic's columns, or an error."""
+
 
 def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
     """Stage 1 over one task's topics: a :class:`Prepared` per topic, all in one record (one
@@ -185,26 +190,26 @@ def prepare_topics(ctx: PrepareContext, groups: Iterable[tuple[str, list[Partiti
         yield "prepared", outs[0].topic, _dump(outs)
 
 
-def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, list[PartitionRow] | str]]) -> Iterator[Out]:
+def place_topics(ctx: PrepareContext, step: Any, groups: Iterable[tuple[str, PlaceRows]]) -> Iterator[Out]:
     """Stage 3 over one task's topics, with the quotas in ``step``: see :func:`emit_placed`."""
-    return emit_placed(ctx, (stage_place(ctx, step, topic, _valid(rows)) for topic, rows in groups))
+    return emit_placed(ctx, (stage_place(ctx, step, topic, _valid(rows), defer_bound=True) for topic, rows in groups))
 
 
 def place_grouped_topics(
     ctx: PrepareContext, params: TopicParams, quota_groups: list[QuotaGroup],
-    groups: Iterable[tuple[str, list[PartitionRow] | str]],
+    groups: Iterable[tuple[str, PlaceRows]],
 ) -> Iterator[Out]:
     """Stage 3 over one task's topics when the quota step left their groups to it
     (:func:`~airflow_kafka_reassign.core.planner.staged.place_grouped`): see :func:`emit_placed`;
     a single ``("miss", "", b"")`` if one of the groups cannot meet its share."""
-    placed = place_grouped(ctx, params, quota_groups, ((topic, _valid(rows)) for topic, rows in groups))
+    placed = place_grouped(ctx, params, quota_groups, ((topic, _valid(rows)) for topic, rows in groups), defer_bound=True)
     if placed is None:
         yield "miss", "", b""
         return
     yield from emit_placed(ctx, placed)
 
 
-def _valid(rows: list[PartitionRow] | str) -> list[PartitionRow]:
+def _valid(rows: PlaceRows) -> list[PartitionRow] | PlainRows:
     assert not isinstance(rows, str)  # prepare raised already
     return rows
 
@@ -214,17 +219,22 @@ def emit_placed(ctx: PrepareContext, placed: Iterable[Placed]) -> Iterator[Out]:
     :class:`LeaderInput` of all the task's topics, the task's share of the lower bound and, for
     load-aware goals (a capacity document), the :class:`DiskArrays` of its topics."""
     bound = new_bound(ctx)
+    facts: list[tuple[TopicFacts, dict[int, int] | None]] = []
     views: list[LeaderView] = []
     disk_views: list[Placed] | None = [] if ctx.request.capacity is not None else None
     for x in placed:
         if x.bound is not None:
             bound.merge(x.bound)
             x.bound = None
+        if x.facts is not None:  # the task's topics' shares of the bound at once, below
+            facts.append(x.facts)
+            x.facts = None
         yield "placed", x.topic, _dump(x)
         views.append(LeaderInput.view(x))
         if disk_views is not None:
             disk_views.append(DiskArrays.view(x))
     yield "leaders", "", _dump(LeaderInput.of_views(views))
+    bound.merge(bound_parts(facts, ctx.layout, balance_brokers=ctx.balance))
     yield "bound", "", _dump(bound)
     if disk_views is not None:
         yield "disk", "", _dump(DiskArrays.of_views(disk_views))
@@ -272,19 +282,24 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _checks(stage: Any) -> bool:
-    """Whether ``stage`` checks the rows it reads: ``prepare`` does; the later stages read the
-    same rows again, checked by then."""
-    return stage is prepare_topics
+def _topics(stage: Any, values: list[Any], batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, Any]]:
+    """Each topic's rows as ``stage`` (with ``values[0]``, its context) reads them, a plain topic's
+    as its columns (:func:`topic_inputs`): ``prepare`` checks them (a plain topic must also be one
+    the snapshot names); ``place`` reads the same rows again, checked by then."""
+    ctx: PrepareContext = values[0]
+    if stage is prepare_topics:
+        return topic_inputs(batches, lambda topic: plain_topic(ctx, topic) and (not ctx.topic_rf or topic in ctx.topic_rf),
+                            check=True, max_rf=ctx.nb)
+    return topic_inputs(batches, lambda topic: plain_topic(ctx, topic), max_rf=ctx.nb)
 
 
 def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over broadcasts)
     """``stage(*values, groups)`` as a mapInArrow function over batches sorted by topic."""
-    check = _checks(stage)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with no_cyclic_gc():
-            out = list(stage(*(b.value for b in broadcasts), topic_groups(batches, check=check)))
+            values = [b.value for b in broadcasts]
+            out = list(stage(*values, _topics(stage, values, batches)))
         if out:
             kinds, topics, payloads = zip(*out, strict=True)
             yield _batch(list(kinds), list(topics), list(payloads))
@@ -295,14 +310,13 @@ def _on_batches(stage: Any, *broadcasts: Any):  # noqa: ANN202 (a closure over b
 def _on_splits(stage: Any, data_b: Any, *broadcasts: Any):  # noqa: ANN202
     """``stage(*values, groups)`` as an RDD function over (file, row groups) splits read with
     pyarrow, from the file or (``data_b``: a broadcast of its bytes) from memory."""
-    check = _checks(stage)
 
     def run(splits: Iterator[tuple[str, list[int]]]) -> Iterator[Out]:
         with no_cyclic_gc():
             values = [b.value for b in broadcasts]
             data = data_b.value if data_b is not None else None
             for path, row_groups in splits:
-                yield from stage(*values, topic_groups(read_row_groups(path, row_groups, data), check=check))
+                yield from stage(*values, _topics(stage, values, read_row_groups(path, row_groups, data)))
 
     return run
 
@@ -331,7 +345,7 @@ def _on_group_splits(ctx_b: Any, data_b: Any, params: TopicParams):  # noqa: ANN
             data = data_b.value if data_b is not None else None
             for path, row_groups, lo, hi, quota_groups in splits:
                 batches = topics_between(read_row_groups(path, row_groups, data), lo, hi)
-                yield from place_grouped_topics(ctx, params, quota_groups, topic_groups(batches, check=False))
+                yield from place_grouped_topics(ctx, params, quota_groups, _topics(place_topics, [ctx], batches))
 
     return run
 

@@ -8,11 +8,12 @@ executors.
   splits of whole topics (:func:`row_group_splits`, or :func:`group_splits` along the quota groups), read with
   pyarrow from the file or from its bytes broadcast by the driver (:func:`read_row_groups`,
   :func:`read_local_file`, :func:`fetch_partitions_file`), and grouped into each topic's checked rows
-  (:func:`topic_groups`).
+  (:func:`topic_groups`), or, for the usual topic (none of its partitions being reassigned, nothing in the
+  request singling it out), its columns (:func:`topic_inputs`: what ``prepare`` and ``place`` read).
 
 PySpark is imported only inside the functions that take a session; the executors import this module for
-:func:`topic_groups`, :func:`read_row_groups` and :func:`topics_between`. spark/plan_job.py runs the stages over
-what this module reads.
+:func:`topic_inputs`, :func:`topic_groups`, :func:`read_row_groups` and :func:`topics_between`.
+spark/plan_job.py runs the stages over what this module reads.
 """
 
 from __future__ import annotations
@@ -20,17 +21,20 @@ from __future__ import annotations
 import json
 import sys
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_kafka_reassign.core.guards.completeness import PartitionIds, compare_counts, mismatch_message
 from airflow_kafka_reassign.core.planner.goals import PartitionRow, check_partition_row
 from airflow_kafka_reassign.core.planner.quotas import QuotaGroup
+from airflow_kafka_reassign.core.planner.staged import PlainRows
 from airflow_kafka_reassign.core.vocabulary.models import Broker, TopicState
 from airflow_kafka_reassign.spark.job_storage import SNAPSHOT_META
 
@@ -180,6 +184,120 @@ def topic_groups(
                 error = str(e)
     if current is not None:
         yield current, error if error is not None else _by_partition(rows)
+
+
+def _nonempty(col: pa.Array) -> np.ndarray:
+    """Per row of a list<int> column: whether it has items (null: none)."""
+    if col.null_count:
+        return np.fromiter((bool(x) for x in col.to_pylist()), dtype=bool, count=len(col))
+    return np.diff(col.offsets.to_numpy()) > 0
+
+
+def _largest(col: pa.Array) -> list[int | None]:
+    """Per row of a list<int> column: its largest item (null or empty: ``None``), as
+    :func:`~airflow_kafka_reassign.core.planner.metrics.partition_size` gives it of the row's sizes."""
+    n = len(col)
+    if col.null_count == n:
+        return [None] * n
+    if col.null_count:  # a null slot may cover values: the plain way
+        return [max(x) if x else None for x in col.to_pylist()]
+    offsets = col.offsets.to_numpy()
+    starts = offsets[:-1] - offsets[0]
+    full = np.diff(offsets) > 0
+    if not full.any():
+        return [None] * n
+    values = col.flatten().to_numpy()
+    largest = np.maximum.reduceat(values, starts[full]).tolist()  # empty rows hold no values: skipped
+    if full.all():
+        return largest  # type: ignore[no-any-return]
+    out: list[int | None] = [None] * n
+    for i, v in zip(np.flatnonzero(full).tolist(), largest, strict=True):
+        out[i] = v
+    return out
+
+
+def _unsound(batch: pa.RecordBatch, replicas: pa.Array) -> np.ndarray:
+    """Per row: whether it might fail :func:`check_partition_row` (no topic, a negative or missing
+    partition number, no replicas, a negative broker id, a broker listed twice). A row that passes
+    here passes there (it has no adding or removing replicas: the caller sees to that)."""
+    n = batch.num_rows
+    topic = batch.column("topic")
+    bad = pc.fill_null(pc.equal(topic, ""), True).to_numpy(zero_copy_only=False).copy()
+    partition = batch.column("partition")
+    bad |= pc.fill_null(pc.less(partition, 0), True).to_numpy(zero_copy_only=False)
+    if replicas.null_count:
+        return bad | np.ones(n, dtype=bool)  # the plain way for the whole batch (a null slot may cover values)
+    offsets = replicas.offsets.to_numpy()
+    lens = np.diff(offsets)
+    bad |= lens == 0
+    values = replicas.flatten().to_numpy()
+    rows = np.repeat(np.arange(n), lens)
+    bad[rows[values < 0]] = True
+    order = np.lexsort((values, rows))  # a row's brokers in order: one listed twice is next to itself
+    v, r = values[order], rows[order]
+    bad[r[1:][(v[1:] == v[:-1]) & (r[1:] == r[:-1])]] = True
+    return bad  # type: ignore[no-any-return]
+
+
+def topic_inputs(
+    batches: Iterable[pa.RecordBatch], plain: Callable[[str], bool], *, check: bool = False, max_rf: int | None = None,
+) -> Iterator[tuple[str, list[PartitionRow] | PlainRows | str]]:
+    """Each topic's rows, as :func:`topic_groups` gives them, or as columns: a topic for which
+    ``plain(topic)`` holds (:func:`~airflow_kafka_reassign.core.planner.staged.plain_topic`), none of
+    whose rows is being reassigned, with no partition listed twice and at most ``max_rf`` replicas
+    per partition, comes as :class:`PlainRows` (its columns, each replica list once, the sizes as one
+    replica's bytes: no :class:`PartitionRow` and no sizes dict per partition); any other topic as
+    its rows (or error), exactly as :func:`topic_groups` gives them. ``check=True`` (``prepare``):
+    a plain topic's rows pass :func:`check_partition_row` (:func:`_unsound`; a topic with a row that
+    might not is read the checked way); ``check=False``: the rows were checked already (``place``)."""
+    current: str | None = None
+    parts: list[tuple[int, int, dict[str, Any]]] = []  # (first row, end, the batch's columns) of the topic
+
+    def done() -> Iterator[tuple[str, list[PartitionRow] | PlainRows | str]]:
+        assert current is not None
+        if plain(current) and not any(cols["moving"][i:j].any() for i, j, cols in parts):
+            partitions = [p for i, j, cols in parts for p in cols["partition"][i:j]]
+            replicas = [r for i, j, cols in parts for r in cols["replicas"][i:j]]
+            sizes = [s for i, j, cols in parts for s in cols["sizes"][i:j]]
+            if any(a >= b for a, b in zip(partitions, partitions[1:], strict=False)):
+                order = sorted(range(len(partitions)), key=partitions.__getitem__)
+                partitions, replicas, sizes = ([xs[k] for k in order] for xs in (partitions, replicas, sizes))
+            twice = any(a == b for a, b in zip(partitions, partitions[1:], strict=False))
+            if not twice and (max_rf is None or max(map(len, replicas)) <= max_rf):
+                yield current, PlainRows(partitions, replicas, sizes)
+                return
+        batches = [cols["batch"].slice(i, j - i) for i, j, cols in parts]
+        yield from topic_groups(batches, check=check)
+
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        replicas = batch.column("replicas")
+        sizes = batch.column("replica_sizes")
+        moving = _nonempty(batch.column("adding_replicas")) | _nonempty(batch.column("removing_replicas"))
+        # rows whose sizes do not match their replicas go the way topic_groups reads them (which says so)
+        counted = np.diff(sizes.offsets.to_numpy()) if not sizes.null_count else None
+        if counted is not None and (counted != np.diff(replicas.offsets.to_numpy())).any():
+            moving = np.ones(n, dtype=bool)
+        elif counted is None and sizes.null_count != n:
+            moving |= np.fromiter((x is not None and len(x) != len(r) for x, r in
+                                   zip(sizes.to_pylist(), replicas.to_pylist(), strict=True)), dtype=bool, count=n)
+        if check:
+            moving |= _unsound(batch, replicas)
+        cols = {"batch": batch, "moving": moving, "partition": batch.column("partition").to_pylist(),
+                "replicas": _tuples(replicas), "sizes": _largest(sizes)}
+        col = batch.column("topic")
+        cuts = np.flatnonzero(pc.not_equal(col.slice(1), col.slice(0, n - 1)).to_numpy(zero_copy_only=False)) + 1
+        starts = [0, *cuts.tolist()]
+        for i, j, topic in zip(starts, [*starts[1:], n], col.take(pa.array(starts)).to_pylist(), strict=True):
+            if topic != current:
+                if current is not None:
+                    yield from done()
+                current, parts = topic, []
+            parts.append((i, j, cols))
+    if current is not None:
+        yield from done()
 
 
 def _as_is(row: PartitionRow) -> PartitionRow:

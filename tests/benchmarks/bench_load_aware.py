@@ -24,6 +24,7 @@ The machine's load average is printed with the figures (a shared 2-core machine)
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -109,6 +110,7 @@ def spark(
         with tempfile.TemporaryDirectory(prefix="akr-bench-load-") as tmp:
             r = run_plan(snap, master, Path(tmp) / "plan", request_json=request, extra=("--disk-step", disk_step),
                          workers=workers, options=options)
+            digest = plan_digest(Path(tmp) / "plan")
         check_size(n, snap, r)
         m = r["metrics"]
         job, after = m["job"], m["after"]
@@ -130,7 +132,17 @@ def spark(
         print(disk_line(f"{label} {master}", n, f"spark-submit {r['wall_s']:6.1f}s, planning {job['planning_s']:.1f}s "
                         f"[{stages}], CPU s [{cpu}]", f"peak {r['peak_mb']:,.0f} MB (process tree)", m["summary"], disk)
               + f"; replica max-min {m['before']['replica_max_min']} -> {after['replica_max_min']}, "
-              f"rack violations {after['rack_violations']}, RF changes {after['rf_changes']}; {load()}", flush=True)
+              f"rack violations {after['rack_violations']}, RF changes {after['rf_changes']}, plan files {digest}; {load()}",
+              flush=True)
+
+
+def plan_digest(plan: Path) -> str:
+    """A digest of the plan folder's files but metrics.json (which holds the job's timings): the same
+    plan, to the byte, gives the same digest."""
+    digest = hashlib.sha256()
+    for f in sorted(x for x in plan.rglob("*") if x.is_file() and x.name != "metrics.json"):
+        digest.update(f.relative_to(plan).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def main() -> None:

@@ -69,9 +69,11 @@ lower bound. All sums run over sparse counts: cost is linear in the (topic, brok
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import accumulate, chain
 
 import numpy as np
 
@@ -128,30 +130,31 @@ def band_bound(
 
 
 def _band_costs(
-    counts: Mapping[int, int], n: int, brokers: Sequence[int], width: int, removals: int = 0, on_removed: int = 0
+    counts: Mapping[int, int], n: int, brokers: Sequence[int], width: int, removals: int = 0, on_removed: int = 0,
+    members: frozenset[int] | None = None,
 ) -> tuple[int, int, int]:
     """:func:`band_bound` for its three sides at once, in one pass over the band's bottoms:
-    (fewest inflows, fewest outflows, fewest moves)."""
+    (fewest inflows, fewest outflows, fewest moves). ``members``: ``brokers`` as a set (faster)."""
     nb = len(brokers)
     if nb == 0:
         return 0, 0, 0
-    get = counts.get
-    on = [c for c in (get(b, 0) for b in brokers) if c > 0]
+    if members is not None:  # the same brokers as a set: the counts' own items, not a look-up per broker
+        on = sorted(c for b, c in counts.items() if c > 0 and b in members)
+    else:
+        get = counts.get
+        on = sorted(c for c in (get(b, 0) for b in brokers) if c > 0)
     zeros = nb - len(on)
+    # sums over the counts below t, within [t, t + width] and above it, from prefix sums of the sorted counts
+    prefix = [0, *accumulate(on)]
+    m = len(on)
     best_in = best_out = best = None
     for t in range(max(0, _ceil_div(n, nb) - width), n // nb + 1):
         hi = t + width
-        clamped = zeros * t
-        below = over = 0
-        for c in on:
-            if c < t:
-                clamped += t
-                below += t - c
-            elif c > hi:
-                clamped += hi
-                over += c - hi
-            else:
-                clamped += c
+        i = bisect_left(on, t)  # counts below t
+        j = bisect_right(on, hi, i)  # counts up to hi
+        below = t * i - prefix[i]
+        over = prefix[m] - prefix[j] - hi * (m - j)
+        clamped = zeros * t + t * i + prefix[j] - prefix[i] + hi * (m - j)
         inflow = zeros * t + below + max(0, n - clamped)
         outflow = on_removed + over + max(0, clamped - n)
         cost = max(inflow, outflow - removals)
@@ -198,7 +201,11 @@ def topic_facts(t: TopicPartitions, layout: BrokerLayout, *, fix_racks: bool = T
     return _facts(t, layout, layout.live, fix_racks and t.balance)
 
 
-def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True) -> TopicFacts:
+def _facts(
+    t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | set[int], fix_racks: bool = True, *,
+    shortcut: bool = True,
+) -> TopicFacts:
+    """:func:`topic_facts`; ``shortcut=False``: every partition through the general loop (tests)."""
     rack = layout.rack_of
     k_racks = layout.n_racks
     sizes = layout._rack_sizes
@@ -210,7 +217,23 @@ def _facts(t: TopicPartitions, layout: BrokerLayout, live_set: frozenset[int] | 
     rack_max = [0] * k_racks
     frozen_rf: dict[int, int] = {}
     frozen = t.frozen
-    for p, reps in enumerate(t.replicas):
+    replicas = t.replicas
+    if shortcut and (frozen is None or not any(frozen)) and list(map(len, replicas)) == t.target_rf:
+        # the usual topic: nothing frozen, no RF change. If every replica is on a live broker, each
+        # partition only needs its missing racks: the loop below, without its per-replica steps
+        counts = dict(Counter(chain.from_iterable(replicas)))  # the same counts, in the same order
+        if live_set.issuperset(counts):
+            rf_counts = dict(Counter(t.target_rf))
+            if fix_racks and k_racks > 1:
+                rack_get = rack.__getitem__
+                need_total = sum(
+                    need for need in (min(len(reps), k_racks) - len(set(map(rack_get, reps))) for reps in replicas)
+                    if need > 0
+                )
+            replicas = []  # done
+        else:
+            counts = {}
+    for p, reps in enumerate(replicas):
         r = t.target_rf[p]
         rf_counts[r] = rf_counts.get(r, 0) + 1
         for b in reps:
@@ -425,14 +448,15 @@ def bound_part(
     width = max(1, _spread([final.get(b, 0) for b in live]))
     topic_bound = max(
         part,
-        band_bound(facts.counts, facts.n, live, width, facts.removals, facts.on_removed),
+        _band_costs(facts.counts, facts.n, live, width, facts.removals, facts.on_removed, live_set)[2],
         rack_slot_bound(facts, layout, width),
     )
     if facts.forced:
         members = layout.rack_members
         widths = [max(1, _spread([final.get(b, 0) for b in members[g]])) for g in range(k_racks)]
         # moves >= sum of each rack's fewest inflows (and outflows), racks being disjoint
-        costs = [_band_costs(facts.counts, facts.rack_lo[g], members[g], widths[g]) for g in range(k_racks)]
+        sets = layout.rack_member_sets
+        costs = [_band_costs(facts.counts, facts.rack_lo[g], members[g], widths[g], members=sets[g]) for g in range(k_racks)]
         inflow = sum(c[0] for c in costs)
         outflow = sum(c[1] for c in costs)
         topic_bound = max(topic_bound, inflow, outflow + facts.on_removed - facts.removals)
@@ -458,6 +482,190 @@ def bound_part(
         if c > hi:
             over_hi[b] = c - hi
     return out
+
+
+def bound_parts(
+    items: Sequence[tuple[TopicFacts, Mapping[int, int] | None]], layout: BrokerLayout, *, balance_brokers: bool = True
+) -> BoundPart:
+    """Many topics' :class:`BoundPart` (``items``: each topic's facts and final counts, as
+    :func:`bound_part` takes them), merged: the same sums as merging :func:`bound_part` of each
+    (the per-broker maps may list their brokers in another order). The balanced topics' steps over
+    every live broker (the band costs, the per-rack widths and bands, the joint bound's entries,
+    the clamped counts) are taken over all of them at once, in arrays of topics x live brokers:
+    what a Spark task does for its topics, instead of loops per topic and broker."""
+    out = BoundPart(layout.n_racks)
+    balanced: list[tuple[TopicFacts, Mapping[int, int]]] = []
+    for facts, final in items:
+        if final is None or not facts.balance or not layout.brokers:
+            out.merge(bound_part(facts, layout, final, balance_brokers=balance_brokers))
+        else:
+            balanced.append((facts, final))
+    if balanced:
+        _balanced_parts(out, balanced, layout, balance_brokers)
+    return out
+
+
+_BIG = np.iinfo(np.int64).max
+
+
+def _by_broker(maps: Sequence[Mapping[int, int]], live: np.ndarray) -> np.ndarray:
+    """``maps`` (broker -> count) as a matrix of maps x live brokers (``live`` sorted); other brokers left out."""
+    lens = np.fromiter(map(len, maps), dtype=np.int64, count=len(maps))
+    total = int(lens.sum())
+    keys = np.fromiter(chain.from_iterable(maps), dtype=np.int64, count=total)
+    values = np.fromiter(chain.from_iterable(m.values() for m in maps), dtype=np.int64, count=total)
+    rows = np.repeat(np.arange(len(maps)), lens)
+    cols = np.searchsorted(live, keys)
+    ok = cols < len(live)
+    ok[ok] = live[cols[ok]] == keys[ok]
+    out = np.zeros((len(maps), len(live)), dtype=np.int64)
+    out[rows[ok], cols[ok]] = values[ok]
+    return out
+
+
+def _band_rows(
+    c: np.ndarray, n: np.ndarray, nb: int, width: np.ndarray, removals: np.ndarray | int = 0,
+    on_removed: np.ndarray | int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_band_costs` of every row of ``c`` (a topic's counts on ``nb`` brokers) at once:
+    (fewest inflows, fewest outflows, fewest moves) per row."""
+    t0 = np.maximum(0, -(-n // nb) - width)
+    t1 = n // nb
+    best_in = np.full(len(n), _BIG)
+    best_out = np.full(len(n), _BIG)
+    best = np.full(len(n), _BIG)
+    for k in range(int((t1 - t0).max()) + 1 if len(n) else 0):
+        t = t0 + k
+        valid = t <= t1
+        hi = t + width
+        below = np.maximum(0, t[:, None] - c).sum(1)
+        over = np.maximum(0, c - hi[:, None]).sum(1)
+        clamped = np.clip(c, t[:, None], hi[:, None]).sum(1)
+        inflow = below + np.maximum(0, n - clamped)
+        outflow = on_removed + over + np.maximum(0, clamped - n)
+        cost = np.maximum(inflow, outflow - removals)
+        best_in = np.where(valid, np.minimum(best_in, inflow), best_in)
+        best_out = np.where(valid, np.minimum(best_out, outflow), best_out)
+        best = np.where(valid, np.minimum(best, cost), best)
+    return best_in, best_out, best
+
+
+def _add_counts(d: dict[int, int], brokers: Sequence[int], values: np.ndarray) -> None:
+    for b, c in zip(brokers, values.tolist(), strict=True):
+        if c:
+            d[b] = d.get(b, 0) + c
+
+
+def _balanced_parts(
+    out: BoundPart, items: Sequence[tuple[TopicFacts, Mapping[int, int]]], layout: BrokerLayout, balance_brokers: bool
+) -> None:
+    """:func:`bound_parts` of balanced topics (each with its final counts), added to ``out``."""
+    live = layout.brokers
+    nb = len(live)
+    k_racks = layout.n_racks
+    sizes = layout._rack_sizes
+    rk = np.asarray(layout.live_racks, dtype=np.int64)
+    facts = [f for f, _ in items]
+    for f in facts:  # the topics' own figures: sums
+        out.per_partition += f.partition_need
+        out.removals += f.removals
+        out.on_removed += f.on_removed
+        for g in range(k_racks):
+            out.rack_lo[g] += f.rack_lo[g]
+            out.rack_hi[g] += f.rack_hi[g]
+        if f.rack_min:
+            for g in range(k_racks):
+                out.rack_min[g] += f.rack_min[g]
+                out.rack_max[g] += f.rack_max[g]
+        if k_racks > 1:
+            out.forced += f.slots
+            for g in range(k_racks):
+                out.rack_compat[g] += f.compat[g]
+    live_arr = np.asarray(live, dtype=np.int64)
+    c = _by_broker([f.counts for f in facts], live_arr)
+    final = _by_broker([m for _, m in items], live_arr)
+    n = np.fromiter((f.n for f in facts), dtype=np.int64, count=len(facts))
+    removals = np.fromiter((f.removals for f in facts), dtype=np.int64, count=len(facts))
+    on_removed = np.fromiter((f.on_removed for f in facts), dtype=np.int64, count=len(facts))
+    part = np.fromiter((f.partition_need for f in facts), dtype=np.int64, count=len(facts))
+    members = [rk == g for g in range(k_racks)]
+    current = np.stack([c[:, m].sum(1) for m in members], axis=1)  # per topic and rack
+    if k_racks > 1:
+        for g in range(k_racks):
+            out.rack_now[g] += int(current[:, g].sum())
+    _add_counts(out.totals_after, live, final.sum(0))
+    width = np.maximum(1, final.max(1) - final.min(1))
+    topic_bound = np.maximum(part, _band_rows(c, n, nb, width, removals, on_removed)[2])
+    rack_lo = np.array([f.rack_lo for f in facts], dtype=np.int64).reshape(len(facts), k_racks)
+    rack_hi = np.array([f.rack_hi for f in facts], dtype=np.int64).reshape(len(facts), k_racks)
+    if k_racks > 1:  # rack_slot_bound
+        compat = np.array([f.compat for f in facts], dtype=np.int64).reshape(len(facts), k_racks)
+        slots = np.fromiter((f.slots for f in facts), dtype=np.int64, count=len(facts))
+        size_row = np.asarray(sizes, dtype=np.int64)[None, :]
+        t0 = np.maximum(0, -(-n // nb) - width)
+        t1 = n // nb
+        best = np.full(len(facts), _BIG)
+        for k in range(int((t1 - t0).max()) + 1):
+            tt = t0 + k
+            f_min = np.maximum(rack_lo, size_row * tt[:, None])
+            f_max = np.minimum(rack_hi, size_row * (tt + width)[:, None])
+            extra_in = np.maximum(0, f_min - current - compat).sum(1)
+            extra_out = np.maximum(0, current - f_max).sum(1) - removals
+            cost = slots + np.maximum(np.maximum(extra_in, extra_out), 0)
+            best = np.where(tt <= t1, np.minimum(best, cost), best)
+        topic_bound = np.maximum(topic_bound, best)
+    lo_t = np.maximum(0, -(-n // nb) - width)
+    range_lo = np.repeat(lo_t[:, None], k_racks, axis=1)
+    range_hi = np.repeat((n // nb + width)[:, None], k_racks, axis=1)
+    forced = np.fromiter((f.forced for f in facts), dtype=bool, count=len(facts))
+    if forced.any():  # per rack: its own band (racks fix every rack's share)
+        inflow = np.zeros(int(forced.sum()), dtype=np.int64)
+        outflow = np.zeros_like(inflow)
+        for g in range(k_racks):
+            cg, fg, lo_g = c[forced][:, members[g]], final[forced][:, members[g]], rack_lo[forced, g]
+            wg = np.maximum(1, fg.max(1) - fg.min(1))
+            i_g, o_g, _ = _band_rows(cg, lo_g, sizes[g], wg)
+            inflow += i_g
+            outflow += o_g
+            range_lo[forced, g] = np.maximum(0, -(-lo_g // sizes[g]) - wg)
+            range_hi[forced, g] = lo_g // sizes[g] + wg
+        topic_bound[forced] = np.maximum.reduce(
+            [topic_bound[forced], inflow, outflow + on_removed[forced] - removals[forced]])
+    out.per_topic += int(topic_bound.sum())
+    for g in range(k_racks):
+        out.sum_lo[g] += int(range_lo[:, g].sum())
+    lo, hi = range_lo[:, rk], range_hi[:, rk]  # per topic and live broker
+    _add_counts(out.clamp_extra, live, np.where((c > lo) & (hi > lo), np.minimum(c, hi) - lo, 0).sum(0))
+    _add_counts(out.lo_cover, live, np.where((c > 0) & (lo > 0), np.minimum(c, lo), 0).sum(0))
+    _add_counts(out.over_hi, live, np.where(c > hi, c - hi, 0).sum(0))
+    if not balance_brokers:
+        return
+    # the joint bound's entries (_dual_entry): each topic's base per broker, from its rack shares
+    bases = np.zeros((len(facts), k_racks), dtype=np.int64)
+    extras: list[int | None] = []
+    for i, f in enumerate(facts):
+        uniform = all(lo_ * nb <= f.n * s <= hi_ * nb for lo_, hi_, s in zip(f.rack_lo, f.rack_hi, sizes, strict=True))
+        if not uniform and not f.forced:
+            extras.append(None)
+            continue
+        sh = rack_shares(f.n, f.rack_lo, f.rack_hi, list(sizes))
+        bases[i] = sh.base
+        extras.append(sh.extras)
+    base = bases[:, rk]
+    ok = np.array([e is not None for e in extras], dtype=bool) & ((final >= base) & (final <= base + 1)).all(1)
+    if not ok.all():
+        out.dual_ok = False
+    if not ok.any():
+        return
+    saving = c > base
+    inflows = np.where(saving, 0, base - c).sum(1).tolist()
+    for i in np.flatnonzero(ok).tolist():
+        entry = (extras[i], np.flatnonzero(saving[i]).tolist(), inflows[i])
+        out.dual.append((facts[i].topic, entry))
+    base_sum = base[ok].sum(0).tolist()
+    for i, v in enumerate(base_sum):
+        if v:
+            out.base_sum[i] = out.base_sum.get(i, 0) + v
 
 
 def lower_bound_from_facts(

@@ -761,7 +761,7 @@ def solve_quota_group(group: QuotaGroup, layout: BrokerLayout) -> list[tuple[int
     brokers = layout.brokers
     rk = [layout.rack_of[b] for b in brokers]
     quotas = [[sh.base[g] for g in rk] for sh in group.shares]
-    base = [sum(q[i] for q in quotas) for i in range(len(brokers))]
+    base = [sum(col) for col in zip(*quotas, strict=True)] if quotas else [0] * len(brokers)  # per broker, over the topics
     targets = [b + c for b, c in zip(base, group.capacity, strict=True)]
     remaining = list(group.capacity)
     loads_b = _hand_out_extras(group.loads, group.shares, quotas, remaining, targets, brokers, rk, layout.rack_sizes(), 1)
@@ -875,6 +875,10 @@ def _assign_extras(
     per rack; each pick compares the racks' heads (racks are few).
     """
     k_racks = len(by_rack)
+    # the extras handed out already: every broker's quota above its rack's base (a topic often
+    # has none left: the first pass gave them all), before any per-broker list is built
+    if sh.extras - (sum(q) - sum(sh.base[g] * len(by_rack[g]) for g in range(k_racks))) <= 0:
+        return
     counts = ld.counts
     cur = [counts.get(b, 0) for b in brokers]
     base = [sh.base[rk[i]] for i in range(len(brokers))]
@@ -882,8 +886,6 @@ def _assign_extras(
     for i in range(len(brokers)):
         taken[rk[i]] += q[i] - base[i]
     left = sh.extras - sum(taken)
-    if left <= 0:
-        return
     lists = [
         sorted(
             (i for i in members if q[i] == base[i] and (not saving_only or remaining[i] > 0)),
@@ -969,17 +971,17 @@ def _max_saving_extras(
     graph = FlowGraph(topic0 + n_topics)
     saving_of: list[list[int]] = []
     options = [0] * nb  # topics where an extra on the broker would save a move
+    index_get = index.get
     for t, (ld, sh) in enumerate(zip(loads, shares, strict=True)):
         q = quotas[t]
-        saving = (
-            sorted(
-                index[b]
-                for b, c in ld.counts.items()
-                if b in index and c > q[index[b]] and q[index[b]] == sh.base[rk[index[b]]]
-            )
-            if sh.extras
-            else []
-        )
+        saving: list[int] = []
+        if sh.extras:
+            base = sh.base
+            for b, c in ld.counts.items():
+                i = index_get(b)
+                if i is not None and c > q[i] and q[i] == base[rk[i]]:
+                    saving.append(i)
+            saving.sort()
         saving_of.append(saving)
         for i in saving:
             options[i] += 1
@@ -990,6 +992,7 @@ def _max_saving_extras(
         poor = []  # nearly every broker is short of saving extras: the greedy passes do it
     pairs: list[tuple[int, int, int]] = []  # (edge, topic, broker index)
     paths: list[tuple[int, int, int, int]] = []  # (source edge, rack edge or -1, edge, broker)
+    g_to, g_cap, g_adj = graph.to, graph.cap, graph.adj  # the unit edges below: FlowGraph.add inlined
     for t, sh in enumerate(shares):
         saving = saving_of[t]
         if sh.extras == 0 or not (saving or poor):
@@ -1014,7 +1017,11 @@ def _max_saving_extras(
                     graph.adj.append([])
                     rack_nodes[g] = (rack_node, graph.add(node, rack_node, sh.extra_max[g]))
                 src, rack_edge = rack_nodes[g]
-            e = graph.add(src, broker0 + i, 1)
+            e = len(g_to)  # graph.add(src, broker0 + i, 1)
+            g_to += (broker0 + i, src)
+            g_cap += (1, 0)
+            g_adj[src].append(e)
+            g_adj[broker0 + i].append(e + 1)
             pairs.append((e, t, i))
             paths.append((src_edge, rack_edge, e, i))
     if not pairs:

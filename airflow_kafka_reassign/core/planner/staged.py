@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +54,7 @@ from airflow_kafka_reassign.core.planner.disk_groups import DiskGroup, GroupRunn
 from airflow_kafka_reassign.core.planner.disk_index import FlatRows
 from airflow_kafka_reassign.core.planner.goals import (
     PartitionLike,
+    PartitionRow,
     PlanRequest,
     PlanResult,
     PrepareContext,
@@ -66,7 +68,13 @@ from airflow_kafka_reassign.core.planner.goals import (
     prepare_topic,
 )
 from airflow_kafka_reassign.core.planner.leaders import balance_leaders_flat
-from airflow_kafka_reassign.core.planner.lower_bound import BoundPart, bound_part, combine_bound_parts, topic_facts
+from airflow_kafka_reassign.core.planner.lower_bound import (
+    BoundPart,
+    TopicFacts,
+    bound_part,
+    combine_bound_parts,
+    topic_facts,
+)
 from airflow_kafka_reassign.core.planner.metrics import BalanceMetrics, PlanMetrics, partition_size, target_of
 from airflow_kafka_reassign.core.planner.pipeline import (
     balance_warnings,
@@ -76,7 +84,7 @@ from airflow_kafka_reassign.core.planner.pipeline import (
 )
 from airflow_kafka_reassign.core.planner.quotas import MapGroups, QuotaGroup, compute_quotas, solve_quota_group
 from airflow_kafka_reassign.core.planner.topic import plan_topic
-from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams
+from airflow_kafka_reassign.core.planner.types import TopicLoad, TopicMove, TopicParams, TopicPartitions
 from airflow_kafka_reassign.core.vocabulary.models import ClusterSnapshot, ReassignmentPlan, TopicPartition
 from airflow_kafka_reassign.exceptions import ConfigurationError
 
@@ -118,8 +126,13 @@ def check_topic_rows(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLi
     return None
 
 
-def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]) -> Prepared:
-    """Per-topic step 1; ``rows`` are the topic's partitions sorted by partition number."""
+def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike] | PlainRows) -> Prepared:
+    """Per-topic step 1; ``rows`` are the topic's partitions sorted by partition number, or its
+    :class:`PlainRows` when :func:`plain_topic` holds, the snapshot names the topic and no
+    partition is listed twice or has more replicas than the brokers that would hold them
+    (``spark/snapshot_reader.topic_inputs``)."""
+    if isinstance(rows, PlainRows):
+        return _prepare_plain(ctx, topic, rows)
     invalid = check_topic_rows(ctx, topic, rows)
     if invalid is not None:
         return Prepared(topic, invalid=invalid)
@@ -136,6 +149,22 @@ def stage_prepare(ctx: PrepareContext, topic: str, rows: Sequence[PartitionLike]
     # most topics leave nothing for merge_preps (no fixed load, warning or exclusion): not sent
     kept = None if prep == TopicPrep(topic) else prep
     return Prepared(topic, prep=kept, load=load, heal_rows=heal_rows, named=named, any_sizes=any_sizes, bytes=total)
+
+
+def _prepare_plain(ctx: PrepareContext, topic: str, rows: PlainRows) -> Prepared:
+    """:func:`stage_prepare` of a plain topic's columns: what it gives of the topic's rows."""
+    partitions, replicas, sizes = rows
+    first: dict[int, int] = {}  # broker -> the first (smallest) partition naming it
+    for p, reps in zip(partitions, replicas, strict=True):
+        for b in reps:
+            if b not in first:
+                first[b] = p
+    any_sizes = any(s is not None for s in sizes)
+    total = sum((s or 0) * len(r) for s, r in zip(sizes, replicas, strict=True)) if any_sizes else 0
+    t = _plain_input(ctx, topic, rows)
+    assert t is not None  # the reader gives no partition more replicas than the brokers
+    return Prepared(topic, load=t.load(ctx.layout), named={b: TopicPartition(topic, p) for b, p in first.items()},
+                    any_sizes=any_sizes, bytes=total)
 
 
 # -- 2. quotas (driver) ----------------------------------------------------------------------
@@ -234,7 +263,8 @@ def quotas_at_once(ctx: PrepareContext, step: QuotaStep) -> QuotaStep:
 
 
 def place_grouped(
-    ctx: PrepareContext, params: TopicParams, groups: Sequence[QuotaGroup], topics: Iterable[tuple[str, Sequence[PartitionLike]]]
+    ctx: PrepareContext, params: TopicParams, groups: Sequence[QuotaGroup],
+    topics: Iterable[tuple[str, Sequence[PartitionLike] | PlainRows]], *, defer_bound: bool = False,
 ) -> Iterator[Placed] | None:
     """``place`` for topics whose quota groups (pending in :class:`QuotaStep`) are among
     ``groups``: each group's extras handed out (:func:`~.quotas.solve_quota_group`), then
@@ -246,7 +276,7 @@ def place_grouped(
         if result is None:
             return None
         quotas.update(zip((ld.topic for ld in group.loads), result, strict=True))
-    return (stage_place(ctx, (quotas, params), topic, rows) for topic, rows in topics)
+    return (stage_place(ctx, (quotas, params), topic, rows, defer_bound=defer_bound) for topic, rows in topics)
 
 
 # -- 3. place (per topic) ------------------------------------------------------------------
@@ -269,19 +299,71 @@ class Placed:
     sizes: list[int] | None = None
     #: the topic's share of the lower bound
     bound: BoundPart | None = None
+    #: with ``defer_bound``, what that share is computed from instead (its facts and final counts per
+    #: live broker, :func:`~.lower_bound.bound_parts`: a task's topics at once)
+    facts: tuple[TopicFacts, dict[int, int] | None] | None = None
+
+
+class PlainRows(NamedTuple):
+    """A topic's partitions as plain columns, sorted by partition, none of them being reassigned
+    (no adding or removing replicas): what ``place`` reads when :func:`plain_topic` holds, instead
+    of a :class:`~.goals.PartitionRow` per partition."""
+
+    partitions: list[int]
+    replicas: list[tuple[int, ...]]
+    #: bytes of one replica of each partition (its largest replica), ``None`` when not known
+    sizes: list[int | None]
+
+
+def plain_topic(ctx: PrepareContext, topic: str) -> bool:
+    """Whether :func:`~.goals.prepare_topic` plans every partition of ``topic`` that is not being
+    reassigned as it is: at its replicas and replication factor, balanced, not frozen (the goal
+    balances, the topic is selected, no heal, RF change or cordoned broker concerns it). A removed
+    broker changes nothing here: the per-topic step empties it. ``place`` then builds the topic's
+    :class:`~.types.TopicPartitions` from :class:`PlainRows` (:func:`stage_place`); ``prepare`` has
+    checked the rows and raised the topic's errors already."""
+    return (
+        ctx.balance and not ctx.auto_heal and not ctx.cordoned and topic not in ctx.request.rf_changes
+        and not any(tp.topic == topic for tp in ctx.heal) and ctx.selected(topic)
+    )
+
+
+def _plain_input(ctx: PrepareContext, topic: str, rows: PlainRows) -> TopicPartitions | None:
+    """:func:`~.goals.prepare_topic`'s planned partitions of a :func:`plain_topic` (``None``: leave
+    it to ``prepare_topic``, which raises for a replication factor above the brokers)."""
+    partitions, replicas, sizes = rows
+    target_rf = [len(r) for r in replicas]
+    if not partitions or max(target_rf) > ctx.nb:
+        return None
+    return TopicPartitions(
+        topic=topic, partitions=list(partitions), replicas=list(replicas), target_rf=target_rf,
+        frozen=[False] * len(partitions), sizes=[s or 0 for s in sizes] if ctx.any_sizes else None, balance=True,
+    )
 
 
 def stage_place(
     ctx: PrepareContext,
     step: QuotaStep | tuple[Mapping[str, Sequence[int]], TopicParams],
     topic: str,
-    rows: Sequence[PartitionLike],
+    rows: Sequence[PartitionLike] | PlainRows,
+    *,
+    defer_bound: bool = False,
 ) -> Placed:
-    """Per-topic step 3 (``step``: the :class:`QuotaStep`, or just its quotas and params)."""
+    """Per-topic step 3 (``step``: the :class:`QuotaStep`, or just its quotas and params).
+    ``rows``: the topic's partitions, or its :class:`PlainRows` when :func:`plain_topic` holds.
+    ``defer_bound``: leave the topic's share of the lower bound to the caller (:attr:`Placed.facts`)."""
     quotas, params = (step.quotas, step.params) if isinstance(step, QuotaStep) else step
-    prep = prepare_topic(ctx, topic, rows)
-    out = Placed(topic, rows=[(p.partition, target_of(p), partition_size(p.replica_sizes)) for p in rows])
-    t = prep.planned
+    t: TopicPartitions | None = None
+    if isinstance(rows, PlainRows):
+        t = _plain_input(ctx, topic, rows)
+        if t is None:  # as prepare_topic does it
+            rows = [PartitionRow(topic, p, reps, (), (), None if s is None else {reps[0]: s})
+                    for p, reps, s in zip(*rows, strict=True)]
+    if isinstance(rows, PlainRows):
+        out = Placed(topic, rows=list(zip(*rows, strict=True)))
+    else:
+        t = prepare_topic(ctx, topic, rows).planned
+        out = Placed(topic, rows=[(p.partition, target_of(p), partition_size(p.replica_sizes)) for p in rows])
     if t is None:
         return out
     topic_params = TopicParams(balance=t.balance and params.balance, fix_racks=t.balance, use_sizes=params.use_sizes)
@@ -297,12 +379,12 @@ def stage_place(
     final_counts: dict[int, int] | None = None
     if t.balance:
         live = ctx.live
-        final_counts = {}
-        for reps in out.final:
-            for b in reps:
-                if b in live:
-                    final_counts[b] = final_counts.get(b, 0) + 1
-    out.bound = bound_part(facts, ctx.layout, final_counts, balance_brokers=ctx.balance)
+        # per live broker, in the order the replicas first name them
+        final_counts = {b: c for b, c in Counter(chain.from_iterable(out.final)).items() if b in live}
+    if defer_bound:
+        out.facts = (facts, final_counts)
+    else:
+        out.bound = bound_part(facts, ctx.layout, final_counts, balance_brokers=ctx.balance)
     return out
 
 

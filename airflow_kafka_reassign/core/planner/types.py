@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 from typing import NamedTuple
 
 from airflow_kafka_reassign.core.vocabulary.models import Move
@@ -63,6 +64,11 @@ class BrokerLayout:
         """The live brokers of each rack index, sorted."""
         return tuple(tuple(b for b in self.brokers if self.rack_of[b] == g) for g in range(self.n_racks))
 
+    @cached_property
+    def rack_member_sets(self) -> tuple[frozenset[int], ...]:
+        """:attr:`rack_members` as sets."""
+        return tuple(frozenset(m) for m in self.rack_members)
+
     def rack(self, broker: int) -> int:
         """Rack index of ``broker``; -1 for a broker the layout does not know (a dead one)."""
         return self.rack_of.get(broker, -1)
@@ -90,12 +96,13 @@ class TopicPartitions:
 
     def load(self, layout: BrokerLayout | None = None) -> TopicLoad:
         """The topic's aggregates; with ``layout``, also where its forced replicas may land."""
-        counts: dict[int, int] = {}
-        get = counts.get
-        for reps in self.replicas:
-            for b in reps:
-                counts[b] = get(b, 0) + 1
-        slots, slot_racks = self.slot_racks(layout) if layout is not None else (0, {})
+        counts = dict(Counter(chain.from_iterable(self.replicas)))  # per broker, in the order first named
+        slots = 0
+        slot_racks: dict[int, int] = {}
+        if layout is not None and not (
+            layout.live.issuperset(counts) and list(map(len, self.replicas)) == self.target_rf
+        ):  # else no partition has a replica to add or to move off a broker that is not live
+            slots, slot_racks = self.slot_racks(layout)
         return TopicLoad(
             topic=self.topic,
             counts=counts,
