@@ -54,6 +54,15 @@ def test_topic_inputs_give_plain_topics_as_columns_and_the_others_as_topic_group
     assert got[5][1] == "partition f-0: replica_sizes has 1 entries for 2 replicas"
 
 
+def topics_and_quotas(ctx, snap):
+    """Each topic's rows in partition order, by topic name, and the driver's quota step over their prepared inputs."""
+    by_topic: dict[str, list] = {}
+    for p in snap.partitions:
+        by_topic.setdefault(p.topic, []).append(p)
+    groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
+    return groups, driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
+
+
 @pytest.mark.parametrize("request_", [
     PlanRequest(),
     PlanRequest(goal="remove-brokers", brokers=(5,)),
@@ -62,11 +71,7 @@ def test_topic_inputs_give_plain_topics_as_columns_and_the_others_as_topic_group
 def test_a_plain_topic_is_placed_as_prepare_topic_places_it(request_):
     snap = synthetic_snapshot(brokers=9, racks=3, topics=12, sizes="skewed", in_flight=3, seed=4)
     ctx = plan_context(snap.brokers, snap.topics, None, request_, any_sizes=False)
-    by_topic: dict[str, list] = {}
-    for p in snap.partitions:
-        by_topic.setdefault(p.topic, []).append(p)
-    groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
-    step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
+    groups, step = topics_and_quotas(ctx, snap)
     plain = 0
     for topic, rows in groups.items():
         if not plain_topic(ctx, topic) or any(p.reassigning for p in rows):
@@ -173,11 +178,7 @@ def test_a_tasks_shares_of_the_bound_at_once_are_the_topics_shares_merged(cluste
 
     snap = synthetic_snapshot(topics=30, sizes="skewed", seed=5, **cluster)
     ctx = plan_context(snap.brokers, snap.topics, None, request_, any_sizes=False)
-    by_topic: dict[str, list] = {}
-    for p in snap.partitions:
-        by_topic.setdefault(p.topic, []).append(p)
-    groups = {t: sorted(rows, key=lambda p: p.partition) for t, rows in sorted(by_topic.items())}
-    step = driver_quotas(ctx, [stage_prepare(ctx, t, rows) for t, rows in groups.items()])
+    groups, step = topics_and_quotas(ctx, snap)
     each = [stage_place(ctx, step, t, rows) for t, rows in groups.items()]
     deferred = [stage_place(ctx, step, t, rows, defer_bound=True) for t, rows in groups.items()]
     merged = BoundPart(ctx.layout.n_racks)
