@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cpu_use import CpuUse, table
 
 FIXTURE_KEY = "fixture-setup-s"
 #: fixtures of these scopes are fixed costs worth naming; function-scoped ones show in their test's set-up
 _FIXED_SCOPES = {"session", "package", "module", "class"}
 _TOP = 15
 _OUT = Path(__file__).resolve().parent.parent / "build" / "test-times.json"
+#: another file for the data (``make test`` gives the unit tests, which run beside the integration tests, their own)
+OUT_ENV = "AKR_TEST_TIMES"
 
 _pending: list[tuple[str, str, float]] = []  # fixtures set up since the last report (this process)
 _tests: dict[str, float] = defaultdict(float)
@@ -36,6 +39,7 @@ _fixtures: list[tuple[str, str, float]] = []
 _started = time.monotonic()
 _REFERENCE_STEPS = 10_000_000
 _reference: dict[str, float] = {}
+_cpu: list[CpuUse] = []  # the controller's sampler (cpu_use.py)
 
 
 def reference_loop_s() -> float:
@@ -50,6 +54,13 @@ def reference_loop_s() -> float:
             total += i
         best = min(best, time.perf_counter() - began)
     return best
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # before xdist starts its workers (pytest_sessionstart), so that they and all they start carry the run's mark
+    if not hasattr(config, "workerinput") and not _cpu:
+        _cpu.append(CpuUse())
+        _cpu[0].start()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -123,20 +134,22 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     wall = time.monotonic() - _started
     _reference["end"] = reference_loop_s()
     terminalreporter.section("test times")
-    for line in summary(_tests, _fixtures, wall, _reference):
+    cpu = _cpu[0].stop() if _cpu else {}
+    for line in summary(_tests, _fixtures, wall, _reference) + table(cpu, wall):
         terminalreporter.line(line)
+    out = Path(os.environ.get(OUT_ENV, _OUT))
     try:
-        _OUT.parent.mkdir(exist_ok=True)
-        _OUT.write_text(json.dumps({"wall_s": wall, "reference_loop_s": _reference, "tests": _tests,
-                                    "fixtures": _fixtures}, indent=1))
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({"wall_s": wall, "reference_loop_s": _reference, "tests": _tests,
+                                    "fixtures": _fixtures, "cpu_by_kind": cpu}, indent=1))
     except OSError as exc:  # a read-only checkout (the compat check's installed copy) must not fail the run
-        terminalreporter.line(f"(test times not written to {_OUT}: {exc})")
+        terminalreporter.line(f"(test times not written to {out}: {exc})")
 
 
 if __name__ == "__main__":  # make test-times: the tables of the last run again
-    path = Path(os.environ.get("AKR_TEST_TIMES", _OUT))
+    path = Path(os.environ.get(OUT_ENV, _OUT))
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `make test` (or `make unit`) first")
     data = json.loads(path.read_text())
-    print("\n".join(summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"),
-                            data.get("reference_loop_s"))))
+    lines = summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"), data.get("reference_loop_s"))
+    print("\n".join(lines + table({k: tuple(v) for k, v in data.get("cpu_by_kind", {}).items()}, data.get("wall_s") or 1)))
