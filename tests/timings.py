@@ -39,6 +39,7 @@ _fixtures: list[tuple[str, str, float]] = []
 _started = time.monotonic()
 _REFERENCE_STEPS = 10_000_000
 _reference: dict[str, float] = {}
+_workers: dict[str, tuple[float, float]] = {}  # xdist worker -> (test time, when its last report came)
 _cpu: list[CpuUse] = []  # the controller's sampler (cpu_use.py)
 
 
@@ -91,6 +92,10 @@ def pytest_runtest_makereport(
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _tests[report.nodeid] += report.duration
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)  # xdist's controller
+    if worker:
+        busy, _ = _workers.get(worker, (0.0, 0.0))
+        _workers[worker] = (busy + report.duration, time.monotonic() - _started)
     for key, value in report.user_properties:
         if key == FIXTURE_KEY:
             _fixtures.extend((name, scope, float(s)) for name, scope, s in value)
@@ -101,7 +106,8 @@ def _table(title: str, rows: list[tuple[str, str]]) -> list[str]:
 
 
 def summary(tests: dict[str, float], fixtures: list[tuple[str, str, float]], wall_s: float | None,
-            reference: dict[str, float] | None = None) -> list[str]:
+            reference: dict[str, float] | None = None,
+            workers: dict[str, tuple[float, float]] | None = None) -> list[str]:
     """The printed tables, from the recorded times (also what ``make test-times`` prints)."""
     per_file: dict[str, float] = defaultdict(float)
     for nodeid, seconds in tests.items():
@@ -125,6 +131,10 @@ def summary(tests: dict[str, float], fixtures: list[tuple[str, str, float]], wal
     lines += _table("fixed costs: module/session fixtures over 1 s (total, times set up)",
                     [(f"{sum(v):.1f} s", f"{k} x{len(v)}")
                      for k, v in sorted(per_fixture.items(), key=lambda kv: -sum(kv[1])) if sum(v) >= 1.0])
+    if workers:  # how evenly xdist spread the files: a worker that ends long before the others left a core idle
+        lines += _table("xdist workers: test time, and when the last test ended (s after the start)",
+                        [(f"{busy:.0f} s", f"{w}, last test ended at {end:.0f} s")
+                         for w, (busy, end) in sorted(workers.items())])
     return lines
 
 
@@ -135,13 +145,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     _reference["end"] = reference_loop_s()
     terminalreporter.section("test times")
     cpu = _cpu[0].stop() if _cpu else {}
-    for line in summary(_tests, _fixtures, wall, _reference) + table(cpu, wall):
+    for line in summary(_tests, _fixtures, wall, _reference, _workers) + table(cpu, wall):
         terminalreporter.line(line)
     out = Path(os.environ.get(OUT_ENV, _OUT))
     try:
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"wall_s": wall, "reference_loop_s": _reference, "tests": _tests,
-                                    "fixtures": _fixtures, "cpu_by_kind": cpu}, indent=1))
+                                    "fixtures": _fixtures, "workers": _workers, "cpu_by_kind": cpu}, indent=1))
     except OSError as exc:  # a read-only checkout (the compat check's installed copy) must not fail the run
         terminalreporter.line(f"(test times not written to {out}: {exc})")
 
@@ -151,5 +161,6 @@ if __name__ == "__main__":  # make test-times: the tables of the last run again
     if not path.exists():
         raise SystemExit(f"{path} does not exist: run `make test` (or `make unit`) first")
     data = json.loads(path.read_text())
-    lines = summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"), data.get("reference_loop_s"))
+    lines = summary(data["tests"], [tuple(f) for f in data["fixtures"]], data.get("wall_s"), data.get("reference_loop_s"),
+                    {k: tuple(v) for k, v in data.get("workers", {}).items()})
     print("\n".join(lines + table({k: tuple(v) for k, v in data.get("cpu_by_kind", {}).items()}, data.get("wall_s") or 1)))

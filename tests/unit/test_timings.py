@@ -24,6 +24,13 @@ def test_the_table_names_the_slowest_test_file_and_fixture_and_the_machines_spee
     assert row("4.0 s", "tests/a.py") in lines and row("17.0 s", "sandbox (session) x2") in lines
     assert not [x for x in lines if "tiny" in x]  # under a second: not a fixed cost worth naming
     assert not [x for x in timings.summary(tests, fixtures, None) if "machine speed" in x]  # an old record
+    assert not [x for x in lines if "xdist" in x]  # no workers, no worker table
+
+
+def test_the_table_names_each_xdist_workers_test_time_and_its_end():
+    lines = timings.summary({"tests/a.py::t": 1.0}, [], 1200.0, None, {"gw1": (990.4, 1150.2), "gw0": (1061.0, 1100.0)})
+    at = lines.index("-- xdist workers: test time, and when the last test ended (s after the start)")
+    assert lines[at + 1:] == ["   1061 s  gw0, last test ended at 1100 s", "    990 s  gw1, last test ended at 1150 s"]
 
 
 def test_the_reference_loop_reports_its_best_of_three_runs_in_seconds(monkeypatch):
