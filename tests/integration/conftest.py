@@ -39,6 +39,7 @@ from airflow_kafka_reassign.sandbox import Sandbox, wait_until
 # Task processes (Airflow's workers, the compat check's environment) inherit it.
 os.environ.setdefault("AKR_DISK_RESERVE", "64MiB")
 import acceptance
+import spark_cds
 from dagrun import copy_migrated_db
 
 from airflow_kafka_reassign.sandbox.objectstore import ObjectStoreSandbox
@@ -48,10 +49,15 @@ LOG_TAIL_LINES = 60
 _ACTIVE: dict[str, Sandbox] = {}
 
 
+_spark_cds: list[subprocess.Popen[bytes] | None] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: runs against the real local Kafka sandbox (Java 17, Maven)"
     )
+    if not hasattr(config, "workerinput"):  # the run's spark-submits start on a CDS archive (spark_cds.py)
+        _spark_cds.append(spark_cds.start())
     workers = getattr(config.option, "numprocesses", None)
     if not hasattr(config, "workerinput") and workers and os.environ.get(_DB_TEMPLATE_ENV) is None:
         # xdist's controller, before it starts the workers (which inherit the variable): one `airflow db migrate` for
@@ -61,6 +67,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    training = _spark_cds.pop() if _spark_cds else None
+    if training is not None and training.poll() is None:  # a run shorter than the training: the next run trains
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(training.pid, signal.SIGKILL)
+        training.wait()
     started = _migrations.pop("run", None)
     if started is not None:
         with contextlib.suppress(ProcessLookupError):
