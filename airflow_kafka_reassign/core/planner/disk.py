@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from airflow_kafka_reassign.core.planner.disk_index import (
     FlatRows,
+    TopicCounts,
     build_index,
     distinct_per_row,
     member,
@@ -592,7 +593,8 @@ class _DiskStep:
         self.topic: list[int] = ix.topic
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
-        self.tcount: list[dict[int, int]] = ix.tcount or []
+        #: per topic, its replica count per live broker (made when the step first looks at the topic)
+        self.tcount: TopicCounts | None = ix.tcount
         # the per-broker lists hold (size, entry) as one int, ``size << shift | entry`` (disk_index.pack:
         # ints order as the pairs), and the lists a move changes are kept in blocks (sorted_blocks.py:
         # at 10M replicas a list per broker holds 100,000 of them, and an insert into one Python list
@@ -634,7 +636,8 @@ class _DiskStep:
         self.count_spread: _Spread | _Window = (
             _Window(self.count, part.counts) if part is not None else _Spread(self.count, n, goal.count_spread))
         #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
-        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
+        #: topic -> its window (:meth:`topic_window`), made when first needed
+        self.tspread: dict[int, _Spread] = {}
         self.out = DiskOutcome(before=dict(self.bytes))
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
@@ -677,7 +680,16 @@ class _DiskStep:
     def topic_ok(self, e: int, src: int, dst: int) -> bool:
         if not self.check_topics:
             return True
-        return self.tspread[self.topic[e]].allows(src, dst)
+        return self.topic_window(self.topic[e]).allows(src, dst)
+
+    def topic_window(self, ti: int) -> _Spread:
+        """The replica counts of topic ``ti`` per broker, kept within the goal's ``topic_spread``
+        (made from the topic's counts at the start the first time: no move of the topic before)."""
+        w = self.tspread.get(ti)
+        if w is None:
+            assert self.tcount is not None
+            w = self.tspread[ti] = _Spread(self.tcount.of(ti), len(self.live), self.goal.topic_spread)
+        return w
 
     def can_place(self, e: int, src: int, dst: int) -> bool:
         reps = self.reps[e]
@@ -702,7 +714,7 @@ class _DiskStep:
         self.bytes[dst] += s
         self.count_spread.move(src, dst)
         if self.check_topics:
-            self.tspread[self.topic[e]].move(src, dst)
+            self.topic_window(self.topic[e]).move(src, dst)
         self.touched.add(e)
         self.arrived.add((e, dst))
         self.out.moves += 1
