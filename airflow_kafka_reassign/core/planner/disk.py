@@ -42,6 +42,7 @@ from airflow_kafka_reassign.core.planner.disk_index import (
     TopicCounts,
     build_index,
     distinct_per_row,
+    index_of,
     member,
     rack_lookup,
     racks_of,
@@ -358,7 +359,7 @@ def disk_bounds(
     # per broker before the plan, the sizes of its movable replicas, largest first
     mv = movable[orig_e]
     mb, ms = orig_b[mv], orig_s[mv]
-    order = np.lexsort((-ms, mb))
+    order = _by_id_size_desc(mb, ms)
     mb, ms = mb[order], ms[order]
     cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
     ends = np.append(cuts[1:], len(mb)).tolist() if len(mb) else []  # nothing movable: no broker sheds
@@ -372,6 +373,19 @@ def disk_bounds(
         if sizes:
             min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
     return bounds_of(goal, live, before, after, count_before, count_after, largest, min_out, extra_min_out=extra_min_out)
+
+
+def _by_id_size_desc(ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+    """An order of the replicas by broker id, then size largest first (the order of
+    ``np.lexsort((-sizes, ids))`` but among equal sizes of one broker: the caller keeps the sizes
+    only). One sort of the sizes, then a stable one of the brokers' places among the few ids (a
+    radix sort): the lexsort of 10M replicas took 2 s."""
+    distinct = np.unique(ids)
+    if len(distinct) >= 1 << 15:
+        return np.lexsort((-sizes, ids))
+    order = np.argsort(-sizes)
+    code = index_of(distinct, ids[order])[0].astype(np.int16)
+    return order[np.argsort(code, kind="stable")]
 
 
 def count_sheds(count_before: Mapping[int, int], count_after: Mapping[int, int], live: Sequence[int]) -> dict[int, int]:
