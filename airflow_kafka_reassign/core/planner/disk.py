@@ -653,6 +653,9 @@ class _DiskStep:
         #: topic -> its window (:meth:`topic_window`), made when first needed
         self.tspread: dict[int, _Spread] = {}
         self.out = DiskOutcome(before=dict(self.bytes))
+        #: the serial step's :meth:`share` of every live broker, kept as moves change its bytes: the
+        #: step sorts brokers by it at every move (a dict look-up as the key, not a method call)
+        self.shares: dict[int, float] = {b: self.bytes[b] / cap[b] for b in self.live} if part is None else {}
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
         self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any], list[int]] = (None, {}, [])
@@ -726,6 +729,10 @@ class _DiskStep:
         s = self.size[e]
         self.bytes[src] -= s
         self.bytes[dst] += s
+        if self.part is None:
+            cap = self.goal.capacity
+            self.shares[src] = self.bytes[src] / cap[src]
+            self.shares[dst] = self.bytes[dst] / cap[dst]
         self.count_spread.move(src, dst)
         if self.check_topics:
             self.topic_window(self.topic[e]).move(src, dst)
@@ -809,10 +816,19 @@ class _DiskStep:
         spread = self.count_spread
         window = spread if isinstance(spread, _Window) else None
         if isinstance(spread, _Spread):
-            a = spread.counts.get(src, 0)
+            counts = spread.counts
+            a = counts.get(src, 0)
             lo, hi, limit = spread.lo, spread.hi, spread.limit
             alone_hi = a == hi and spread.hist[hi] == 1
             alone_lo = spread.hist[lo] == 1
+
+            def allows(c: int) -> bool:  # Spread.allows with src fixed, for a receiver with c replicas
+                new_hi = c + 1 if c + 1 > hi else (hi - 1 if alone_hi and c + 1 < hi else hi)
+                new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
+                return new_hi - new_lo <= limit
+
+            # every live broker's count is within [lo, hi]: the answer per count, once per call
+            allow_at = {c: allows(c) for c in range(lo, hi + 1)} if hi - lo <= 64 else {}
         # what first_moved needs of them, added up on the way (TargetStats)
         best_room: float | None = None
         any_plain = False
@@ -824,11 +840,10 @@ class _DiskStep:
                 allow = True
             elif window is not None:
                 allow = window.allows(src, dst)
-            else:  # Spread.allows with src fixed
-                c = spread.counts.get(dst, 0)
-                new_hi = c + 1 if c + 1 > hi else (hi - 1 if alone_hi and c + 1 < hi else hi)
-                new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
-                allow = new_hi - new_lo <= limit
+            else:
+                c = counts.get(dst, 0)
+                known = allow_at.get(c)
+                allow = allows(c) if known is None else known
             small = 0.0
             r = room[dst]
             if best_room is None or r > best_room:
@@ -928,8 +943,7 @@ class _DiskStep:
             band = self.band
             rs.sort(key=lambda b: (self.bytes[b] >= band[b][0], self.share(b)))
         else:
-            bytes_, cap = self.bytes, self.goal.capacity
-            rs.sort(key=lambda b: bytes_[b] / cap[b])  # self.share, without a method call per broker
+            rs.sort(key=self.shares.__getitem__)
         return rs
 
     # -- the two passes ----------------------------------------------------------------------
@@ -1024,7 +1038,10 @@ class _DiskStep:
                 most -= got
                 continue
             donors = [b for b in self.live if b != dst and self.bytes[b] > self.band[b][0]]
-            donors.sort(key=lambda b: -self.share(b))
+            if self.part is None:
+                donors.sort(key=self.shares.__getitem__, reverse=True)  # stable too: as by -share
+            else:
+                donors.sort(key=lambda b: -self.share(b))
             got = None
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
@@ -1075,7 +1092,11 @@ class _DiskStep:
         band = self.band
         for _ in range(3):
             progress = self.out.moves
-            over = sorted((b for b in self.live if self.bytes[b] > band[b][1]), key=lambda b: -self.share(b))
+            over = [b for b in self.live if self.bytes[b] > band[b][1]]
+            if self.part is None:
+                over.sort(key=self.shares.__getitem__, reverse=True)  # stable too: as by -share
+            else:
+                over.sort(key=lambda b: -self.share(b))
             for b in over:
                 self.shed(b, self.bytes[b] - band[b][1], self.bytes[b] - band[b][0])
             if not self.offload:
@@ -1131,7 +1152,12 @@ class _DiskStep:
 
         def targets(src: int, pull: int | None) -> list[tuple[int, float, bool, float]]:
             rs = [pull] if pull is not None else [b for b in self.live if b != src and count[b] < hi_at[b]]
-            rs.sort(key=lambda b: (count[b] >= lo_at[b], self.share(b)))
+            if self.part is None:
+                # by (count not below its window, share): by share, then those below their window first
+                rs.sort(key=self.shares.__getitem__)
+                rs = [b for b in rs if count[b] < lo_at[b]] + [b for b in rs if count[b] >= lo_at[b]]
+            else:
+                rs.sort(key=lambda b: (count[b] >= lo_at[b], self.share(b)))
             return [(b, unlimited, True, 0.0) for b in rs]
 
         def shed_smallest(src: int, pull: int | None, until: int) -> None:
