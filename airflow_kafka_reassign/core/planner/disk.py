@@ -566,6 +566,21 @@ class _Spread:
         self.lo, self.hi = lo, hi
 
 
+class _PerCount(dict[int, bool]):
+    """``allows(c)`` per count ``c``, each computed once (:meth:`_DiskStep.targets`)."""
+
+    __slots__ = ("allows",)
+
+    def __init__(self, allows: Any) -> None:
+        super().__init__()
+        self.allows = allows
+
+    def __missing__(self, c: int) -> bool:
+        ok: bool = self.allows(c)
+        self[c] = ok
+        return ok
+
+
 class _DiskStep:
     def __init__(
         self,
@@ -617,6 +632,8 @@ class _DiskStep:
         self.mask = (1 << ix.shift) - 1
         #: broker -> its movable replicas as (size, entry), sorted
         self.on: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.on.items()}
+        #: broker -> the size of its smallest movable replica (``inf``: none), kept as moves change ``on``
+        self.smallest: dict[int, float] = {b: self.smallest_of(b) for b in self.on}
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
         self.added: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.added.items()}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
@@ -661,6 +678,10 @@ class _DiskStep:
         self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any], list[int]] = (None, {}, [])
         #: :meth:`target_stats` of the receivers list it was last given
         self.stats: tuple[object, tuple[float, bool, float]] = (None, (0.0, False, 0.0))
+
+    def smallest_of(self, b: int) -> float:
+        lst = self.on[b]
+        return float(lst.first() >> self.shift) if lst else math.inf
 
     def upto(self, limit: float) -> float:
         """The largest key (``size << shift | entry``) of a replica no larger than ``limit``: a
@@ -749,6 +770,8 @@ class _DiskStep:
         for key in src_keys:
             self.cross_to[key].discard(entry)
         self.on[dst].add(entry)
+        self.smallest[src] = self.smallest_of(src)
+        self.smallest[dst] = self.smallest_of(dst)
         if self.locked[e]:
             return
         for key in self.cross_keys(e, dst):
@@ -812,10 +835,15 @@ class _DiskStep:
         """Per receiver, what decides whether it can take a replica of ``src`` of size ``s``
         without looking at the replica: ``(broker, room, counts allow a plain move, size of its
         smallest replica that could come back in a swap)``; a swap needs ``s`` above 16 times it."""
-        out = []
+        rs = [dst for dst in receivers if dst != src]
+        if not rs:
+            return []
         spread = self.count_spread
-        window = spread if isinstance(spread, _Window) else None
-        if isinstance(spread, _Spread):
+        if self.offload:
+            allow = [True] * len(rs)
+        elif isinstance(spread, _Window):
+            allow = [spread.allows(src, dst) for dst in rs]
+        else:
             counts = spread.counts
             a = counts.get(src, 0)
             lo, hi, limit = spread.lo, spread.hi, spread.limit
@@ -827,37 +855,15 @@ class _DiskStep:
                 new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
                 return new_hi - new_lo <= limit
 
-            # every live broker's count is within [lo, hi]: the answer per count, once per call
-            allow_at = {c: allows(c) for c in range(lo, hi + 1)} if hi - lo <= 64 else {}
-        # what first_moved needs of them, added up on the way (TargetStats)
-        best_room: float | None = None
-        any_plain = False
-        swap_floor = math.inf
-        for dst in receivers:
-            if dst == src:
-                continue
-            if self.offload:
-                allow = True
-            elif window is not None:
-                allow = window.allows(src, dst)
-            else:
-                c = counts.get(dst, 0)
-                known = allow_at.get(c)
-                allow = allows(c) if known is None else known
-            small = 0.0
-            r = room[dst]
-            if best_room is None or r > best_room:
-                best_room = r
-            if allow:
-                any_plain = True
-            else:
-                lst = self.on[dst]
-                small = float(lst.first() >> self.shift) if lst else math.inf
-                if 16 * small < swap_floor:
-                    swap_floor = 16 * small
-            out.append((dst, r, allow, small))
-        if best_room is not None:
-            self.stats = (out, (best_room, any_plain, swap_floor))
+            # the answer depends on the receiver's count only: once per count met
+            allow = list(map(_PerCount(allows).__getitem__, [counts.get(dst, 0) for dst in rs]))
+        rooms = [room[dst] for dst in rs]
+        smallest = self.smallest
+        smalls = [0.0 if ok else smallest[dst] for dst, ok in zip(rs, allow, strict=True)]
+        out = list(zip(rs, rooms, allow, smalls, strict=True))
+        # what first_moved needs of them (target_stats); 16 * x is exact: the least of 16 * x is 16 * the least
+        floor = min([x for x, ok in zip(smalls, allow, strict=True) if not ok], default=math.inf)
+        self.stats = (out, (max(rooms), any(allow), 16 * floor))
         return out
 
     def target_stats(self, targets: Sequence[tuple[int, float, bool, float]]) -> tuple[float, bool, float]:
