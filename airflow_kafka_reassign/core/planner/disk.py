@@ -30,6 +30,7 @@ import bisect
 import gc
 import itertools
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -566,6 +567,23 @@ class _Spread:
         self.lo, self.hi = lo, hi
 
 
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+
+
+class _RackOf(dict[int, int]):
+    """Broker -> its rack index, ``-1`` without one (``rack_of.get(b, -1)`` as a look-up)."""
+
+    __slots__ = ("rack_of",)
+
+    def __init__(self, rack_of: Mapping[int, int], brokers: Iterable[int]) -> None:
+        super().__init__((b, rack_of.get(b, -1)) for b in brokers)
+        self.rack_of = rack_of
+
+    def __missing__(self, b: int) -> int:
+        return self.rack_of.get(b, -1)
+
+
 class _PerCount(dict[int, bool]):
     """``allows(c)`` per count ``c``, each computed once (:meth:`_DiskStep.targets`)."""
 
@@ -598,6 +616,7 @@ class _DiskStep:
         self.live = tuple(layout.brokers)
         self.live_set = set(self.live)
         self.rack = layout.rack_of
+        self.rack_or = _RackOf(self.rack, self.live)
         self.n_racks = layout.n_racks
         self.offload = goal.offload_threshold is not None
         self.check_topics = not self.offload and goal.topic_spread < max(inp.counts, default=0) * 4
@@ -828,7 +847,7 @@ class _DiskStep:
         rack = self.rack
         r_src = rack.get(src, -1)
         kept = {rack.get(b, -1) for b in reps if b != src}
-        need = min(len(reps), self.n_racks, len(kept | {r_src}))
+        need = min(len(reps), self.n_racks, len(kept) + (r_src not in kept))  # len(kept | {r_src})
         return r_src, (None if len(kept) >= need else kept)
 
     def targets(self, src: int, receivers: Sequence[int], room: Mapping[int, float]) -> list[tuple[int, float, bool, float]]:
@@ -856,7 +875,7 @@ class _DiskStep:
                 return new_hi - new_lo <= limit
 
             # the answer depends on the receiver's count only: once per count met
-            allow = list(map(_PerCount(allows).__getitem__, [counts.get(dst, 0) for dst in rs]))
+            allow = list(map(_PerCount(allows).__getitem__, map(counts.get, rs, itertools.repeat(0))))
         rooms = [room[dst] for dst in rs]
         smallest = self.smallest
         smalls = [0.0 if ok else smallest[dst] for dst, ok in zip(rs, allow, strict=True)]
@@ -884,7 +903,7 @@ class _DiskStep:
         bytes); as a swap with one of the receiver's smallest replicas where counts need it."""
         s = self.size[e]
         reps = self.reps[e]
-        if self.gone(e, src):
+        if src not in reps or (e, src) in self.arrived:  # self.gone(e, src)
             return False
         rack = self.rack
         kept: frozenset[int] | set[int] | None
@@ -898,27 +917,29 @@ class _DiskStep:
             # The same few (rack, racks kept) recur for every candidate of one search: filtered once
             cache = self.rack_filtered
             if cache[0] is not targets:
-                cache = self.rack_filtered = (targets, {}, [rack.get(t[0], -1) for t in targets])
+                cache = self.rack_filtered = (targets, {}, list(map(self.rack_or.__getitem__, map(_first, targets))))
             key = (r_src, frozenset(kept))
             hit = cache[1].get(key)
             if hit is None:
-                order_ok = [t for t, g in zip(targets, cache[2], strict=True) if g == r_src or g not in kept]
-                hit = cache[1][key] = (order_ok, max((t[1] for t in order_ok), default=None))
+                ok = {g: g == r_src or g not in kept for g in set(cache[2])}  # by rack: a look-up per receiver
+                order_ok = list(itertools.compress(targets, map(ok.__getitem__, cache[2])))
+                hit = cache[1][key] = (order_ok, max(map(_second, order_ok), default=None))
             order_ok, most_room = hit
             if most_room is None or not most_room >= s:
                 return False
             targets = order_ok
         orig = self.orig[e]
-        if any(b not in reps and b != src for b in orig):
-            back = [t for t in targets if t[0] in orig]
-            order: Sequence[tuple[int, float, bool, float]] = back + [t for t in targets if t[0] not in orig]
-        else:
-            order = targets
+        order: Sequence[tuple[int, float, bool, float]] = targets
+        for b in orig:  # any(b not in reps and b != src for b in orig): a broker it may go back to first
+            if b != src and b not in reps:
+                order = [t for t in targets if t[0] in orig] + [t for t in targets if t[0] not in orig]
+                break
         tried = 0
+        rack_or = self.rack_or
         for dst, room, allow, small in order:
             if room < s or (not allow and small * 16 >= s) or dst in reps:
                 continue
-            if kept is not None and rack.get(dst, -1) != r_src and rack.get(dst, -1) in kept:
+            if kept is not None and rack_or[dst] != r_src and rack_or[dst] in kept:
                 continue
             if not self.topic_ok(e, src, dst):
                 continue
@@ -1013,6 +1034,7 @@ class _DiskStep:
         order = lst.down_from(self.upto(limit)) if descending else lst.up_from(
             self.upto(limit if any_plain else max(limit, swap_floor)))
         shift, mask = self.shift, self.mask
+        reps, arrived = self.reps, self.arrived
         tried = 0
         for key in order:
             if tried >= CANDIDATES:
@@ -1028,7 +1050,7 @@ class _DiskStep:
                 if descending:
                     return None  # the rest are smaller still
                 continue
-            if self.gone(e, src):
+            if src not in reps[e] or (e, src) in arrived:  # self.gone(e, src)
                 continue
             tried += 1
             if self.try_move(e, src, targets):
@@ -1177,7 +1199,7 @@ class _DiskStep:
                 e = key & mask
                 if count[src] <= until or not ts:
                     return
-                if not self.gone(e, src) and self.try_move(e, src, ts):
+                if self.try_move(e, src, ts):  # False where self.gone(e, src)
                     ts = [t for t in targets(src, pull) if pull is None or count[t[0]] < lo_at[t[0]]]
 
         for src in sorted(self.live, key=lambda b: hi_at[b] - count[b]):
