@@ -641,6 +641,12 @@ class _DiskStep:
         self.topic: list[int] = ix.topic
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
+        #: the same as arrays, kept up to date by :meth:`apply`: the rack limits and the count window
+        #: read every partition's replicas as flat rows (made from the lists, a second at 10M replicas)
+        self.movable_mask = ix.movable_mask
+        self.sizes_array = sizes
+        self.flat_now = FlatRows(now.lens, now.flat.astype(np.int64, copy=True))
+        self.row_starts = self.flat_now.starts()
         #: per topic, its replica count per live broker (made when the step first looks at the topic)
         self.tcount: TopicCounts | None = ix.tcount
         # the per-broker lists hold (size, entry) as one int, ``size << shift | entry`` (disk_index.pack:
@@ -765,7 +771,9 @@ class _DiskStep:
         across = not self.locked[e] and rack.get(src, -1) != rack.get(dst, -1)
         was = {b: self.cross_keys(e, b) for b in reps if b in self.live_set} if across else None
         src_keys = self.cross_keys(e, src) if not self.locked[e] else []
-        reps[reps.index(src)] = dst
+        at = reps.index(src)
+        reps[at] = dst
+        self.flat_now.flat[self.row_starts[e] + at] = dst
         s = self.size[e]
         self.bytes[src] -= s
         self.bytes[dst] += s
@@ -1141,9 +1149,7 @@ class _DiskStep:
             g = self.rack.get(b, -1)
             if 0 <= g < self.n_racks:
                 pinned[g] += self.pinned[b]
-        movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
-        sizes = np.fromiter(self.size, dtype=np.int64, count=len(self.size))
-        lo, hi = rack_limits(self.layout, FlatRows.of(self.reps), movable, sizes)
+        lo, hi = rack_limits(self.layout, self.flat_now, self.movable_mask, self.sizes_array)
         return [a + p for a, p in zip(lo, pinned, strict=True)], [a + p for a, p in zip(hi, pinned, strict=True)]
 
     def rack_bands(self) -> list[str]:
@@ -1159,8 +1165,7 @@ class _DiskStep:
             if 0 <= g < self.n_racks:
                 fewest[g] += self.count[b] - len(self.on[b])  # replicas that may not move
         if self.n_racks > 1:
-            movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
-            fewest = [a + b for a, b in zip(fewest, kept_in_racks(self.layout, FlatRows.of(self.reps), movable), strict=True)]
+            fewest = [a + b for a, b in zip(fewest, kept_in_racks(self.layout, self.flat_now, self.movable_mask), strict=True)]
         return count_window(self.layout, self.goal.count_spread, sum(self.count.values()), fewest)
 
     def balance_counts(self) -> None:

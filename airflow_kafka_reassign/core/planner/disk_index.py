@@ -207,6 +207,8 @@ class DiskIndex:
     topic: list[int]
     topic_starts: list[int]
     movable: list[bool]
+    #: ``movable`` as an array
+    movable_mask: npt.NDArray[np.bool_]
     bytes: dict[int, int]
     pinned: dict[int, int]
     count: dict[int, int]
@@ -416,6 +418,7 @@ def build_index(
         topic=topic.tolist(),
         topic_starts=np.concatenate([[0], np.cumsum(counts_a)]).astype(np.int64).tolist(),
         movable=movable.tolist(),
+        movable_mask=movable,
         bytes=bytes_,
         pinned=pinned,
         count=count,

@@ -309,6 +309,11 @@ def test_rack_limits_match_the_loop(seed: int) -> None:
     goal = DiskGoal(capacity={b: 10**13 for b in live})
     step = _DiskStep(inp, layout, {}, {}, goal)
     assert step.rack_limits() == reference_rack_limits(step)
+    # after the step's moves: its flat rows kept up to date with its lists of replicas
+    out = step.run()
+    assert out.moves or seed == 0  # the other seeds move replicas
+    assert step.flat_now.lists() == step.reps
+    assert step.rack_limits() == reference_rack_limits(step)
 
 
 @pytest.mark.parametrize("seed", range(6))
