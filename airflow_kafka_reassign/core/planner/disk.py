@@ -905,6 +905,33 @@ class _DiskStep:
         self.stats = (targets, stats)
         return stats
 
+    def rack_filter(
+        self, targets: Sequence[tuple[int, float, bool, float]], r_src: int, kept: frozenset[int] | set[int]
+    ) -> tuple[list[tuple[int, float, bool, float]], float | None]:
+        """Of ``targets``, those a replica in rack ``r_src`` may go to when its partition keeps the
+        racks ``kept`` without it (:meth:`rack_test`), and their most room (``None``: none). The same
+        few (rack, racks kept) recur for every candidate of one search: filtered once per list."""
+        cache = self.rack_filtered
+        if cache[0] is not targets:
+            cache = self.rack_filtered = (targets, {}, list(map(self.rack_or.__getitem__, map(_first, targets))))
+        key = (r_src, frozenset(kept))
+        hit: tuple[list[tuple[int, float, bool, float]], float | None] | None = cache[1].get(key)
+        if hit is None:
+            ok = {g: g == r_src or g not in kept for g in set(cache[2])}  # by rack: a look-up per receiver
+            order_ok = list(itertools.compress(targets, map(ok.__getitem__, cache[2])))
+            hit = cache[1][key] = (order_ok, max(map(_second, order_ok), default=None))
+        return hit
+
+    def spread_room(self, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> float | None:
+        """The most room among ``targets`` for the replica on ``src`` of a partition the step has not
+        moved that has one replica in every rack (``spread``: it may only stay in its rack).
+        :meth:`try_move` of such a replica larger than this (or with ``None``) moves nothing: the
+        walks skip it without the call."""
+        r_src = self.rack.get(src)
+        if r_src is None or not 0 <= r_src < self.n_racks:
+            return None  # no spread partition has a replica here
+        return self.rack_filter(targets, r_src, self.other_racks[r_src])[1]
+
     def try_move(self, e: int, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> bool:
         """Move ``e``'s replica on ``src`` to the first of ``targets`` (see :meth:`targets`) that
         takes it, a broker that held it before the count steps first (moving it back costs no
@@ -921,18 +948,8 @@ class _DiskStep:
         else:
             r_src, kept = self.rack_test(reps, src)
         if kept is not None and len(targets) > RECEIVERS:
-            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers.
-            # The same few (rack, racks kept) recur for every candidate of one search: filtered once
-            cache = self.rack_filtered
-            if cache[0] is not targets:
-                cache = self.rack_filtered = (targets, {}, list(map(self.rack_or.__getitem__, map(_first, targets))))
-            key = (r_src, frozenset(kept))
-            hit = cache[1].get(key)
-            if hit is None:
-                ok = {g: g == r_src or g not in kept for g in set(cache[2])}  # by rack: a look-up per receiver
-                order_ok = list(itertools.compress(targets, map(ok.__getitem__, cache[2])))
-                hit = cache[1][key] = (order_ok, max(map(_second, order_ok), default=None))
-            order_ok, most_room = hit
+            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers
+            order_ok, most_room = self.rack_filter(targets, r_src, kept)
             if most_room is None or not most_room >= s:
                 return False
             targets = order_ok
@@ -1043,6 +1060,8 @@ class _DiskStep:
             self.upto(limit if any_plain else max(limit, swap_floor)))
         shift, mask = self.shift, self.mask
         reps, arrived = self.reps, self.arrived
+        spread, touched = self.spread, self.touched
+        spread_room = self.spread_room(src, targets)
         tried = 0
         for key in order:
             if tried >= CANDIDATES:
@@ -1061,6 +1080,8 @@ class _DiskStep:
             if src not in reps[e] or (e, src) in arrived:  # self.gone(e, src)
                 continue
             tried += 1
+            if spread[e] and e not in touched and not (spread_room is not None and spread_room >= s):
+                continue  # try_move would find no receiver in its rack with room
             if self.try_move(e, src, targets):
                 return s
         return None
@@ -1200,12 +1221,17 @@ class _DiskStep:
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
             mask = self.mask
+            spread, touched = self.spread, self.touched
+            blocked = self.spread_room(src, ts) is None  # no receiver in src's rack: see first_moved
             for key in list(self.on[src]):  # a copy: a move takes the replica out of the list
                 e = key & mask
                 if count[src] <= until or not ts:
                     return
+                if blocked and spread[e] and e not in touched:
+                    continue
                 if self.try_move(e, src, ts):  # False where self.gone(e, src)
                     ts = [t for t in targets(src, pull) if pull is None or count[t[0]] < lo_at[t[0]]]
+                    blocked = self.spread_room(src, ts) is None
 
         for src in sorted(self.live, key=lambda b: hi_at[b] - count[b]):
             if count[src] > hi_at[src]:
