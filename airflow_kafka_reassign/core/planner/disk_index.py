@@ -99,7 +99,8 @@ def index_of(ids: Ints, values: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
         top = int(ids[-1])
         table = np.full(top + 2, -1, dtype=np.int64)  # the last slot: every value outside [0, top]
         table[ids[::-1]] = np.arange(len(ids) - 1, -1, -1, dtype=np.int64)  # an id listed twice: its first
-        pos = table[np.where((values >= 0) & (values <= top), values, top + 1)]
+        inside = int(values.min()) >= 0 and int(values.max()) <= top
+        pos = table[values if inside else np.where((values >= 0) & (values <= top), values, top + 1)]
         found = pos >= 0
         if not found.all():
             miss = ~found
@@ -237,6 +238,18 @@ def by_broker_size_entry(bpos: Ints, sizes: Ints, entries: Ints, shift: int) -> 
     n = len(bpos)
     if n == 0 or int(sizes.max()) >= 1 << (62 - shift) or int(bpos.min()) < 0 or int(bpos.max()) >= 1 << 15:
         return np.lexsort((entries, sizes, bpos))
+    bits = max(1, n.bit_length())
+    if int(sizes.max()) < 1 << (62 - bits) and bool((entries[1:] >= entries[:-1]).all()):
+        # entries in ascending order (the replicas in the flat order): among one broker's replicas of
+        # one size, the entries' order is their index's (the lexsort is stable where entries tie).
+        # The brokers apart first (a radix sort), then each broker's (size, index) keys sorted
+        # as plain ints: no argsort of every replica
+        by_broker = np.argsort(bpos.astype(np.int16), kind="stable")
+        keys = (sizes.astype(np.int64) << bits | np.arange(n, dtype=np.int64))[by_broker]
+        cuts = np.flatnonzero(np.diff(bpos[by_broker])) + 1
+        for a, z in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=True):
+            keys[a:z].sort()
+        return keys & ((1 << bits) - 1)  # type: ignore[no-any-return]
     keys = sizes.astype(np.int64) << shift | entries.astype(np.int64)
     order = np.argsort(keys)
     order = order[np.argsort(bpos[order].astype(np.int16), kind="stable")]
