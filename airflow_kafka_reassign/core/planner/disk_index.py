@@ -249,7 +249,7 @@ def by_broker_size_entry(bpos: Ints, sizes: Ints, entries: Ints, shift: int) -> 
         cuts = np.flatnonzero(np.diff(bpos[by_broker])) + 1
         for a, z in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=True):
             keys[a:z].sort()
-        return keys & ((1 << bits) - 1)  # type: ignore[no-any-return]
+        return keys & ((1 << bits) - 1)
     keys = sizes.astype(np.int64) << shift | entries.astype(np.int64)
     order = np.argsort(keys)
     order = order[np.argsort(bpos[order].astype(np.int16), kind="stable")]
