@@ -637,7 +637,10 @@ class _DiskStep:
         # entries: one per partition the step may look at (those of ``inp``, in its order)
         self.reps: list[list[int]] = ix.reps
         self.size: list[int] = ix.size
-        self.orig: list[tuple[int, ...]] = ix.orig  # a move back to one of them costs no bytes
+        #: entry -> its replicas before the plan, where they are not the brokers it has now (the
+        #: count steps or this step moved one; :meth:`apply` adds an entry before its first move): a
+        #: move back to one of them costs no bytes. The other entries' are their replicas now
+        self.orig_changed: dict[int, tuple[int, ...]] = ix.orig_changed
         self.topic: list[int] = ix.topic
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
@@ -771,6 +774,8 @@ class _DiskStep:
         across = not self.locked[e] and rack.get(src, -1) != rack.get(dst, -1)
         was = {b: self.cross_keys(e, b) for b in reps if b in self.live_set} if across else None
         src_keys = self.cross_keys(e, src) if not self.locked[e] else []
+        if e not in self.orig_changed:
+            self.orig_changed[e] = tuple(reps)  # its first move: the same brokers as before the plan
         at = reps.index(src)
         reps[at] = dst
         self.flat_now.flat[self.row_starts[e] + at] = dst
@@ -953,7 +958,7 @@ class _DiskStep:
             if most_room is None or not most_room >= s:
                 return False
             targets = order_ok
-        orig = self.orig[e]
+        orig = self.orig_changed.get(e, ())  # none: the same brokers as now, none to go back to
         order: Sequence[tuple[int, float, bool, float]] = targets
         for b in orig:  # any(b not in reps and b != src for b in orig): a broker it may go back to first
             if b != src and b not in reps:
@@ -1136,7 +1141,7 @@ class _DiskStep:
                 continue
             tried += 1
             for src in reps:
-                if src in self.orig[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
+                if src in self.orig_changed[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
                     continue
                 if (e, src) in self.arrived:
                     continue

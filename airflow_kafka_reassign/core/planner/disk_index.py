@@ -204,7 +204,9 @@ class DiskIndex:
 
     reps: list[list[int]]
     size: list[int]
-    orig: list[tuple[int, ...]]
+    #: the replicas before the plan of every entry whose replicas now are not the same brokers
+    #: (the count steps moved some): the others' are their replicas now (no tuple per entry)
+    orig_changed: dict[int, tuple[int, ...]]
     topic: list[int]
     topic_starts: list[int]
     movable: list[bool]
@@ -341,6 +343,19 @@ def build_index(
     orig_b = orig.flat
     in_orig = in_rows(now, orig)
     orig_in_now = in_rows(orig, now)
+    changed = np.zeros(n_entries, dtype=bool)
+    changed[rep_e[~in_orig]] = True
+    changed[orig_e[~orig_in_now]] = True
+    changed_at = np.flatnonzero(changed)
+    if orig_given is not None:
+        orig_changed = {e: orig_given[e] for e in changed_at.tolist()}
+    else:
+        o_starts = orig.starts()
+        o_lens = orig.lens[changed_at]
+        # the changed entries' rows: each row's start, minus where it starts among them, plus 0, 1, ...
+        o_at = np.repeat(o_starts[changed_at] - (np.cumsum(o_lens) - o_lens), o_lens) + np.arange(int(o_lens.sum()))
+        orig_changed = dict(zip(changed_at.tolist(), FlatRows(o_lens, orig.flat[o_at]).tuples(), strict=True))
+    del changed, changed_at
 
     def sums(pos: Ints, mask: npt.NDArray[np.bool_], weights: Ints | None) -> list[int]:
         out = np.zeros(n_live, dtype=np.int64)
@@ -427,7 +442,7 @@ def build_index(
     return DiskIndex(
         reps=now.lists(),
         size=size_list,
-        orig=orig_given if orig_given is not None else orig.tuples(),
+        orig_changed=orig_changed,
         topic=topic.tolist(),
         topic_starts=np.concatenate([[0], np.cumsum(counts_a)]).astype(np.int64).tolist(),
         movable=movable.tolist(),

@@ -86,7 +86,8 @@ def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int],
             if not locked[entry[1]]:
                 for key in cross_keys(entry[1], b):
                     cross_to[key].append(entry)
-    return {"reps": reps, "orig": orig, "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
+    return {"reps": reps, "reps_start": [list(r) for r in reps], "orig": orig,
+            "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
             "count": count, "tcount": tcount, "on": on, "added": added, "taken": taken,
             "locked": locked, "cross_to": cross_to}
 
@@ -132,10 +133,16 @@ def test_build_index_matches_the_per_replica_loop(seed: int, lookup: str, monkey
     now, orig, sizes, frozen = inp.arrays()
     got = build_index(counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
                       live=live, rack_of=rack, n_racks=n_racks, fixed_bytes=fixed_bytes, fixed_counts=fixed_counts,
-                      offload=offload, with_topic_counts=True)
+                      offload=offload, with_topic_counts=True,
+                      # the pure planner's way: sizes and original replicas given as Python objects
+                      sizes_given=list(inp.sizes) if seed % 2 else None,
+                      orig_given=list(inp.original) if seed % 2 else None)
     # the per-broker lists hold (size, entry) as one int (disk_index.pack)
     for name in ("on", "added", "taken", "cross_to"):
         want[name] = {k: [size << got.shift | e for size, e in pairs] for k, pairs in want[name].items()}
+    # the replicas before the plan, of the entries whose brokers the count steps changed
+    want["orig_changed"] = {e: o for e, (r, o) in enumerate(zip(want.pop("reps_start"), want.pop("orig"), strict=True))
+                            if set(r) != set(o)}
     assert got.tcount is not None
     got.tcount = [got.tcount.of(ti) for ti in range(len(inp.counts))]  # type: ignore[assignment]
     for name, value in want.items():
@@ -326,6 +333,13 @@ def test_rack_limits_match_the_loop(seed: int) -> None:
     out = step.run()
     assert out.moves or seed == 0  # the other seeds move replicas
     assert step.flat_now.lists() == step.reps
+    # every entry the step moved or the count steps changed: its replicas before the plan (the
+    # brokers a move back to costs no bytes); the others' are the brokers they have now
+    for e, (r, o) in enumerate(zip(step.reps, inp.original, strict=True)):
+        if e in step.touched or set(inp.replicas[e]) != set(o):
+            assert set(step.orig_changed[e]) == set(o)
+        else:
+            assert e not in step.orig_changed and set(r) == set(o)
     assert step.rack_limits() == reference_rack_limits(step)
 
 
