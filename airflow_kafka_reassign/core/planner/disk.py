@@ -359,34 +359,44 @@ def disk_bounds(
     count_after = _added({b: fixed_counts.get(b, 0) for b in live}, *_per_id(fin_b[fin_live], None))
     # per broker before the plan, the sizes of its movable replicas, largest first
     mv = movable[orig_e]
-    mb, ms = orig_b[mv], orig_s[mv]
-    order = _by_id_size_desc(mb, ms)
-    mb, ms = mb[order], ms[order]
+    mb, ms = _by_id_size_desc(orig_b[mv], orig_s[mv])
     cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
     ends = np.append(cuts[1:], len(mb)).tolist() if len(mb) else []  # nothing movable: no broker sheds
     sizes_desc = ms.tolist()
     largest: dict[int, list[int]] = {
         b: sizes_desc[a:z] for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends, strict=True)
     }
+    # the largest replicas of all brokers, largest first (replica_moves_lower_bound_disk's default):
+    # the first 4,096 of each broker's, sorted as an array
+    firsts = [ms[a:min(z, a + 4096)] for a, z in zip(cuts.tolist(), ends, strict=True)]
+    pooled: list[int] = np.sort(np.concatenate(firsts))[::-1].tolist() if firsts else []
     min_out: dict[int, int] = {}
     for b, shed in count_sheds(count_before, count_after, live).items():
         sizes = largest.get(b, [])
         if sizes:
             min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
-    return bounds_of(goal, live, before, after, count_before, count_after, largest, min_out, extra_min_out=extra_min_out)
+    return bounds_of(goal, live, before, after, count_before, count_after, largest, min_out, pooled=pooled,
+                     extra_min_out=extra_min_out)
 
 
-def _by_id_size_desc(ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
-    """An order of the replicas by broker id, then size largest first (the order of
-    ``np.lexsort((-sizes, ids))`` but among equal sizes of one broker: the caller keeps the sizes
-    only). One sort of the sizes, then a stable one of the brokers' places among the few ids (a
-    radix sort): the lexsort of 10M replicas took 2 s."""
+def _by_id_size_desc(
+    ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The replicas' broker ids and sizes ordered by id, then size largest first (as by
+    ``np.lexsort((-sizes, ids))``; sizes are values: equal ones are alike). A stable radix sort of
+    the brokers' places among the few ids, then each broker's sizes sorted as plain ints: the
+    lexsort of 10M replicas took 2 s."""
     distinct = np.unique(ids)
     if len(distinct) >= 1 << 15:
-        return np.lexsort((-sizes, ids))
-    order = np.argsort(-sizes)
-    code = index_of(distinct, ids[order])[0].astype(np.int16)
-    return order[np.argsort(code, kind="stable")]
+        order = np.lexsort((-sizes, ids))
+        return ids[order], sizes[order]
+    code = index_of(distinct, ids)[0].astype(np.int16)
+    order = np.argsort(code, kind="stable")
+    ids, sizes = ids[order], sizes[order]
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    for a, z in zip([0, *cuts.tolist()], [*cuts.tolist(), len(ids)], strict=True):
+        sizes[a:z] = np.sort(sizes[a:z])[::-1]
+    return ids, sizes
 
 
 def count_sheds(count_before: Mapping[int, int], count_after: Mapping[int, int], live: Sequence[int]) -> dict[int, int]:
