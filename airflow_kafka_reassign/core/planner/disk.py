@@ -783,7 +783,7 @@ class _DiskStep:
         # the partition's racks change: which other racks each of its replicas may go to changes too
         across = not self.locked[e] and rack.get(src, -1) != rack.get(dst, -1)
         was = {b: self.cross_keys(e, b) for b in reps if b in self.live_set} if across else None
-        src_keys = self.cross_keys(e, src) if not self.locked[e] else []
+        src_keys = (was[src] if was is not None else self.cross_keys(e, src)) if not self.locked[e] else []
         if e not in self.orig_changed:
             self.orig_changed[e] = tuple(reps)  # its first move: the same brokers as before the plan
         at = reps.index(src)
@@ -867,11 +867,14 @@ class _DiskStep:
         :meth:`racks_ok`, once per replica rather than per receiver): ``(rack of src, None)``: any
         rack; ``(rack of src, kept)``: the rack of ``src``, or a rack not in ``kept`` (the racks
         the partition keeps without it, one short of what it must span)."""
-        rack = self.rack
-        r_src = rack.get(src, -1)
-        kept = {rack.get(b, -1) for b in reps if b != src}
-        need = min(len(reps), self.n_racks, len(kept) + (r_src not in kept))  # len(kept | {r_src})
-        return r_src, (None if len(kept) >= need else kept)
+        rack = self.rack_or  # rack_of.get(b, -1), by subscript
+        r_src = rack[src]
+        kept = {rack[b] for b in reps if b != src}
+        # the partition must span min(len(reps), racks, len(kept | {r_src})) racks: short of that
+        # without src only where src's rack is not among the kept ones
+        if r_src in kept or len(kept) >= min(len(reps), self.n_racks):
+            return r_src, None
+        return r_src, kept
 
     def targets(self, src: int, receivers: Sequence[int], room: Mapping[int, float]) -> list[tuple[int, float, bool, float]]:
         """Per receiver, what decides whether it can take a replica of ``src`` of size ``s``
