@@ -315,6 +315,32 @@ def reference_rack_limits(step: Any) -> tuple[list[int], list[int]]:
     return lo, hi
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_rack_test_matches_the_rule(seed: int) -> None:
+    """_DiskStep.rack_test against the rule as it was written first (racks_ok once per replica),
+    replicas on removed brokers with and without a rack among them."""
+    from airflow_kafka_reassign.core.planner.disk import _DiskStep
+    from airflow_kafka_reassign.core.planner.types import BrokerLayout
+
+    rng = random.Random(300 + seed)
+    n_racks = rng.choice([2, 3, 4])
+    live = tuple(range(1, rng.randint(n_racks + 2, 12)))
+    rack = {b: i % n_racks for i, b in enumerate(live)} | {98: 1}  # 99: removed, no rack
+    step = _DiskStep(random_input(rng, [*live, 98, 99], 5), BrokerLayout(brokers=live, rack_of=rack), {}, {},
+                     DiskGoal(capacity={b: 10**13 for b in live}))
+
+    def rule(reps: list[int], src: int) -> tuple[int, set[int] | None]:
+        r_src = rack.get(src, -1)
+        kept = {rack.get(b, -1) for b in reps if b != src}
+        need = min(len(reps), n_racks, len(kept | {r_src}))
+        return r_src, (None if len(kept) >= need else kept)
+
+    for _ in range(400):
+        reps = rng.sample([*live, 98, 99], rng.randint(1, min(5, len(live))))
+        src = rng.choice(reps)
+        assert step.rack_test(reps, src) == rule(reps, src), (reps, src)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_rack_limits_match_the_loop(seed: int) -> None:
     from airflow_kafka_reassign.core.planner.disk import _DiskStep
