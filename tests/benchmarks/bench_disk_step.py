@@ -6,7 +6,9 @@ staged planner (prepare, quotas, place: what the Spark job's tasks compute); the
 (the layout, the goal, the place stage's arrays) is cached under ``$AKR_BENCH_DIR`` and replayed:
 wall and CPU seconds of :func:`~airflow_kafka_reassign.core.planner.staged.driver_disk`, peak RSS,
 and the plan's quality (bytes against the bound, disk share deviation, replica count spread).
-``--profile FILE`` writes a cProfile of the step. Prints numbers, asserts nothing about time.
+``--profile FILE`` writes a cProfile of the step; ``--phases`` prints the CPU seconds of its
+phases (the tables, the count phase, the byte passes, the rack bands, the bounds). Prints numbers,
+asserts nothing about time.
 
     .venv/bin/python tests/benchmarks/bench_disk_step.py 1000000
     .venv/bin/python tests/benchmarks/bench_disk_step.py 1000000 --profile /tmp/disk-1m.prof
@@ -127,6 +129,58 @@ def quality(ctx: Any, step: Any, arrays: list[DiskArrays], done: Any) -> dict[st
     }
 
 
+class Phases:
+    """CPU seconds of the disk step's phases, by wrapping the functions and methods that run them
+    (``--phases``): the tables (``build_index``, then the rest of ``_DiskStep.__init__``), the count
+    phase (``balance_counts``), the byte passes (``passes``, both rounds), the rack bands (their
+    limits), and around the step on the driver the bounds (``disk_bounds``) and the rest."""
+
+    def __init__(self) -> None:
+        from airflow_kafka_reassign.core.planner import disk, staged
+
+        self.spent: dict[str, float] = {}
+        self.undo: list[tuple[Any, str, Any]] = []
+        self.wrap(disk, "build_index", "index")
+        self.wrap(disk._DiskStep, "__init__", "tables")
+        self.wrap(disk._DiskStep, "balance_counts", "count phase")
+        self.wrap(disk._DiskStep, "passes", "passes")
+        self.wrap(disk._DiskStep, "rack_bands", "rack bands")
+        self.wrap(disk._DiskStep, "run", "step")
+        self.wrap(staged, "disk_bounds", "bounds")
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+        spent = self.spent
+
+        def timed(*a: Any, **k: Any) -> Any:
+            c0 = time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - c0
+
+        self.undo.append((owner, name, fn))
+        setattr(owner, name, timed)
+
+    def close(self) -> None:
+        for owner, name, fn in reversed(self.undo):
+            setattr(owner, name, fn)
+
+    def line(self, total: float) -> str:
+        s = self.spent
+        parts = {
+            "tables": s.get("tables", 0.0),
+            "of which build_index": s.get("index", 0.0),
+            "count phase": s.get("count phase", 0.0),
+            "passes": s.get("passes", 0.0),
+            "rack bands": s.get("rack bands", 0.0),
+            "bounds": s.get("bounds", 0.0),
+        }
+        known = parts["tables"] + s.get("step", 0.0) + parts["bounds"]
+        parts["rest"] = total - known
+        return ", ".join(f"{k} {v:.1f}s" for k, v in parts.items())
+
+
 class TimedGroups(LocalGroups):
     """The groups in this process, each round's CPU seconds per group recorded: what the round would
     take with the groups spread over ``workers`` cores (longest first onto the least busy)."""
@@ -162,6 +216,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", help="write a cProfile of the step to this file (one size)")
     ap.add_argument("--groups", type=int, default=0, help="the disk step by this many groups of topics (0: serial)")
+    ap.add_argument("--phases", action="store_true", help="print the CPU seconds of the step's phases")
     ap.add_argument("--workers", type=int, default=2, help="with --groups: the cores the groups' rounds are spread on")
     args = ap.parse_args()
     for n in args.replicas:
@@ -169,6 +224,7 @@ def main() -> None:
         synthetic("replicas in the disk step's input", int(sum(int(a.now_lens.sum()) for a in arrays)), n)
         gc.collect()
         prof = cProfile.Profile(time.process_time) if args.profile else None  # CPU: the machine is shared
+        phases = Phases() if args.phases else None
         t0, c0 = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
@@ -182,6 +238,9 @@ def main() -> None:
             prof.disable()
             prof.dump_stats(args.profile)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if phases is not None:
+            phases.close()
+            print(f"  phases (CPU): {phases.line(cpu)}", flush=True)
         require("a disk step (the request has a capacity document)", done is not None)
         o = done.outcome
         q = quality(ctx, step, arrays, done)

@@ -124,7 +124,8 @@ def spark(
                     "max_deviation_after": report.max_deviation_after, "over_cap": report.over_cap()}
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_s"].items())
         for line in r["output"].splitlines():
-            if line.startswith("[plan_job]   disk"):  # the disk step by groups: its rounds
+            # the disk step by groups: its rounds; the disk stage's wall and the driver's CPU in it
+            if line.startswith(("[plan_job]   disk", "[plan_job] disk ")):
                 print(f"    {line}")
         if job.get("disk_step"):
             rounds = f", {job['disk_rounds']} rounds" if job.get("disk_rounds") else ""

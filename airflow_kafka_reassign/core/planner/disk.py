@@ -30,6 +30,7 @@ import bisect
 import gc
 import itertools
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -39,8 +40,10 @@ import numpy.typing as npt
 
 from airflow_kafka_reassign.core.planner.disk_index import (
     FlatRows,
+    TopicCounts,
     build_index,
     distinct_per_row,
+    index_of,
     member,
     rack_lookup,
     racks_of,
@@ -356,21 +359,44 @@ def disk_bounds(
     count_after = _added({b: fixed_counts.get(b, 0) for b in live}, *_per_id(fin_b[fin_live], None))
     # per broker before the plan, the sizes of its movable replicas, largest first
     mv = movable[orig_e]
-    mb, ms = orig_b[mv], orig_s[mv]
-    order = np.lexsort((-ms, mb))
-    mb, ms = mb[order], ms[order]
+    mb, ms = _by_id_size_desc(orig_b[mv], orig_s[mv])
     cuts = np.flatnonzero(np.concatenate([[True], mb[1:] != mb[:-1]])) if len(mb) else np.zeros(0, dtype=np.int64)
     ends = np.append(cuts[1:], len(mb)).tolist() if len(mb) else []  # nothing movable: no broker sheds
     sizes_desc = ms.tolist()
     largest: dict[int, list[int]] = {
         b: sizes_desc[a:z] for b, a, z in zip(mb[cuts].tolist(), cuts.tolist(), ends, strict=True)
     }
+    # the largest replicas of all brokers, largest first (replica_moves_lower_bound_disk's default):
+    # the first 4,096 of each broker's, sorted as an array
+    firsts = [ms[a:min(z, a + 4096)] for a, z in zip(cuts.tolist(), ends, strict=True)]
+    pooled: list[int] = np.sort(np.concatenate(firsts))[::-1].tolist() if firsts else []
     min_out: dict[int, int] = {}
     for b, shed in count_sheds(count_before, count_after, live).items():
         sizes = largest.get(b, [])
         if sizes:
             min_out[b] = sum(sizes[len(sizes) - min(shed, len(sizes)):])
-    return bounds_of(goal, live, before, after, count_before, count_after, largest, min_out, extra_min_out=extra_min_out)
+    return bounds_of(goal, live, before, after, count_before, count_after, largest, min_out, pooled=pooled,
+                     extra_min_out=extra_min_out)
+
+
+def _by_id_size_desc(
+    ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The replicas' broker ids and sizes ordered by id, then size largest first (as by
+    ``np.lexsort((-sizes, ids))``; sizes are values: equal ones are alike). A stable radix sort of
+    the brokers' places among the few ids, then each broker's sizes sorted as plain ints: the
+    lexsort of 10M replicas took 2 s."""
+    distinct = np.unique(ids)
+    if len(distinct) >= 1 << 15:
+        order = np.lexsort((-sizes, ids))
+        return ids[order], sizes[order]
+    code = index_of(distinct, ids)[0].astype(np.int16)
+    order = np.argsort(code, kind="stable")
+    ids, sizes = ids[order], sizes[order]
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    for a, z in zip([0, *cuts.tolist()], [*cuts.tolist(), len(ids)], strict=True):
+        sizes[a:z] = np.sort(sizes[a:z])[::-1]
+    return ids, sizes
 
 
 def count_sheds(count_before: Mapping[int, int], count_after: Mapping[int, int], live: Sequence[int]) -> dict[int, int]:
@@ -551,6 +577,38 @@ class _Spread:
         self.lo, self.hi = lo, hi
 
 
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
+
+
+class _RackOf(dict[int, int]):
+    """Broker -> its rack index, ``-1`` without one (``rack_of.get(b, -1)`` as a look-up)."""
+
+    __slots__ = ("rack_of",)
+
+    def __init__(self, rack_of: Mapping[int, int], brokers: Iterable[int]) -> None:
+        super().__init__((b, rack_of.get(b, -1)) for b in brokers)
+        self.rack_of = rack_of
+
+    def __missing__(self, b: int) -> int:
+        return self.rack_of.get(b, -1)
+
+
+class _PerCount(dict[int, bool]):
+    """``allows(c)`` per count ``c``, each computed once (:meth:`_DiskStep.targets`)."""
+
+    __slots__ = ("allows",)
+
+    def __init__(self, allows: Any) -> None:
+        super().__init__()
+        self.allows = allows
+
+    def __missing__(self, c: int) -> bool:
+        ok: bool = self.allows(c)
+        self[c] = ok
+        return ok
+
+
 class _DiskStep:
     def __init__(
         self,
@@ -568,6 +626,7 @@ class _DiskStep:
         self.live = tuple(layout.brokers)
         self.live_set = set(self.live)
         self.rack = layout.rack_of
+        self.rack_or = _RackOf(self.rack, self.live)
         self.n_racks = layout.n_racks
         self.offload = goal.offload_threshold is not None
         self.check_topics = not self.offload and goal.topic_spread < max(inp.counts, default=0) * 4
@@ -588,11 +647,21 @@ class _DiskStep:
         # entries: one per partition the step may look at (those of ``inp``, in its order)
         self.reps: list[list[int]] = ix.reps
         self.size: list[int] = ix.size
-        self.orig: list[tuple[int, ...]] = ix.orig  # a move back to one of them costs no bytes
+        #: entry -> its replicas before the plan, where they are not the brokers it has now (the
+        #: count steps or this step moved one; :meth:`apply` adds an entry before its first move): a
+        #: move back to one of them costs no bytes. The other entries' are their replicas now
+        self.orig_changed: dict[int, tuple[int, ...]] = ix.orig_changed
         self.topic: list[int] = ix.topic
         self.topic_starts: list[int] = ix.topic_starts
         self.movable: list[bool] = ix.movable
-        self.tcount: list[dict[int, int]] = ix.tcount or []
+        #: the same as arrays, kept up to date by :meth:`apply`: the rack limits and the count window
+        #: read every partition's replicas as flat rows (made from the lists, a second at 10M replicas)
+        self.movable_mask = ix.movable_mask
+        self.sizes_array = sizes
+        self.flat_now = FlatRows(now.lens, now.flat.astype(np.int64, copy=True))
+        self.row_starts = self.flat_now.starts()
+        #: per topic, its replica count per live broker (made when the step first looks at the topic)
+        self.tcount: TopicCounts | None = ix.tcount
         # the per-broker lists hold (size, entry) as one int, ``size << shift | entry`` (disk_index.pack:
         # ints order as the pairs), and the lists a move changes are kept in blocks (sorted_blocks.py:
         # at 10M replicas a list per broker holds 100,000 of them, and an insert into one Python list
@@ -601,6 +670,8 @@ class _DiskStep:
         self.mask = (1 << ix.shift) - 1
         #: broker -> its movable replicas as (size, entry), sorted
         self.on: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.on.items()}
+        #: broker -> the size of its smallest movable replica (``inf``: none), kept as moves change ``on``
+        self.smallest: dict[int, float] = {b: self.smallest_of(b) for b in self.on}
         #: broker -> movable replicas the count steps put there (moving them on costs no bytes)
         self.added: dict[int, SortedBlocks] = {b: SortedBlocks(x) for b, x in ix.added.items()}
         #: broker -> movable partitions the count steps took off it (pulling one back saves bytes)
@@ -634,13 +705,21 @@ class _DiskStep:
         self.count_spread: _Spread | _Window = (
             _Window(self.count, part.counts) if part is not None else _Spread(self.count, n, goal.count_spread))
         #: per-topic windows, only when the goal limits them (no topic has more replicas than that)
-        self.tspread = [_Spread(tc, n, goal.topic_spread) for tc in self.tcount] if self.check_topics else []
+        #: topic -> its window (:meth:`topic_window`), made when first needed
+        self.tspread: dict[int, _Spread] = {}
         self.out = DiskOutcome(before=dict(self.bytes))
+        #: the serial step's :meth:`share` of every live broker, kept as moves change its bytes: the
+        #: step sorts brokers by it at every move (a dict look-up as the key, not a method call)
+        self.shares: dict[int, float] = {b: self.bytes[b] / cap[b] for b in self.live} if part is None else {}
         #: :meth:`try_move`'s receivers filtered by the rack rule, per (rack, racks kept), for the
         #: receivers list it was last given (lists of receivers are never changed once made)
         self.rack_filtered: tuple[object, dict[tuple[int, frozenset[int]], Any], list[int]] = (None, {}, [])
         #: :meth:`target_stats` of the receivers list it was last given
         self.stats: tuple[object, tuple[float, bool, float]] = (None, (0.0, False, 0.0))
+
+    def smallest_of(self, b: int) -> float:
+        lst = self.on[b]
+        return float(lst.first() >> self.shift) if lst else math.inf
 
     def upto(self, limit: float) -> float:
         """The largest key (``size << shift | entry``) of a replica no larger than ``limit``: a
@@ -677,7 +756,16 @@ class _DiskStep:
     def topic_ok(self, e: int, src: int, dst: int) -> bool:
         if not self.check_topics:
             return True
-        return self.tspread[self.topic[e]].allows(src, dst)
+        return self.topic_window(self.topic[e]).allows(src, dst)
+
+    def topic_window(self, ti: int) -> _Spread:
+        """The replica counts of topic ``ti`` per broker, kept within the goal's ``topic_spread``
+        (made from the topic's counts at the start the first time: no move of the topic before)."""
+        w = self.tspread.get(ti)
+        if w is None:
+            assert self.tcount is not None
+            w = self.tspread[ti] = _Spread(self.tcount.of(ti), len(self.live), self.goal.topic_spread)
+        return w
 
     def can_place(self, e: int, src: int, dst: int) -> bool:
         reps = self.reps[e]
@@ -695,14 +783,22 @@ class _DiskStep:
         # the partition's racks change: which other racks each of its replicas may go to changes too
         across = not self.locked[e] and rack.get(src, -1) != rack.get(dst, -1)
         was = {b: self.cross_keys(e, b) for b in reps if b in self.live_set} if across else None
-        src_keys = self.cross_keys(e, src) if not self.locked[e] else []
-        reps[reps.index(src)] = dst
+        src_keys = (was[src] if was is not None else self.cross_keys(e, src)) if not self.locked[e] else []
+        if e not in self.orig_changed:
+            self.orig_changed[e] = tuple(reps)  # its first move: the same brokers as before the plan
+        at = reps.index(src)
+        reps[at] = dst
+        self.flat_now.flat[self.row_starts[e] + at] = dst
         s = self.size[e]
         self.bytes[src] -= s
         self.bytes[dst] += s
+        if self.part is None:
+            cap = self.goal.capacity
+            self.shares[src] = self.bytes[src] / cap[src]
+            self.shares[dst] = self.bytes[dst] / cap[dst]
         self.count_spread.move(src, dst)
         if self.check_topics:
-            self.tspread[self.topic[e]].move(src, dst)
+            self.topic_window(self.topic[e]).move(src, dst)
         self.touched.add(e)
         self.arrived.add((e, dst))
         self.out.moves += 1
@@ -716,6 +812,8 @@ class _DiskStep:
         for key in src_keys:
             self.cross_to[key].discard(entry)
         self.on[dst].add(entry)
+        self.smallest[src] = self.smallest_of(src)
+        self.smallest[dst] = self.smallest_of(dst)
         if self.locked[e]:
             return
         for key in self.cross_keys(e, dst):
@@ -769,54 +867,48 @@ class _DiskStep:
         :meth:`racks_ok`, once per replica rather than per receiver): ``(rack of src, None)``: any
         rack; ``(rack of src, kept)``: the rack of ``src``, or a rack not in ``kept`` (the racks
         the partition keeps without it, one short of what it must span)."""
-        rack = self.rack
-        r_src = rack.get(src, -1)
-        kept = {rack.get(b, -1) for b in reps if b != src}
-        need = min(len(reps), self.n_racks, len(kept | {r_src}))
-        return r_src, (None if len(kept) >= need else kept)
+        rack = self.rack_or  # rack_of.get(b, -1), by subscript
+        r_src = rack[src]
+        kept = {rack[b] for b in reps if b != src}
+        # the partition must span min(len(reps), racks, len(kept | {r_src})) racks: short of that
+        # without src only where src's rack is not among the kept ones
+        if r_src in kept or len(kept) >= min(len(reps), self.n_racks):
+            return r_src, None
+        return r_src, kept
 
     def targets(self, src: int, receivers: Sequence[int], room: Mapping[int, float]) -> list[tuple[int, float, bool, float]]:
         """Per receiver, what decides whether it can take a replica of ``src`` of size ``s``
         without looking at the replica: ``(broker, room, counts allow a plain move, size of its
         smallest replica that could come back in a swap)``; a swap needs ``s`` above 16 times it."""
-        out = []
+        rs = [dst for dst in receivers if dst != src]
+        if not rs:
+            return []
         spread = self.count_spread
-        window = spread if isinstance(spread, _Window) else None
-        if isinstance(spread, _Spread):
-            a = spread.counts.get(src, 0)
+        if self.offload:
+            allow = [True] * len(rs)
+        elif isinstance(spread, _Window):
+            allow = [spread.allows(src, dst) for dst in rs]
+        else:
+            counts = spread.counts
+            a = counts.get(src, 0)
             lo, hi, limit = spread.lo, spread.hi, spread.limit
             alone_hi = a == hi and spread.hist[hi] == 1
             alone_lo = spread.hist[lo] == 1
-        # what first_moved needs of them, added up on the way (TargetStats)
-        best_room: float | None = None
-        any_plain = False
-        swap_floor = math.inf
-        for dst in receivers:
-            if dst == src:
-                continue
-            if self.offload:
-                allow = True
-            elif window is not None:
-                allow = window.allows(src, dst)
-            else:  # Spread.allows with src fixed
-                c = spread.counts.get(dst, 0)
+
+            def allows(c: int) -> bool:  # Spread.allows with src fixed, for a receiver with c replicas
                 new_hi = c + 1 if c + 1 > hi else (hi - 1 if alone_hi and c + 1 < hi else hi)
                 new_lo = a - 1 if a - 1 < lo else (lo + 1 if c == lo and alone_lo and a - 1 > lo else lo)
-                allow = new_hi - new_lo <= limit
-            small = 0.0
-            r = room[dst]
-            if best_room is None or r > best_room:
-                best_room = r
-            if allow:
-                any_plain = True
-            else:
-                lst = self.on[dst]
-                small = float(lst.first() >> self.shift) if lst else math.inf
-                if 16 * small < swap_floor:
-                    swap_floor = 16 * small
-            out.append((dst, r, allow, small))
-        if best_room is not None:
-            self.stats = (out, (best_room, any_plain, swap_floor))
+                return new_hi - new_lo <= limit
+
+            # the answer depends on the receiver's count only: once per count met
+            allow = list(map(_PerCount(allows).__getitem__, map(counts.get, rs, itertools.repeat(0))))
+        rooms = [room[dst] for dst in rs]
+        smallest = self.smallest
+        smalls = [0.0 if ok else smallest[dst] for dst, ok in zip(rs, allow, strict=True)]
+        out = list(zip(rs, rooms, allow, smalls, strict=True))
+        # what first_moved needs of them (target_stats); 16 * x is exact: the least of 16 * x is 16 * the least
+        floor = min([x for x, ok in zip(smalls, allow, strict=True) if not ok], default=math.inf)
+        self.stats = (out, (max(rooms), any(allow), 16 * floor))
         return out
 
     def target_stats(self, targets: Sequence[tuple[int, float, bool, float]]) -> tuple[float, bool, float]:
@@ -831,13 +923,40 @@ class _DiskStep:
         self.stats = (targets, stats)
         return stats
 
+    def rack_filter(
+        self, targets: Sequence[tuple[int, float, bool, float]], r_src: int, kept: frozenset[int] | set[int]
+    ) -> tuple[list[tuple[int, float, bool, float]], float | None]:
+        """Of ``targets``, those a replica in rack ``r_src`` may go to when its partition keeps the
+        racks ``kept`` without it (:meth:`rack_test`), and their most room (``None``: none). The same
+        few (rack, racks kept) recur for every candidate of one search: filtered once per list."""
+        cache = self.rack_filtered
+        if cache[0] is not targets:
+            cache = self.rack_filtered = (targets, {}, list(map(self.rack_or.__getitem__, map(_first, targets))))
+        key = (r_src, frozenset(kept))
+        hit: tuple[list[tuple[int, float, bool, float]], float | None] | None = cache[1].get(key)
+        if hit is None:
+            ok = {g: g == r_src or g not in kept for g in set(cache[2])}  # by rack: a look-up per receiver
+            order_ok = list(itertools.compress(targets, map(ok.__getitem__, cache[2])))
+            hit = cache[1][key] = (order_ok, max(map(_second, order_ok), default=None))
+        return hit
+
+    def spread_room(self, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> float | None:
+        """The most room among ``targets`` for the replica on ``src`` of a partition the step has not
+        moved that has one replica in every rack (``spread``: it may only stay in its rack).
+        :meth:`try_move` of such a replica larger than this (or with ``None``) moves nothing: the
+        walks skip it without the call."""
+        r_src = self.rack.get(src)
+        if r_src is None or not 0 <= r_src < self.n_racks:
+            return None  # no spread partition has a replica here
+        return self.rack_filter(targets, r_src, self.other_racks[r_src])[1]
+
     def try_move(self, e: int, src: int, targets: Sequence[tuple[int, float, bool, float]]) -> bool:
         """Move ``e``'s replica on ``src`` to the first of ``targets`` (see :meth:`targets`) that
         takes it, a broker that held it before the count steps first (moving it back costs no
         bytes); as a swap with one of the receiver's smallest replicas where counts need it."""
         s = self.size[e]
         reps = self.reps[e]
-        if self.gone(e, src):
+        if src not in reps or (e, src) in self.arrived:  # self.gone(e, src)
             return False
         rack = self.rack
         kept: frozenset[int] | set[int] | None
@@ -847,31 +966,23 @@ class _DiskStep:
         else:
             r_src, kept = self.rack_test(reps, src)
         if kept is not None and len(targets) > RECEIVERS:
-            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers.
-            # The same few (rack, racks kept) recur for every candidate of one search: filtered once
-            cache = self.rack_filtered
-            if cache[0] is not targets:
-                cache = self.rack_filtered = (targets, {}, [rack.get(t[0], -1) for t in targets])
-            key = (r_src, frozenset(kept))
-            hit = cache[1].get(key)
-            if hit is None:
-                order_ok = [t for t, g in zip(targets, cache[2], strict=True) if g == r_src or g not in kept]
-                hit = cache[1][key] = (order_ok, max((t[1] for t in order_ok), default=None))
-            order_ok, most_room = hit
+            # most partitions may only stay in their rack (RF >= racks): skip the others' receivers
+            order_ok, most_room = self.rack_filter(targets, r_src, kept)
             if most_room is None or not most_room >= s:
                 return False
             targets = order_ok
-        orig = self.orig[e]
-        if any(b not in reps and b != src for b in orig):
-            back = [t for t in targets if t[0] in orig]
-            order: Sequence[tuple[int, float, bool, float]] = back + [t for t in targets if t[0] not in orig]
-        else:
-            order = targets
+        orig = self.orig_changed.get(e, ())  # none: the same brokers as now, none to go back to
+        order: Sequence[tuple[int, float, bool, float]] = targets
+        for b in orig:  # any(b not in reps and b != src for b in orig): a broker it may go back to first
+            if b != src and b not in reps:
+                order = [t for t in targets if t[0] in orig] + [t for t in targets if t[0] not in orig]
+                break
         tried = 0
+        rack_or = self.rack_or
         for dst, room, allow, small in order:
             if room < s or (not allow and small * 16 >= s) or dst in reps:
                 continue
-            if kept is not None and rack.get(dst, -1) != r_src and rack.get(dst, -1) in kept:
+            if kept is not None and rack_or[dst] != r_src and rack_or[dst] in kept:
                 continue
             if not self.topic_ok(e, src, dst):
                 continue
@@ -902,8 +1013,7 @@ class _DiskStep:
             band = self.band
             rs.sort(key=lambda b: (self.bytes[b] >= band[b][0], self.share(b)))
         else:
-            bytes_, cap = self.bytes, self.goal.capacity
-            rs.sort(key=lambda b: bytes_[b] / cap[b])  # self.share, without a method call per broker
+            rs.sort(key=self.shares.__getitem__)
         return rs
 
     # -- the two passes ----------------------------------------------------------------------
@@ -967,6 +1077,9 @@ class _DiskStep:
         order = lst.down_from(self.upto(limit)) if descending else lst.up_from(
             self.upto(limit if any_plain else max(limit, swap_floor)))
         shift, mask = self.shift, self.mask
+        reps, arrived = self.reps, self.arrived
+        spread, touched = self.spread, self.touched
+        spread_room = self.spread_room(src, targets)
         tried = 0
         for key in order:
             if tried >= CANDIDATES:
@@ -982,9 +1095,11 @@ class _DiskStep:
                 if descending:
                     return None  # the rest are smaller still
                 continue
-            if self.gone(e, src):
+            if src not in reps[e] or (e, src) in arrived:  # self.gone(e, src)
                 continue
             tried += 1
+            if spread[e] and e not in touched and not (spread_room is not None and spread_room >= s):
+                continue  # try_move would find no receiver in its rack with room
             if self.try_move(e, src, targets):
                 return s
         return None
@@ -998,7 +1113,10 @@ class _DiskStep:
                 most -= got
                 continue
             donors = [b for b in self.live if b != dst and self.bytes[b] > self.band[b][0]]
-            donors.sort(key=lambda b: -self.share(b))
+            if self.part is None:
+                donors.sort(key=self.shares.__getitem__, reverse=True)  # stable too: as by -share
+            else:
+                donors.sort(key=lambda b: -self.share(b))
             got = None
             for src in donors[:RECEIVERS]:
                 spare = self.bytes[src] - self.band[src][0]
@@ -1036,7 +1154,7 @@ class _DiskStep:
                 continue
             tried += 1
             for src in reps:
-                if src in self.orig[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
+                if src in self.orig_changed[e] or src not in self.live_set or self.bytes[src] - s < self.band[src][0]:
                     continue
                 if (e, src) in self.arrived:
                     continue
@@ -1049,7 +1167,11 @@ class _DiskStep:
         band = self.band
         for _ in range(3):
             progress = self.out.moves
-            over = sorted((b for b in self.live if self.bytes[b] > band[b][1]), key=lambda b: -self.share(b))
+            over = [b for b in self.live if self.bytes[b] > band[b][1]]
+            if self.part is None:
+                over.sort(key=self.shares.__getitem__, reverse=True)  # stable too: as by -share
+            else:
+                over.sort(key=lambda b: -self.share(b))
             for b in over:
                 self.shed(b, self.bytes[b] - band[b][1], self.bytes[b] - band[b][0])
             if not self.offload:
@@ -1066,9 +1188,7 @@ class _DiskStep:
             g = self.rack.get(b, -1)
             if 0 <= g < self.n_racks:
                 pinned[g] += self.pinned[b]
-        movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
-        sizes = np.fromiter(self.size, dtype=np.int64, count=len(self.size))
-        lo, hi = rack_limits(self.layout, FlatRows.of(self.reps), movable, sizes)
+        lo, hi = rack_limits(self.layout, self.flat_now, self.movable_mask, self.sizes_array)
         return [a + p for a, p in zip(lo, pinned, strict=True)], [a + p for a, p in zip(hi, pinned, strict=True)]
 
     def rack_bands(self) -> list[str]:
@@ -1084,8 +1204,7 @@ class _DiskStep:
             if 0 <= g < self.n_racks:
                 fewest[g] += self.count[b] - len(self.on[b])  # replicas that may not move
         if self.n_racks > 1:
-            movable = np.fromiter(self.movable, dtype=bool, count=len(self.movable))
-            fewest = [a + b for a, b in zip(fewest, kept_in_racks(self.layout, FlatRows.of(self.reps), movable), strict=True)]
+            fewest = [a + b for a, b in zip(fewest, kept_in_racks(self.layout, self.flat_now, self.movable_mask), strict=True)]
         return count_window(self.layout, self.goal.count_spread, sum(self.count.values()), fewest)
 
     def balance_counts(self) -> None:
@@ -1105,7 +1224,12 @@ class _DiskStep:
 
         def targets(src: int, pull: int | None) -> list[tuple[int, float, bool, float]]:
             rs = [pull] if pull is not None else [b for b in self.live if b != src and count[b] < hi_at[b]]
-            rs.sort(key=lambda b: (count[b] >= lo_at[b], self.share(b)))
+            if self.part is None:
+                # by (count not below its window, share): by share, then those below their window first
+                rs.sort(key=self.shares.__getitem__)
+                rs = [b for b in rs if count[b] < lo_at[b]] + [b for b in rs if count[b] >= lo_at[b]]
+            else:
+                rs.sort(key=lambda b: (count[b] >= lo_at[b], self.share(b)))
             return [(b, unlimited, True, 0.0) for b in rs]
 
         def shed_smallest(src: int, pull: int | None, until: int) -> None:
@@ -1115,12 +1239,17 @@ class _DiskStep:
             # every replica of ``src`` if need be: where racks pin most of them (RF >= racks) only
             # a few may leave for another rack, and count moves are few
             mask = self.mask
+            spread, touched = self.spread, self.touched
+            blocked = self.spread_room(src, ts) is None  # no receiver in src's rack: see first_moved
             for key in list(self.on[src]):  # a copy: a move takes the replica out of the list
                 e = key & mask
                 if count[src] <= until or not ts:
                     return
-                if not self.gone(e, src) and self.try_move(e, src, ts):
+                if blocked and spread[e] and e not in touched:
+                    continue
+                if self.try_move(e, src, ts):  # False where self.gone(e, src)
                     ts = [t for t in targets(src, pull) if pull is None or count[t[0]] < lo_at[t[0]]]
+                    blocked = self.spread_room(src, ts) is None
 
         for src in sorted(self.live, key=lambda b: hi_at[b] - count[b]):
             if count[src] > hi_at[src]:

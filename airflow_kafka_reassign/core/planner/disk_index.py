@@ -78,10 +78,34 @@ def rack_lookup(rack_of: Mapping[int, int]) -> tuple[Ints, Ints]:
     return ids[order], racks[order]
 
 
+#: ids below this are looked up in a table of one slot per id (:func:`index_of`, :func:`member`)
+DENSE_IDS = 1 << 22
+#: fewer values than this are looked up by bisection (a table is not worth making)
+_FEW = 4096
+
+
+def _dense(ids: Ints, values: Ints) -> bool:
+    """Whether ``values`` are looked up in a table over ``ids`` (sorted): broker ids, small and
+    not negative, and many values. Bisecting 10M values into 100 ids took a third of a second."""
+    return values.size >= _FEW and values.dtype.kind in "iu" and int(ids[0]) >= 0 and int(ids[-1]) < DENSE_IDS
+
+
 def index_of(ids: Ints, values: Ints) -> tuple[Ints, npt.NDArray[np.bool_]]:
-    """Position of each of ``values`` in the sorted ``ids``, and whether it is there."""
+    """Position of each of ``values`` in the sorted ``ids``, and whether it is there (where it is
+    not: where it would go, at most the last position)."""
     if len(ids) == 0:
         return np.zeros(values.shape, dtype=np.int64), np.zeros(values.shape, dtype=bool)
+    if _dense(ids, values):
+        top = int(ids[-1])
+        table = np.full(top + 2, -1, dtype=np.int64)  # the last slot: every value outside [0, top]
+        table[ids[::-1]] = np.arange(len(ids) - 1, -1, -1, dtype=np.int64)  # an id listed twice: its first
+        inside = int(values.min()) >= 0 and int(values.max()) <= top
+        pos = table[values if inside else np.where((values >= 0) & (values <= top), values, top + 1)]
+        found = pos >= 0
+        if not found.all():
+            miss = ~found
+            pos[miss] = np.minimum(np.searchsorted(ids, values[miss]), len(ids) - 1)
+        return pos, found
     pos = np.searchsorted(ids, values)
     pos = np.minimum(pos, len(ids) - 1)
     return pos, ids[pos] == values
@@ -113,8 +137,42 @@ def member(values: Ints, of: Ints) -> npt.NDArray[np.bool_]:
     if len(of) == 0:
         return np.zeros(len(values), dtype=bool)
     ordered = np.sort(of)
+    if _dense(ordered, values):
+        return index_of(ordered, values)[1]
     pos = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
     return ordered[pos] == values  # type: ignore[no-any-return]
+
+
+def in_rows(a: FlatRows, b: FlatRows) -> npt.NDArray[np.bool_]:
+    """Per value of ``a`` (in ``a.flat``'s order): whether its row of ``b`` (the same row index)
+    holds it too. ``member(pair_keys(...), pair_keys(...))`` of the two, row by row: rows of one
+    length pair compared as tables, no sort and no search over every replica."""
+    out = np.zeros(len(a.flat), dtype=bool)
+    if len(a.flat) == 0 or len(b.flat) == 0:
+        return out
+    if len(a.lens) and np.array_equal(a.lens, b.lens) and int(a.lens.min()) == int(a.lens.max()):
+        # every row of one length in both (no RF change): the rows are tables already, no gather
+        k = int(a.lens[0])
+        rows_a, rows_b = a.flat.reshape(-1, k), b.flat.reshape(-1, k)
+        return (rows_a[:, :, None] == rows_b[:, None, :]).any(axis=2).ravel()  # type: ignore[no-any-return]
+    a_starts, b_starts = a.starts(), b.starts()
+    width = int(b.lens.max()) + 1
+    combo = a.lens.astype(np.int64) * width + b.lens
+    kinds = np.flatnonzero(np.bincount(combo)).tolist()
+    if len(kinds) > 8:  # many length pairs: group the rows by one sort, not one pass per pair
+        order = np.argsort(combo, kind="stable")
+        cuts = np.searchsorted(combo[order], kinds + [int(combo.max()) + 1]).tolist()
+        groups = [(c, order[cuts[i]:cuts[i + 1]]) for i, c in enumerate(kinds)]
+    else:
+        groups = [(c, np.flatnonzero(combo == c)) for c in kinds]
+    for c, idx in groups:
+        ka, kb = divmod(c, width)
+        if ka == 0 or kb == 0:
+            continue
+        at = a_starts[idx][:, None] + np.arange(ka)
+        table_b = b.flat[b_starts[idx][:, None] + np.arange(kb)]
+        out[at] = (a.flat[at][:, :, None] == table_b[:, None, :]).any(axis=2)
+    return out
 
 
 def pair_keys(entries: Ints, brokers: Ints) -> Ints:
@@ -146,14 +204,18 @@ class DiskIndex:
 
     reps: list[list[int]]
     size: list[int]
-    orig: list[tuple[int, ...]]
+    #: the replicas before the plan of every entry whose replicas now are not the same brokers
+    #: (the count steps moved some): the others' are their replicas now (no tuple per entry)
+    orig_changed: dict[int, tuple[int, ...]]
     topic: list[int]
     topic_starts: list[int]
     movable: list[bool]
+    #: ``movable`` as an array
+    movable_mask: npt.NDArray[np.bool_]
     bytes: dict[int, int]
     pinned: dict[int, int]
     count: dict[int, int]
-    tcount: list[dict[int, int]] | None
+    tcount: TopicCounts | None
     on: dict[int, list[int]]
     added: dict[int, list[int]]
     taken: dict[int, list[int]]
@@ -170,10 +232,67 @@ def _per_broker(n_live: int, where: Ints, pairs: list[int]) -> list[list[int]]:
     return [pairs[cuts[i]:cuts[i + 1]] for i in range(n_live)]
 
 
-def _sorted_pairs(bpos: Ints, sizes: Ints, entries: Ints) -> tuple[Ints, Ints, Ints]:
+def by_broker_size_entry(bpos: Ints, sizes: Ints, entries: Ints, shift: int) -> Ints:
+    """The order of ``np.lexsort((entries, sizes, bpos))`` (broker position, then size, then
+    entry), faster: one sort of the :func:`pack` keys, then a stable sort of the broker positions
+    (small ints: a radix sort). Where two replicas have the same three (a broker listed twice in
+    a row), the lexsort itself."""
+    n = len(bpos)
+    if n == 0 or int(sizes.max()) >= 1 << (62 - shift) or int(bpos.min()) < 0 or int(bpos.max()) >= 1 << 15:
+        return np.lexsort((entries, sizes, bpos))
+    bits = max(1, n.bit_length())
+    if int(sizes.max()) < 1 << (62 - bits) and bool((entries[1:] >= entries[:-1]).all()):
+        # entries in ascending order (the replicas in the flat order): among one broker's replicas of
+        # one size, the entries' order is their index's (the lexsort is stable where entries tie).
+        # The brokers apart first (a radix sort), then each broker's (size, index) keys sorted
+        # as plain ints: no argsort of every replica
+        by_broker = np.argsort(bpos.astype(np.int16), kind="stable")
+        keys = (sizes.astype(np.int64) << bits | np.arange(n, dtype=np.int64))[by_broker]
+        cuts = np.flatnonzero(np.diff(bpos[by_broker])) + 1
+        for a, z in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=True):
+            keys[a:z].sort()
+        return keys & ((1 << bits) - 1)
+    keys = sizes.astype(np.int64) << shift | entries.astype(np.int64)
+    order = np.argsort(keys)
+    order = order[np.argsort(bpos[order].astype(np.int16), kind="stable")]
+    k, p = keys[order], bpos[order]
+    if ((k[1:] == k[:-1]) & (p[1:] == p[:-1])).any():
+        return np.lexsort((entries, sizes, bpos))  # ties: the lexsort's order among them
+    return order
+
+
+def _sorted_pairs(bpos: Ints, sizes: Ints, entries: Ints, shift: int) -> tuple[Ints, Ints, Ints]:
     """(broker position, size, entry) sorted by the three, in that order."""
-    order = np.lexsort((entries, sizes, bpos))
+    order = by_broker_size_entry(bpos, sizes, entries, shift)
     return bpos[order], sizes[order], entries[order]
+
+
+class TopicCounts:
+    """Per topic, its replica count on each live broker that holds some (``{broker: count}``, the
+    brokers in the live brokers' order), made when asked for: the disk step looks at the topics
+    of the replicas it tries, not at every topic (at 10M replicas, 92,000 topics: making every
+    dict took seconds)."""
+
+    __slots__ = ("_counts", "_cuts", "_live", "_n_live", "_pos")
+
+    def __init__(self, n_topics: int, live: Sequence[int], topic: Ints, bpos: Ints) -> None:
+        """``topic`` and ``bpos``: per replica on a live broker, its topic index and the broker's
+        position in ``live``."""
+        self._live = list(live)
+        self._n_live = max(1, len(live))
+        keys = np.sort(topic.astype(np.int64) * self._n_live + bpos)
+        first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else keys
+        uniq = keys[first]
+        self._counts = np.diff(np.append(first, len(keys)))
+        self._pos = uniq % self._n_live
+        self._cuts = np.searchsorted(uniq, np.arange(n_topics + 1, dtype=np.int64) * self._n_live).tolist()
+
+    def __len__(self) -> int:
+        return len(self._cuts) - 1
+
+    def of(self, ti: int) -> dict[int, int]:
+        a, z = self._cuts[ti], self._cuts[ti + 1]
+        return dict(zip(map(self._live.__getitem__, self._pos[a:z].tolist()), self._counts[a:z].tolist(), strict=True))
 
 
 def build_index(
@@ -222,11 +341,21 @@ def build_index(
     rep_pos, rep_live = live_pos(rep_b)
     orig_e = np.repeat(np.arange(n_entries, dtype=np.int32), orig.lens)
     orig_b = orig.flat
-    now_keys = pair_keys(rep_e, rep_b)
-    orig_keys = pair_keys(orig_e, orig_b)
-    in_orig = member(now_keys, orig_keys)
-    orig_in_now = member(orig_keys, now_keys)
-    del now_keys, orig_keys
+    in_orig = in_rows(now, orig)
+    orig_in_now = in_rows(orig, now)
+    changed = np.zeros(n_entries, dtype=bool)
+    changed[rep_e[~in_orig]] = True
+    changed[orig_e[~orig_in_now]] = True
+    changed_at = np.flatnonzero(changed)
+    if orig_given is not None:
+        orig_changed = {e: orig_given[e] for e in changed_at.tolist()}
+    else:
+        o_starts = orig.starts()
+        o_lens = orig.lens[changed_at]
+        # the changed entries' rows: each row's start, minus where it starts among them, plus 0, 1, ...
+        o_at = np.repeat(o_starts[changed_at] - (np.cumsum(o_lens) - o_lens), o_lens) + np.arange(int(o_lens.sum()))
+        orig_changed = dict(zip(changed_at.tolist(), FlatRows(o_lens, orig.flat[o_at]).tuples(), strict=True))
+    del changed, changed_at
 
     def sums(pos: Ints, mask: npt.NDArray[np.bool_], weights: Ints | None) -> list[int]:
         out = np.zeros(n_live, dtype=np.int64)
@@ -242,22 +371,13 @@ def build_index(
     pinned = {b: fixed_bytes.get(b, 0) + pinned_bytes[i] for i, b in enumerate(live)}
     count = {b: fixed_counts.get(b, 0) + added_count[i] for i, b in enumerate(live)}
 
-    tcount: list[dict[int, int]] | None = None
-    if with_topic_counts:
-        tcount = [{} for _ in counts]
-        keys = topic[rep_e[live_now]] * max(1, n_live) + rep_pos[live_now]
-        keys = np.sort(keys)
-        first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else keys
-        uniq, num = keys[first], np.diff(np.append(first, len(keys)))
-        for k, c in zip(uniq.tolist(), num.tolist(), strict=True):
-            ti, i = divmod(k, max(1, n_live))
-            tcount[ti][live[i]] = c
+    tcount = TopicCounts(len(counts_a), live, topic[rep_e[live_now]], rep_pos[live_now]) if with_topic_counts else None
 
     # replicas that may move, per broker sorted by (size, entry): one sort; the keys are shared
     # by every table that lists a replica (on, added, cross_to)
     mv = live_now & rep_mv
     at = np.flatnonzero(mv)
-    rep_index = at[np.lexsort((rep_e[at], rep_s[at], rep_pos[at]))]  # flat positions, in on[b]'s order
+    rep_index = at[by_broker_size_entry(rep_pos[at], rep_s[at], rep_e[at], shift)]  # flat positions, in on[b]'s order
     del at
     on_pos, on_e = rep_pos[rep_index], rep_e[rep_index]
     on_pairs = pack(rep_s[rep_index], on_e, shift)
@@ -271,7 +391,7 @@ def build_index(
 
     o_pos, o_live = live_pos(orig_b)
     tk = o_live & movable[orig_e] & ~orig_in_now
-    t_pos, _, t_e = _sorted_pairs(o_pos[tk], sizes[orig_e[tk]], orig_e[tk])
+    t_pos, _, t_e = _sorted_pairs(o_pos[tk], sizes[orig_e[tk]], orig_e[tk], shift)
     taken_lists = _per_broker(n_live, t_pos, pack(sizes[t_e], t_e, shift))
     taken = {b: taken_lists[i] for i, b in enumerate(live)}
 
@@ -322,10 +442,11 @@ def build_index(
     return DiskIndex(
         reps=now.lists(),
         size=size_list,
-        orig=orig_given if orig_given is not None else orig.tuples(),
+        orig_changed=orig_changed,
         topic=topic.tolist(),
         topic_starts=np.concatenate([[0], np.cumsum(counts_a)]).astype(np.int64).tolist(),
         movable=movable.tolist(),
+        movable_mask=movable,
         bytes=bytes_,
         pinned=pinned,
         count=count,

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from airflow_kafka_reassign.core.planner import disk
+from airflow_kafka_reassign.core.planner import disk, disk_index
 from airflow_kafka_reassign.core.planner.disk import (
     DiskGoal,
     DiskInput,
@@ -19,7 +19,17 @@ from airflow_kafka_reassign.core.planner.disk import (
     disk_bounds,
     replica_moves_lower_bound_disk,
 )
-from airflow_kafka_reassign.core.planner.disk_index import FlatRows, build_index, key_shift, pack
+from airflow_kafka_reassign.core.planner.disk_index import (
+    FlatRows,
+    build_index,
+    by_broker_size_entry,
+    in_rows,
+    index_of,
+    key_shift,
+    member,
+    pack,
+    pair_keys,
+)
 
 
 def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int], n_racks: int,
@@ -76,7 +86,8 @@ def reference_index(inp: DiskInput, live: tuple[int, ...], rack: dict[int, int],
             if not locked[entry[1]]:
                 for key in cross_keys(entry[1], b):
                     cross_to[key].append(entry)
-    return {"reps": reps, "orig": orig, "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
+    return {"reps": reps, "reps_start": [list(r) for r in reps], "orig": orig,
+            "topic": topic, "movable": movable, "bytes": bytes_, "pinned": pinned,
             "count": count, "tcount": tcount, "on": on, "added": added, "taken": taken,
             "locked": locked, "cross_to": cross_to}
 
@@ -104,10 +115,14 @@ def random_input(rng: random.Random, brokers: list[int], n_topics: int) -> DiskI
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_build_index_matches_the_per_replica_loop(seed: int) -> None:
+@pytest.mark.parametrize("lookup", ["table", "bisect", "large ids"])
+def test_build_index_matches_the_per_replica_loop(seed: int, lookup: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # broker ids looked up in a table of one slot per id (above disk_index._FEW values), or bisected
+    monkeypatch.setattr(disk_index, "_FEW", 0 if lookup == "table" else 10**9)
     rng = random.Random(seed)
     n_racks = rng.choice([1, 2, 3, 4])
-    live = tuple(rng.sample(range(100, 130), rng.randint(3, 12)))
+    base = disk_index.DENSE_IDS + 100 if lookup == "large ids" else 100
+    live = tuple(rng.sample(range(base, base + 30), rng.randint(3, 12)))
     removed = [7, 8]  # replicas on brokers that are not live (one of them without a rack)
     rack = {b: rng.randrange(n_racks) for b in live} | {7: 0}
     inp = random_input(rng, [*live, *removed], rng.randint(1, 40))
@@ -118,15 +133,90 @@ def test_build_index_matches_the_per_replica_loop(seed: int) -> None:
     now, orig, sizes, frozen = inp.arrays()
     got = build_index(counts=inp.counts, balance=inp.balance, now=now, orig=orig, sizes=sizes, frozen=frozen,
                       live=live, rack_of=rack, n_racks=n_racks, fixed_bytes=fixed_bytes, fixed_counts=fixed_counts,
-                      offload=offload, with_topic_counts=True)
+                      offload=offload, with_topic_counts=True,
+                      # the pure planner's way: sizes and original replicas given as Python objects
+                      sizes_given=list(inp.sizes) if seed % 2 else None,
+                      orig_given=list(inp.original) if seed % 2 else None)
     # the per-broker lists hold (size, entry) as one int (disk_index.pack)
     for name in ("on", "added", "taken", "cross_to"):
         want[name] = {k: [size << got.shift | e for size, e in pairs] for k, pairs in want[name].items()}
+    # the replicas before the plan, of the entries whose brokers the count steps changed
+    want["orig_changed"] = {e: o for e, (r, o) in enumerate(zip(want.pop("reps_start"), want.pop("orig"), strict=True))
+                            if set(r) != set(o)}
+    assert got.tcount is not None
+    got.tcount = [got.tcount.of(ti) for ti in range(len(inp.counts))]  # type: ignore[assignment]
     for name, value in want.items():
         mine = getattr(got, name)
         assert mine == value, name
         if isinstance(value, dict):
             assert list(mine) == list(value), f"{name}: key order"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_index_of_by_table_matches_the_bisection(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(seed)
+    ids = np.unique(rng.integers(0, 300, rng.integers(1, 60)))
+    if seed == 5:
+        ids = np.array([0], dtype=np.int64)
+    values = rng.integers(-5, 320, (rng.integers(0, 200), 3))
+    values[:, 0] = rng.choice(ids, len(values))  # most values found, some not (negative, above, between)
+    monkeypatch.setattr(disk_index, "_FEW", 10**9)
+    want = index_of(ids, values), member(values.ravel(), ids)
+    monkeypatch.setattr(disk_index, "_FEW", 0)
+    got = index_of(ids, values), member(values.ravel(), ids)
+    np.testing.assert_array_equal(got[0][0], want[0][0])
+    np.testing.assert_array_equal(got[0][1], want[0][1])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[0][1].any() and got[0][0].dtype == want[0][0].dtype
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_in_rows_matches_the_pair_keys(seed: int) -> None:
+    # rows of different lengths (RF changes), empty rows, a broker listed twice; many length pairs
+    # (grouped by a sort) or few (a pass per pair)
+    rng = random.Random(seed)
+    top_len = 12 if seed % 2 else 3
+    uniform = seed % 4 == 2  # every row of both three long: compared as tables without a gather
+    a_rows, b_rows = [], []
+    for _ in range(rng.randint(1, 300)):
+        a = [rng.randrange(20) for _ in range(3 if uniform else rng.randint(0, top_len))]
+        b = ([rng.randrange(20) for _ in range(3 if uniform else rng.randint(0, top_len))] if rng.random() < 0.5
+             else list(a))
+        a_rows.append(a)
+        b_rows.append(b)
+    a, b = FlatRows.of(a_rows), FlatRows.of(b_rows)
+    a_e = np.repeat(np.arange(len(a_rows)), a.lens)
+    b_e = np.repeat(np.arange(len(b_rows)), b.lens)
+    want = member(pair_keys(a_e, a.flat), pair_keys(b_e, b.flat))
+    np.testing.assert_array_equal(in_rows(a, b), want)
+    assert in_rows(a, b).tolist() == [x in br for ar, br in zip(a_rows, b_rows, strict=True) for x in ar]
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_broker_size_entry_order_matches_the_lexsort(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    if seed >= 6:
+        # entries in ascending order with repeats (a partition's replicas one after the other, as
+        # build_index gives them; seed 8: a broker listed twice in a row): sorted per broker by
+        # (size, index), which is the lexsort's order
+        n = int(rng.integers(1, 400))
+        entries = np.sort(rng.integers(0, n, n)).astype(np.int32)
+        bpos = rng.integers(0, 7, n).astype(np.int32)
+        sizes = rng.choice([0, 1, 5, 10**12], len(set(entries.tolist())))[np.unique(entries, return_inverse=True)[1]]
+        if seed == 8:
+            bpos[1:][entries[1:] == entries[:-1]] = bpos[:-1][entries[1:] == entries[:-1]]
+        got = by_broker_size_entry(bpos, sizes, entries, key_shift(n))
+        np.testing.assert_array_equal(got, np.lexsort((entries, sizes, bpos)))
+        return
+    n = int(rng.integers(0, 400))
+    bpos = rng.integers(0, 7, n).astype(np.int32)
+    sizes = rng.choice([0, 1, 5, 10**12, 2**40 + 3], n) if seed != 4 else rng.integers(0, 2**62, n)
+    # entries: each once (no two replicas alike: the sorts' order), or drawn with ties
+    entries = (rng.permutation(n) if seed < 4 else rng.integers(0, 50, n)).astype(np.int32)
+    if seed == 3 and n:  # the same (broker, size, entry) twice: the lexsort's order among them
+        bpos[-1], sizes[-1], entries[-1] = bpos[0], sizes[0], entries[0]
+    got = by_broker_size_entry(bpos, sizes, entries, key_shift(max(50, n)))
+    np.testing.assert_array_equal(got, np.lexsort((entries, sizes, bpos)))
 
 
 @pytest.mark.parametrize("top", [10**12, 2**61])
@@ -225,6 +315,32 @@ def reference_rack_limits(step: Any) -> tuple[list[int], list[int]]:
     return lo, hi
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_rack_test_matches_the_rule(seed: int) -> None:
+    """_DiskStep.rack_test against the rule as it was written first (racks_ok once per replica),
+    replicas on removed brokers with and without a rack among them."""
+    from airflow_kafka_reassign.core.planner.disk import _DiskStep
+    from airflow_kafka_reassign.core.planner.types import BrokerLayout
+
+    rng = random.Random(300 + seed)
+    n_racks = rng.choice([2, 3, 4])
+    live = tuple(range(1, rng.randint(n_racks + 2, 12)))
+    rack = {b: i % n_racks for i, b in enumerate(live)} | {98: 1}  # 99: removed, no rack
+    step = _DiskStep(random_input(rng, [*live, 98, 99], 5), BrokerLayout(brokers=live, rack_of=rack), {}, {},
+                     DiskGoal(capacity={b: 10**13 for b in live}))
+
+    def rule(reps: list[int], src: int) -> tuple[int, set[int] | None]:
+        r_src = rack.get(src, -1)
+        kept = {rack.get(b, -1) for b in reps if b != src}
+        need = min(len(reps), n_racks, len(kept | {r_src}))
+        return r_src, (None if len(kept) >= need else kept)
+
+    for _ in range(400):
+        reps = rng.sample([*live, 98, 99], rng.randint(1, min(5, len(live))))
+        src = rng.choice(reps)
+        assert step.rack_test(reps, src) == rule(reps, src), (reps, src)
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_rack_limits_match_the_loop(seed: int) -> None:
     from airflow_kafka_reassign.core.planner.disk import _DiskStep
@@ -238,6 +354,18 @@ def test_rack_limits_match_the_loop(seed: int) -> None:
     inp = random_input(rng, [*live, 99], rng.randint(1, 40))
     goal = DiskGoal(capacity={b: 10**13 for b in live})
     step = _DiskStep(inp, layout, {}, {}, goal)
+    assert step.rack_limits() == reference_rack_limits(step)
+    # after the step's moves: its flat rows kept up to date with its lists of replicas
+    out = step.run()
+    assert out.moves or seed == 0  # the other seeds move replicas
+    assert step.flat_now.lists() == step.reps
+    # every entry the step moved or the count steps changed: its replicas before the plan (the
+    # brokers a move back to costs no bytes); the others' are the brokers they have now
+    for e, (r, o) in enumerate(zip(step.reps, inp.original, strict=True)):
+        if e in step.touched or set(inp.replicas[e]) != set(o):
+            assert set(step.orig_changed[e]) == set(o)
+        else:
+            assert e not in step.orig_changed and set(r) == set(o)
     assert step.rack_limits() == reference_rack_limits(step)
 
 
